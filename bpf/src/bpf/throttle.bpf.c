@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* throttlewatch: CFS bandwidth throttle freezes per thread and throttle
+ * episodes per (cgroup, CPU), for the cgroups in the `watched` map only.
+ *
+ * Hot path (every context switch on the node): one field read of `prev`
+ * and two global counters. Everything else runs only for a thread that is
+ * being frozen or thawed, or while a watched group has an open episode.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "throttle.h"
+#include "core_fixes.bpf.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Set by user space before load. */
+const volatile __u32 ringbuf_wakeup_bytes = 0; /* 0: never wake the reader */
+
+/* cgroup id (cpu controller kernfs id) -> flags; user space fills it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u32);
+} watched SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20);
+} events SEC(".maps");
+
+/* Episode state and totals per (watched cgroup, CPU): the totals survive a
+ * full ring buffer, so probe_throttled_ns never depends on delivery. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct tw_episode_key);
+	__type(value, struct tw_episode);
+} episodes SEC(".maps");
+
+struct frozen {
+	__u64 start_ns;
+	__u64 cgroup_id;
+	__u64 throttled_cgroup_id;
+	__u32 cpu_out;
+	__u32 throttled_level;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct frozen);
+} frozen_tasks SEC(".maps");
+
+/* raw_tp programs cannot use task storage: the same state keyed by tid. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct frozen);
+} frozen_by_tid SEC(".maps");
+
+/* Threads currently frozen, episodes currently open: while both are zero a
+ * switch-in costs two loads. Maintained with atomics on the slow path. */
+__u64 nr_frozen = 0;
+__u64 nr_open = 0;
+/* Events the ring buffer could not take. */
+__u64 lost_events = 0;
+
+static __always_inline __u64 tg_cgroup_id(struct task_group *tg)
+{
+	return BPF_CORE_READ(tg, css.cgroup, kn, id);
+}
+
+/* The watched cgroup a task belongs to: its own cpu cgroup or the nearest
+ * watched ancestor. 0 when none is watched. */
+static __always_inline __u64 watched_group(struct task_struct *t, __u64 *own)
+{
+	struct task_group *tg = BPF_CORE_READ(t, se.cfs_rq, tg);
+	__u64 id;
+	int i;
+
+	*own = 0;
+	for (i = 0; i < TW_MAX_LEVELS && tg; i++) {
+		id = tg_cgroup_id(tg);
+		if (i == 0)
+			*own = id;
+		if (bpf_map_lookup_elem(&watched, &id))
+			return id;
+		tg = BPF_CORE_READ(tg, parent);
+	}
+	return 0;
+}
+
+/* The nearest run-queue on the task's path to the root that is throttled:
+ * its cgroup id and depth. */
+static __always_inline void throttled_rq(struct task_struct *t, __u64 *id, __u32 *level)
+{
+	struct sched_entity *se = &t->se;
+	struct cfs_rq *rq;
+	int i;
+
+	*id = 0;
+	*level = 0;
+	for (i = 0; i < TW_MAX_LEVELS && se; i++) {
+		rq = BPF_CORE_READ(se, cfs_rq);
+		if (!rq)
+			return;
+		if (tw_cfs_rq_throttled(rq)) {
+			struct task_group *tg = BPF_CORE_READ(rq, tg);
+			*id = tg_cgroup_id(tg);
+			*level = BPF_CORE_READ(tg, css.cgroup, level);
+			return;
+		}
+		se = BPF_CORE_READ(se, parent);
+	}
+}
+
+static __always_inline void emit(struct tw_event *src)
+{
+	struct tw_event *e;
+
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		__sync_fetch_and_add(&lost_events, 1);
+		return;
+	}
+	__builtin_memcpy(e, src, sizeof(*e));
+	bpf_ringbuf_submit(e, ringbuf_wakeup_bytes &&
+			   bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= ringbuf_wakeup_bytes ?
+			   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now)
+{
+	struct tw_episode_key key = { .cgroup_id = cg, .cpu = cpu };
+	struct tw_episode *ep, zero = {};
+
+	ep = bpf_map_lookup_elem(&episodes, &key);
+	if (!ep) {
+		bpf_map_update_elem(&episodes, &key, &zero, BPF_NOEXIST);
+		ep = bpf_map_lookup_elem(&episodes, &key);
+		if (!ep)
+			return;
+	}
+	if (ep->open_ns)
+		return;
+	ep->open_ns = now;
+	__sync_fetch_and_add(&nr_open, 1);
+}
+
+/* Close the episode of (cg, cpu) if one is open and began no later than
+ * `not_after` (a thread frozen in an earlier episode must not end a later one). */
+static __always_inline void close_episode(__u64 cg, __u32 cpu, __u64 not_after, __u64 now)
+{
+	struct tw_episode_key key = { .cgroup_id = cg, .cpu = cpu };
+	struct tw_event ev = {};
+	struct tw_episode *ep;
+	__u64 open;
+
+	ep = bpf_map_lookup_elem(&episodes, &key);
+	if (!ep)
+		return;
+	open = ep->open_ns;
+	if (!open || open > not_after || now < open)
+		return;
+	if (!__sync_bool_compare_and_swap(&ep->open_ns, open, 0))
+		return;
+	__sync_fetch_and_add(&ep->total_ns, now - open);
+	__sync_fetch_and_add(&ep->count, 1);
+	__sync_fetch_and_sub(&nr_open, 1);
+
+	ev.kind = TW_EV_EPISODE;
+	ev.cpu_out = cpu;
+	ev.cpu_in = bpf_get_smp_processor_id();
+	ev.start_ns = open;
+	ev.end_ns = now;
+	ev.cgroup_id = cg;
+	emit(&ev);
+}
+
+static __always_inline struct frozen *frozen_get(struct task_struct *t, bool direct, bool create)
+{
+	struct frozen zero = {}, *f;
+	__u32 tid;
+
+	if (direct)
+		return bpf_task_storage_get(&frozen_tasks, t, 0,
+					    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	tid = BPF_CORE_READ(t, pid);
+	f = bpf_map_lookup_elem(&frozen_by_tid, &tid);
+	if (!f && create) {
+		bpf_map_update_elem(&frozen_by_tid, &tid, &zero, BPF_NOEXIST);
+		f = bpf_map_lookup_elem(&frozen_by_tid, &tid);
+	}
+	return f;
+}
+
+/* Slow path: `prev` is being frozen. */
+static __always_inline int on_freeze(struct task_struct *prev, bool direct)
+{
+	struct frozen *f;
+	__u64 own, cg, now;
+	__u32 cpu;
+
+	cg = watched_group(prev, &own);
+	if (!cg)
+		return 0;
+	now = bpf_ktime_get_ns();
+	cpu = bpf_get_smp_processor_id();
+	open_episode(cg, cpu, now);
+
+	f = frozen_get(prev, direct, true);
+	if (!f || f->start_ns)
+		return 0;
+	f->start_ns = now;
+	f->cgroup_id = cg;
+	f->cpu_out = cpu;
+	throttled_rq(prev, &f->throttled_cgroup_id, &f->throttled_level);
+	__sync_fetch_and_add(&nr_frozen, 1);
+	return 0;
+}
+
+/* Slow path: a thread switches in while freezes or episodes are open. */
+static __always_inline int on_thaw(struct task_struct *next, bool direct)
+{
+	struct tw_event ev = {};
+	struct frozen *f;
+	__u64 now = bpf_ktime_get_ns();
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u64 own;
+
+	if (!tw_task_based_throttle() && nr_open) {
+		/* Dequeue model: the throttled group has nothing runnable on
+		 * this CPU until it is unthrottled, so any of its threads
+		 * switching in here ends the episode. */
+		__u64 cg = watched_group(next, &own);
+		if (cg)
+			close_episode(cg, cpu, now, now);
+	}
+	if (!nr_frozen)
+		return 0;
+	f = frozen_get(next, direct, false);
+	if (!f || !f->start_ns)
+		return 0;
+
+	/* Task model: the episode of the CPU it was frozen on ends with the
+	 * first of its frozen threads to run again, wherever that is. */
+	close_episode(f->cgroup_id, f->cpu_out, f->start_ns, now);
+
+	ev.kind = TW_EV_FREEZE;
+	ev.tid = BPF_CORE_READ(next, pid);
+	ev.tgid = BPF_CORE_READ(next, tgid);
+	ev.cpu_out = f->cpu_out;
+	ev.cpu_in = cpu;
+	ev.throttled_level = f->throttled_level;
+	ev.start_ns = f->start_ns;
+	ev.end_ns = now;
+	ev.cgroup_id = f->cgroup_id;
+	ev.task_cgroup_id = tg_cgroup_id(BPF_CORE_READ(next, se.cfs_rq, tg));
+	ev.throttled_cgroup_id = f->throttled_cgroup_id;
+	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), next->comm);
+	f->start_ns = 0;
+	__sync_fetch_and_sub(&nr_frozen, 1);
+	emit(&ev);
+	return 0;
+}
+
+static __always_inline int handle_switch(struct task_struct *prev, struct task_struct *next, bool direct)
+{
+	bool frozen;
+
+	if (tw_task_based_throttle()) {
+		struct task_struct___tw618 *p = (void *)prev;
+		frozen = direct ? p->throttled : BPF_CORE_READ(p, throttled);
+	} else {
+		/* Switched out while runnable, under a throttled ancestor. */
+		frozen = tw_task_state(prev) == 0 &&
+			 tw_cfs_rq_throttle_count(BPF_CORE_READ(prev, se.cfs_rq)) > 0;
+	}
+	if (frozen)
+		on_freeze(prev, direct);
+	if (nr_frozen || nr_open)
+		on_thaw(next, direct);
+	return 0;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(tw_switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return handle_switch(prev, next, true);
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(tw_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	return handle_switch(prev, next, false);
+}
+
+/* Makes the skeleton emit the ABI type for user space. */
+struct tw_event _tw_event_abi = {};

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* The ABI between throttle.bpf.c and user space: fixed-width fields, no pointers.
+ * Mirrored by bpf/src/event.rs; change both together and bump TW_ABI_VERSION. */
+#ifndef __THROTTLEWATCH_THROTTLE_H
+#define __THROTTLEWATCH_THROTTLE_H
+
+#define TW_ABI_VERSION 1
+#define TW_COMM_LEN 16
+/* How far up the cgroup tree a frozen task's group is matched against the
+ * watch map, and how far the throttled run-queue is searched. */
+#define TW_MAX_LEVELS 8
+
+enum tw_event_kind {
+	/* One thread was frozen by CFS bandwidth control: switched out
+	 * throttled at start_ns, switched back in at end_ns. */
+	TW_EV_FREEZE = 1,
+	/* A (watched cgroup, CPU) run-queue throttle episode: what the kernel
+	 * sums into cpu.stat throttled_time. */
+	TW_EV_EPISODE = 2,
+};
+
+/* The kernel's throttling model, chosen at load time with CO-RE. */
+enum tw_model {
+	/* Linux >= 6.18: task_struct.throttled, tasks are dequeued one by
+	 * one on their way back to user mode. */
+	TW_MODEL_TASK = 1,
+	/* Older kernels: the whole cfs_rq is dequeued; the running task is
+	 * switched out runnable with se.cfs_rq->throttle_count > 0. */
+	TW_MODEL_RQ = 2,
+};
+
+struct tw_event {
+	__u32 kind;
+	__u32 tid;
+	__u32 tgid;
+	__u32 cpu_out;	/* EPISODE: the CPU of the episode */
+	__u32 cpu_in;
+	/* depth of the throttled run-queue's cgroup (root = 0) */
+	__u32 throttled_level;
+	__u64 start_ns;	/* CLOCK_MONOTONIC */
+	__u64 end_ns;
+	/* the watched cgroup (cpu controller kernfs id) the thread belongs to */
+	__u64 cgroup_id;
+	/* the task's own cpu cgroup (may be a child of the watched one) */
+	__u64 task_cgroup_id;
+	/* the cgroup whose run-queue was throttled (may be an ancestor) */
+	__u64 throttled_cgroup_id;
+	char comm[TW_COMM_LEN];
+};
+
+struct tw_episode_key {
+	__u64 cgroup_id;
+	__u32 cpu;
+	__u32 pad;
+};
+
+struct tw_episode {
+	__u64 open_ns;	/* 0 when no episode is open */
+	__u64 total_ns;
+	__u64 count;
+};
+
+#endif

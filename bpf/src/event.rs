@@ -1,0 +1,134 @@
+//! Events from the kernel, decoded from the ABI in `bpf/throttle.h`.
+
+use crate::skel::types::tw_event;
+
+pub const KIND_FREEZE: u32 = 1;
+pub const KIND_EPISODE: u32 = 2;
+
+/// One thread frozen by CFS bandwidth control.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FreezeEvent {
+    pub tid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    pub cpu_out: u32,
+    pub cpu_in: u32,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The watched cgroup the thread belongs to.
+    pub cgroup_id: u64,
+    /// The thread's own cpu cgroup (may be below the watched one).
+    pub task_cgroup_id: u64,
+    /// The cgroup whose run-queue was throttled, and its depth.
+    pub throttled_cgroup_id: u64,
+    pub throttled_level: u32,
+}
+
+impl FreezeEvent {
+    pub fn frozen_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
+/// A (cgroup, CPU) run-queue throttle episode, as the kernel counts them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpisodeEvent {
+    pub cgroup_id: u64,
+    pub cpu: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Freeze(FreezeEvent),
+    Episode(EpisodeEvent),
+}
+
+impl Event {
+    pub fn cgroup_id(&self) -> u64 {
+        match self {
+            Event::Freeze(f) => f.cgroup_id,
+            Event::Episode(e) => e.cgroup_id,
+        }
+    }
+
+    /// Decode one ring-buffer record; None for a record of the wrong size or kind.
+    pub fn decode(data: &[u8]) -> Option<Event> {
+        if data.len() < std::mem::size_of::<tw_event>() {
+            return None;
+        }
+        // SAFETY: tw_event is plain old data and the length was checked; the
+        // ring buffer only aligns to 8 bytes, so read unaligned.
+        let e: tw_event = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
+        match e.kind {
+            KIND_FREEZE => {
+                let comm: Vec<u8> = e.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+                Some(Event::Freeze(FreezeEvent {
+                    tid: e.tid,
+                    tgid: e.tgid,
+                    comm: String::from_utf8_lossy(&comm).into_owned(),
+                    cpu_out: e.cpu_out,
+                    cpu_in: e.cpu_in,
+                    start_ns: e.start_ns,
+                    end_ns: e.end_ns,
+                    cgroup_id: e.cgroup_id,
+                    task_cgroup_id: e.task_cgroup_id,
+                    throttled_cgroup_id: e.throttled_cgroup_id,
+                    throttled_level: e.throttled_level,
+                }))
+            }
+            KIND_EPISODE => Some(Event::Episode(EpisodeEvent {
+                cgroup_id: e.cgroup_id,
+                cpu: e.cpu_out,
+                start_ns: e.start_ns,
+                end_ns: e.end_ns,
+            })),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(kind: u32) -> Vec<u8> {
+        let mut e = tw_event::default();
+        e.kind = kind;
+        e.tid = 42;
+        e.tgid = 40;
+        e.start_ns = 1000;
+        e.end_ns = 3500;
+        e.cgroup_id = 7;
+        e.cpu_out = 1;
+        for (i, c) in b"worker".iter().enumerate() {
+            e.comm[i] = *c as _;
+        }
+        let p = (&e as *const tw_event).cast::<u8>();
+        // SAFETY: reading the bytes of a POD value.
+        unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<tw_event>()) }.to_vec()
+    }
+
+    #[test]
+    fn abi_size_is_fixed() {
+        // 6 x u32 + 5 x u64 + comm[16]
+        assert_eq!(std::mem::size_of::<tw_event>(), 24 + 40 + 16);
+    }
+
+    #[test]
+    fn decodes_freeze() {
+        let Some(Event::Freeze(f)) = Event::decode(&raw(KIND_FREEZE)) else { panic!() };
+        assert_eq!((f.tid, f.tgid, f.cgroup_id, f.frozen_ns()), (42, 40, 7, 2500));
+        assert_eq!(f.comm, "worker");
+    }
+
+    #[test]
+    fn decodes_episode_and_rejects_garbage() {
+        let Some(Event::Episode(e)) = Event::decode(&raw(KIND_EPISODE)) else { panic!() };
+        assert_eq!((e.cpu, e.start_ns, e.end_ns), (1, 1000, 3500));
+        assert_eq!(Event::decode(&raw(99)), None);
+        assert_eq!(Event::decode(&[0u8; 8]), None);
+    }
+}

@@ -1,0 +1,13 @@
+//! The node-wide throttle probes: one set of BPF programs for every watched
+//! cgroup on the node, filtered in the kernel by the `watched` map.
+
+mod skel {
+    #![allow(clippy::all, unused_imports, dead_code, non_camel_case_types, unsafe_op_in_unsafe_fn)]
+    include!(concat!(env!("OUT_DIR"), "/throttle.skel.rs"));
+}
+
+pub mod event;
+pub mod probe;
+
+pub use event::{Event, EpisodeEvent, FreezeEvent};
+pub use probe::{EpisodeTotals, ProbeError, ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe};

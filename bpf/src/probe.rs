@@ -1,0 +1,239 @@
+//! Loading, attaching and reading the throttle probe.
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::rc::Rc;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+
+use crate::event::Event;
+use crate::skel::types::{tw_episode, tw_episode_key};
+use crate::skel::{ThrottleSkel, ThrottleSkelBuilder};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("loading the throttle probe: {0} (are you root, and does the kernel have BTF at /sys/kernel/btf/vmlinux?)")]
+    Load(#[source] libbpf_rs::Error),
+    #[error("attaching {prog}: {source}")]
+    Attach {
+        prog: &'static str,
+        #[source]
+        source: libbpf_rs::Error,
+    },
+    #[error("watch map: {0}")]
+    Map(#[source] libbpf_rs::Error),
+}
+
+/// How the running kernel throttles, chosen at load time with CO-RE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThrottleModel {
+    /// Linux >= 6.18: threads are frozen one by one (`task_struct.throttled`).
+    Task,
+    /// Older kernels: a throttled cfs_rq is dequeued whole.
+    RunQueue,
+}
+
+impl ThrottleModel {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ThrottleModel::Task => "task",
+            ThrottleModel::RunQueue => "runqueue",
+        }
+    }
+
+    /// Ask the kernel's BTF: does `task_struct` have `throttled`?
+    pub fn detect() -> ThrottleModel {
+        let has = libbpf_rs::btf::Btf::from_vmlinux()
+            .ok()
+            .and_then(|btf| {
+                let s = btf.type_by_name::<libbpf_rs::btf::types::Struct<'_>>("task_struct")?;
+                let found = s.iter().any(|m| m.name.is_some_and(|n| n == "throttled"));
+                Some(found)
+            })
+            .unwrap_or(false);
+        if has {
+            ThrottleModel::Task
+        } else {
+            ThrottleModel::RunQueue
+        }
+    }
+}
+
+/// Which program flavour is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeKind {
+    TpBtf,
+    RawTp,
+}
+
+impl ProbeKind {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ProbeKind::TpBtf => "tp_btf",
+            ProbeKind::RawTp => "raw_tp",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ProbeOptions {
+    /// Use raw_tp even where tp_btf would load (tests, old kernels).
+    pub force_raw_tp: bool,
+    /// Wake the reader when this many bytes are waiting (0: never; the
+    /// reader polls on a timer). Waking per event makes the reader preempt
+    /// the watched threads, which then produce more events.
+    pub wakeup_bytes: u32,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EpisodeTotals {
+    pub total_ns: u64,
+    pub count: u64,
+    /// Episodes still open (throttled right now).
+    pub open: u32,
+}
+
+pub struct ThrottleProbe {
+    skel: ThrottleSkel<'static>,
+    rb: RingBuffer<'static>,
+    queue: Rc<RefCell<Vec<Event>>>,
+    _links: Vec<Link>,
+    model: ThrottleModel,
+    kind: ProbeKind,
+    ncpus: u32,
+}
+
+fn bump_memlock() {
+    let r = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    // SAFETY: plain syscall with a valid struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &r) } != 0 {
+        tracing::debug!(
+            "could not raise RLIMIT_MEMLOCK ({}); kernels >= 5.11 account BPF memory to the cgroup instead",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+impl ThrottleProbe {
+    pub fn load(opts: &ProbeOptions) -> Result<ThrottleProbe, ProbeError> {
+        bump_memlock();
+        let model = ThrottleModel::detect();
+        // The skeleton borrows its object for its whole life; the probe is
+        // loaded once per process, so the object is leaked on purpose.
+        let obj: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+        let try_kind = |kind: ProbeKind, obj: &'static mut MaybeUninit<OpenObject>| {
+            let mut open = ThrottleSkelBuilder::default().open(obj).map_err(ProbeError::Load)?;
+            if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+                ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
+            }
+            open.progs.tw_switch_btf.set_autoload(kind == ProbeKind::TpBtf);
+            open.progs.tw_switch_raw.set_autoload(kind == ProbeKind::RawTp);
+            open.load().map_err(ProbeError::Load)
+        };
+        let (skel, kind) = if opts.force_raw_tp {
+            (try_kind(ProbeKind::RawTp, obj)?, ProbeKind::RawTp)
+        } else {
+            match try_kind(ProbeKind::TpBtf, obj) {
+                Ok(s) => (s, ProbeKind::TpBtf),
+                Err(e) => {
+                    tracing::warn!("tp_btf/sched_switch did not load ({e}); falling back to raw_tp");
+                    let obj2 = Box::leak(Box::new(MaybeUninit::uninit()));
+                    (try_kind(ProbeKind::RawTp, obj2)?, ProbeKind::RawTp)
+                }
+            }
+        };
+        let link = match kind {
+            ProbeKind::TpBtf => skel.progs.tw_switch_btf.attach(),
+            ProbeKind::RawTp => skel.progs.tw_switch_raw.attach_raw_tracepoint("sched_switch"),
+        }
+        .map_err(|source| ProbeError::Attach { prog: kind.as_str(), source })?;
+
+        let queue: Rc<RefCell<Vec<Event>>> = Rc::default();
+        let q = queue.clone();
+        let mut b = RingBufferBuilder::new();
+        b.add(&skel.maps.events, move |data: &[u8]| {
+            if let Some(ev) = Event::decode(data) {
+                q.borrow_mut().push(ev);
+            }
+            0
+        })
+        .map_err(ProbeError::Map)?;
+        let rb = b.build().map_err(ProbeError::Map)?;
+        let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
+        Ok(ThrottleProbe { skel, rb, queue, _links: vec![link], model, kind, ncpus })
+    }
+
+    pub fn model(&self) -> ThrottleModel {
+        self.model
+    }
+
+    pub fn kind(&self) -> ProbeKind {
+        self.kind
+    }
+
+    /// Start producing events for a cgroup (cpu-controller kernfs id).
+    pub fn watch(&self, cgroup_id: u64) -> Result<(), ProbeError> {
+        self.skel
+            .maps
+            .watched
+            .update(&cgroup_id.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+            .map_err(ProbeError::Map)
+    }
+
+    /// Stop watching and forget the group's episode state.
+    pub fn unwatch(&self, cgroup_id: u64) -> Result<(), ProbeError> {
+        let _ = self.skel.maps.watched.delete(&cgroup_id.to_ne_bytes());
+        for cpu in 0..self.ncpus {
+            let _ = self.skel.maps.episodes.delete(episode_key(cgroup_id, cpu).as_slice());
+        }
+        Ok(())
+    }
+
+    pub fn watched_count(&self) -> usize {
+        self.skel.maps.watched.keys().count()
+    }
+
+    pub fn episode_entries(&self) -> usize {
+        self.skel.maps.episodes.keys().count()
+    }
+
+    /// Drain what the kernel has queued; returns the events in order.
+    pub fn poll(&mut self) -> Vec<Event> {
+        let _ = self.rb.consume();
+        std::mem::take(&mut *self.queue.borrow_mut())
+    }
+
+    /// Events the kernel could not put in the ring buffer, node-wide.
+    pub fn lost_events(&self) -> u64 {
+        self.skel.maps.bss_data.as_deref().map(|b| b.lost_events).unwrap_or(0)
+    }
+
+    /// The kernel-side episode totals of a cgroup, summed over CPUs. They do
+    /// not depend on the ring buffer, so they hold when events were lost.
+    pub fn episode_totals(&self, cgroup_id: u64) -> EpisodeTotals {
+        let mut t = EpisodeTotals::default();
+        for cpu in 0..self.ncpus {
+            let Ok(Some(v)) = self.skel.maps.episodes.lookup(episode_key(cgroup_id, cpu).as_slice(), MapFlags::ANY)
+            else {
+                continue;
+            };
+            if v.len() < std::mem::size_of::<tw_episode>() {
+                continue;
+            }
+            // SAFETY: length checked; tw_episode is plain old data.
+            let e: tw_episode = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
+            t.total_ns += e.total_ns;
+            t.count += e.count;
+            t.open += u32::from(e.open_ns != 0);
+        }
+        t
+    }
+}
+
+fn episode_key(cgroup_id: u64, cpu: u32) -> Vec<u8> {
+    let k = tw_episode_key { cgroup_id, cpu, pad: 0 };
+    let p = (&k as *const tw_episode_key).cast::<u8>();
+    // SAFETY: reading the bytes of a POD value.
+    unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<tw_episode_key>()) }.to_vec()
+}

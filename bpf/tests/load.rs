@@ -1,0 +1,30 @@
+//! The probe loads into the real kernel in both flavours, and the model is
+//! the one the kernel's BTF says.
+
+use throttlewatch_bpf::{ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe};
+
+#[test]
+fn tp_btf_loads_and_watch_map_works() {
+    let p = ThrottleProbe::load(&ProbeOptions::default()).expect("load");
+    assert_eq!(p.kind(), ProbeKind::TpBtf, "tp_btf must load on this kernel");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let (maj, min) = {
+        let mut it = release.trim().split(['.', '-']).map(|x| x.parse::<u32>().unwrap_or(0));
+        (it.next().unwrap(), it.next().unwrap())
+    };
+    let expect = if (maj, min) >= (6, 18) { ThrottleModel::Task } else { ThrottleModel::RunQueue };
+    assert_eq!(p.model(), expect, "kernel {release}");
+    p.watch(12345).unwrap();
+    p.watch(67890).unwrap();
+    assert_eq!(p.watched_count(), 2);
+    p.unwatch(12345).unwrap();
+    assert_eq!(p.watched_count(), 1);
+    assert_eq!(p.episode_totals(67890).count, 0);
+}
+
+#[test]
+fn raw_tp_variant_loads() {
+    let p = ThrottleProbe::load(&ProbeOptions { force_raw_tp: true, ..Default::default() }).expect("load raw_tp");
+    assert_eq!(p.kind(), ProbeKind::RawTp);
+    assert_eq!(p.lost_events(), 0);
+}

@@ -1,0 +1,11 @@
+//! Shared vocabulary of throttlewatch: units, the per-container log format,
+//! configuration and the agent protocol. No BPF, no async runtime: the hook
+//! and the runtime wrapper link this and stay small.
+
+pub mod config;
+pub mod cpulist;
+pub mod logfmt;
+pub mod protocol;
+pub mod units;
+
+pub use cpulist::CpuList;
