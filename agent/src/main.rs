@@ -1,1 +1,30 @@
-fn main() {}
+use clap::Parser;
+use throttlewatch::cli::{Cli, Command};
+use throttlewatch::CliError;
+use throttlewatch_core::config::Config;
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("THROTTLEWATCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let code = match dispatch(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("throttlewatch: {}", e.message);
+            e.code
+        }
+    };
+    std::process::exit(code);
+}
+
+fn dispatch(cli: &Cli) -> Result<i32, CliError> {
+    let cfg = Config::load(cli.config.as_deref()).map_err(|e| CliError::usage(e.to_string()))?;
+    match &cli.command {
+        Command::Run(a) => throttlewatch::run::run(&cfg, a),
+        Command::Watch(a) => throttlewatch::watch::watch(&cfg, a),
+    }
+}

@@ -1,0 +1,150 @@
+//! `throttlewatch.toml`: one file for the agent, the hook, the runtime
+//! wrapper and the shim. Unknown keys are rejected. See configs/throttlewatch.toml.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_PATH: &str = "/etc/throttlewatch/throttlewatch.toml";
+pub const ENV_CONFIG: &str = "THROTTLEWATCH_CONFIG";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// A missing agent or a bad annotation never breaks a container.
+    Open,
+    /// Refuse to create the container instead.
+    Closed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QosPolicyConfig {
+    /// Annotation keys (without the prefix) that are honoured; empty: all.
+    pub allowed_annotations: Vec<String>,
+    /// Largest burst, as a percentage of the quota.
+    pub max_burst_percent: u32,
+    /// Whether containers may ask for exclusive cores.
+    pub allow_exclusive: bool,
+}
+
+impl Default for QosPolicyConfig {
+    fn default() -> Self {
+        QosPolicyConfig { allowed_annotations: vec![], max_burst_percent: 100, allow_exclusive: true }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Per-container logs go here, one `<id>.jsonl` each.
+    pub log_dir: PathBuf,
+    /// The agent's root-only unix socket.
+    pub socket: PathBuf,
+    /// Runtime state (cpuset allocations, agent lock).
+    pub state_dir: PathBuf,
+    /// Low-level OCI runtime for the wrapper and shim; empty: first of runc, crun in PATH.
+    pub runtime: String,
+    pub fail_mode: FailMode,
+    /// Freezes shorter than this are counted but not written as records ("0": all).
+    pub threshold: String,
+    /// Prometheus metrics listen address; empty disables.
+    pub metrics_addr: String,
+    /// Whether the hook starts an agent when none answers.
+    pub start_agent: bool,
+    /// The `throttlewatch` binary the hook starts; empty: next to the hook, then PATH.
+    pub agent_binary: String,
+    /// Seconds between `cpu_stat` snapshots in the logs.
+    pub snapshot_interval_s: u64,
+    pub qos: QosPolicyConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            log_dir: "/var/log/throttlewatch".into(),
+            socket: "/run/throttlewatch/agent.sock".into(),
+            state_dir: "/run/throttlewatch".into(),
+            runtime: String::new(),
+            fail_mode: FailMode::Open,
+            threshold: "0".into(),
+            metrics_addr: "127.0.0.1:9477".into(),
+            start_agent: true,
+            agent_binary: String::new(),
+            snapshot_interval_s: 10,
+            qos: QosPolicyConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+}
+
+impl Config {
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let c: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        crate::units::parse_duration("threshold", &c.threshold)
+            .map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        Ok(c)
+    }
+
+    /// `explicit` (from --config), else $THROTTLEWATCH_CONFIG, else the
+    /// default path if it exists, else the built-in defaults.
+    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        let env = std::env::var_os(ENV_CONFIG).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let path = match (explicit, env) {
+            (Some(p), _) => p.to_path_buf(),
+            (None, Some(p)) => p,
+            (None, None) if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),
+            _ => return Ok(Config::default()),
+        };
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io { path: path.clone(), source })?;
+        Self::parse(&path, &text)
+    }
+
+    pub fn threshold_ns(&self) -> u64 {
+        crate::units::parse_duration("threshold", &self.threshold).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_config_is_the_default() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/throttlewatch.toml");
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(Config::parse(&p, &text).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let e = Config::parse(Path::new("t.toml"), "log_dirr = \"/x\"\n").unwrap_err().to_string();
+        assert!(e.contains("t.toml") && e.contains("log_dirr"), "{e}");
+        let e = Config::parse(Path::new("t.toml"), "[qos]\nmax_burst = 5\n").unwrap_err().to_string();
+        assert!(e.contains("max_burst"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = Config::parse(Path::new("t.toml"), "fail_mode = \"sometimes\"\n").unwrap_err().to_string();
+        assert!(e.contains("sometimes") || e.contains("fail_mode"), "{e}");
+        let e = Config::parse(Path::new("t.toml"), "threshold = \"soon\"\n").unwrap_err().to_string();
+        assert!(e.contains("threshold") && e.contains("soon"), "{e}");
+    }
+
+    #[test]
+    fn partial_file_keeps_defaults() {
+        let c = Config::parse(Path::new("t"), "fail_mode = \"closed\"\nthreshold = \"1ms\"\n").unwrap();
+        assert_eq!(c.fail_mode, FailMode::Closed);
+        assert_eq!(c.threshold_ns(), 1_000_000);
+        assert_eq!(c.log_dir, PathBuf::from("/var/log/throttlewatch"));
+    }
+}

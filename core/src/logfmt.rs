@@ -1,0 +1,317 @@
+//! The per-container log: JSON Lines, one file per container, versioned.
+//! Documented in docs/log-format.md; every line has `v` and `type`.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped on any incompatible change; additions of fields keep the version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    pub v: u32,
+    /// Wall-clock time the record was written, Unix epoch nanoseconds.
+    pub ts: u64,
+    #[serde(flatten)]
+    pub record: Record,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    Start(Start),
+    /// The agent restarted while the container ran; the log continues.
+    Resume(Resume),
+    Throttle(Throttle),
+    CpuStat(CpuStatSnapshot),
+    End(End),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Start {
+    pub container_id: String,
+    pub container_name: String,
+    pub pid: Option<u32>,
+    pub cgroup_path: String,
+    pub cgroup_id: u64,
+    pub cgroup_mode: String,
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    pub burst_us: Option<u64>,
+    pub cpus: Option<String>,
+    pub mems: Option<String>,
+    pub kernel_release: String,
+    /// "task" (Linux >= 6.18) or "runqueue" (older kernels).
+    pub throttle_model: String,
+    /// "tp_btf", "raw_tp" or "fentry".
+    pub probe: String,
+    pub threshold_ns: u64,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// QoS settings applied from annotations, with what was refused and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resume {
+    pub container_id: String,
+    pub cgroup_id: u64,
+    pub probe: String,
+    /// Kernel counters at the resume: the `end` deltas start from the
+    /// original `start`, so nothing counted by the kernel is lost.
+    pub note: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Throttle {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    /// CPU the thread was frozen on, and the one it came back on.
+    pub cpu: u32,
+    pub cpu_in: u32,
+    /// Wall-clock start of the freeze, Unix epoch nanoseconds.
+    pub start_ns: u64,
+    pub frozen_ns: u64,
+    pub cgroup_id: u64,
+    pub throttled_cgroup_id: u64,
+    pub throttled_level: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CpuStatSnapshot {
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub throttled_ns: u64,
+    pub nr_bursts: u64,
+    pub burst_ns: u64,
+    /// `cpu.stat.local` throttled time, where the kernel has it.
+    pub local_throttled_ns: Option<u64>,
+    /// The probe's episode total so far.
+    pub probe_throttled_ns: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadSummary {
+    pub tid: u32,
+    pub comm: String,
+    pub count: u64,
+    pub total_frozen_ns: u64,
+    pub max_frozen_ns: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct End {
+    pub reason: String,
+    pub duration_ns: u64,
+    pub exit_code: Option<i32>,
+    pub top_threads: Vec<ThreadSummary>,
+    /// Threads seen frozen, freezes, and their summed duration (per-thread
+    /// view: exceeds the kernel's time when threads share a CPU).
+    pub threads: u64,
+    pub freezes: u64,
+    pub frozen_ns: u64,
+    /// Sum of (cgroup, CPU) throttle episodes: the kernel's view.
+    pub probe_throttled_ns: u64,
+    pub probe_episodes: u64,
+    /// The kernel's own throttled time over the same interval.
+    pub kernel_throttled_ns: u64,
+    /// "cpu.stat" or "cpu.stat.local" (throttling from an ancestor).
+    pub kernel_source: String,
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub nr_bursts: u64,
+    pub burst_ns: u64,
+    /// Events the kernel could not deliver while this container was watched
+    /// (node-wide ring buffer; totals above do not depend on delivery).
+    pub lost_events: u64,
+    /// Throttle records not written because they were under the threshold.
+    pub below_threshold: u64,
+}
+
+impl End {
+    /// Relative difference between the probe's and the kernel's throttled time.
+    pub fn fidelity_error(&self) -> f64 {
+        if self.kernel_throttled_ns == 0 {
+            return if self.probe_throttled_ns == 0 { 0.0 } else { 1.0 };
+        }
+        (self.probe_throttled_ns as f64 - self.kernel_throttled_ns as f64).abs() / self.kernel_throttled_ns as f64
+    }
+}
+
+pub fn now_unix_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// Writes one container's log, batching lines; `finish` flushes and syncs.
+pub struct LogWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+    pending: usize,
+}
+
+/// How many records are buffered before a flush (the agent also flushes on a timer).
+pub const FLUSH_EVERY: usize = 256;
+
+impl LogWriter {
+    /// Create a new log (0640), or append to an existing one when `append`.
+    /// Never follows a symlink at the final component.
+    pub fn open(path: &Path, append: bool) -> std::io::Result<LogWriter> {
+        let mut o = OpenOptions::new();
+        o.write(true).mode(0o640).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        if append {
+            o.append(true).create(true);
+        } else {
+            o.create(true).truncate(true);
+        }
+        let f = o.open(path)?;
+        Ok(LogWriter { path: path.to_path_buf(), out: BufWriter::with_capacity(64 * 1024, f), pending: 0 })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn write(&mut self, record: Record) -> std::io::Result<()> {
+        let line = Line { v: SCHEMA_VERSION, ts: now_unix_ns(), record };
+        serde_json::to_writer(&mut self.out, &line)?;
+        self.out.write_all(b"\n")?;
+        self.pending += 1;
+        if self.pending >= FLUSH_EVERY {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.pending = 0;
+        self.out.flush()
+    }
+
+    /// Flush and fsync; the log is complete on disk afterwards.
+    pub fn finish(mut self) -> std::io::Result<()> {
+        self.flush()?;
+        self.out.get_ref().sync_all()
+    }
+}
+
+/// Read a whole log back (tests, `throttlewatch report`).
+pub fn read_log(path: &Path) -> std::io::Result<Vec<Line>> {
+    let s = std::fs::read_to_string(path)?;
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+        .collect()
+}
+
+/// A file name for a container id whatever characters it holds: safe
+/// characters are kept, anything else (including `/` and `..`) is
+/// percent-encoded, and long ids are cut with a hash suffix.
+pub fn log_file_name(container_id: &str) -> String {
+    let mut s = String::new();
+    for b in container_id.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if s.is_empty() {
+        s.push_str("%00");
+    }
+    if s.len() > 200 {
+        let h = container_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        s.truncate(180);
+        s.push_str(&format!("~{h:016x}"));
+    }
+    s + ".jsonl"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<Record> {
+        vec![
+            Record::Start(Start {
+                container_id: "abc".into(),
+                cgroup_mode: "v1".into(),
+                quota_us: Some(50_000),
+                period_us: 100_000,
+                labels: [("k8s.pod".to_string(), "p".to_string())].into(),
+                ..Default::default()
+            }),
+            Record::Throttle(Throttle { tid: 7, pid: 5, comm: "w".into(), frozen_ns: 80_000_000, ..Default::default() }),
+            Record::CpuStat(CpuStatSnapshot { nr_periods: 3, local_throttled_ns: Some(4), ..Default::default() }),
+            Record::End(End {
+                reason: "exit".into(),
+                top_threads: vec![ThreadSummary { tid: 7, comm: "w".into(), count: 2, total_frozen_ns: 9, max_frozen_ns: 5 }],
+                probe_throttled_ns: 101,
+                kernel_throttled_ns: 100,
+                ..Default::default()
+            }),
+        ]
+    }
+
+    #[test]
+    fn round_trip_through_a_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.jsonl");
+        let mut w = LogWriter::open(&p, false).unwrap();
+        for r in sample() {
+            w.write(r).unwrap();
+        }
+        w.finish().unwrap();
+        let lines = read_log(&p).unwrap();
+        assert_eq!(lines.len(), 4);
+        assert!(lines.iter().all(|l| l.v == SCHEMA_VERSION && l.ts > 0));
+        let got: Vec<Record> = lines.into_iter().map(|l| l.record).collect();
+        assert_eq!(got, sample());
+    }
+
+    #[test]
+    fn every_line_has_v_and_type() {
+        for r in sample() {
+            let v: serde_json::Value = serde_json::to_value(Line { v: 1, ts: 1, record: r }).unwrap();
+            assert_eq!(v["v"], 1);
+            assert!(v["type"].is_string(), "{v}");
+        }
+        let t = serde_json::to_value(Line { v: 1, ts: 1, record: sample()[1].clone() }).unwrap();
+        for k in ["tid", "pid", "comm", "cpu", "start_ns", "frozen_ns", "cgroup_id"] {
+            assert!(t.get(k).is_some(), "throttle record lacks {k}");
+        }
+    }
+
+    #[test]
+    fn fidelity() {
+        let e = End { probe_throttled_ns: 101, kernel_throttled_ns: 100, ..Default::default() };
+        assert!((e.fidelity_error() - 0.01).abs() < 1e-9);
+    }
+
+    #[test]
+    fn file_names_are_safe() {
+        assert_eq!(log_file_name("abc-123_x"), "abc-123_x.jsonl");
+        assert_eq!(log_file_name("../../etc/passwd"), "%2E%2E%2F%2E%2E%2Fetc%2Fpasswd.jsonl");
+        assert_eq!(log_file_name(""), "%00.jsonl");
+        let long = log_file_name(&"x".repeat(1000));
+        assert!(long.len() < 220 && !long.contains('/'));
+        assert_ne!(log_file_name(&"x".repeat(1000)), log_file_name(&"x".repeat(999)));
+    }
+
+    #[test]
+    fn writer_refuses_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        let link = d.path().join("l.jsonl");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(LogWriter::open(&link, false).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+    }
+}

@@ -1,0 +1,86 @@
+//! The agent's socket protocol: one JSON request line, one JSON response line.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    Register(Register),
+    Unregister { container_id: String, reason: String, exit_code: Option<i32> },
+    Status,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Register {
+    pub container_id: String,
+    pub container_name: String,
+    pub pid: Option<u32>,
+    /// cpu-controller cgroup path relative to the hierarchy root.
+    pub cgroup_path: String,
+    pub annotations: BTreeMap<String, String>,
+    pub bundle: String,
+    /// Unix ns of the runtime's create, where known.
+    pub created_ns: Option<u64>,
+    /// Freeze threshold for this container's log, ns (None: agent default).
+    pub threshold_ns: Option<u64>,
+    /// What the hook applied and refused (written into the `start` record).
+    pub qos: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watched: Option<Vec<String>>,
+}
+
+impl Response {
+    pub fn ok() -> Response {
+        Response { ok: true, ..Default::default() }
+    }
+    pub fn err(e: impl ToString) -> Response {
+        Response { ok: false, error: Some(e.to_string()), ..Default::default() }
+    }
+}
+
+/// Longest request line the agent reads (a register with many annotations).
+pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
+
+/// Send one request and wait for the answer.
+pub fn call(socket: &Path, req: &Request, timeout: Duration) -> std::io::Result<Response> {
+    let mut s = UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    let mut line = serde_json::to_vec(req)?;
+    line.push(b'\n');
+    s.write_all(&line)?;
+    let mut r = BufReader::new(s.take(MAX_REQUEST_BYTES));
+    let mut resp = String::new();
+    r.read_line(&mut resp)?;
+    serde_json::from_str(&resp).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_round_trip() {
+        let r = Request::Register(Register { container_id: "a/b".into(), pid: Some(3), ..Default::default() });
+        let s = serde_json::to_string(&r).unwrap();
+        assert!(s.contains("\"op\":\"register\""));
+        assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
+        let u = Request::Unregister { container_id: "x".into(), reason: "poststop".into(), exit_code: None };
+        assert_eq!(serde_json::from_str::<Request>(&serde_json::to_string(&u).unwrap()).unwrap(), u);
+    }
+}

@@ -1,1 +1,61 @@
+//! Helpers for the end-to-end tests: where the built binaries are, a lock
+//! that keeps CPU-measuring tests apart, and RAII guards for what tests start.
 
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+pub mod daemons;
+
+/// A binary of this workspace, built by `cargo build --workspace` (the test
+/// command does that first); next to the test executable's `deps/` folder.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let p = dir.join(name);
+    assert!(p.exists(), "{} is not built: run `cargo build --workspace --bins` first", p.display());
+    p
+}
+
+static CPU_LOCK: Mutex<()> = Mutex::new(());
+
+/// Tests that measure CPU time against the kernel take this lock, so no two
+/// run at once inside one test binary.
+pub fn cpu_lock() -> MutexGuard<'static, ()> {
+    CPU_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A fresh scratch directory under /tmp, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("tw-{tag}-{}-{}", std::process::id(), unique()));
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::SeqCst)
+}
+
+/// Parse the JSONL log into JSON values.
+pub fn read_log(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad log line {l}: {e}")))
+        .collect()
+}
+
+pub fn of_type<'a>(log: &'a [serde_json::Value], t: &str) -> Vec<&'a serde_json::Value> {
+    log.iter().filter(|v| v["type"] == t).collect()
+}

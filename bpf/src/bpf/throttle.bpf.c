@@ -42,6 +42,7 @@ struct {
 
 struct frozen {
 	__u64 start_ns;
+	__u64 tg;
 	__u64 cgroup_id;
 	__u64 throttled_cgroup_id;
 	__u32 cpu_out;
@@ -97,7 +98,7 @@ static __always_inline __u64 watched_group(struct task_struct *t, __u64 *own)
 
 /* The nearest run-queue on the task's path to the root that is throttled:
  * its cgroup id and depth. */
-static __always_inline void throttled_rq(struct task_struct *t, __u64 *id, __u32 *level)
+static __always_inline void throttled_rq(struct task_struct *t, __u64 *id, __u32 *level, __u64 *tgp)
 {
 	struct sched_entity *se = &t->se;
 	struct cfs_rq *rq;
@@ -105,6 +106,7 @@ static __always_inline void throttled_rq(struct task_struct *t, __u64 *id, __u32
 
 	*id = 0;
 	*level = 0;
+	*tgp = 0;
 	for (i = 0; i < TW_MAX_LEVELS && se; i++) {
 		rq = BPF_CORE_READ(se, cfs_rq);
 		if (!rq)
@@ -113,6 +115,7 @@ static __always_inline void throttled_rq(struct task_struct *t, __u64 *id, __u32
 			struct task_group *tg = BPF_CORE_READ(rq, tg);
 			*id = tg_cgroup_id(tg);
 			*level = BPF_CORE_READ(tg, css.cgroup, level);
+			*tgp = (__u64)tg;
 			return;
 		}
 		se = BPF_CORE_READ(se, parent);
@@ -134,7 +137,7 @@ static __always_inline void emit(struct tw_event *src)
 			   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
-static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now)
+static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now, __u64 tg)
 {
 	struct tw_episode_key key = { .cgroup_id = cg, .cpu = cpu };
 	struct tw_episode *ep, zero = {};
@@ -148,8 +151,37 @@ static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now)
 	}
 	if (ep->open_ns)
 		return;
+	ep->tg = tg;
 	ep->open_ns = now;
 	__sync_fetch_and_add(&nr_open, 1);
+}
+
+/* When was the group unthrottled? The kernel stops its clock in
+ * unthrottle_cfs_rq(), called from the bandwidth period timer (or the
+ * slack timer) of the throttled group; a thread of the group switches in
+ * only after that, later still when other tasks hold the CPU. Both timers
+ * run on CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns(): the period
+ * timer has been forwarded to the next boundary when it ran, so the last
+ * boundary is expires - period. The latest timer run inside the episode is
+ * its end; without one (timer state unreadable), the switch-in is. */
+static __always_inline __u64 unthrottled_at(__u64 tgp, __u64 open, __u64 now)
+{
+	struct task_group *tg = (void *)tgp;
+	__s64 period, expires, slack;
+	__u64 best = 0, t;
+
+	if (!tg)
+		return now;
+	period = BPF_CORE_READ(tg, cfs_bandwidth.period);
+	expires = BPF_CORE_READ(tg, cfs_bandwidth.period_timer.node.expires);
+	slack = BPF_CORE_READ(tg, cfs_bandwidth.slack_timer.node.expires);
+	t = (__u64)(expires - period);
+	if (period > 0 && expires > period && t > open && t <= now)
+		best = t;
+	t = (__u64)slack;
+	if (slack > 0 && t > open && t <= now && t > best)
+		best = t;
+	return best ? best : now;
 }
 
 /* Close the episode of (cg, cpu) if one is open and began no later than
@@ -167,6 +199,7 @@ static __always_inline void close_episode(__u64 cg, __u32 cpu, __u64 not_after, 
 	open = ep->open_ns;
 	if (!open || open > not_after || now < open)
 		return;
+	now = unthrottled_at(ep->tg, open, now);
 	if (!__sync_bool_compare_and_swap(&ep->open_ns, open, 0))
 		return;
 	__sync_fetch_and_add(&ep->total_ns, now - open);
@@ -203,15 +236,16 @@ static __always_inline struct frozen *frozen_get(struct task_struct *t, bool dir
 static __always_inline int on_freeze(struct task_struct *prev, bool direct)
 {
 	struct frozen *f;
-	__u64 own, cg, now;
-	__u32 cpu;
+	__u64 own, cg, now, tid_cg, tg;
+	__u32 cpu, level;
 
 	cg = watched_group(prev, &own);
 	if (!cg)
 		return 0;
 	now = bpf_ktime_get_ns();
 	cpu = bpf_get_smp_processor_id();
-	open_episode(cg, cpu, now);
+	throttled_rq(prev, &tid_cg, &level, &tg);
+	open_episode(cg, cpu, now, tg);
 
 	f = frozen_get(prev, direct, true);
 	if (!f || f->start_ns)
@@ -219,7 +253,9 @@ static __always_inline int on_freeze(struct task_struct *prev, bool direct)
 	f->start_ns = now;
 	f->cgroup_id = cg;
 	f->cpu_out = cpu;
-	throttled_rq(prev, &f->throttled_cgroup_id, &f->throttled_level);
+	f->throttled_cgroup_id = tid_cg;
+	f->throttled_level = level;
+	f->tg = tg;
 	__sync_fetch_and_add(&nr_frozen, 1);
 	return 0;
 }

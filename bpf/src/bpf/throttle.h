@@ -56,6 +56,9 @@ struct tw_episode_key {
 
 struct tw_episode {
 	__u64 open_ns;	/* 0 when no episode is open */
+	/* the throttled task_group (kernel address, only ever read with
+	 * bpf_probe_read): its bandwidth timers tell when it was unthrottled */
+	__u64 tg;
 	__u64 total_ns;
 	__u64 count;
 };

@@ -1,0 +1,34 @@
+//! The throttlewatch agent: holds the node-wide probe, keeps one session per
+//! watched container, and writes each container's log.
+//!
+//! `throttlewatch run` and `throttlewatch watch` embed the same engine that
+//! the node daemon (`throttlewatch agent`) runs.
+
+pub mod clock;
+pub mod cli;
+pub mod engine;
+pub mod live;
+pub mod run;
+pub mod session;
+pub mod signals;
+pub mod watch;
+
+/// Exit status for bad input: the one-line error names the value and what is accepted.
+pub const EXIT_USAGE: i32 = 2;
+
+/// An error that ends the command with a given exit status.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CliError {
+    pub code: i32,
+    pub message: String,
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError { code: EXIT_USAGE, message: message.into() }
+    }
+    pub fn fail(message: impl Into<String>) -> CliError {
+        CliError { code: 1, message: message.into() }
+    }
+}

@@ -1,0 +1,358 @@
+//! `throttlewatch run -- CMD`: a transient cgroup with limits, the command
+//! in it, live freezes on stderr, the log, the summary, CMD's exit status.
+
+use std::ffi::CString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use throttlewatch_bpf::ProbeOptions;
+use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
+use throttlewatch_core::config::Config;
+use throttlewatch_core::units::{self, parse_duration};
+use throttlewatch_core::CpuList;
+
+use crate::cli::{OutputArgs, RunArgs};
+use crate::engine::Engine;
+use crate::live::LivePrinter;
+use crate::session::SessionSpec;
+use crate::{signals, CliError};
+
+/// Limits asked for on the command line, validated.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunLimits {
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    pub burst_us: Option<u64>,
+    pub cpuset: Option<CpuList>,
+}
+
+fn us(d: Duration) -> u64 {
+    d.as_micros() as u64
+}
+
+/// Validate --cpus/--quota/--period/--burst/--cpuset against each other and
+/// the CPUs available (`available`: the root cpuset's CPUs).
+pub fn parse_limits(a: &RunArgs, available: Option<&CpuList>) -> Result<RunLimits, CliError> {
+    let u = |e: units::UnitError| CliError::usage(e.to_string());
+    let period_us = match &a.period {
+        Some(p) => us(parse_duration("--period", p).map_err(u)?),
+        None => 100_000,
+    };
+    if !(1_000..=1_000_000).contains(&period_us) {
+        return Err(CliError::usage(format!(
+            "--period: invalid value {:?}: the kernel accepts a period from 1ms to 1s",
+            a.period.as_deref().unwrap_or_default()
+        )));
+    }
+    let quota_us = match (&a.cpus, &a.quota) {
+        (Some(c), _) => Some(units::quota_for_cpus(units::parse_cpus("--cpus", c).map_err(u)?, period_us)),
+        (None, Some(q)) => {
+            let q_us = us(parse_duration("--quota", q).map_err(u)?);
+            if q_us < 1_000 {
+                return Err(CliError::usage(format!("--quota: invalid value {q:?}: the kernel's smallest quota is 1ms")));
+            }
+            Some(q_us)
+        }
+        (None, None) => None,
+    };
+    let burst_us = match &a.burst {
+        None => None,
+        Some(b) => {
+            let b_us = us(parse_duration("--burst", b).map_err(u)?);
+            let Some(q) = quota_us else {
+                return Err(CliError::usage(format!(
+                    "--burst: invalid value {b:?}: a burst needs a quota (--cpus or --quota)"
+                )));
+            };
+            if b_us > q {
+                return Err(CliError::usage(format!(
+                    "--burst: invalid value {b:?}: larger than the quota ({}); the kernel accepts a burst up to the quota",
+                    units::format_duration(Duration::from_micros(q))
+                )));
+            }
+            Some(b_us)
+        }
+    };
+    let cpuset = match &a.cpuset {
+        None => None,
+        Some(s) => {
+            let l = CpuList::parse("--cpuset", s).map_err(u)?;
+            if l.is_empty() {
+                return Err(CliError::usage(format!("--cpuset: invalid value {s:?}: {}", throttlewatch_core::cpulist::CPULIST_ACCEPTED)));
+            }
+            if let Some(avail) = available {
+                let outside = l.difference(avail);
+                if !outside.is_empty() {
+                    return Err(CliError::usage(format!(
+                        "--cpuset: invalid value {s:?}: CPUs {outside} are not available here; accepted: a subset of {avail}"
+                    )));
+                }
+            }
+            Some(l)
+        }
+    };
+    Ok(RunLimits { quota_us, period_us, burst_us, cpuset })
+}
+
+/// Find the program like execvp would; a clear error if it is not there.
+pub fn resolve_program(prog: &str) -> Result<PathBuf, CliError> {
+    let exec_ok = |p: &Path| {
+        let c = CString::new(p.as_os_str().as_encoded_bytes()).ok();
+        // SAFETY: access(2) with a valid C string.
+        p.is_file() && c.is_some_and(|c| unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0)
+    };
+    if prog.contains('/') {
+        let p = PathBuf::from(prog);
+        return if exec_ok(&p) {
+            Ok(p)
+        } else {
+            Err(CliError::usage(format!("command not found or not executable: {prog:?}")))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| exec_ok(p))
+        .ok_or_else(|| CliError::usage(format!("command not found: {prog:?} (searched PATH)")))
+}
+
+pub fn threshold_ns(out: &OutputArgs, cfg: &Config) -> Result<u64, CliError> {
+    match &out.threshold {
+        Some(t) => Ok(parse_duration("--threshold", t).map_err(|e| CliError::usage(e.to_string()))?.as_nanos() as u64),
+        None => Ok(cfg.threshold_ns()),
+    }
+}
+
+/// Where the log goes; checks the directory before anything is created.
+pub fn log_path(out: &OutputArgs, cfg: &Config, default_name: &str) -> Result<PathBuf, CliError> {
+    let p = match &out.log {
+        Some(p) => p.clone(),
+        None => {
+            std::fs::create_dir_all(&cfg.log_dir)
+                .map_err(|e| CliError::fail(format!("creating log directory {}: {e}", cfg.log_dir.display())))?;
+            cfg.log_dir.join(default_name)
+        }
+    };
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(CliError::usage(format!("--log: invalid value {:?}: directory {} does not exist", p.display(), dir.display())));
+    }
+    if p.is_dir() {
+        return Err(CliError::usage(format!("--log: invalid value {:?}: is a directory; give a file path", p.display())));
+    }
+    Ok(p)
+}
+
+fn root_cpus(h: &Hierarchies) -> Option<CpuList> {
+    let g = CpuCgroup::at(h, "/");
+    g.effective_cpus().and_then(|s| CpuList::parse("cpuset", &s).ok())
+}
+
+fn apply_limits(g: &CpuCgroup, l: &RunLimits) -> Result<(), CliError> {
+    let kernel = |what: &str, e: throttlewatch_cgroup::CgroupError| CliError::usage(format!("{what}: the kernel refused it: {e}"));
+    if l.quota_us.is_some() || l.period_us != 100_000 {
+        g.set_quota(l.quota_us, l.period_us).map_err(|e| kernel("--cpus/--quota/--period", e))?;
+    }
+    if let Some(b) = l.burst_us {
+        g.set_burst(b).map_err(|e| kernel("--burst", e))?;
+    }
+    if let Some(c) = &l.cpuset {
+        g.set_cpuset(Some(&c.to_string()), None).map_err(|e| kernel("--cpuset", e))?;
+    }
+    Ok(())
+}
+
+/// Paths the child writes its pid to before exec, prepared before fork.
+fn procs_files(g: &CpuCgroup) -> Vec<CString> {
+    let mut dirs = vec![g.cpu_dir.clone()];
+    dirs.extend(g.cpuset_dir.iter().filter(|d| **d != g.cpu_dir).cloned());
+    dirs.extend(g.extra_dirs.iter().cloned());
+    dirs.iter()
+        .filter_map(|d| CString::new(d.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok())
+        .collect()
+}
+
+pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
+    let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
+    let limits = parse_limits(a, root_cpus(&h).as_ref())?;
+    let threshold = threshold_ns(&a.out, cfg)?;
+    let prog = resolve_program(&a.cmd[0])?;
+    let parent = a.cgroup_parent.clone().unwrap_or_else(|| "/".into());
+    let parent_g = CpuCgroup::at(&h, &parent);
+    if !parent_g.exists() {
+        return Err(CliError::usage(format!(
+            "--cgroup-parent: invalid value {parent:?}: no such cgroup ({} does not exist)",
+            parent_g.cpu_dir.display()
+        )));
+    }
+    let me = std::process::id();
+    let log = log_path(&a.out, cfg, &format!("run-{}-{me}.jsonl", throttlewatch_core::logfmt::now_unix_ns() / 1_000_000_000))?;
+
+    let mut engine = Engine::load(&ProbeOptions::default()).map_err(|e| CliError::fail(e.to_string()))?;
+    let rel = format!("{}/throttlewatch-run-{me}", parent.trim_end_matches('/'));
+    let mut cg = TransientCgroup::create(&h, &rel).map_err(|e| CliError::fail(format!("creating cgroup {rel}: {e}")))?;
+    apply_limits(&cg.group, &limits)?;
+
+    let name = a.cmd.join(" ");
+    let spec = SessionSpec {
+        container_id: format!("run-{me}"),
+        container_name: name.chars().take(200).collect(),
+        threshold_ns: threshold,
+        log_path: log.clone(),
+        ..Default::default()
+    };
+    let id = engine.watch(spec, cg.group.clone()).map_err(|e| CliError::fail(e.to_string()))?;
+    signals::install();
+
+    let procs = procs_files(&cg.group);
+    let mut cmd = std::process::Command::new(&prog);
+    cmd.args(&a.cmd[1..]);
+    // SAFETY: the closure only makes async-signal-safe syscalls on buffers
+    // prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut buf = [0u8; 16];
+            let pid = libc::getpid() as u32;
+            let n = fmt_u32(pid, &mut buf);
+            for p in &procs {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 || libc::write(fd, buf.as_ptr().cast(), n) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+            }
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            engine.finish(id, "spawn-failed", None);
+            let _ = std::fs::remove_file(&log);
+            cg.remove();
+            return Err(CliError::usage(format!("cannot run {:?}: {e}", a.cmd[0])));
+        }
+    };
+    let cpid = child.id() as i32;
+    let printer = LivePrinter::new(a.out.json, a.out.quiet);
+    let snap_every = Duration::from_secs(cfg.snapshot_interval_s.max(1));
+    let mut last_snap = Instant::now();
+    let mut forwarded: Option<(i32, Instant)> = None;
+    let status = loop {
+        engine.pump(&mut |s, t| printer.freeze(&s.spec.container_id, t));
+        if let Ok(Some(st)) = child.try_wait() {
+            break st;
+        }
+        if let Some(sig) = signals::received() {
+            match forwarded {
+                None => {
+                    // SAFETY: kill(2) on our own child.
+                    unsafe { libc::kill(cpid, sig) };
+                    forwarded = Some((sig, Instant::now()));
+                }
+                Some((_, at)) if at.elapsed() > Duration::from_secs(5) => {
+                    let _ = child.kill();
+                }
+                _ => {}
+            }
+        }
+        if last_snap.elapsed() >= snap_every {
+            engine.snapshot_all();
+            engine.flush_all();
+            last_snap = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (code, reason) = match (status.code(), status.signal()) {
+        (Some(c), _) => (c, if forwarded.is_some() { "signal" } else { "exit" }),
+        (None, Some(s)) => (128 + s, "signal"),
+        _ => (1, "exit"),
+    };
+    engine.snapshot_all();
+    let end = engine.finish(id, reason, Some(code)).map(|(e, _)| e);
+    cg.remove();
+    if let Some(end) = end {
+        printer.summary(&format!("{:?} exited {code}", a.cmd[0]), &end, &log);
+    }
+    Ok(code)
+}
+
+fn fmt_u32(mut v: u32, buf: &mut [u8; 16]) -> usize {
+    let mut tmp = [0u8; 10];
+    let mut i = 0;
+    loop {
+        tmp[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        i += 1;
+        if v == 0 {
+            break;
+        }
+    }
+    for j in 0..i {
+        buf[j] = tmp[i - 1 - j];
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(cpus: Option<&str>, quota: Option<&str>, period: Option<&str>, burst: Option<&str>, cpuset: Option<&str>) -> RunArgs {
+        RunArgs {
+            cpus: cpus.map(Into::into),
+            quota: quota.map(Into::into),
+            period: period.map(Into::into),
+            burst: burst.map(Into::into),
+            cpuset: cpuset.map(Into::into),
+            cgroup_parent: None,
+            out: OutputArgs { log: None, threshold: None, json: false, quiet: false },
+            cmd: vec!["true".into()],
+        }
+    }
+
+    #[test]
+    fn limits_from_cpus() {
+        let l = parse_limits(&args(Some("0.5"), None, None, Some("20ms"), None), None).unwrap();
+        assert_eq!(l, RunLimits { quota_us: Some(50_000), period_us: 100_000, burst_us: Some(20_000), cpuset: None });
+        let l = parse_limits(&args(None, Some("10ms"), Some("50ms"), None, None), None).unwrap();
+        assert_eq!((l.quota_us, l.period_us), (Some(10_000), 50_000));
+    }
+
+    #[test]
+    fn bad_limits_name_the_option() {
+        let avail = CpuList::parse("x", "0-1").unwrap();
+        let cases = [
+            (args(Some("zero"), None, None, None, None), "--cpus"),
+            (args(Some("0.5"), None, None, Some("60ms"), None), "larger than the quota"),
+            (args(None, None, None, Some("10ms"), None), "needs a quota"),
+            (args(Some("1"), None, Some("5s"), None, None), "--period"),
+            (args(None, Some("10us"), None, None, None), "--quota"),
+            (args(None, None, None, None, Some("0-7")), "CPUs 2-7 are not available"),
+            (args(None, None, None, None, Some("x")), "--cpuset"),
+        ];
+        for (a, want) in cases {
+            let e = parse_limits(&a, Some(&avail)).unwrap_err();
+            assert_eq!(e.code, crate::EXIT_USAGE);
+            assert!(e.message.contains(want), "{} should contain {want}", e.message);
+        }
+    }
+
+    #[test]
+    fn programs() {
+        assert!(resolve_program("sh").is_ok());
+        let e = resolve_program("no-such-command-xyz").unwrap_err();
+        assert!(e.message.contains("no-such-command-xyz") && e.code == 2);
+        assert!(resolve_program("/nonexistent/bin").is_err());
+    }
+
+    #[test]
+    fn pid_formatting() {
+        let mut b = [0u8; 16];
+        let n = fmt_u32(4_194_303, &mut b);
+        assert_eq!(&b[..n], b"4194303");
+        let n = fmt_u32(0, &mut b);
+        assert_eq!(&b[..n], b"0");
+    }
+}

@@ -1,0 +1,299 @@
+//! One watched container: its log, its per-thread aggregates, and the
+//! kernel counters it is compared with.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+
+use throttlewatch_bpf::{EpisodeTotals, FreezeEvent};
+use throttlewatch_cgroup::{CpuCgroup, CpuStat};
+use throttlewatch_core::logfmt::{self, CpuStatSnapshot, End, LogWriter, Record, Resume, Start, ThreadSummary, Throttle};
+
+use crate::clock::Clock;
+
+/// What is known about a container when watching starts.
+#[derive(Debug, Clone, Default)]
+pub struct SessionSpec {
+    pub container_id: String,
+    pub container_name: String,
+    pub pid: Option<u32>,
+    pub labels: BTreeMap<String, String>,
+    pub qos: Option<serde_json::Value>,
+    pub threshold_ns: u64,
+    pub log_path: PathBuf,
+    /// Continue an existing log (agent restart): write `resume`, not `start`.
+    pub resume: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ThreadAgg {
+    pub comm: String,
+    pub count: u64,
+    pub total_ns: u64,
+    pub max_ns: u64,
+}
+
+/// Which kernel counter the episode total is compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelSource {
+    /// The group holds the quota itself: `cpu.stat` throttled time.
+    CpuStat,
+    /// The throttling comes from an ancestor: `cpu.stat.local`.
+    CpuStatLocal,
+}
+
+impl KernelSource {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            KernelSource::CpuStat => "cpu.stat",
+            KernelSource::CpuStatLocal => "cpu.stat.local",
+        }
+    }
+}
+
+pub struct Session {
+    pub spec: SessionSpec,
+    pub cgroup: CpuCgroup,
+    pub cgroup_id: u64,
+    log: Option<LogWriter>,
+    threads: HashMap<u32, ThreadAgg>,
+    freezes: u64,
+    frozen_ns: u64,
+    below_threshold: u64,
+    baseline: CpuStat,
+    baseline_local: Option<CpuStat>,
+    baseline_episodes: EpisodeTotals,
+    source: KernelSource,
+    started_mono: u64,
+    lost_at_start: u64,
+    /// Freeze-duration histogram buckets for metrics (upper bounds in ns).
+    pub hist: crate::session::FreezeHistogram,
+}
+
+/// log2-spaced freeze-duration buckets from 100 µs to ~1.6 s.
+#[derive(Debug, Clone, Default)]
+pub struct FreezeHistogram {
+    pub counts: Vec<u64>,
+    pub sum_ns: u64,
+    pub count: u64,
+}
+
+pub const HIST_BOUNDS_NS: [u64; 8] =
+    [100_000, 500_000, 1_000_000, 5_000_000, 10_000_000, 50_000_000, 100_000_000, 1_000_000_000];
+
+impl FreezeHistogram {
+    pub fn observe(&mut self, ns: u64) {
+        if self.counts.is_empty() {
+            self.counts = vec![0; HIST_BOUNDS_NS.len() + 1];
+        }
+        let i = HIST_BOUNDS_NS.iter().position(|b| ns <= *b).unwrap_or(HIST_BOUNDS_NS.len());
+        self.counts[i] += 1;
+        self.sum_ns += ns;
+        self.count += 1;
+    }
+}
+
+pub struct StartInfo<'a> {
+    pub model: &'a str,
+    pub probe: &'a str,
+    pub lost_now: u64,
+    pub episodes_now: EpisodeTotals,
+}
+
+impl Session {
+    /// Open the log and take the kernel baseline. The caller then puts the
+    /// cgroup in the watch map.
+    pub fn open(spec: SessionSpec, cgroup: CpuCgroup, info: StartInfo<'_>) -> std::io::Result<Session> {
+        let cgroup_id = cgroup.id().map_err(std::io::Error::other)?;
+        let limits = cgroup.limits().unwrap_or_default();
+        let source = if limits.quota_us.is_some() { KernelSource::CpuStat } else { KernelSource::CpuStatLocal };
+        let baseline = cgroup.cpu_stat().unwrap_or_default();
+        let baseline_local = cgroup.cpu_stat_local().ok().flatten();
+        let mut log = LogWriter::open(&spec.log_path, spec.resume)?;
+        let record = if spec.resume {
+            Record::Resume(Resume {
+                container_id: spec.container_id.clone(),
+                cgroup_id,
+                probe: info.probe.into(),
+                note: "agent restarted; events while no agent ran were not seen, kernel totals continue".into(),
+            })
+        } else {
+            Record::Start(Start {
+                container_id: spec.container_id.clone(),
+                container_name: spec.container_name.clone(),
+                pid: spec.pid,
+                cgroup_path: cgroup.rel.clone(),
+                cgroup_id,
+                cgroup_mode: cgroup.mode.to_string(),
+                quota_us: limits.quota_us,
+                period_us: limits.period_us,
+                burst_us: limits.burst_us,
+                cpus: limits.cpus.clone().or_else(|| cgroup.effective_cpus()),
+                mems: limits.mems.clone().or_else(|| cgroup.effective_mems()),
+                kernel_release: kernel_release(),
+                throttle_model: info.model.into(),
+                probe: info.probe.into(),
+                threshold_ns: spec.threshold_ns,
+                labels: spec.labels.clone(),
+                qos: spec.qos.clone(),
+            })
+        };
+        log.write(record)?;
+        log.flush()?;
+        Ok(Session {
+            spec,
+            cgroup,
+            cgroup_id,
+            log: Some(log),
+            threads: HashMap::new(),
+            freezes: 0,
+            frozen_ns: 0,
+            below_threshold: 0,
+            baseline,
+            baseline_local,
+            baseline_episodes: info.episodes_now,
+            source,
+            started_mono: Clock::monotonic_ns(),
+            lost_at_start: info.lost_now,
+            hist: FreezeHistogram::default(),
+        })
+    }
+
+    /// Account one freeze; returns the record when it is at or above the threshold.
+    pub fn on_freeze(&mut self, ev: &FreezeEvent, clock: &Clock) -> Option<Throttle> {
+        let ns = ev.frozen_ns();
+        self.freezes += 1;
+        self.frozen_ns += ns;
+        self.hist.observe(ns);
+        let t = self.threads.entry(ev.tid).or_default();
+        if t.comm != ev.comm {
+            t.comm = ev.comm.clone();
+        }
+        t.count += 1;
+        t.total_ns += ns;
+        t.max_ns = t.max_ns.max(ns);
+        if ns < self.spec.threshold_ns {
+            self.below_threshold += 1;
+            return None;
+        }
+        let rec = Throttle {
+            tid: ev.tid,
+            pid: ev.tgid,
+            comm: ev.comm.clone(),
+            cpu: ev.cpu_out,
+            cpu_in: ev.cpu_in,
+            start_ns: clock.to_unix_ns(ev.start_ns),
+            frozen_ns: ns,
+            cgroup_id: ev.cgroup_id,
+            throttled_cgroup_id: ev.throttled_cgroup_id,
+            throttled_level: ev.throttled_level,
+        };
+        if let Some(log) = self.log.as_mut() {
+            if let Err(e) = log.write(Record::Throttle(rec.clone())) {
+                tracing::warn!("{}: writing log: {e}", self.spec.log_path.display());
+            }
+        }
+        Some(rec)
+    }
+
+    pub fn flush(&mut self) {
+        if let Some(log) = self.log.as_mut() {
+            let _ = log.flush();
+        }
+    }
+
+    pub fn kernel_throttled_ns(&self, now: &CpuStat, local: Option<&CpuStat>) -> u64 {
+        match (self.source, local, self.baseline_local.as_ref()) {
+            (KernelSource::CpuStatLocal, Some(l), Some(b)) => l.since(b).throttled_ns,
+            _ => now.since(&self.baseline).throttled_ns,
+        }
+    }
+
+    pub fn source(&self) -> KernelSource {
+        if self.baseline_local.is_none() {
+            KernelSource::CpuStat
+        } else {
+            self.source
+        }
+    }
+
+    /// Write a `cpu_stat` snapshot of the kernel counters.
+    pub fn snapshot(&mut self, episodes: EpisodeTotals) {
+        let Ok(s) = self.cgroup.cpu_stat() else { return };
+        let local = self.cgroup.cpu_stat_local().ok().flatten();
+        let rec = CpuStatSnapshot {
+            nr_periods: s.nr_periods,
+            nr_throttled: s.nr_throttled,
+            throttled_ns: s.throttled_ns,
+            nr_bursts: s.nr_bursts,
+            burst_ns: s.burst_ns,
+            local_throttled_ns: local.map(|l| l.throttled_ns),
+            probe_throttled_ns: episodes.total_ns.saturating_sub(self.baseline_episodes.total_ns),
+        };
+        if let Some(log) = self.log.as_mut() {
+            let _ = log.write(Record::CpuStat(rec));
+        }
+    }
+
+    pub fn threads(&self) -> &HashMap<u32, ThreadAgg> {
+        &self.threads
+    }
+
+    /// The `end` record's content at this moment.
+    pub fn summary(&self, reason: &str, exit_code: Option<i32>, episodes: EpisodeTotals, lost_now: u64) -> End {
+        let now = self.cgroup.cpu_stat().unwrap_or(self.baseline);
+        let local = self.cgroup.cpu_stat_local().ok().flatten();
+        let d = now.since(&self.baseline);
+        let mut top: Vec<ThreadSummary> = self
+            .threads
+            .iter()
+            .map(|(tid, a)| ThreadSummary {
+                tid: *tid,
+                comm: a.comm.clone(),
+                count: a.count,
+                total_frozen_ns: a.total_ns,
+                max_frozen_ns: a.max_ns,
+            })
+            .collect();
+        top.sort_by(|a, b| b.total_frozen_ns.cmp(&a.total_frozen_ns).then(a.tid.cmp(&b.tid)));
+        top.truncate(10);
+        End {
+            reason: reason.into(),
+            duration_ns: Clock::monotonic_ns().saturating_sub(self.started_mono),
+            exit_code,
+            top_threads: top,
+            threads: self.threads.len() as u64,
+            freezes: self.freezes,
+            frozen_ns: self.frozen_ns,
+            probe_throttled_ns: episodes.total_ns.saturating_sub(self.baseline_episodes.total_ns),
+            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count),
+            kernel_throttled_ns: self.kernel_throttled_ns(&now, local.as_ref()),
+            kernel_source: self.source().as_str().into(),
+            nr_periods: d.nr_periods,
+            nr_throttled: d.nr_throttled,
+            nr_bursts: d.nr_bursts,
+            burst_ns: d.burst_ns,
+            lost_events: lost_now.saturating_sub(self.lost_at_start),
+            below_threshold: self.below_threshold,
+        }
+    }
+
+    /// Write the `end` record, flush and sync. Safe to call once; later calls do nothing.
+    pub fn finish(&mut self, end: &End) -> std::io::Result<()> {
+        if let Some(mut log) = self.log.take() {
+            log.write(Record::End(end.clone()))?;
+            log.finish()?;
+        }
+        Ok(())
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.log.is_none()
+    }
+}
+
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+/// Convenience for callers that only have the log module.
+pub use logfmt::log_file_name;

@@ -1,0 +1,88 @@
+//! `throttlewatch watch`: attach to an existing cgroup until interrupted,
+//! the duration ends or the cgroup goes away.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use throttlewatch_bpf::ProbeOptions;
+use throttlewatch_cgroup::{proc::cpu_cgroup_of_pid, CpuCgroup, Hierarchies};
+use throttlewatch_core::config::Config;
+use throttlewatch_core::units::parse_duration;
+
+use crate::cli::WatchArgs;
+use crate::engine::Engine;
+use crate::live::LivePrinter;
+use crate::run::{log_path, threshold_ns};
+use crate::session::SessionSpec;
+use crate::{signals, CliError};
+
+/// Resolve --cgroup/--pid to an existing cpu cgroup.
+pub fn target(h: &Hierarchies, a: &WatchArgs) -> Result<CpuCgroup, CliError> {
+    if let Some(pid) = &a.pid {
+        let n: u32 = pid.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
+            CliError::usage(format!("--pid: invalid value {pid:?}: expected a process id (a positive integer)"))
+        })?;
+        let rel = cpu_cgroup_of_pid(Path::new("/proc"), n, h.mode)
+            .map_err(|_| CliError::usage(format!("--pid: invalid value {pid:?}: no such process")))?;
+        return CpuCgroup::open(h, &rel).map_err(|e| CliError::usage(format!("--pid {pid}: {e}")));
+    }
+    let c = a.cgroup.as_deref().unwrap_or_default();
+    // Accept the full path under the mount as well as the hierarchy-relative one.
+    let rel = Path::new(c).strip_prefix(&h.cpu).map(|r| format!("/{}", r.display())).unwrap_or_else(|_| c.to_string());
+    CpuCgroup::open(h, &rel).map_err(|_| {
+        CliError::usage(format!(
+            "--cgroup: invalid value {c:?}: no such cgroup (looked for {}); accepted: a path in the cpu hierarchy such as /docker/ID, or its full path under {}",
+            h.cpu_dir(&rel).display(),
+            h.cpu.display()
+        ))
+    })
+}
+
+pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
+    let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
+    let duration = match &a.duration {
+        Some(d) => Some(parse_duration("--duration", d).map_err(|e| CliError::usage(e.to_string()))?),
+        None => None,
+    };
+    let threshold = threshold_ns(&a.out, cfg)?;
+    let g = target(&h, a)?;
+    let name = g.rel.clone();
+    let log = log_path(&a.out, cfg, &format!("watch-{}", throttlewatch_core::logfmt::log_file_name(&name)))?;
+    let mut engine = Engine::load(&ProbeOptions::default()).map_err(|e| CliError::fail(e.to_string()))?;
+    let spec = SessionSpec {
+        container_id: name.clone(),
+        container_name: name.clone(),
+        threshold_ns: threshold,
+        log_path: log.clone(),
+        ..Default::default()
+    };
+    let id = engine.watch(spec, g.clone()).map_err(|e| CliError::fail(e.to_string()))?;
+    signals::install();
+    let printer = LivePrinter::new(a.out.json, a.out.quiet);
+    let started = Instant::now();
+    let snap_every = Duration::from_secs(cfg.snapshot_interval_s.max(1));
+    let mut last_snap = Instant::now();
+    let reason = loop {
+        engine.pump(&mut |s, t| printer.freeze(&s.spec.container_id, t));
+        if signals::received().is_some() {
+            break "signal";
+        }
+        if duration.is_some_and(|d| started.elapsed() >= d) {
+            break "duration";
+        }
+        if !g.exists() {
+            break "cgroup-removed";
+        }
+        if last_snap.elapsed() >= snap_every {
+            engine.snapshot_all();
+            engine.flush_all();
+            last_snap = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    engine.snapshot_all();
+    if let Some((end, _)) = engine.finish(id, reason, None) {
+        printer.summary(&format!("watching {name} ended ({reason})"), &end, &log);
+    }
+    Ok(0)
+}

@@ -1,0 +1,1 @@
+//! Real daemons started and stopped by tests (filled by the runtime tests).

@@ -1,0 +1,170 @@
+//! The real probe against the kernel's own accounting: `throttlewatch run`
+//! with CPU-bound multi-thread workloads in real cgroups with quotas.
+//! Every scenario asserts the episode total agrees with `cpu.stat` (or
+//! `cpu.stat.local`) within 2 %, and that freezes land on the right TIDs.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
+use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
+
+struct Outcome {
+    log: Vec<Value>,
+    tids: BTreeSet<i64>,
+    pid: i64,
+    stderr: String,
+}
+
+fn run(args: &[&str], burn: &[&str]) -> Outcome {
+    let dir = Scratch::new("fid");
+    let log = dir.0.join("log.jsonl");
+    let out = Command::new(bin("throttlewatch"))
+        .arg("run")
+        .args(args)
+        .args(["--quiet", "--log", log.to_str().unwrap(), "--"])
+        .arg(bin("tw-burn"))
+        .args(burn)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "throttlewatch run failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().find(|l| l.starts_with("{\"pid\"")).expect("tw-burn output passed through");
+    let v: Value = serde_json::from_str(line).unwrap();
+    Outcome {
+        log: read_log(&log),
+        tids: v["tids"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap()).collect(),
+        pid: v["pid"].as_i64().unwrap(),
+        stderr,
+    }
+}
+
+fn end(o: &Outcome) -> &Value {
+    let e = of_type(&o.log, "end");
+    assert_eq!(e.len(), 1, "exactly one end record: {}", o.stderr);
+    e[0]
+}
+
+/// probe vs kernel within 2 %, with real throttling behind it.
+fn assert_fidelity(o: &Outcome, scenario: &str) -> (u64, u64) {
+    let e = end(o);
+    let probe = e["probe_throttled_ns"].as_u64().unwrap();
+    let kernel = e["kernel_throttled_ns"].as_u64().unwrap();
+    assert!(kernel > 100_000_000, "{scenario}: the kernel saw too little throttling to compare: {e}");
+    let err = (probe as f64 - kernel as f64).abs() / kernel as f64;
+    eprintln!("fidelity {scenario}: probe {probe} ns, kernel {kernel} ns ({}), error {:.3} %", e["kernel_source"], err * 100.0);
+    assert!(err <= 0.02, "{scenario}: probe {probe} vs kernel {kernel}: error {:.2} % > 2 %", err * 100.0);
+    assert_eq!(e["lost_events"], 0, "{scenario}: lost events");
+    (probe, kernel)
+}
+
+/// Every throttle record belongs to the workload; every worker was frozen.
+fn assert_attribution(o: &Outcome, scenario: &str) {
+    let start = of_type(&o.log, "start")[0];
+    let cg = start["cgroup_id"].as_u64().unwrap();
+    let recs = of_type(&o.log, "throttle");
+    assert!(!recs.is_empty(), "{scenario}: no throttle records");
+    let mut seen = BTreeSet::new();
+    for r in &recs {
+        let tid = r["tid"].as_i64().unwrap();
+        assert!(o.tids.contains(&tid) || tid == o.pid, "{scenario}: freeze of tid {tid} not in the workload {:?}", o.tids);
+        assert_eq!(r["pid"].as_i64().unwrap(), o.pid, "{scenario}: tgid");
+        assert_eq!(r["cgroup_id"].as_u64().unwrap(), cg, "{scenario}: cgroup id");
+        assert!(r["frozen_ns"].as_u64().unwrap() > 0);
+        assert!(r["comm"].as_str().unwrap().starts_with("burn-"), "{scenario}: comm {}", r["comm"]);
+        seen.insert(tid);
+    }
+    for t in &o.tids {
+        assert!(seen.contains(t), "{scenario}: worker {t} was never seen frozen");
+    }
+    // Per-thread view and top offenders agree with the records.
+    let e = end(o);
+    assert_eq!(e["freezes"].as_u64().unwrap() as usize, recs.len());
+    let top: BTreeSet<i64> = e["top_threads"].as_array().unwrap().iter().map(|t| t["tid"].as_i64().unwrap()).collect();
+    assert!(top.iter().all(|t| o.tids.contains(t)));
+}
+
+#[test]
+fn spread_across_cpus_with_an_unwatched_neighbour() {
+    let _l = cpu_lock();
+    // An unwatched, throttled neighbour in its own cgroup, running the whole time.
+    let h = Hierarchies::discover().unwrap();
+    let n = TransientCgroup::create(&h, &format!("/tw-test-neighbour-{}", std::process::id())).unwrap();
+    n.group.set_quota(Some(30_000), 100_000).unwrap();
+    let mut neighbour = Command::new(bin("tw-burn")).args(["--threads", "2", "--ms", "4000"]).stdout(Stdio::piped()).spawn().unwrap();
+    n.group.add_pid(neighbour.id()).unwrap();
+    for t in std::fs::read_dir(format!("/proc/{}/task", neighbour.id())).unwrap() {
+        let tid: u32 = t.unwrap().file_name().to_str().unwrap().parse().unwrap();
+        let _ = std::fs::write(n.group.cpu_dir.join("tasks"), tid.to_string());
+    }
+    let o = run(&["--cpus", "0.5"], &["--threads", "2", "--ms", "2500", "--pin", "spread"]);
+    let npid = neighbour.id() as i64;
+    neighbour.kill().unwrap();
+    neighbour.wait().unwrap();
+    let neighbour_throttled = n.group.cpu_stat().unwrap().throttled_ns;
+    assert!(neighbour_throttled > 0, "the neighbour was throttled too");
+    assert_fidelity(&o, "spread");
+    assert_attribution(&o, "spread");
+    for r in of_type(&o.log, "throttle") {
+        assert_ne!(r["pid"].as_i64().unwrap(), npid, "an unwatched cgroup produced a record");
+    }
+}
+
+#[test]
+fn packed_on_one_cpu() {
+    let _l = cpu_lock();
+    let o = run(&["--cpus", "0.3"], &["--threads", "3", "--ms", "2500", "--pin", "packed"]);
+    assert_fidelity(&o, "packed");
+    assert_attribution(&o, "packed");
+    // Sharing a CPU, per-thread freezes add up to more than the kernel's time.
+    let e = end(&o);
+    assert!(e["frozen_ns"].as_u64().unwrap() > e["kernel_throttled_ns"].as_u64().unwrap());
+}
+
+#[test]
+fn unpinned() {
+    let _l = cpu_lock();
+    let o = run(&["--quota", "35ms", "--period", "50ms"], &["--threads", "3", "--ms", "2500"]);
+    assert_fidelity(&o, "unpinned");
+    assert_attribution(&o, "unpinned");
+    let s = of_type(&o.log, "start")[0];
+    assert_eq!((s["quota_us"].as_u64(), s["period_us"].as_u64()), (Some(35_000), Some(50_000)));
+}
+
+#[test]
+fn nested_group_throttled_by_its_parent() {
+    let _l = cpu_lock();
+    let h = Hierarchies::discover().unwrap();
+    let parent = format!("/tw-test-parent-{}", std::process::id());
+    let p = TransientCgroup::create(&h, &parent).unwrap();
+    p.group.set_quota(Some(40_000), 100_000).unwrap();
+    let o = run(&["--cgroup-parent", &parent], &["--threads", "2", "--ms", "2500", "--pin", "spread"]);
+    let e = end(&o);
+    assert_eq!(e["kernel_source"], "cpu.stat.local", "{e}");
+    assert_fidelity(&o, "nested");
+    assert_attribution(&o, "nested");
+    let start = of_type(&o.log, "start")[0];
+    assert_eq!(start["quota_us"], Value::Null, "the child has no quota of its own");
+    let rec = of_type(&o.log, "throttle")[0];
+    let pid = p.group.id().unwrap();
+    assert_eq!(rec["throttled_cgroup_id"].as_u64().unwrap(), pid, "the parent's run-queue was throttled");
+    assert_eq!(rec["throttled_level"].as_u64().unwrap(), 1);
+    drop(p);
+}
+
+#[test]
+fn with_burst() {
+    let _l = cpu_lock();
+    let o = run(
+        &["--cpus", "0.5", "--burst", "40ms"],
+        &["--threads", "2", "--ms", "3000", "--spin", "150", "--sleep", "250"],
+    );
+    assert_fidelity(&o, "burst");
+    let s = of_type(&o.log, "start")[0];
+    assert_eq!(s["burst_us"].as_u64(), Some(40_000));
+    let e = end(&o);
+    assert!(e["nr_bursts"].as_u64().unwrap() > 0, "the burst was used: {e}");
+}

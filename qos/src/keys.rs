@@ -1,0 +1,130 @@
+//! The annotation keys and their environment-variable twins: named once here
+//! and used everywhere (parser, refusals, documentation tests).
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// Every annotation key lies under this prefix.
+pub const PREFIX: &str = "throttlewatch.io/";
+/// The environment-variable channel (Docker 20.10 has no `--annotation`).
+pub const ENV_PREFIX: &str = "THROTTLEWATCH_";
+/// Longest value accepted for any key.
+pub const MAX_VALUE_BYTES: usize = 256;
+/// Longest duration accepted for `threshold` and `cpu-burst`.
+pub const MAX_DURATION: Duration = Duration::from_secs(10);
+/// Highest CPU or NUMA-node id (the kernel's CPU-list format, see `CpuList`).
+pub const MAX_CPU_COUNT: u32 = throttlewatch_core::cpulist::MAX_ID + 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Key {
+    Watch,
+    Threshold,
+    CpuBurst,
+    QosClass,
+    Cpuset,
+    CpusetExclusive,
+    CpusetCpus,
+    Gpus,
+}
+
+impl Key {
+    pub const ALL: [Key; 8] = [
+        Key::Watch,
+        Key::Threshold,
+        Key::CpuBurst,
+        Key::QosClass,
+        Key::Cpuset,
+        Key::CpusetExclusive,
+        Key::CpusetCpus,
+        Key::Gpus,
+    ];
+
+    /// The name after the prefix, e.g. `cpu-burst`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Key::Watch => "watch",
+            Key::Threshold => "threshold",
+            Key::CpuBurst => "cpu-burst",
+            Key::QosClass => "qos-class",
+            Key::Cpuset => "cpuset",
+            Key::CpusetExclusive => "cpuset-exclusive",
+            Key::CpusetCpus => "cpuset-cpus",
+            Key::Gpus => "gpus",
+        }
+    }
+
+    /// The full annotation key, e.g. `throttlewatch.io/cpu-burst`.
+    pub fn annotation(self) -> String {
+        format!("{PREFIX}{}", self.name())
+    }
+
+    /// The environment variable, e.g. `THROTTLEWATCH_CPU_BURST`.
+    pub fn env(self) -> &'static str {
+        match self {
+            Key::Watch => "THROTTLEWATCH_WATCH",
+            Key::Threshold => "THROTTLEWATCH_THRESHOLD",
+            Key::CpuBurst => "THROTTLEWATCH_CPU_BURST",
+            Key::QosClass => "THROTTLEWATCH_QOS_CLASS",
+            Key::Cpuset => "THROTTLEWATCH_CPUSET",
+            Key::CpusetExclusive => "THROTTLEWATCH_CPUSET_EXCLUSIVE",
+            Key::CpusetCpus => "THROTTLEWATCH_CPUSET_CPUS",
+            Key::Gpus => "THROTTLEWATCH_GPUS",
+        }
+    }
+
+    /// What a refusal says is accepted.
+    pub fn accepted(self) -> &'static str {
+        match self {
+            Key::Watch | Key::CpusetExclusive => "expected true or false",
+            Key::Threshold => "expected a duration from 0 to 10s such as 1ms (a bare number is microseconds)",
+            Key::CpuBurst => "expected a duration such as 20ms or a percentage of the quota such as 50%",
+            Key::QosClass => "expected one of latency-critical, burstable, best-effort",
+            Key::Cpuset => {
+                "expected a CPU list such as 0-3,8, numa:N, gpu-local or auto, optionally followed by ,exclusive"
+            }
+            Key::CpusetCpus => "expected a whole number of CPUs from 1 to the CPUs of the machine",
+            Key::Gpus => "expected all, none, or a comma-separated list of GPU indices or UUIDs such as 0,1 or GPU-8f6e…",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Key> {
+        Key::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    pub fn from_env(var: &str) -> Option<Key> {
+        Key::ALL.into_iter().find(|k| k.env() == var)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_env_matches_name() {
+        for k in Key::ALL {
+            assert_eq!(Key::from_name(k.name()), Some(k));
+            assert_eq!(Key::from_env(k.env()), Some(k));
+            let derived = format!("{ENV_PREFIX}{}", k.name().to_uppercase().replace('-', "_"));
+            assert_eq!(k.env(), derived);
+            assert!(k.annotation().starts_with(PREFIX));
+        }
+    }
+
+    #[test]
+    fn every_key_is_documented() {
+        let doc = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/annotations.md"
+        ));
+        for k in Key::ALL {
+            assert!(
+                doc.contains(&format!("| `{}` | `{}` |", k.name(), k.env())),
+                "{} is not in the key table",
+                k.name()
+            );
+        }
+    }
+}

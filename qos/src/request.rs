@@ -1,0 +1,340 @@
+//! What a container asks for, parsed from its annotations and environment.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+use throttlewatch_core::CpuList;
+
+use crate::keys::{Key, ENV_PREFIX, MAX_VALUE_BYTES, PREFIX};
+use crate::policy::Policy;
+use crate::refusal::Refusal;
+use crate::values::{self, GpuDevices};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QosClass {
+    LatencyCritical,
+    Burstable,
+    BestEffort,
+}
+
+impl QosClass {
+    pub fn parse(s: &str) -> Option<QosClass> {
+        match s.trim() {
+            "latency-critical" => Some(QosClass::LatencyCritical),
+            "burstable" => Some(QosClass::Burstable),
+            "best-effort" => Some(QosClass::BestEffort),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BurstSpec {
+    Micros(u64),
+    /// Percent of the quota.
+    Percent(u32),
+}
+
+/// Where the cpuset should come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CpusetTarget {
+    List(CpuList),
+    Numa(u32),
+    GpuLocal,
+    /// gpu-local when the container has GPUs, otherwise one NUMA node.
+    Auto,
+}
+
+impl fmt::Display for CpusetTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CpusetTarget::List(l) => write!(f, "{l}"),
+            CpusetTarget::Numa(n) => write!(f, "numa:{n}"),
+            CpusetTarget::GpuLocal => f.write_str("gpu-local"),
+            CpusetTarget::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl Serialize for CpusetTarget {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The `gpus` key, with where it came from (for refusals).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GpuSelection {
+    pub key: String,
+    pub value: String,
+    pub devices: GpuDevices,
+}
+
+/// Where a value came from: an annotation key, an environment variable, or
+/// a qos-class preset (`preset: true`, `key` is then the qos-class key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Origin {
+    pub key: String,
+    pub value: String,
+    pub preset: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct QosRequest {
+    pub watch: Option<bool>,
+    pub threshold_us: Option<u64>,
+    pub qos_class: Option<QosClass>,
+    /// Explicit, or from the qos-class preset.
+    pub burst: Option<BurstSpec>,
+    /// Explicit, or from the preset; `auto` when only `cpuset-exclusive` or
+    /// `cpuset-cpus` was given.
+    pub cpuset: Option<CpusetTarget>,
+    pub exclusive: bool,
+    pub cpuset_cpus: Option<u32>,
+    pub gpus: Option<GpuSelection>,
+    /// The policy's burst cap (percent of the quota, ≤ 100).
+    pub burst_cap_percent: u32,
+    pub origins: BTreeMap<Key, Origin>,
+    /// How presets and policy shaped the request.
+    pub notes: Vec<String>,
+}
+
+impl QosRequest {
+    pub fn threshold(&self) -> Option<Duration> {
+        self.threshold_us.map(Duration::from_micros)
+    }
+
+    /// A refusal naming the key and value the setting came from.
+    pub fn refusal(&self, key: Key, reason: impl Into<String>) -> Refusal {
+        match self.origins.get(&key) {
+            Some(o) => Refusal::new(o.key.clone(), &o.value, reason),
+            None => Refusal::new(key.annotation(), "", reason),
+        }
+    }
+
+    /// Whether the setting came from a qos-class preset rather than its own key.
+    pub fn from_preset(&self, key: Key) -> bool {
+        self.origins.get(&key).is_some_and(|o| o.preset)
+    }
+}
+
+/// Parse the annotations and the OCI environment ("KEY=VALUE"). Annotations
+/// win over the environment; in the environment the last entry wins. Every
+/// bad value is refused on its own and the rest still applies.
+pub fn parse_request(
+    annotations: &BTreeMap<String, String>,
+    env: &[String],
+    policy: &Policy,
+) -> (QosRequest, Vec<Refusal>) {
+    let mut refused = Vec::new();
+    let mut raw: BTreeMap<Key, Origin> = BTreeMap::new();
+    for entry in env {
+        let Some((var, value)) = entry.split_once('=') else {
+            continue;
+        };
+        if !var.starts_with(ENV_PREFIX) {
+            continue;
+        }
+        match Key::from_env(var) {
+            Some(k) => {
+                raw.insert(
+                    k,
+                    Origin {
+                        key: var.into(),
+                        value: value.into(),
+                        preset: false,
+                    },
+                );
+            }
+            None => refused.push(unknown(var, value, true)),
+        }
+    }
+    for (name, value) in annotations {
+        let Some(short) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        match Key::from_name(short) {
+            Some(k) => {
+                raw.insert(
+                    k,
+                    Origin {
+                        key: name.clone(),
+                        value: value.clone(),
+                        preset: false,
+                    },
+                );
+            }
+            None => refused.push(unknown(name, value, false)),
+        }
+    }
+
+    let mut req = QosRequest {
+        burst_cap_percent: policy.burst_cap_percent(),
+        ..Default::default()
+    };
+    let mut suffix_exclusive = false;
+    let mut explicit_exclusive = None;
+    for (key, origin) in raw {
+        let v = origin.value.as_str();
+        if !policy.allows(key) {
+            refused.push(Refusal::new(origin.key, v, "not allowed by policy"));
+            continue;
+        }
+        if v.len() > MAX_VALUE_BYTES {
+            refused.push(Refusal::too_long(origin.key, v));
+            continue;
+        }
+        let r: Result<(), String> = match key {
+            Key::Watch => values::parse_bool(key, v).map(|b| req.watch = Some(b)),
+            Key::Threshold => {
+                values::parse_bounded_duration(key, v).map(|d| req.threshold_us = Some(d))
+            }
+            Key::CpuBurst => {
+                values::parse_burst(v, req.burst_cap_percent).map(|b| req.burst = Some(b))
+            }
+            Key::QosClass => QosClass::parse(v)
+                .map(|c| req.qos_class = Some(c))
+                .ok_or_else(|| key.accepted().into()),
+            Key::Cpuset => values::parse_cpuset(v).map(|(t, x)| {
+                req.cpuset = Some(t);
+                suffix_exclusive = x;
+            }),
+            Key::CpusetExclusive => {
+                values::parse_bool(key, v).map(|b| explicit_exclusive = Some(b))
+            }
+            Key::CpusetCpus => values::parse_count(v).map(|n| req.cpuset_cpus = Some(n)),
+            Key::Gpus => values::parse_gpus(v).map(|d| {
+                req.gpus = Some(GpuSelection {
+                    key: origin.key.clone(),
+                    value: v.into(),
+                    devices: d,
+                })
+            }),
+        };
+        match r {
+            Ok(()) => {
+                req.origins.insert(key, origin);
+            }
+            Err(reason) => refused.push(Refusal::new(origin.key, v, reason)),
+        }
+    }
+
+    // cpuset-exclusive, when given, wins over the ",exclusive" suffix.
+    let exclusive_key = if explicit_exclusive.is_some() {
+        Key::CpusetExclusive
+    } else {
+        Key::Cpuset
+    };
+    let exclusive = explicit_exclusive.unwrap_or(suffix_exclusive);
+    if exclusive && !policy.allow_exclusive {
+        refused.push(req.refusal(exclusive_key, "exclusive cpusets are not allowed by policy"));
+    } else {
+        req.exclusive = exclusive;
+    }
+    apply_preset(&mut req, policy);
+    if req.cpuset.is_none() && (req.exclusive || req.cpuset_cpus.is_some()) {
+        let by = if req.exclusive {
+            exclusive_key
+        } else {
+            Key::CpusetCpus
+        };
+        if let Some(o) = req.origins.get(&by).cloned() {
+            req.origins.insert(Key::Cpuset, o);
+        }
+        req.notes.push(format!(
+            "{} without {}: cpuset auto",
+            by.annotation(),
+            Key::Cpuset.annotation()
+        ));
+        req.cpuset = Some(CpusetTarget::Auto);
+    }
+    (req, refused)
+}
+
+fn unknown(name: &str, value: &str, env: bool) -> Refusal {
+    let known: Vec<String> = Key::ALL
+        .iter()
+        .map(|k| {
+            if env {
+                k.env().to_string()
+            } else {
+                k.name().to_string()
+            }
+        })
+        .collect();
+    let what = if env {
+        "environment variable"
+    } else {
+        "annotation key"
+    };
+    Refusal::new(
+        name,
+        value,
+        format!("unknown {what}; known: {}", known.join(", ")),
+    )
+}
+
+/// Fill what the qos-class implies and the container did not set itself.
+/// See docs/annotations.md for the table.
+fn apply_preset(req: &mut QosRequest, policy: &Policy) {
+    let Some(class) = req.qos_class else { return };
+    let Some(origin) = req.origins.get(&Key::QosClass).cloned() else {
+        return;
+    };
+    let name = &origin.value;
+    let preset = Origin {
+        preset: true,
+        ..origin.clone()
+    };
+    let (burst, cpuset) = match class {
+        QosClass::LatencyCritical => (Some(100), true),
+        QosClass::Burstable => (Some(50), false),
+        QosClass::BestEffort => (None, false),
+    };
+    if let Some(pct) = burst.filter(|_| req.burst.is_none()) {
+        if !policy.allows(Key::CpuBurst) {
+            req.notes.push(format!(
+                "qos-class {name}: cpu-burst not applied (not allowed by policy)"
+            ));
+        } else {
+            let cap = req.burst_cap_percent;
+            if pct > cap {
+                req.notes.push(format!(
+                    "qos-class {name}: burst {pct}% lowered to the policy maximum {cap}%"
+                ));
+            }
+            req.burst = Some(BurstSpec::Percent(pct.min(cap)));
+            req.origins.insert(Key::CpuBurst, preset.clone());
+        }
+    }
+    if cpuset {
+        if !policy.allows(Key::Cpuset) {
+            req.notes.push(format!(
+                "qos-class {name}: cpuset not applied (not allowed by policy)"
+            ));
+            return;
+        }
+        if req.cpuset.is_none() {
+            req.cpuset = Some(CpusetTarget::Auto);
+            req.origins.insert(Key::Cpuset, preset.clone());
+        }
+        if !req.exclusive && !req.origins.contains_key(&Key::CpusetExclusive) {
+            if policy.allow_exclusive {
+                req.exclusive = true;
+                req.origins.insert(Key::CpusetExclusive, preset);
+            } else {
+                req.notes.push(format!(
+                    "qos-class {name}: cpuset shared, not exclusive (not allowed by policy)"
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "request_tests.rs"]
+mod tests;
