@@ -22,6 +22,15 @@ pub enum Command {
     Run(RunArgs),
     /// Watch an existing cgroup (a running container or pod) until interrupted.
     Watch(WatchArgs),
+    /// The node agent: watches registered containers, one log each, metrics.
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Start in the background (one per node) and return once it answers.
+    #[arg(long)]
+    pub detach: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -45,16 +45,16 @@ impl Engine {
         Ok(id)
     }
 
-    /// Drain the ring buffer into the sessions; `live` sees every record written.
-    pub fn pump(&mut self, live: &mut dyn FnMut(&Session, &Throttle)) -> usize {
+    /// Drain the ring buffer into the sessions; `live` sees every freeze
+    /// (its duration) and the record written for it, if any.
+    pub fn pump(&mut self, live: &mut dyn FnMut(&Session, u64, Option<&Throttle>)) -> usize {
         let events = self.probe.poll();
         let n = events.len();
         for ev in events {
             if let Event::Freeze(f) = ev {
                 if let Some(s) = self.sessions.get_mut(&f.cgroup_id) {
-                    if let Some(rec) = s.on_freeze(&f, &self.clock) {
-                        live(s, &rec);
-                    }
+                    let rec = s.on_freeze(&f, &self.clock);
+                    live(s, f.frozen_ns(), rec.as_ref());
                 }
             }
         }
@@ -71,6 +71,17 @@ impl Engine {
         for (id, s) in self.sessions.iter_mut() {
             s.snapshot(self.probe.episode_totals(*id));
         }
+    }
+
+    /// Persistable state of every session.
+    pub fn baselines(&self) -> Vec<(u64, crate::session::Baseline)> {
+        self.sessions.iter().map(|(id, s)| (*id, s.baseline(self.probe.episode_totals(*id)))).collect()
+    }
+
+    /// Flush logs without ending sessions (agent stopping while containers run).
+    pub fn suspend(&mut self) {
+        self.pump(&mut |_, _, _| {});
+        self.flush_all();
     }
 
     pub fn session(&self, id: u64) -> Option<&Session> {
@@ -93,7 +104,7 @@ impl Engine {
 
     /// Stop watching: final drain, `end` record, log closed, watch-map entry removed.
     pub fn finish(&mut self, id: u64, reason: &str, exit_code: Option<i32>) -> Option<(End, Session)> {
-        self.pump(&mut |_, _| {});
+        self.pump(&mut |_, _, _| {});
         let mut s = self.sessions.remove(&id)?;
         let end = s.summary(reason, exit_code, self.probe.episode_totals(id), self.probe.lost_events());
         if let Err(e) = s.finish(&end) {

@@ -6,11 +6,14 @@
 
 pub mod clock;
 pub mod cli;
+pub mod daemon;
 pub mod engine;
 pub mod live;
+pub mod metrics;
 pub mod run;
 pub mod session;
 pub mod signals;
+pub mod state;
 pub mod watch;
 
 /// Exit status for bad input: the one-line error names the value and what is accepted.

@@ -26,5 +26,7 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
     match &cli.command {
         Command::Run(a) => throttlewatch::run::run(&cfg, a),
         Command::Watch(a) => throttlewatch::watch::watch(&cfg, a),
+        Command::Agent(a) if a.detach => throttlewatch::daemon::detach(&cfg, cli.config.as_deref()),
+        Command::Agent(_) => throttlewatch::daemon::run(&cfg),
     }
 }

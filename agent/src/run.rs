@@ -240,7 +240,11 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
     let mut last_snap = Instant::now();
     let mut forwarded: Option<(i32, Instant)> = None;
     let status = loop {
-        engine.pump(&mut |s, t| printer.freeze(&s.spec.container_id, t));
+        engine.pump(&mut |s, _, t| {
+            if let Some(t) = t {
+                printer.freeze(&s.spec.container_id, t)
+            }
+        });
         if let Ok(Some(st)) = child.try_wait() {
             break st;
         }

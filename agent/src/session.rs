@@ -20,8 +20,24 @@ pub struct SessionSpec {
     pub qos: Option<serde_json::Value>,
     pub threshold_ns: u64,
     pub log_path: PathBuf,
-    /// Continue an existing log (agent restart): write `resume`, not `start`.
-    pub resume: bool,
+    /// Continue an existing log (agent restart): write `resume`, not `start`,
+    /// and keep counting from the original baseline.
+    pub resume: Option<Baseline>,
+}
+
+/// What a session needs to survive an agent restart (persisted by the agent).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Baseline {
+    pub stat: CpuStat,
+    pub local: Option<CpuStat>,
+    pub started_unix_ns: u64,
+    /// Probe totals written before the restart.
+    pub probe_ns: u64,
+    pub probe_episodes: u64,
+    pub freezes: u64,
+    pub frozen_ns: u64,
+    /// Kernel throttled time that passed while no agent watched.
+    pub unwatched_ns: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -63,33 +79,12 @@ pub struct Session {
     baseline_local: Option<CpuStat>,
     baseline_episodes: EpisodeTotals,
     source: KernelSource,
+    #[allow(dead_code)]
     started_mono: u64,
+    started_unix_ns: u64,
     lost_at_start: u64,
-    /// Freeze-duration histogram buckets for metrics (upper bounds in ns).
-    pub hist: crate::session::FreezeHistogram,
-}
-
-/// log2-spaced freeze-duration buckets from 100 µs to ~1.6 s.
-#[derive(Debug, Clone, Default)]
-pub struct FreezeHistogram {
-    pub counts: Vec<u64>,
-    pub sum_ns: u64,
-    pub count: u64,
-}
-
-pub const HIST_BOUNDS_NS: [u64; 8] =
-    [100_000, 500_000, 1_000_000, 5_000_000, 10_000_000, 50_000_000, 100_000_000, 1_000_000_000];
-
-impl FreezeHistogram {
-    pub fn observe(&mut self, ns: u64) {
-        if self.counts.is_empty() {
-            self.counts = vec![0; HIST_BOUNDS_NS.len() + 1];
-        }
-        let i = HIST_BOUNDS_NS.iter().position(|b| ns <= *b).unwrap_or(HIST_BOUNDS_NS.len());
-        self.counts[i] += 1;
-        self.sum_ns += ns;
-        self.count += 1;
-    }
+    /// Totals carried over from before an agent restart.
+    carried: Baseline,
 }
 
 pub struct StartInfo<'a> {
@@ -106,15 +101,28 @@ impl Session {
         let cgroup_id = cgroup.id().map_err(std::io::Error::other)?;
         let limits = cgroup.limits().unwrap_or_default();
         let source = if limits.quota_us.is_some() { KernelSource::CpuStat } else { KernelSource::CpuStatLocal };
-        let baseline = cgroup.cpu_stat().unwrap_or_default();
-        let baseline_local = cgroup.cpu_stat_local().ok().flatten();
-        let mut log = LogWriter::open(&spec.log_path, spec.resume)?;
-        let record = if spec.resume {
+        let now_stat = cgroup.cpu_stat().unwrap_or_default();
+        let now_local = cgroup.cpu_stat_local().ok().flatten();
+        let mut carried = spec.resume.clone().unwrap_or_default();
+        let (baseline, baseline_local) = match &spec.resume {
+            Some(b) => (b.stat, b.local),
+            None => (now_stat, now_local),
+        };
+        let mut log = LogWriter::open(&spec.log_path, spec.resume.is_some())?;
+        let record = if let Some(b) = &spec.resume {
+            // Kernel time that passed unwatched: all the kernel counted since
+            // the start, less what the probe had counted before the restart.
+            let k = match (source, now_local, b.local) {
+                (KernelSource::CpuStatLocal, Some(l), Some(bl)) => l.since(&bl).throttled_ns,
+                _ => now_stat.since(&b.stat).throttled_ns,
+            };
+            carried.unwatched_ns = k.saturating_sub(b.probe_ns + b.unwatched_ns) + b.unwatched_ns;
             Record::Resume(Resume {
                 container_id: spec.container_id.clone(),
                 cgroup_id,
                 probe: info.probe.into(),
-                note: "agent restarted; events while no agent ran were not seen, kernel totals continue".into(),
+                unwatched_throttled_ns: carried.unwatched_ns - b.unwatched_ns,
+                note: "agent restarted: freezes while no agent ran were not seen; the kernel's time for that gap is unwatched_throttled_ns".into(),
             })
         } else {
             Record::Start(Start {
@@ -153,8 +161,9 @@ impl Session {
             baseline_episodes: info.episodes_now,
             source,
             started_mono: Clock::monotonic_ns(),
+            started_unix_ns: if carried.started_unix_ns > 0 { carried.started_unix_ns } else { logfmt::now_unix_ns() },
             lost_at_start: info.lost_now,
-            hist: FreezeHistogram::default(),
+            carried,
         })
     }
 
@@ -163,7 +172,6 @@ impl Session {
         let ns = ev.frozen_ns();
         self.freezes += 1;
         self.frozen_ns += ns;
-        self.hist.observe(ns);
         let t = self.threads.entry(ev.tid).or_default();
         if t.comm != ev.comm {
             t.comm = ev.comm.clone();
@@ -227,7 +235,7 @@ impl Session {
             nr_bursts: s.nr_bursts,
             burst_ns: s.burst_ns,
             local_throttled_ns: local.map(|l| l.throttled_ns),
-            probe_throttled_ns: episodes.total_ns.saturating_sub(self.baseline_episodes.total_ns),
+            probe_throttled_ns: self.probe_ns(episodes),
         };
         if let Some(log) = self.log.as_mut() {
             let _ = log.write(Record::CpuStat(rec));
@@ -258,14 +266,15 @@ impl Session {
         top.truncate(10);
         End {
             reason: reason.into(),
-            duration_ns: Clock::monotonic_ns().saturating_sub(self.started_mono),
+            duration_ns: logfmt::now_unix_ns().saturating_sub(self.started_unix_ns),
             exit_code,
             top_threads: top,
             threads: self.threads.len() as u64,
-            freezes: self.freezes,
-            frozen_ns: self.frozen_ns,
-            probe_throttled_ns: episodes.total_ns.saturating_sub(self.baseline_episodes.total_ns),
-            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count),
+            freezes: self.freezes + self.carried.freezes,
+            frozen_ns: self.frozen_ns + self.carried.frozen_ns,
+            probe_throttled_ns: self.probe_ns(episodes),
+            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count) + self.carried.probe_episodes,
+            unwatched_throttled_ns: self.carried.unwatched_ns,
             kernel_throttled_ns: self.kernel_throttled_ns(&now, local.as_ref()),
             kernel_source: self.source().as_str().into(),
             nr_periods: d.nr_periods,
@@ -274,6 +283,24 @@ impl Session {
             burst_ns: d.burst_ns,
             lost_events: lost_now.saturating_sub(self.lost_at_start),
             below_threshold: self.below_threshold,
+        }
+    }
+
+    fn probe_ns(&self, episodes: EpisodeTotals) -> u64 {
+        episodes.total_ns.saturating_sub(self.baseline_episodes.total_ns) + self.carried.probe_ns
+    }
+
+    /// The state to persist so a restarted agent can resume this session.
+    pub fn baseline(&self, episodes: EpisodeTotals) -> Baseline {
+        Baseline {
+            stat: self.baseline,
+            local: self.baseline_local,
+            started_unix_ns: self.started_unix_ns,
+            probe_ns: self.probe_ns(episodes),
+            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count) + self.carried.probe_episodes,
+            freezes: self.freezes + self.carried.freezes,
+            frozen_ns: self.frozen_ns + self.carried.frozen_ns,
+            unwatched_ns: self.carried.unwatched_ns,
         }
     }
 

@@ -63,7 +63,11 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
     let snap_every = Duration::from_secs(cfg.snapshot_interval_s.max(1));
     let mut last_snap = Instant::now();
     let reason = loop {
-        engine.pump(&mut |s, t| printer.freeze(&s.spec.container_id, t));
+        engine.pump(&mut |s, _, t| {
+            if let Some(t) = t {
+                printer.freeze(&s.spec.container_id, t)
+            }
+        });
         if signals::received().is_some() {
             break "signal";
         }

@@ -63,8 +63,9 @@ pub struct Resume {
     pub container_id: String,
     pub cgroup_id: u64,
     pub probe: String,
-    /// Kernel counters at the resume: the `end` deltas start from the
-    /// original `start`, so nothing counted by the kernel is lost.
+    /// The kernel's throttled time while no agent watched (not in the
+    /// probe's totals; the `end` deltas still start from the original `start`).
+    pub unwatched_throttled_ns: u64,
     pub note: String,
 }
 
@@ -133,15 +134,20 @@ pub struct End {
     pub lost_events: u64,
     /// Throttle records not written because they were under the threshold.
     pub below_threshold: u64,
+    /// Kernel throttled time while no agent ran (agent restarts);
+    /// probe_throttled_ns + unwatched_throttled_ns tracks kernel_throttled_ns.
+    #[serde(default)]
+    pub unwatched_throttled_ns: u64,
 }
 
 impl End {
     /// Relative difference between the probe's and the kernel's throttled time.
     pub fn fidelity_error(&self) -> f64 {
+        let probe = self.probe_throttled_ns + self.unwatched_throttled_ns;
         if self.kernel_throttled_ns == 0 {
-            return if self.probe_throttled_ns == 0 { 0.0 } else { 1.0 };
+            return if probe == 0 { 0.0 } else { 1.0 };
         }
-        (self.probe_throttled_ns as f64 - self.kernel_throttled_ns as f64).abs() / self.kernel_throttled_ns as f64
+        (probe as f64 - self.kernel_throttled_ns as f64).abs() / self.kernel_throttled_ns as f64
     }
 }
 

@@ -42,6 +42,9 @@ pub struct Response {
     pub log_path: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watched: Option<Vec<String>>,
+    /// Entries in the kernel's watch map (leak checks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch_map_entries: Option<usize>,
 }
 
 impl Response {

@@ -1,0 +1,403 @@
+//! `throttlewatch agent`: the node daemon. One probe for the node, one
+//! session per registered container, a root-only unix socket for the hook,
+//! Prometheus metrics, and state that survives a restart.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use throttlewatch_bpf::ProbeOptions;
+use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
+use throttlewatch_core::config::Config;
+use throttlewatch_core::logfmt::log_file_name;
+use throttlewatch_core::protocol::{self, Register, Request, Response, MAX_REQUEST_BYTES};
+
+use crate::engine::Engine;
+use crate::metrics::{ContainerLabels, Metrics};
+use crate::session::SessionSpec;
+use crate::state::{Persisted, StateDir};
+use crate::{signals, CliError};
+
+type Job = (Request, Sender<Response>);
+
+/// Start an agent in the background and wait until it answers.
+pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError> {
+    if protocol::call(&cfg.socket, &Request::Status, Duration::from_secs(1)).is_ok() {
+        return Ok(0);
+    }
+    mkdir(&cfg.log_dir, 0o750)?;
+    let log = cfg.log_dir.join("agent.log");
+    let out = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&log)
+        .map_err(|e| CliError::fail(format!("{}: {e}", log.display())))?;
+    let exe = std::env::current_exe().map_err(|e| CliError::fail(e.to_string()))?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(c) = config_path {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.arg("agent").stdin(std::process::Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out);
+    // SAFETY: setsid is async-signal-safe; it detaches from the caller's session.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| CliError::fail(format!("starting the agent: {e}")))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if protocol::call(&cfg.socket, &Request::Status, Duration::from_secs(1)).is_ok() {
+            return Ok(0);
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            // Lost the lock race to another agent: fine if that one answers.
+            if protocol::call(&cfg.socket, &Request::Status, Duration::from_secs(2)).is_ok() {
+                return Ok(0);
+            }
+            return Err(CliError::fail(format!("the agent exited ({st}); see {}", log.display())));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(CliError::fail(format!("the agent did not answer on {} within 10s; see {}", cfg.socket.display(), log.display())))
+}
+
+fn mkdir(p: &Path, mode: u32) -> Result<(), CliError> {
+    std::fs::DirBuilder::new().recursive(true).mode(mode).create(p).map_err(|e| CliError::fail(format!("{}: {e}", p.display())))
+}
+
+/// Hold `<state_dir>/agent.lock` for the life of the process: one agent per node.
+fn lock(state_dir: &Path) -> Result<Option<std::fs::File>, CliError> {
+    let p = state_dir.join("agent.lock");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&p)
+        .map_err(|e| CliError::fail(format!("{}: {e}", p.display())))?;
+    // SAFETY: flock on an fd we own.
+    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Ok(None);
+    }
+    Ok(Some(f))
+}
+
+fn bind(socket: &Path) -> Result<UnixListener, CliError> {
+    let err = |e: std::io::Error| CliError::fail(format!("{}: {e}", socket.display()));
+    if let Some(dir) = socket.parent() {
+        mkdir(dir, 0o700)?;
+    }
+    match std::fs::symlink_metadata(socket) {
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => std::fs::remove_file(socket).map_err(err)?,
+        Ok(_) => return Err(CliError::fail(format!("{}: exists and is not a socket; refusing to replace it", socket.display()))),
+        Err(_) => {}
+    }
+    // SAFETY: umask is process-wide; set around bind so the socket is born 0600.
+    let old = unsafe { libc::umask(0o177) };
+    let l = UnixListener::bind(socket);
+    unsafe { libc::umask(old) };
+    let l = l.map_err(err)?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    Ok(l)
+}
+
+fn serve_socket(l: UnixListener, jobs: Sender<Job>) {
+    std::thread::Builder::new()
+        .name("socket".into())
+        .spawn(move || {
+            for conn in l.incoming().flatten() {
+                let jobs = jobs.clone();
+                let _ = std::thread::Builder::new().name("conn".into()).spawn(move || handle_conn(conn, jobs));
+            }
+        })
+        .expect("socket thread");
+}
+
+fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
+    let mut line = String::new();
+    let resp = match BufReader::new((&conn).take(MAX_REQUEST_BYTES)).read_line(&mut line) {
+        Err(e) => Response::err(format!("reading request: {e}")),
+        Ok(_) => match serde_json::from_str::<Request>(&line) {
+            Err(e) => Response::err(format!("bad request: {e}")),
+            Ok(req) => {
+                let (tx, rx) = mpsc::channel();
+                if jobs.send((req, tx)).is_err() {
+                    Response::err("agent is stopping")
+                } else {
+                    rx.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|_| Response::err("agent did not answer"))
+                }
+            }
+        },
+    };
+    let mut w = &conn;
+    let mut out = serde_json::to_vec(&resp).unwrap_or_default();
+    out.push(b'\n');
+    let _ = w.write_all(&out);
+}
+
+struct Agent {
+    cfg: Config,
+    h: Hierarchies,
+    engine: Engine,
+    state: StateDir,
+    metrics: Arc<Mutex<Metrics>>,
+    labels: HashMap<u64, ContainerLabels>,
+    exported: HashMap<u64, throttlewatch_cgroup::CpuStat>,
+    exported_probe: HashMap<u64, u64>,
+    exported_lost: u64,
+}
+
+pub fn run(cfg: &Config) -> Result<i32, CliError> {
+    mkdir(&cfg.state_dir, 0o700)?;
+    mkdir(&cfg.log_dir, 0o750)?;
+    let Some(_lock) = lock(&cfg.state_dir)? else {
+        eprintln!("throttlewatch agent: another agent holds {}/agent.lock; exiting", cfg.state_dir.display());
+        return Ok(0);
+    };
+    let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
+    let engine = Engine::load(&ProbeOptions::default()).map_err(|e| CliError::fail(e.to_string()))?;
+    let state = StateDir::open(&cfg.state_dir).map_err(|e| CliError::fail(format!("{}: {e}", cfg.state_dir.display())))?;
+    let metrics = Arc::new(Mutex::new(Metrics::new()));
+    if !cfg.metrics_addr.is_empty() {
+        match crate::metrics::serve(&cfg.metrics_addr, metrics.clone()) {
+            Ok(a) => eprintln!("throttlewatch agent: metrics on http://{a}/metrics"),
+            Err(e) => eprintln!("throttlewatch agent: metrics on {} disabled: {e}", cfg.metrics_addr),
+        }
+    }
+    let mut agent = Agent {
+        cfg: cfg.clone(),
+        h,
+        engine,
+        state,
+        metrics,
+        labels: HashMap::new(),
+        exported: HashMap::new(),
+        exported_probe: HashMap::new(),
+        exported_lost: 0,
+    };
+    agent.restore();
+    let listener = bind(&cfg.socket)?;
+    let (tx, rx) = mpsc::channel::<Job>();
+    serve_socket(listener, tx);
+    signals::install();
+    eprintln!(
+        "throttlewatch agent: {} probe, {} throttling model; socket {}",
+        agent.engine.probe().kind().as_str(),
+        agent.engine.probe().model().as_str(),
+        cfg.socket.display()
+    );
+    agent.event_loop(rx);
+    Ok(0)
+}
+
+impl Agent {
+    fn event_loop(&mut self, rx: Receiver<Job>) {
+        let mut last_tick = Instant::now();
+        let mut last_snap = Instant::now();
+        let snap_every = Duration::from_secs(self.cfg.snapshot_interval_s.max(1));
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok((req, reply)) => {
+                    let resp = self.handle(req);
+                    let _ = reply.send(resp);
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            self.pump();
+            if signals::received().is_some() {
+                // Containers keep running: flush and persist, never `end`.
+                self.engine.suspend();
+                self.persist_all();
+                eprintln!("throttlewatch agent: stopping; {} container logs will resume", self.labels.len());
+                let _ = std::fs::remove_file(&self.cfg.socket);
+                return;
+            }
+            if last_tick.elapsed() >= Duration::from_secs(1) {
+                last_tick = Instant::now();
+                self.reap_gone();
+                self.update_metrics();
+                self.engine.flush_all();
+                self.persist_all();
+            }
+            if last_snap.elapsed() >= snap_every {
+                last_snap = Instant::now();
+                self.engine.snapshot_all();
+            }
+        }
+    }
+
+    fn pump(&mut self) {
+        let m = self.metrics.clone();
+        let labels = &self.labels;
+        self.engine.pump(&mut |s, ns, _| {
+            if let (Ok(m), Some(l)) = (m.lock(), labels.get(&s.cgroup_id)) {
+                m.freeze_seconds.get_or_create(l).observe(ns as f64 / 1e9);
+            }
+        });
+    }
+
+    fn handle(&mut self, req: Request) -> Response {
+        match req {
+            Request::Register(r) => self.register(r, None).unwrap_or_else(Response::err),
+            Request::Unregister { container_id, reason, exit_code } => self.unregister(&container_id, &reason, exit_code),
+            Request::Status => Response {
+                ok: true,
+                watched: Some(self.engine.sessions().map(|(_, s)| s.spec.container_id.clone()).collect()),
+                watch_map_entries: Some(self.engine.probe().watched_count()),
+                ..Response::ok()
+            },
+        }
+    }
+
+    fn register(&mut self, r: Register, resume: Option<&Persisted>) -> Result<Response, String> {
+        if r.container_id.is_empty() || r.container_id.len() > 1024 || r.container_id.contains('\0') {
+            return Err(format!("container_id {:?}: expected 1 to 1024 bytes without NUL", r.container_id));
+        }
+        if let Some(id) = self.engine.find(&r.container_id) {
+            let s = self.engine.session(id).expect("found");
+            return Ok(Response { log_path: Some(s.spec.log_path.display().to_string()), ..Response::ok() });
+        }
+        let g = CpuCgroup::open(&self.h, &r.cgroup_path).map_err(|e| format!("cgroup_path {:?}: {e}", r.cgroup_path))?;
+        let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations);
+        let log_path: PathBuf = self.cfg.log_dir.join(log_file_name(&r.container_id));
+        let spec = SessionSpec {
+            container_id: r.container_id.clone(),
+            container_name: r.container_name.clone(),
+            pid: r.pid,
+            labels: labels.as_map(),
+            qos: r.qos.clone(),
+            threshold_ns: r.threshold_ns.unwrap_or_else(|| self.cfg.threshold_ns()),
+            log_path: log_path.clone(),
+            resume: resume.map(|p| p.baseline.clone()),
+        };
+        let id = self.engine.watch(spec, g).map_err(|e| e.to_string())?;
+        self.labels.insert(id, labels);
+        self.persist(id, &r);
+        if let Ok(m) = self.metrics.lock() {
+            m.watched.set(self.labels.len() as i64);
+        }
+        Ok(Response { log_path: Some(log_path.display().to_string()), ..Response::ok() })
+    }
+
+    fn unregister(&mut self, container_id: &str, reason: &str, exit_code: Option<i32>) -> Response {
+        let Some(id) = self.engine.find(container_id) else {
+            self.state.remove(container_id);
+            return Response::err(format!("container {container_id:?} is not watched"));
+        };
+        self.update_metrics();
+        let log = self.engine.finish(id, reason, exit_code).map(|(_, s)| s.spec.log_path.display().to_string());
+        self.state.remove(container_id);
+        self.forget(id);
+        Response { log_path: log, ..Response::ok() }
+    }
+
+    fn forget(&mut self, id: u64) {
+        if let (Some(l), Ok(m)) = (self.labels.remove(&id), self.metrics.lock()) {
+            m.forget(&l);
+            m.watched.set(self.labels.len() as i64);
+        }
+        self.exported.remove(&id);
+        self.exported_probe.remove(&id);
+    }
+
+    /// Containers whose cgroup vanished without a poststop (killed runtime).
+    fn reap_gone(&mut self) {
+        let gone: Vec<(u64, String)> = self
+            .engine
+            .sessions()
+            .filter(|(_, s)| !s.cgroup.exists())
+            .map(|(id, s)| (*id, s.spec.container_id.clone()))
+            .collect();
+        for (id, cid) in gone {
+            self.engine.finish(id, "cgroup-removed", None);
+            self.state.remove(&cid);
+            self.forget(id);
+        }
+    }
+
+    fn persist(&self, id: u64, r: &Register) {
+        let Some(s) = self.engine.session(id) else { return };
+        let p = Persisted {
+            register: r.clone(),
+            log_path: s.spec.log_path.clone(),
+            cgroup_id: id,
+            baseline: s.baseline(self.engine.probe().episode_totals(id)),
+        };
+        if let Err(e) = self.state.save(&p) {
+            tracing::warn!("persisting {}: {e}", r.container_id);
+        }
+    }
+
+    fn persist_all(&self) {
+        let saved = self.state.load_all();
+        for p in saved {
+            if let Some(id) = self.engine.find(&p.register.container_id) {
+                self.persist(id, &p.register);
+            }
+        }
+    }
+
+    /// Resume the sessions of a previous agent; end those whose container is gone.
+    fn restore(&mut self) {
+        for p in self.state.load_all() {
+            let cid = p.register.container_id.clone();
+            let alive = CpuCgroup::open(&self.h, &p.register.cgroup_path).ok().and_then(|g| g.id().ok()) == Some(p.cgroup_id);
+            if alive {
+                if let Err(e) = self.register(p.register.clone(), Some(&p)) {
+                    eprintln!("throttlewatch agent: resuming {cid}: {e}");
+                }
+                continue;
+            }
+            // Ended while no agent ran: close the log with what is known.
+            if let Ok(mut w) = throttlewatch_core::logfmt::LogWriter::open(&p.log_path, true) {
+                let end = throttlewatch_core::logfmt::End {
+                    reason: "ended-while-agent-down".into(),
+                    probe_throttled_ns: p.baseline.probe_ns,
+                    probe_episodes: p.baseline.probe_episodes,
+                    freezes: p.baseline.freezes,
+                    frozen_ns: p.baseline.frozen_ns,
+                    unwatched_throttled_ns: p.baseline.unwatched_ns,
+                    kernel_source: "unavailable (cgroup removed)".into(),
+                    ..Default::default()
+                };
+                let _ = w.write(throttlewatch_core::logfmt::Record::End(end));
+                let _ = w.finish();
+            }
+            self.state.remove(&cid);
+        }
+    }
+
+    fn update_metrics(&mut self) {
+        let Ok(m) = self.metrics.lock() else { return };
+        let lost = self.engine.probe().lost_events();
+        m.lost_events.inc_by(lost.saturating_sub(self.exported_lost));
+        self.exported_lost = lost;
+        for (id, s) in self.engine.sessions() {
+            let Some(l) = self.labels.get(id) else { continue };
+            let Ok(now) = s.cgroup.cpu_stat() else { continue };
+            let prev = self.exported.insert(*id, now).unwrap_or(now);
+            let d = now.since(&prev);
+            m.kernel_throttled_seconds.get_or_create(l).inc_by(d.throttled_ns as f64 / 1e9);
+            m.periods.get_or_create(l).inc_by(d.nr_periods as f64);
+            m.throttled_periods.get_or_create(l).inc_by(d.nr_throttled as f64);
+            m.bursts.get_or_create(l).inc_by(d.nr_bursts as f64);
+            m.burst_seconds.get_or_create(l).inc_by(d.burst_ns as f64 / 1e9);
+            let probe = self.engine.probe().episode_totals(*id).total_ns;
+            let pp = self.exported_probe.insert(*id, probe).unwrap_or(probe);
+            m.throttled_seconds.get_or_create(l).inc_by(probe.saturating_sub(pp) as f64 / 1e9);
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Prometheus metrics (prometheus-client), labelled per container with the
+//! Kubernetes names where the OCI annotations carry them.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ContainerLabels {
+    pub container_id: String,
+    pub container_name: String,
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+}
+
+/// Annotation keys that name the Kubernetes objects (kubelet/dockershim and CRI containerd).
+const NAMESPACE_KEYS: [&str; 2] = ["io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"];
+const POD_KEYS: [&str; 2] = ["io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"];
+const CONTAINER_KEYS: [&str; 2] = ["io.kubernetes.container.name", "io.kubernetes.cri.container-name"];
+
+impl ContainerLabels {
+    pub fn new(id: &str, name: &str, annotations: &BTreeMap<String, String>) -> ContainerLabels {
+        let pick = |keys: &[&str]| keys.iter().find_map(|k| annotations.get(*k)).cloned().unwrap_or_default();
+        ContainerLabels {
+            container_id: id.into(),
+            container_name: name.into(),
+            namespace: pick(&NAMESPACE_KEYS),
+            pod: pick(&POD_KEYS),
+            container: pick(&CONTAINER_KEYS),
+        }
+    }
+
+    /// The label subset written into the log's `start` record.
+    pub fn as_map(&self) -> BTreeMap<String, String> {
+        [("k8s_namespace", &self.namespace), ("k8s_pod", &self.pod), ("k8s_container", &self.container)]
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+}
+
+type FCounter = Family<ContainerLabels, Counter<f64, AtomicU64>>;
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub freeze_seconds: Family<ContainerLabels, Histogram>,
+    pub throttled_seconds: FCounter,
+    pub kernel_throttled_seconds: FCounter,
+    pub periods: FCounter,
+    pub throttled_periods: FCounter,
+    pub bursts: FCounter,
+    pub burst_seconds: FCounter,
+    pub lost_events: Counter,
+    pub watched: Gauge,
+}
+
+fn freeze_histogram() -> Histogram {
+    Histogram::new([0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0].into_iter())
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("throttlewatch");
+        let freeze_seconds = Family::<ContainerLabels, Histogram>::new_with_constructor(freeze_histogram as fn() -> Histogram);
+        let m = Metrics {
+            freeze_seconds: freeze_seconds.clone(),
+            throttled_seconds: FCounter::default(),
+            kernel_throttled_seconds: FCounter::default(),
+            periods: FCounter::default(),
+            throttled_periods: FCounter::default(),
+            bursts: FCounter::default(),
+            burst_seconds: FCounter::default(),
+            lost_events: Counter::default(),
+            watched: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register("freeze_duration_seconds", "Per-thread throttle freezes (switched out throttled until switched back in)", freeze_seconds);
+        registry.register("throttled_seconds", "Throttled time seen by the probe ((cgroup, CPU) episodes)", m.throttled_seconds.clone());
+        registry.register("kernel_throttled_seconds", "Throttled time by the kernel's cpu.stat", m.kernel_throttled_seconds.clone());
+        registry.register("periods", "CFS bandwidth periods (cpu.stat nr_periods)", m.periods.clone());
+        registry.register("throttled_periods", "Periods in which the group was throttled (cpu.stat nr_throttled)", m.throttled_periods.clone());
+        registry.register("bursts", "Periods in which burst was used (cpu.stat nr_bursts)", m.bursts.clone());
+        registry.register("burst_seconds", "Time spent over quota thanks to burst", m.burst_seconds.clone());
+        registry.register("lost_events", "Events the kernel could not deliver (ring buffer full), node-wide", m.lost_events.clone());
+        registry.register("watched_containers", "Containers being watched", m.watched.clone());
+        Metrics { registry, ..m }
+    }
+
+    pub fn forget(&self, l: &ContainerLabels) {
+        for f in [&self.throttled_seconds, &self.kernel_throttled_seconds, &self.periods, &self.throttled_periods, &self.bursts, &self.burst_seconds] {
+            f.remove(l);
+        }
+        self.freeze_seconds.remove(l);
+    }
+
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Serve GET /metrics on `addr` in a background thread.
+pub fn serve(addr: &str, metrics: Arc<Mutex<Metrics>>) -> std::io::Result<std::net::SocketAddr> {
+    let l = TcpListener::bind(addr)?;
+    let local = l.local_addr()?;
+    std::thread::Builder::new().name("metrics".into()).spawn(move || {
+        for conn in l.incoming().flatten() {
+            let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+            let mut r = BufReader::new(&conn);
+            let mut first = String::new();
+            if r.read_line(&mut first).is_err() {
+                continue;
+            }
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).map(|n| n == 0).unwrap_or(true) || h == "\r\n" || h == "\n" {
+                    break;
+                }
+            }
+            let (status, ctype, body) = if first.starts_with("GET /metrics") {
+                let body = metrics.lock().map(|m| m.encode()).unwrap_or_default();
+                ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", body)
+            } else {
+                ("404 Not Found", "text/plain", "try /metrics\n".to_string())
+            };
+            let mut w = &conn;
+            let _ = write!(w, "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    })?;
+    Ok(local)
+}
