@@ -24,6 +24,34 @@ pub enum Command {
     Watch(WatchArgs),
     /// The node agent: watches registered containers, one log each, metrics.
     Agent(AgentArgs),
+    /// NUMA/SMT/GPU topology, and the cpuset a container's annotations would get.
+    Topology(TopologyArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TopologyArgs {
+    /// sysfs root to read (fixture trees in tests).
+    #[arg(long)]
+    pub sysfs_root: Option<PathBuf>,
+    /// procfs root to read (/proc/driver/nvidia).
+    #[arg(long)]
+    pub procfs_root: Option<PathBuf>,
+    /// An annotation the container would carry, e.g. throttlewatch.io/cpuset=gpu-local (repeatable).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub annotation: Vec<String>,
+    /// An environment variable of the container, e.g. NVIDIA_VISIBLE_DEVICES=0,1 (repeatable).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// The container's CFS quota (e.g. 400ms) for burst and exclusive-core sizing.
+    #[arg(long)]
+    #[arg(allow_hyphen_values = true)]
+    pub quota: Option<String>,
+    /// The container's CFS period (default 100ms).
+    #[arg(long)]
+    #[arg(allow_hyphen_values = true)]
+    pub period: Option<String>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -40,6 +68,7 @@ pub struct OutputArgs {
     pub log: Option<PathBuf>,
     /// Only freezes at least this long become `throttle` records (e.g. 1ms; default: all).
     #[arg(long)]
+    #[arg(allow_hyphen_values = true)]
     pub threshold: Option<String>,
     /// Live events and the summary as JSON lines on stderr.
     #[arg(long)]
@@ -53,15 +82,19 @@ pub struct OutputArgs {
 pub struct RunArgs {
     /// CPUs worth of quota, e.g. 0.5 (quota = cpus x period).
     #[arg(long, conflicts_with = "quota")]
+    #[arg(allow_hyphen_values = true)]
     pub cpus: Option<String>,
     /// CFS quota per period, e.g. 50ms.
     #[arg(long)]
+    #[arg(allow_hyphen_values = true)]
     pub quota: Option<String>,
     /// CFS period (default 100ms; the kernel accepts 1ms..1s).
     #[arg(long)]
+    #[arg(allow_hyphen_values = true)]
     pub period: Option<String>,
     /// CFS burst: unused quota that may be spent later, up to the quota, e.g. 20ms.
     #[arg(long)]
+    #[arg(allow_hyphen_values = true)]
     pub burst: Option<String>,
     /// CPUs the command may run on, e.g. 0-3,8.
     #[arg(long)]
@@ -83,9 +116,11 @@ pub struct WatchArgs {
     pub cgroup: Option<String>,
     /// Watch the cpu cgroup of this process.
     #[arg(long)]
+    #[arg(allow_hyphen_values = true)]
     pub pid: Option<String>,
     /// Stop after this long (default: until interrupted or the cgroup goes away).
     #[arg(long)]
+    #[arg(allow_hyphen_values = true)]
     pub duration: Option<String>,
     #[command(flatten)]
     pub out: OutputArgs,

@@ -14,6 +14,7 @@ pub mod run;
 pub mod session;
 pub mod signals;
 pub mod state;
+pub mod topology;
 pub mod watch;
 
 /// Exit status for bad input: the one-line error names the value and what is accepted.

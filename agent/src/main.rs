@@ -28,5 +28,6 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
         Command::Watch(a) => throttlewatch::watch::watch(&cfg, a),
         Command::Agent(a) if a.detach => throttlewatch::daemon::detach(&cfg, cli.config.as_deref()),
         Command::Agent(_) => throttlewatch::daemon::run(&cfg),
+        Command::Topology(a) => throttlewatch::topology::topology(&cfg, a),
     }
 }

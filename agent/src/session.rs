@@ -55,6 +55,9 @@ pub enum KernelSource {
     CpuStat,
     /// The throttling comes from an ancestor: `cpu.stat.local`.
     CpuStatLocal,
+    /// Kernels before `cpu.stat.local` (Linux 6.8): the throttling
+    /// ancestor's own `cpu.stat` (exact when the group is its only busy child).
+    Ancestor,
 }
 
 impl KernelSource {
@@ -62,6 +65,7 @@ impl KernelSource {
         match self {
             KernelSource::CpuStat => "cpu.stat",
             KernelSource::CpuStatLocal => "cpu.stat.local",
+            KernelSource::Ancestor => "ancestor cpu.stat",
         }
     }
 }
@@ -77,6 +81,9 @@ pub struct Session {
     below_threshold: u64,
     baseline: CpuStat,
     baseline_local: Option<CpuStat>,
+    /// With KernelSource::Ancestor: the ancestor holding the quota.
+    ancestor: Option<CpuCgroup>,
+    baseline_ancestor: CpuStat,
     baseline_episodes: EpisodeTotals,
     source: KernelSource,
     #[allow(dead_code)]
@@ -103,6 +110,9 @@ impl Session {
         let source = if limits.quota_us.is_some() { KernelSource::CpuStat } else { KernelSource::CpuStatLocal };
         let now_stat = cgroup.cpu_stat().unwrap_or_default();
         let now_local = cgroup.cpu_stat_local().ok().flatten();
+        let ancestor = if source == KernelSource::CpuStatLocal && now_local.is_none() { quota_ancestor(&cgroup) } else { None };
+        let source = if ancestor.is_some() { KernelSource::Ancestor } else { source };
+        let baseline_ancestor = ancestor.as_ref().and_then(|a| a.cpu_stat().ok()).unwrap_or_default();
         let mut carried = spec.resume.clone().unwrap_or_default();
         let (baseline, baseline_local) = match &spec.resume {
             Some(b) => (b.stat, b.local),
@@ -158,6 +168,8 @@ impl Session {
             below_threshold: 0,
             baseline,
             baseline_local,
+            ancestor,
+            baseline_ancestor,
             baseline_episodes: info.episodes_now,
             source,
             started_mono: Clock::monotonic_ns(),
@@ -212,12 +224,16 @@ impl Session {
     pub fn kernel_throttled_ns(&self, now: &CpuStat, local: Option<&CpuStat>) -> u64 {
         match (self.source, local, self.baseline_local.as_ref()) {
             (KernelSource::CpuStatLocal, Some(l), Some(b)) => l.since(b).throttled_ns,
+            (KernelSource::Ancestor, _, _) => {
+                let a = self.ancestor.as_ref().and_then(|a| a.cpu_stat().ok()).unwrap_or(self.baseline_ancestor);
+                a.since(&self.baseline_ancestor).throttled_ns
+            }
             _ => now.since(&self.baseline).throttled_ns,
         }
     }
 
     pub fn source(&self) -> KernelSource {
-        if self.baseline_local.is_none() {
+        if self.source == KernelSource::CpuStatLocal && self.baseline_local.is_none() {
             KernelSource::CpuStat
         } else {
             self.source
@@ -316,6 +332,22 @@ impl Session {
     pub fn is_finished(&self) -> bool {
         self.log.is_none()
     }
+}
+
+/// The nearest ancestor that holds a quota (walking up the cpu hierarchy).
+fn quota_ancestor(g: &CpuCgroup) -> Option<CpuCgroup> {
+    let mut dir = g.cpu_dir.clone();
+    let mut rel = g.rel.clone();
+    while dir.pop() {
+        rel = rel.rsplit_once('/').map(|(p, _)| p.to_string())?;
+        let a = CpuCgroup { mode: g.mode, rel: rel.clone(), cpu_dir: dir.clone(), cpuset_dir: None, extra_dirs: vec![] };
+        match a.limits() {
+            Ok(l) if l.quota_us.is_some() => return Some(a),
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
 }
 
 pub fn kernel_release() -> String {

@@ -74,11 +74,19 @@ fn assert_attribution(o: &Outcome, scenario: &str) {
         assert_eq!(r["pid"].as_i64().unwrap(), o.pid, "{scenario}: tgid");
         assert_eq!(r["cgroup_id"].as_u64().unwrap(), cg, "{scenario}: cgroup id");
         assert!(r["frozen_ns"].as_u64().unwrap() > 0);
-        assert!(r["comm"].as_str().unwrap().starts_with("burn-"), "{scenario}: comm {}", r["comm"]);
+        let comm = r["comm"].as_str().unwrap();
+        assert!(comm.starts_with("burn-") || (tid == o.pid && comm == "tw-burn"), "{scenario}: comm {comm}");
         seen.insert(tid);
     }
-    for t in &o.tids {
-        assert!(seen.contains(t), "{scenario}: worker {t} was never seen frozen");
+    if start["throttle_model"] == "task" {
+        // Linux >= 6.18 freezes every thread on its own way to user mode.
+        for t in &o.tids {
+            assert!(seen.contains(t), "{scenario}: worker {t} was never seen frozen");
+        }
+    } else {
+        // Dequeue model: only the thread on the CPU is switched out; the
+        // ones queued behind it are frozen unseen (see docs/log-format.md).
+        assert!(!seen.is_empty());
     }
     // Per-thread view and top offenders agree with the records.
     let e = end(o);
@@ -143,7 +151,12 @@ fn nested_group_throttled_by_its_parent() {
     p.group.set_quota(Some(40_000), 100_000).unwrap();
     let o = run(&["--cgroup-parent", &parent], &["--threads", "2", "--ms", "2500", "--pin", "spread"]);
     let e = end(&o);
-    assert_eq!(e["kernel_source"], "cpu.stat.local", "{e}");
+    let want = if std::path::Path::new(&format!("{}/cpu.stat.local", p.group.cpu_dir.display())).exists() {
+        "cpu.stat.local"
+    } else {
+        "ancestor cpu.stat"
+    };
+    assert_eq!(e["kernel_source"], want, "{e}");
     assert_fidelity(&o, "nested");
     assert_attribution(&o, "nested");
     let start = of_type(&o.log, "start")[0];

@@ -1,0 +1,156 @@
+//! The `throttlewatch` command line: bad input gets one clear line and exit
+//! status 2 with nothing left behind; exit statuses and signals pass through.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
+use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
+
+fn tw(args: &[&str]) -> Output {
+    Command::new(bin("throttlewatch")).args(args).stdin(Stdio::null()).output().unwrap()
+}
+
+fn leftovers() -> Vec<String> {
+    let h = Hierarchies::discover().unwrap();
+    std::fs::read_dir(&h.cpu)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("throttlewatch-run-"))
+        .collect()
+}
+
+#[test]
+fn bad_input_is_one_clear_line_with_status_2() {
+    let _l = cpu_lock();
+    let d = Scratch::new("cli");
+    let log = d.0.join("never.jsonl");
+    let l = log.to_str().unwrap();
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["run", "--log", l, "--cpus", "abc", "--", "true"], &["--cpus", "\"abc\"", "expected"]),
+        (&["run", "--log", l, "--cpus", "-1", "--", "true"], &["--cpus", "-1"]),
+        (&["run", "--log", l, "--cpus", "0.5", "--burst", "200ms", "--", "true"], &["--burst", "200ms", "larger than the quota"]),
+        (&["run", "--log", l, "--burst", "5ms", "--", "true"], &["--burst", "needs a quota"]),
+        (&["run", "--log", l, "--burst", "lots", "--cpus", "1", "--", "true"], &["--burst", "lots"]),
+        (&["run", "--log", l, "--cpuset", "0-999", "--", "true"], &["--cpuset", "0-999", "not available"]),
+        (&["run", "--log", l, "--cpuset", "two", "--", "true"], &["--cpuset", "two"]),
+        (&["run", "--log", l, "--", "no-such-command-tw"], &["command not found", "no-such-command-tw"]),
+        (&["run", "--log", "/nonexistent-dir/x.jsonl", "--", "true"], &["--log", "does not exist"]),
+        (&["run", "--log", l, "--threshold", "soon", "--", "true"], &["--threshold", "soon"]),
+        (&["watch", "--log", l, "--cgroup", "/no/such/group"], &["--cgroup", "/no/such/group", "no such cgroup"]),
+        (&["watch", "--log", l, "--pid", "999999999"], &["--pid", "999999999", "no such process"]),
+        (&["watch", "--log", l, "--pid", "abc"], &["--pid", "abc"]),
+        (&["watch", "--log", l, "--pid", "1", "--duration", "forever"], &["--duration", "forever"]),
+    ];
+    for (args, wants) in cases {
+        let o = tw(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line, got: {err}");
+        for w in *wants {
+            assert!(err.contains(w), "{args:?}: {err:?} should mention {w}");
+        }
+        assert!(!log.exists(), "{args:?}: a log was left behind");
+    }
+    assert!(leftovers().is_empty(), "stray cgroups: {:?}", leftovers());
+}
+
+#[test]
+fn exit_status_and_signals_pass_through() {
+    let _l = cpu_lock();
+    let d = Scratch::new("cli2");
+    let log = d.0.join("x.jsonl");
+    let l = log.to_str().unwrap();
+    let o = tw(&["run", "--quiet", "--log", l, "--cpus", "0.5", "--", "sh", "-c", "echo out; exit 7"]);
+    assert_eq!(o.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "out\n", "stdout passes through");
+    let end = read_log(&log);
+    assert_eq!(of_type(&end, "end")[0]["exit_code"], 7);
+    let o = tw(&["run", "--quiet", "--log", l, "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.status.code(), Some(128 + 15));
+
+    // SIGTERM to throttlewatch: the command is stopped, the end record written.
+    let child = Command::new(bin("throttlewatch"))
+        .args(["run", "--quiet", "--log", l, "--cpus", "0.2", "--", "sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(128 + 15));
+    let log_v = read_log(&log);
+    let end = of_type(&log_v, "end");
+    assert_eq!(end.len(), 1);
+    assert_eq!(end[0]["reason"], "signal");
+    assert!(leftovers().is_empty(), "stray cgroups: {:?}", leftovers());
+}
+
+#[test]
+fn watch_an_existing_cgroup_for_a_duration() {
+    let _l = cpu_lock();
+    let h = Hierarchies::discover().unwrap();
+    let cg = TransientCgroup::create(&h, &format!("/tw-test-watch-{}", std::process::id())).unwrap();
+    cg.group.set_quota(Some(20_000), 100_000).unwrap();
+    let mut b = Command::new(bin("tw-burn")).args(["--threads", "2", "--ms", "3000"]).stdout(Stdio::null()).spawn().unwrap();
+    for t in std::fs::read_dir(format!("/proc/{}/task", b.id())).unwrap().flatten() {
+        let _ = std::fs::write(cg.group.cpu_dir.join("tasks"), t.file_name().to_str().unwrap());
+    }
+    let d = Scratch::new("watch");
+    let log = d.0.join("w.jsonl");
+    let o = tw(&["watch", "--pid", &b.id().to_string(), "--duration", "1500ms", "--json", "--log", log.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let json_lines: Vec<serde_json::Value> = err.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert!(json_lines.iter().any(|v| v["type"] == "throttle"), "--json shows live throttle events");
+    assert!(json_lines.iter().any(|v| v["type"] == "end"));
+    let v = read_log(&log);
+    assert_eq!(of_type(&v, "start")[0]["cgroup_path"], cg.group.rel.as_str());
+    let end = of_type(&v, "end")[0];
+    assert_eq!(end["reason"], "duration");
+    assert!(end["freezes"].as_u64().unwrap() > 0);
+    b.kill().unwrap();
+    b.wait().unwrap();
+    // The full path under the mount is accepted too.
+    let full = cg.group.cpu_dir.to_str().unwrap().to_string();
+    let o = tw(&["watch", "--cgroup", &full, "--duration", "200ms", "--quiet", "--log", log.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(Path::new(&log).exists());
+}
+
+#[test]
+fn topology_on_a_fixture_tree() {
+    let d = Scratch::new("topo");
+    let sys = d.0.join("sys");
+    let w = |p: &str, s: &str| {
+        let f = sys.join(p);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, s).unwrap();
+    };
+    w("devices/system/cpu/online", "0-7\n");
+    w("devices/system/node/node0/cpulist", "0-3\n");
+    w("devices/system/node/node1/cpulist", "4-7\n");
+    for (i, bus) in ["0000:1a:00.0", "0000:9b:00.0"].iter().enumerate() {
+        w(&format!("bus/pci/devices/{bus}/vendor"), "0x10de\n");
+        w(&format!("bus/pci/devices/{bus}/class"), "0x030200\n");
+        w(&format!("bus/pci/devices/{bus}/numa_node"), &format!("{i}\n"));
+    }
+    let o = tw(&[
+        "topology",
+        "--sysfs-root",
+        sys.to_str().unwrap(),
+        "--procfs-root",
+        d.0.join("proc").to_str().unwrap(),
+        "--annotation",
+        "throttlewatch.io/cpuset=gpu-local",
+        "--env",
+        "NVIDIA_VISIBLE_DEVICES=1",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["plan"]["cpus"], "4-7", "GPU 1 sits on node 1: {v}");
+    assert_eq!(v["topology"]["gpus"].as_array().unwrap().len(), 2);
+}
