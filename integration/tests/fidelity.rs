@@ -92,7 +92,7 @@ fn assert_attribution(o: &Outcome, scenario: &str) {
     let e = end(o);
     assert_eq!(e["freezes"].as_u64().unwrap() as usize, recs.len());
     let top: BTreeSet<i64> = e["top_threads"].as_array().unwrap().iter().map(|t| t["tid"].as_i64().unwrap()).collect();
-    assert!(top.iter().all(|t| o.tids.contains(t)));
+    assert!(top.iter().all(|t| o.tids.contains(t) || *t == o.pid), "top offenders are workload threads");
 }
 
 #[test]
@@ -101,7 +101,7 @@ fn spread_across_cpus_with_an_unwatched_neighbour() {
     // An unwatched, throttled neighbour in its own cgroup, running the whole time.
     let h = Hierarchies::discover().unwrap();
     let n = TransientCgroup::create(&h, &format!("/tw-test-neighbour-{}", std::process::id())).unwrap();
-    n.group.set_quota(Some(30_000), 100_000).unwrap();
+    n.group.set_quota(Some(15_000), 100_000).unwrap();
     let mut neighbour = Command::new(bin("tw-burn")).args(["--threads", "2", "--ms", "4000"]).stdout(Stdio::piped()).spawn().unwrap();
     n.group.add_pid(neighbour.id()).unwrap();
     for t in std::fs::read_dir(format!("/proc/{}/task", neighbour.id())).unwrap() {

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The VM lane of the test suite: the root tests that matter for a different
+# kernel and cgroup layout, run inside a Linux 6.1 guest with pure cgroup v2
+# (dequeue-based throttling, fentry available). One boot runs them all.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+# Test executables by target name, from cargo's own build plan.
+exes=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+want = {"load", "fidelity", "vm_v2"}
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in want \
+            and "test" in m["target"]["kind"]:
+        print(m["target"]["name"], m["executable"])
+')
+script=$(mktemp)
+trap 'rm -f "$script"' EXIT
+while read -r name exe; do
+  [[ -n "$name" ]] || continue
+  echo "$exe --test-threads=1 --nocapture" >>"$script"
+done <<<"$exes"
+[[ -s "$script" ]] || { echo "lane: no test executables found" >&2; exit 1; }
+exec integration/vm/run.sh --timeout 900 --script "$script"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Idempotent set-up for building and running throttlewatch on a Debian/Ubuntu
+# machine: the BPF toolchain, then a release build.
+#   scripts/setup.sh            build dependencies + release build
+#   scripts/setup.sh --test     also what the test suite drives (runc, containerd,
+#                               dockerd, busybox, perf, QEMU for the VM lane)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_PKGS=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc)
+TEST_PKGS=(runc busybox-static containerd docker.io linux-perf qemu-system-x86 cpio iproute2 procps)
+
+want=("${BUILD_PKGS[@]}")
+[[ "${1:-}" == "--test" ]] && want+=("${TEST_PKGS[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "setup: cargo not found; install Rust with rustup (https://rustup.rs) first" >&2
+  exit 1
+fi
+
+# BTF is what makes the probes portable (CO-RE); without it nothing loads.
+[[ -r /sys/kernel/btf/vmlinux ]] || { echo "setup: this kernel has no BTF (/sys/kernel/btf/vmlinux)" >&2; exit 1; }
+
+cargo build --release --workspace --bins --quiet
+echo "setup: built target/release/{throttlewatch,throttlewatch-hook,throttlewatch-runtime,containerd-shim-throttlewatch-v2}" >&2
