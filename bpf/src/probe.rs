@@ -129,6 +129,8 @@ impl ThrottleProbe {
             }
             open.progs.tw_switch_btf.set_autoload(kind == ProbeKind::TpBtf);
             open.progs.tw_switch_raw.set_autoload(kind == ProbeKind::RawTp);
+            open.progs.tw_hrtimer_btf.set_autoload(kind == ProbeKind::TpBtf);
+            open.progs.tw_hrtimer_raw.set_autoload(kind == ProbeKind::RawTp);
             open.load().map_err(ProbeError::Load)
         };
         let (skel, kind) = if opts.force_raw_tp {
@@ -143,11 +145,14 @@ impl ThrottleProbe {
                 }
             }
         };
-        let link = match kind {
-            ProbeKind::TpBtf => skel.progs.tw_switch_btf.attach(),
-            ProbeKind::RawTp => skel.progs.tw_switch_raw.attach_raw_tracepoint("sched_switch"),
-        }
-        .map_err(|source| ProbeError::Attach { prog: kind.as_str(), source })?;
+        let attach = |r: Result<Link, libbpf_rs::Error>| r.map_err(|source| ProbeError::Attach { prog: kind.as_str(), source });
+        let links = match kind {
+            ProbeKind::TpBtf => vec![attach(skel.progs.tw_switch_btf.attach())?, attach(skel.progs.tw_hrtimer_btf.attach())?],
+            ProbeKind::RawTp => vec![
+                attach(skel.progs.tw_switch_raw.attach_raw_tracepoint("sched_switch"))?,
+                attach(skel.progs.tw_hrtimer_raw.attach_raw_tracepoint("hrtimer_expire_entry"))?,
+            ],
+        };
 
         let queue: Rc<RefCell<Vec<Event>>> = Rc::default();
         let q = queue.clone();
@@ -161,7 +166,7 @@ impl ThrottleProbe {
         .map_err(ProbeError::Map)?;
         let rb = b.build().map_err(ProbeError::Map)?;
         let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
-        Ok(ThrottleProbe { skel, rb, queue, _links: vec![link], model, kind, ncpus })
+        Ok(ThrottleProbe { skel, rb, queue, _links: links, model, kind, ncpus })
     }
 
     pub fn model(&self) -> ThrottleModel {

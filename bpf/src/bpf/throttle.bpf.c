@@ -64,6 +64,20 @@ struct {
 	__type(value, struct frozen);
 } frozen_by_tid SEC(".maps");
 
+/* When the bandwidth timers of a throttled group last ran (the moment the
+ * kernel unthrottles and stops its clock), keyed by task_group address. */
+struct timer_runs {
+	__u64 period_ns;
+	__u64 slack_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct timer_runs);
+} bandwidth_timers SEC(".maps");
+
 /* Threads currently frozen, episodes currently open: while both are zero a
  * switch-in costs two loads. Maintained with atomics on the slow path. */
 __u64 nr_frozen = 0;
@@ -153,35 +167,47 @@ static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now, __u64 t
 		return;
 	ep->tg = tg;
 	ep->open_ns = now;
+	if (tg) {
+		struct timer_runs zero_runs = {};
+		bpf_map_update_elem(&bandwidth_timers, &tg, &zero_runs, BPF_NOEXIST);
+	}
 	__sync_fetch_and_add(&nr_open, 1);
 }
 
 /* When was the group unthrottled? The kernel stops its clock in
  * unthrottle_cfs_rq(), called from the bandwidth period timer (or the
  * slack timer) of the throttled group; a thread of the group switches in
- * only after that, later still when other tasks hold the CPU. Both timers
- * run on CLOCK_MONOTONIC, the clock of bpf_ktime_get_ns(): the period
- * timer has been forwarded to the next boundary when it ran, so the last
- * boundary is expires - period. The latest timer run inside the episode is
- * its end; without one (timer state unreadable), the switch-in is. */
+ * only after that, later still when other tasks hold the CPU. The
+ * hrtimer_expire_entry program below records when those timers ran
+ * (CLOCK_MONOTONIC, like bpf_ktime_get_ns()). Without a record, the last
+ * period boundary (the timer was forwarded when it ran: expires - period)
+ * stands in; without either, the switch-in does. */
 static __always_inline __u64 unthrottled_at(__u64 tgp, __u64 open, __u64 now)
 {
 	struct task_group *tg = (void *)tgp;
-	__s64 period, expires, slack;
+	struct timer_runs *runs;
+	__s64 period, expires;
 	__u64 best = 0, t;
 
 	if (!tg)
 		return now;
+	runs = bpf_map_lookup_elem(&bandwidth_timers, &tgp);
+	if (runs) {
+		t = runs->period_ns;
+		if (t > open && t <= now)
+			best = t;
+		t = runs->slack_ns;
+		if (t > open && t <= now && t > best)
+			best = t;
+		if (best)
+			return best;
+	}
 	period = BPF_CORE_READ(tg, cfs_bandwidth.period);
 	expires = BPF_CORE_READ(tg, cfs_bandwidth.period_timer.node.expires);
-	slack = BPF_CORE_READ(tg, cfs_bandwidth.slack_timer.node.expires);
 	t = (__u64)(expires - period);
 	if (period > 0 && expires > period && t > open && t <= now)
-		best = t;
-	t = (__u64)slack;
-	if (slack > 0 && t > open && t <= now && t > best)
-		best = t;
-	return best ? best : now;
+		return t;
+	return now;
 }
 
 /* Close the episode of (cg, cpu) if one is open and began no later than
@@ -338,3 +364,40 @@ int BPF_PROG(tw_switch_raw, bool preempt, struct task_struct *prev, struct task_
 
 /* Makes the skeleton emit the ABI type for user space. */
 struct tw_event _tw_event_abi = {};
+
+/* Records when the CFS bandwidth timers of groups with open episodes run.
+ * Fires for every hrtimer expiry on the node (a few thousand a second, not
+ * per context switch) and returns at once while no episode is open. */
+static __always_inline int record_timer_run(__u64 timer)
+{
+	__u64 base, tg, t;
+	struct timer_runs *runs;
+
+	if (!nr_open)
+		return 0;
+	base = timer - bpf_core_field_offset(struct task_group, cfs_bandwidth);
+	t = bpf_ktime_get_ns();
+	tg = base - bpf_core_field_offset(struct cfs_bandwidth, period_timer);
+	runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
+	if (runs) {
+		runs->period_ns = t;
+		return 0;
+	}
+	tg = base - bpf_core_field_offset(struct cfs_bandwidth, slack_timer);
+	runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
+	if (runs)
+		runs->slack_ns = t;
+	return 0;
+}
+
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(tw_hrtimer_btf, struct hrtimer *timer)
+{
+	return record_timer_run((__u64)timer);
+}
+
+SEC("raw_tp/hrtimer_expire_entry")
+int BPF_PROG(tw_hrtimer_raw, struct hrtimer *timer)
+{
+	return record_timer_run((__u64)timer);
+}
