@@ -7,7 +7,7 @@ use std::process::Command;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGS: &[&str] = &["throttle"];
+const PROGS: &[&str] = &["throttle", "fentry"];
 
 fn vmlinux_h(out: &Path) -> PathBuf {
     let dir = out.join("vmlinux");

@@ -27,9 +27,11 @@ impl Engine {
     /// Start watching a container: open its log, then add its cgroup to the
     /// watch map. Returns the cgroup id.
     pub fn watch(&mut self, spec: SessionSpec, cgroup: CpuCgroup) -> anyhow::Result<u64> {
+        let desc = self.probe.description();
         let info = StartInfo {
             model: self.probe.model().as_str(),
-            probe: self.probe.kind().as_str(),
+            probe: &desc,
+            fentry_now: None,
             lost_now: self.probe.lost_events(),
             episodes_now: throttlewatch_bpf::EpisodeTotals::default(),
         };
@@ -39,6 +41,7 @@ impl Engine {
         }
         let mut info = info;
         info.episodes_now = self.probe.episode_totals(id);
+        info.fentry_now = self.probe.fentry_totals(id);
         let s = Session::open(spec, cgroup, info)?;
         self.probe.watch(id)?;
         self.sessions.insert(id, s);
@@ -99,14 +102,20 @@ impl Engine {
     /// The `end` record as it would be now, without ending.
     pub fn summary(&self, id: u64, reason: &str) -> Option<End> {
         let s = self.sessions.get(&id)?;
-        Some(s.summary(reason, None, self.probe.episode_totals(id), self.probe.lost_events()))
+        Some(s.summary(reason, None, self.probe.episode_totals(id), self.probe.lost_events(), self.probe.fentry_totals(id)))
     }
 
     /// Stop watching: final drain, `end` record, log closed, watch-map entry removed.
     pub fn finish(&mut self, id: u64, reason: &str, exit_code: Option<i32>) -> Option<(End, Session)> {
         self.pump(&mut |_, _, _| {});
         let mut s = self.sessions.remove(&id)?;
-        let end = s.summary(reason, exit_code, self.probe.episode_totals(id), self.probe.lost_events());
+        let end = s.summary(
+            reason,
+            exit_code,
+            self.probe.episode_totals(id),
+            self.probe.lost_events(),
+            self.probe.fentry_totals(id),
+        );
         if let Err(e) = s.finish(&end) {
             tracing::warn!("{}: finishing log: {e}", s.spec.log_path.display());
         }

@@ -85,6 +85,7 @@ pub struct Session {
     ancestor: Option<CpuCgroup>,
     baseline_ancestor: CpuStat,
     baseline_episodes: EpisodeTotals,
+    baseline_fentry: Option<EpisodeTotals>,
     source: KernelSource,
     #[allow(dead_code)]
     started_mono: u64,
@@ -97,6 +98,7 @@ pub struct Session {
 pub struct StartInfo<'a> {
     pub model: &'a str,
     pub probe: &'a str,
+    pub fentry_now: Option<EpisodeTotals>,
     pub lost_now: u64,
     pub episodes_now: EpisodeTotals,
 }
@@ -171,6 +173,7 @@ impl Session {
             ancestor,
             baseline_ancestor,
             baseline_episodes: info.episodes_now,
+            baseline_fentry: info.fentry_now,
             source,
             started_mono: Clock::monotonic_ns(),
             started_unix_ns: if carried.started_unix_ns > 0 { carried.started_unix_ns } else { logfmt::now_unix_ns() },
@@ -263,7 +266,14 @@ impl Session {
     }
 
     /// The `end` record's content at this moment.
-    pub fn summary(&self, reason: &str, exit_code: Option<i32>, episodes: EpisodeTotals, lost_now: u64) -> End {
+    pub fn summary(
+        &self,
+        reason: &str,
+        exit_code: Option<i32>,
+        episodes: EpisodeTotals,
+        lost_now: u64,
+        fentry: Option<EpisodeTotals>,
+    ) -> End {
         let now = self.cgroup.cpu_stat().unwrap_or(self.baseline);
         let local = self.cgroup.cpu_stat_local().ok().flatten();
         let d = now.since(&self.baseline);
@@ -291,6 +301,10 @@ impl Session {
             probe_throttled_ns: self.probe_ns(episodes),
             probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count) + self.carried.probe_episodes,
             unwatched_throttled_ns: self.carried.unwatched_ns,
+            fentry_throttled_ns: fentry
+                .zip(self.baseline_fentry)
+                .map(|(now, base)| now.total_ns.saturating_sub(base.total_ns))
+                .filter(|_| self.spec.resume.is_none()),
             kernel_throttled_ns: self.kernel_throttled_ns(&now, local.as_ref()),
             kernel_source: self.source().as_str().into(),
             nr_periods: d.nr_periods,

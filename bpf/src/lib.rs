@@ -7,6 +7,7 @@ mod skel {
 }
 
 pub mod event;
+pub mod fentry;
 pub mod probe;
 
 pub use event::{Event, EpisodeEvent, FreezeEvent};

@@ -80,6 +80,8 @@ impl ProbeKind {
 pub struct ProbeOptions {
     /// Use raw_tp even where tp_btf would load (tests, old kernels).
     pub force_raw_tp: bool,
+    /// Do not try the optional fentry/fexit view.
+    pub no_fentry: bool,
     /// Wake the reader when this many bytes are waiting (0: never; the
     /// reader polls on a timer). Waking per event makes the reader preempt
     /// the watched threads, which then produce more events.
@@ -96,6 +98,8 @@ pub struct EpisodeTotals {
 
 pub struct ThrottleProbe {
     skel: ThrottleSkel<'static>,
+    fentry: Option<crate::fentry::FentryProbe>,
+    fentry_error: Option<String>,
     rb: RingBuffer<'static>,
     queue: Rc<RefCell<Vec<Event>>>,
     _links: Vec<Link>,
@@ -166,7 +170,18 @@ impl ThrottleProbe {
         .map_err(ProbeError::Map)?;
         let rb = b.build().map_err(ProbeError::Map)?;
         let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
-        Ok(ThrottleProbe { skel, rb, queue, _links: links, model, kind, ncpus })
+        let (fentry, fentry_error) = if opts.no_fentry {
+            (None, Some("disabled".to_string()))
+        } else {
+            match crate::fentry::FentryProbe::load(&skel.maps.watched) {
+                Ok(f) => (Some(f), None),
+                Err(e) => {
+                    tracing::info!("optional fentry view not loaded: {e}");
+                    (None, Some(e.to_string()))
+                }
+            }
+        };
+        Ok(ThrottleProbe { skel, fentry, fentry_error, rb, queue, _links: links, model, kind, ncpus })
     }
 
     pub fn model(&self) -> ThrottleModel {
@@ -175,6 +190,25 @@ impl ThrottleProbe {
 
     pub fn kind(&self) -> ProbeKind {
         self.kind
+    }
+
+    /// What is attached, for the log's `start` record: "tp_btf", or
+    /// "tp_btf+fentry" when the optional fentry view loaded too.
+    pub fn description(&self) -> String {
+        match self.fentry {
+            Some(_) => format!("{}+fentry", self.kind.as_str()),
+            None => self.kind.as_str().to_string(),
+        }
+    }
+
+    /// Why the fentry view is not there (None when it is).
+    pub fn fentry_error(&self) -> Option<&str> {
+        self.fentry_error.as_deref()
+    }
+
+    /// Episode totals from fexit(throttle_cfs_rq)/fentry(unthrottle_cfs_rq), where loaded.
+    pub fn fentry_totals(&self, cgroup_id: u64) -> Option<EpisodeTotals> {
+        self.fentry.as_ref().map(|f| f.totals(cgroup_id, self.ncpus))
     }
 
     /// Start producing events for a cgroup (cpu-controller kernfs id).
@@ -191,6 +225,9 @@ impl ThrottleProbe {
         let _ = self.skel.maps.watched.delete(&cgroup_id.to_ne_bytes());
         for cpu in 0..self.ncpus {
             let _ = self.skel.maps.episodes.delete(episode_key(cgroup_id, cpu).as_slice());
+        }
+        if let Some(f) = &self.fentry {
+            f.forget(cgroup_id, self.ncpus);
         }
         Ok(())
     }
@@ -223,11 +260,7 @@ impl ThrottleProbe {
             else {
                 continue;
             };
-            if v.len() < std::mem::size_of::<tw_episode>() {
-                continue;
-            }
-            // SAFETY: length checked; tw_episode is plain old data.
-            let e: tw_episode = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
+            let Some(e) = read_episode(&v) else { continue };
             t.total_ns += e.total_ns;
             t.count += e.count;
             t.open += u32::from(e.open_ns != 0);
@@ -236,7 +269,15 @@ impl ThrottleProbe {
     }
 }
 
-fn episode_key(cgroup_id: u64, cpu: u32) -> Vec<u8> {
+pub(crate) fn read_episode(v: &[u8]) -> Option<tw_episode> {
+    if v.len() < std::mem::size_of::<tw_episode>() {
+        return None;
+    }
+    // SAFETY: length checked; tw_episode is plain old data.
+    Some(unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) })
+}
+
+pub(crate) fn episode_key(cgroup_id: u64, cpu: u32) -> Vec<u8> {
     let k = tw_episode_key { cgroup_id, cpu, pad: 0 };
     let p = (&k as *const tw_episode_key).cast::<u8>();
     // SAFETY: reading the bytes of a POD value.

@@ -138,6 +138,10 @@ pub struct End {
     /// probe_throttled_ns + unwatched_throttled_ns tracks kernel_throttled_ns.
     #[serde(default)]
     pub unwatched_throttled_ns: u64,
+    /// The same episodes measured by fexit(throttle_cfs_rq) / fentry(unthrottle_cfs_rq),
+    /// where the kernel allows fentry and the group holds its own quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fentry_throttled_ns: Option<u64>,
 }
 
 impl End {

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
+pub mod bundle;
+pub mod containerd;
 pub mod daemons;
 
 /// A binary of this workspace, built by `cargo build --workspace` (the test

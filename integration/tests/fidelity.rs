@@ -181,3 +181,30 @@ fn with_burst() {
     let e = end(&o);
     assert!(e["nr_bursts"].as_u64().unwrap() > 0, "the burst was used: {e}");
 }
+
+/// The optional fentry/fexit view (throttle_cfs_rq / unthrottle_cfs_rq)
+/// agrees with the tp_btf episodes. This kernel may refuse fentry (the build
+/// VMs answer EPERM): then the test says so loudly, and the VM lane — where
+/// fentry loads — requires it.
+#[test]
+fn fentry_view_agrees_with_tp_btf() {
+    let _l = cpu_lock();
+    let o = run(&["--cpus", "0.4"], &["--threads", "2", "--ms", "2000", "--pin", "spread"]);
+    let probe = of_type(&o.log, "start")[0]["probe"].as_str().unwrap().to_string();
+    let in_vm = std::env::var_os("THROTTLEWATCH_VM").is_some();
+    if !probe.contains("fentry") {
+        assert!(!in_vm, "fentry must load in the VM lane, got probe {probe}");
+        eprintln!(
+            "\n*** fentry/fexit did NOT load on this kernel ({}): the fentry view is unchecked here; the VM lane runs this test with fentry ***\n",
+            std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim()
+        );
+        return;
+    }
+    let e = end(&o);
+    let f = e["fentry_throttled_ns"].as_f64().expect("fentry total in the end record");
+    let p = e["probe_throttled_ns"].as_f64().unwrap();
+    let k = e["kernel_throttled_ns"].as_f64().unwrap();
+    eprintln!("fentry view: fentry {f} ns, tp_btf {p} ns, kernel {k} ns");
+    assert!((f - p).abs() / p <= 0.02, "fentry {f} vs tp_btf {p}");
+    assert!((f - k).abs() / k <= 0.02, "fentry {f} vs kernel {k}");
+}

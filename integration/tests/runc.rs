@@ -58,7 +58,7 @@ fn assert_lifecycle(log: &[Value], cgroup_throttled_ns: u64, what: &str) -> Valu
     );
     assert!(err(probe, kernel) <= 0.02, "{what}: probe {probe} vs kernel {kernel}");
     assert!(err(probe, cgroup_throttled_ns) <= 0.02, "{what}: probe {probe} vs cpu.stat {cgroup_throttled_ns}");
-    assert_eq!(end["reason"], "poststop", "{what}: end written at delete");
+    assert_eq!(end["reason"], "delete", "{what}: end written at delete");
     start
 }
 

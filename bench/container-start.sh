@@ -1,0 +1,117 @@
+#!/bin/sh
+# Container start latency: throttlewatch-runtime (wrapper + createRuntime hook
+# + register with a running agent) against plain runc, on the same bundle,
+# interleaved. Each round restores the pristine config.json (as containerd and
+# dockerd hand the runtime a fresh bundle), times `run -d`, then deletes.
+#
+#   bench/container-start.sh [ROUNDS]          (default 20; run as root)
+#
+# Binaries: $TW_BIN_DIR (default target/release when the wrapper is built
+# there, else target/debug); the agent is `throttlewatch` from the same dir or
+# target/debug. Prints the median of each and the ratio of medians (target <= 1.15).
+set -eu
+
+ROUNDS=${1:-20}
+cd "$(dirname "$0")/.."
+if [ -z "${TW_BIN_DIR:-}" ]; then
+    if [ -x target/release/throttlewatch-runtime ] && [ -x target/release/throttlewatch-hook ]; then
+        TW_BIN_DIR=target/release
+    else
+        TW_BIN_DIR=target/debug
+    fi
+fi
+TW_BIN_DIR=$(cd "$TW_BIN_DIR" && pwd)
+AGENT=$TW_BIN_DIR/throttlewatch
+[ -x "$AGENT" ] || AGENT=$(pwd)/target/debug/throttlewatch
+RUNC=${RUNC:-$(command -v runc)}
+for b in "$TW_BIN_DIR/throttlewatch-runtime" "$TW_BIN_DIR/throttlewatch-hook" "$AGENT" "$RUNC" /bin/busybox; do
+    [ -x "$b" ] || { echo "missing $b (cargo build --workspace --bins; apt-get install runc busybox-static)" >&2; exit 1; }
+done
+
+W=$(mktemp -d /tmp/tw-bench.XXXXXX)
+# Runtime state (socket, agent state, burst records) on tmpfs, as /run is on
+# production hosts; logs on disk, as /var/log is.
+RUN=$(mktemp -d /dev/shm/tw-bench-run.XXXXXX)
+AGENT_PID=
+cleanup() {
+    for r in plain tw; do
+        for id in $("$RUNC" --root "$W/root-$r" list -q 2>/dev/null); do
+            "$RUNC" --root "$W/root-$r" delete -f "$id" >/dev/null 2>&1 || true
+        done
+    done
+    [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
+    rmdir /sys/fs/cgroup/*/tw-bench-$$ 2>/dev/null || true
+    rm -rf "$W" "$RUN"
+}
+trap cleanup EXIT INT TERM
+
+# A busybox-static bundle with a CPU quota and a burst annotation (real QoS work for the hook).
+mkdir -p "$W/bundle/rootfs/bin" "$W/bundle/rootfs/proc" "$W/bundle/rootfs/dev" "$W/bundle/rootfs/sys"
+cp /bin/busybox "$W/bundle/rootfs/bin/busybox"
+ln -s busybox "$W/bundle/rootfs/bin/sh"
+ln -s busybox "$W/bundle/rootfs/bin/sleep"
+"$RUNC" spec --bundle "$W/bundle"
+python3 - "$W/bundle/config.json" "$$" <<'PY'
+import json, sys
+p, pid = sys.argv[1], sys.argv[2]
+c = json.load(open(p))
+c["process"]["terminal"] = False
+c["process"]["args"] = ["sleep", "60"]
+c["annotations"] = {"throttlewatch.io/cpu-burst": "10ms"}
+c["linux"]["resources"]["cpu"] = {"quota": 50000, "period": 100000}
+c["linux"]["cgroupsPath"] = "/tw-bench-%s/c" % pid
+json.dump(c, open(p, "w"))
+PY
+cp "$W/bundle/config.json" "$W/pristine.json"
+
+cat > "$W/tw.toml" <<TOML
+log_dir = "$W/logs"
+socket = "$RUN/agent.sock"
+state_dir = "$RUN"
+metrics_addr = ""
+start_agent = false
+TOML
+"$AGENT" agent --config "$W/tw.toml" >"$W/agent.out" 2>&1 &
+AGENT_PID=$!
+i=0
+until [ -S "$RUN/agent.sock" ]; do
+    i=$((i + 1)); [ $i -lt 200 ] || { echo "agent did not start:" >&2; cat "$W/agent.out" >&2; exit 1; }
+    sleep 0.05
+done
+sleep 0.5
+
+now_ns() { date +%s%N; }
+# one KIND ID: restore the bundle, time `run -d`, delete; prints microseconds.
+one() {
+    kind=$1; id=$2
+    cp "$W/pristine.json" "$W/bundle/config.json"
+    if [ "$kind" = plain ]; then
+        set -- "$RUNC" --root "$W/root-plain"
+    else
+        set -- "$TW_BIN_DIR/throttlewatch-runtime" --throttlewatch-config "$W/tw.toml" --root "$W/root-tw"
+    fi
+    t0=$(now_ns)
+    "$@" run -d --bundle "$W/bundle" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+    t1=$(now_ns)
+    "$@" delete -f "$id" >/dev/null 2>&1
+    echo $(( (t1 - t0) / 1000 ))
+}
+
+: >"$W/plain"; : >"$W/tw"
+one plain warm-p >/dev/null; one tw warm-t >/dev/null
+n=1
+while [ $n -le "$ROUNDS" ]; do
+    if [ $((n % 2)) -eq 0 ]; then order="plain tw"; else order="tw plain"; fi
+    for k in $order; do one "$k" "b$k$n" >>"$W/$k"; done
+    n=$((n + 1))
+done
+
+median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+mp=$(median "$W/plain"); mt=$(median "$W/tw")
+echo "binaries: $TW_BIN_DIR; runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating)"
+echo "plain runc run -d:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"
+echo "throttlewatch-runtime run -d:     median $(awk "BEGIN{printf \"%.1f\", $mt/1000}") ms (wrapper + createRuntime hook + register)"
+echo "ratio of medians (wrapper/plain): $(awk "BEGIN{printf \"%.3f\", $mt/$mp}") (target <= 1.15)"
+if ! grep -q '"type":"start"' "$W"/logs/*.jsonl 2>/dev/null; then
+    echo "warning: no start record in $W/logs: the hook did not register (see $W/logs/hook.log)" >&2
+fi

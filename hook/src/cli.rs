@@ -1,0 +1,104 @@
+//! The hook's command line: the stage, then `--config FILE`.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+/// The OCI hook stages the hook is installed for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    CreateRuntime,
+    Prestart,
+    Poststop,
+}
+
+impl Stage {
+    pub const ACCEPTED: &'static str = "createRuntime, prestart or poststop";
+
+    pub fn parse(s: &str) -> Option<Stage> {
+        match s {
+            "createRuntime" => Some(Stage::CreateRuntime),
+            "prestart" => Some(Stage::Prestart),
+            "poststop" => Some(Stage::Poststop),
+            _ => None,
+        }
+    }
+
+    /// The argument and the key in the spec's `hooks` object.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::CreateRuntime => "createRuntime",
+            Stage::Prestart => "prestart",
+            Stage::Poststop => "poststop",
+        }
+    }
+
+    pub fn starts_container(self) -> bool {
+        !matches!(self, Stage::Poststop)
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookArgs {
+    pub stage: Stage,
+    pub config: Option<PathBuf>,
+}
+
+pub const USAGE: &str = "usage: throttlewatch-hook createRuntime|prestart|poststop [--config FILE] (OCI state JSON on stdin)";
+
+impl HookArgs {
+    pub fn parse(args: &[OsString]) -> Result<HookArgs, String> {
+        let mut stage = None;
+        let mut config = None;
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let s = a.to_string_lossy();
+            if s == "--config" {
+                let v = it.next().ok_or_else(|| format!("--config needs a file; {USAGE}"))?;
+                config = Some(PathBuf::from(v));
+            } else if let Some(v) = s.strip_prefix("--config=") {
+                config = Some(PathBuf::from(v));
+            } else if stage.is_none() && !s.starts_with('-') {
+                stage = Some(Stage::parse(&s).ok_or_else(|| {
+                    format!("stage {s:?}: expected {}; {USAGE}", Stage::ACCEPTED)
+                })?);
+            } else {
+                return Err(format!("unexpected argument {s:?}; {USAGE}"));
+            }
+        }
+        let stage = stage.ok_or_else(|| format!("no stage given; {USAGE}"))?;
+        Ok(HookArgs { stage, config })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(a: &[&str]) -> Result<HookArgs, String> {
+        HookArgs::parse(&a.iter().map(OsString::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn stage_and_config() {
+        let a = p(&["createRuntime", "--config", "/etc/tw.toml"]).unwrap();
+        assert_eq!(a.stage, Stage::CreateRuntime);
+        assert_eq!(a.config, Some(PathBuf::from("/etc/tw.toml")));
+        assert_eq!(p(&["--config=/x", "poststop"]).unwrap().stage, Stage::Poststop);
+    }
+
+    #[test]
+    fn errors_name_the_value() {
+        let e = p(&["createruntime"]).unwrap_err();
+        assert!(e.contains("\"createruntime\"") && e.contains("createRuntime, prestart or poststop"), "{e}");
+        assert!(p(&[]).unwrap_err().contains("no stage"));
+        assert!(p(&["prestart", "--config"]).unwrap_err().contains("--config needs"));
+        assert!(p(&["prestart", "--bogus"]).unwrap_err().contains("--bogus"));
+    }
+}

@@ -1,0 +1,62 @@
+//! The OCI hook of throttlewatch: applies annotation QoS to a container's
+//! cgroup and registers it with the node agent (createRuntime / prestart),
+//! then unregisters it (poststop). No BPF, no async runtime: it runs inside
+//! every container start and must stay fast.
+//!
+//! Fail-open (the default): every error is one line on stderr and in
+//! `<log_dir>/hook.log`, and the hook exits 0 so the container starts.
+//! Fail-closed: the hook exits non-zero and the runtime refuses the create.
+
+pub mod agent;
+pub mod burst_record;
+pub mod cli;
+pub mod qos;
+pub mod report;
+pub mod spec;
+pub mod stages;
+pub mod state;
+pub mod timefmt;
+
+use std::ffi::OsString;
+
+use throttlewatch_core::config::{Config, FailMode};
+
+use crate::cli::HookArgs;
+use crate::report::Reporter;
+
+/// Prefix of every line the hook prints.
+pub const NAME: &str = "throttlewatch-hook";
+
+/// Run the hook with its arguments (without argv[0]); returns the exit code.
+pub fn run(args: Vec<OsString>) -> i32 {
+    let args = match HookArgs::parse(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{NAME}: {e}");
+            return 2;
+        }
+    };
+    let cfg = match Config::load(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            // Without a configuration there is no log dir and no fail mode:
+            // say so and let the container start (fail-open is the default).
+            eprintln!("{NAME}: {e}; the container is not watched");
+            return 0;
+        }
+    };
+    let mut rep = Reporter::new(&cfg, args.stage);
+    let outcome = stages::run_stage(&args, &cfg, &mut rep, std::io::stdin().lock());
+    match (outcome, cfg.fail_mode) {
+        (Ok(()), _) if !rep.failed() => 0,
+        (Ok(()), FailMode::Open) => 0,
+        (Ok(()), FailMode::Closed) => 1,
+        (Err(e), mode) => {
+            rep.error(&format!("{e:#}"));
+            match mode {
+                FailMode::Open => 0,
+                FailMode::Closed => 1,
+            }
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Where the hook's errors go: one line on stderr (the runtime shows it when
+//! the hook fails) and the same line appended to `<log_dir>/hook.log` (0640),
+//! which is the only file the hook writes in the log directory.
+
+use std::fs::{DirBuilder, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+use throttlewatch_core::config::Config;
+
+use crate::cli::Stage;
+use crate::timefmt::now_rfc3339;
+use crate::NAME;
+
+pub const HOOK_LOG: &str = "hook.log";
+
+pub struct Reporter {
+    log_dir: PathBuf,
+    stage: Stage,
+    container: Option<String>,
+    failures: usize,
+    /// Lines also kept in memory (tests, and the qos summary).
+    pub lines: Vec<String>,
+}
+
+impl Reporter {
+    pub fn new(cfg: &Config, stage: Stage) -> Reporter {
+        Reporter { log_dir: cfg.log_dir.clone(), stage, container: None, failures: 0, lines: vec![] }
+    }
+
+    pub fn set_container(&mut self, id: &str) {
+        self.container = Some(id.to_string());
+    }
+
+    /// Whether an error was reported (fail-closed turns this into a refusal).
+    pub fn failed(&self) -> bool {
+        self.failures > 0
+    }
+
+    pub fn hook_log_path(&self) -> PathBuf {
+        self.log_dir.join(HOOK_LOG)
+    }
+
+    /// An error: printed, logged, and counted.
+    pub fn error(&mut self, msg: &str) {
+        self.failures += 1;
+        self.emit(msg);
+    }
+
+    /// A problem that does not fail the stage: printed and logged.
+    pub fn warn(&mut self, msg: &str) {
+        self.emit(msg);
+    }
+
+    /// Something worth knowing that is not an error (hook.log only).
+    pub fn note(&mut self, msg: &str) {
+        self.append(&format!("note: {msg}"));
+    }
+
+    fn emit(&mut self, msg: &str) {
+        // One line: a value with a newline in it must not forge a second line.
+        let msg = msg.replace('\n', "\\n");
+        eprintln!("{NAME}: {msg}");
+        self.append(&msg);
+        self.lines.push(msg);
+    }
+
+    fn append(&self, msg: &str) {
+        let id = self.container.as_deref().map(|c| format!(" container {c:?}")).unwrap_or_default();
+        let line = format!("{} {}{id}: {}\n", now_rfc3339(), self.stage, msg.replace('\n', "\\n"));
+        if let Err(e) = self.write_line(&line) {
+            eprintln!("{NAME}: cannot append to {}: {e}", self.hook_log_path().display());
+        }
+    }
+
+    fn write_line(&self, line: &str) -> std::io::Result<()> {
+        if !self.log_dir.is_dir() {
+            DirBuilder::new().recursive(true).mode(0o750).create(&self.log_dir)?;
+        }
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o640)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.hook_log_path())?;
+        f.write_all(line.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn errors_go_to_hook_log_0640() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config { log_dir: d.path().join("logs"), ..Config::default() };
+        let mut r = Reporter::new(&cfg, Stage::CreateRuntime);
+        r.set_container("a..b");
+        r.error("throttlewatch.io/cpu-burst=\"abc\": expected a duration\nforged");
+        assert!(r.failed());
+        let p = d.path().join("logs").join(HOOK_LOG);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(text.contains("createRuntime container \"a..b\": throttlewatch.io/cpu-burst=\"abc\""), "{text}");
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o640);
+    }
+}

@@ -1,0 +1,135 @@
+//! The parts of a bundle's `config.json` the hook reads: annotations, the
+//! process environment and the CPU resources. Opened with `O_NOFOLLOW` so a
+//! symlink planted in the bundle is never followed.
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub const CONFIG_JSON: &str = "config.json";
+/// config.json files above this size are refused (real ones are a few KiB).
+pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct BundleSpec {
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    pub process: Option<Process>,
+    #[serde(default)]
+    pub linux: Option<Linux>,
+    #[serde(default)]
+    pub hostname: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Process {
+    #[serde(default)]
+    pub env: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Linux {
+    #[serde(default)]
+    pub cgroups_path: Option<String>,
+    #[serde(default)]
+    pub resources: Option<Resources>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Resources {
+    #[serde(default)]
+    pub cpu: Option<Cpu>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Cpu {
+    #[serde(default)]
+    pub quota: Option<i64>,
+    #[serde(default)]
+    pub period: Option<u64>,
+}
+
+impl BundleSpec {
+    pub fn path(bundle: &Path) -> PathBuf {
+        bundle.join(CONFIG_JSON)
+    }
+
+    /// Load `<bundle>/config.json` without following a symlink there.
+    pub fn load(bundle: &Path) -> Result<BundleSpec, String> {
+        let path = Self::path(bundle);
+        let f = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => format!("{}: is a symlink; refused (never followed)", path.display()),
+                _ => format!("{}: {e}", path.display()),
+            })?;
+        let mut buf = Vec::new();
+        f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut buf).map_err(|e| format!("{}: {e}", path.display()))?;
+        if buf.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(format!("{}: larger than {MAX_CONFIG_BYTES} bytes", path.display()));
+        }
+        serde_json::from_slice(&buf).map_err(|e| format!("{}: not a valid OCI config.json: {e}", path.display()))
+    }
+
+    pub fn env(&self) -> &[String] {
+        self.process.as_ref().map(|p| p.env.as_slice()).unwrap_or_default()
+    }
+
+    /// The spec's CPU quota and period in µs (None: no quota).
+    pub fn cpu_quota(&self) -> (Option<u64>, Option<u64>) {
+        let cpu = self.linux.as_ref().and_then(|l| l.resources.as_ref()).and_then(|r| r.cpu.as_ref());
+        let quota = cpu.and_then(|c| c.quota).filter(|q| *q > 0).map(|q| q as u64);
+        (quota, cpu.and_then(|c| c.period))
+    }
+
+    /// A display name from well-known annotations (Kubernetes, nerdctl).
+    pub fn container_name(&self) -> String {
+        const KEYS: [&str; 3] = ["io.kubernetes.cri.container-name", "io.kubernetes.container.name", "nerdctl/name"];
+        KEYS.iter().find_map(|k| self.annotations.get(*k)).cloned().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_the_fields_it_needs() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join(CONFIG_JSON),
+            r#"{"ociVersion":"1.0.2","process":{"env":["A=1"],"args":["sh"]},"annotations":{"throttlewatch.io/cpu-burst":"20ms"},
+               "linux":{"cgroupsPath":"/tw/c1","resources":{"cpu":{"quota":30000,"period":100000}}},"unknown":{"x":1}}"#,
+        )
+        .unwrap();
+        let s = BundleSpec::load(d.path()).unwrap();
+        assert_eq!(s.env(), ["A=1".to_string()]);
+        assert_eq!(s.cpu_quota(), (Some(30_000), Some(100_000)));
+        assert_eq!(s.annotations["throttlewatch.io/cpu-burst"], "20ms");
+    }
+
+    #[test]
+    fn symlinked_config_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("real.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(d.path().join("real.json"), d.path().join(CONFIG_JSON)).unwrap();
+        let e = BundleSpec::load(d.path()).unwrap_err();
+        assert!(e.contains("symlink"), "{e}");
+    }
+
+    #[test]
+    fn malformed_config_names_the_file() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(CONFIG_JSON), "{not json").unwrap();
+        let e = BundleSpec::load(d.path()).unwrap_err();
+        assert!(e.contains("config.json") && e.contains("not a valid OCI config.json"), "{e}");
+    }
+}

@@ -1,0 +1,89 @@
+//! What the hook does at each stage.
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
+use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
+use throttlewatch_core::config::Config;
+use throttlewatch_core::logfmt::now_unix_ns;
+use throttlewatch_core::protocol::Register;
+use throttlewatch_qos::ExclusiveAllocator;
+
+use crate::cli::HookArgs;
+use crate::report::Reporter;
+use crate::spec::BundleSpec;
+use crate::state::OciState;
+use crate::{agent, burst_record, qos};
+
+pub fn run_stage(args: &HookArgs, cfg: &Config, rep: &mut Reporter, stdin: impl Read) -> anyhow::Result<()> {
+    let state = OciState::read(stdin).map_err(|e| anyhow!(e))?;
+    rep.set_container(&state.id);
+    if args.stage.starts_container() {
+        on_create(args, cfg, rep, &state)
+    } else {
+        on_poststop(cfg, rep, &state);
+        Ok(())
+    }
+}
+
+/// createRuntime / prestart: QoS into the cgroup, then register.
+fn on_create(args: &HookArgs, cfg: &Config, rep: &mut Reporter, st: &OciState) -> anyhow::Result<()> {
+    let spec = BundleSpec::load(&st.bundle).map_err(|e| anyhow!(e))?;
+    let pid = st.init_pid().ok_or_else(|| anyhow!("the OCI state of container {:?} has no pid", st.id))?;
+    let h = Hierarchies::discover().context("cgroup hierarchies")?;
+    // From the kernel, never from the (container-controlled) spec.
+    let rel = cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode)?;
+    let cg = CpuCgroup::open(&h, &rel)?;
+    let q = qos::apply(cfg, &st.id, pid, &spec, &h, &cg);
+    for r in &q.refused {
+        rep.error(&r.to_string());
+    }
+    match &q.burst {
+        Some(b) => {
+            if let Err(e) = burst_record::save(&cfg.state_dir, b) {
+                rep.error(&format!(
+                    "cannot record the burst of {:?} in {}: {e} (`update` will not restore it)",
+                    st.id,
+                    cfg.state_dir.display()
+                ));
+            }
+        }
+        None => burst_record::remove(&cfg.state_dir, &st.id),
+    }
+    if q.watch == Some(false) {
+        return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
+    }
+    let reg = Register {
+        container_id: st.id.clone(),
+        container_name: spec.container_name(),
+        pid: Some(pid),
+        cgroup_path: rel,
+        annotations: spec.annotations.clone(),
+        bundle: st.bundle.to_string_lossy().into_owned(),
+        created_ns: Some(now_unix_ns()),
+        threshold_ns: q.threshold_ns,
+        qos: Some(q.summary),
+    };
+    if let Err(e) = agent::register(cfg, args.config.as_deref(), reg) {
+        rep.error(&e);
+    }
+    Ok(())
+}
+
+/// poststop: the agent writes `end`; exclusive cores and the burst record
+/// are released. Errors are reported but never fail the delete.
+fn on_poststop(cfg: &Config, rep: &mut Reporter, st: &OciState) {
+    if let Err(e) = agent::unregister(cfg, &st.id, "poststop") {
+        rep.warn(&e);
+    }
+    let cpusets = cfg.state_dir.join(qos::CPUSETS_DIR);
+    if cpusets.join(throttlewatch_qos::exclusive::STATE_FILE).exists() {
+        match ExclusiveAllocator::open(&cpusets).and_then(|a| a.release(&st.id)) {
+            Ok(_) => {}
+            Err(e) => rep.warn(&format!("cannot release the exclusive cpuset of {:?}: {e}", st.id)),
+        }
+    }
+    burst_record::remove(&cfg.state_dir, &st.id);
+}

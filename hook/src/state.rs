@@ -1,0 +1,98 @@
+//! The OCI state the runtime writes on the hook's stdin
+//! (runtime-spec `state.md`: `ociVersion`, `id`, `status`, `pid`, `bundle`,
+//! `annotations`). oci-spec 0.7 has no `State` type, so it is declared here.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// Largest state accepted on stdin (a state with many annotations is a few KiB).
+pub const MAX_STATE_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OciState {
+    #[serde(default)]
+    pub oci_version: String,
+    pub id: String,
+    #[serde(default)]
+    pub status: String,
+    /// The container's init process; absent or 0 once it has stopped.
+    #[serde(default)]
+    pub pid: Option<i64>,
+    pub bundle: PathBuf,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl OciState {
+    /// Read and parse the state; the error says what was expected and shows
+    /// the beginning of what came.
+    pub fn read(mut input: impl Read) -> Result<OciState, String> {
+        let mut buf = Vec::new();
+        input
+            .by_ref()
+            .take(MAX_STATE_BYTES + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("stdin: cannot read the OCI state: {e}"))?;
+        if buf.len() as u64 > MAX_STATE_BYTES {
+            return Err(format!("stdin: OCI state is over {MAX_STATE_BYTES} bytes"));
+        }
+        Self::parse(&buf)
+    }
+
+    pub fn parse(buf: &[u8]) -> Result<OciState, String> {
+        let st: OciState = serde_json::from_slice(buf).map_err(|e| {
+            let shown: String = String::from_utf8_lossy(buf).chars().take(60).collect();
+            format!(
+                "stdin: expected the OCI state JSON ({{\"ociVersion\",\"id\",\"pid\",\"bundle\",...}}) from the runtime, got {shown:?}: {e}"
+            )
+        })?;
+        if st.id.is_empty() {
+            return Err("stdin: OCI state has an empty \"id\"".into());
+        }
+        if !st.bundle.is_absolute() {
+            return Err(format!("stdin: OCI state \"bundle\" {:?} is not an absolute path", st.bundle));
+        }
+        Ok(st)
+    }
+
+    /// The init pid, when the container has one.
+    pub fn init_pid(&self) -> Option<u32> {
+        self.pid.filter(|p| *p > 0 && *p <= u32::MAX as i64).map(|p| p as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_runc_state() {
+        let s = br#"{"ociVersion":"1.0.2-dev","id":"c1","pid":4242,"root":"/x","bundle":"/b/c1","annotations":{"a":"b"},"status":"creating"}"#;
+        let st = OciState::read(&s[..]).unwrap();
+        assert_eq!(st.id, "c1");
+        assert_eq!(st.init_pid(), Some(4242));
+        assert_eq!(st.bundle, PathBuf::from("/b/c1"));
+        assert_eq!(st.annotations["a"], "b");
+    }
+
+    #[test]
+    fn stopped_container_has_no_pid() {
+        let st = OciState::parse(br#"{"id":"c","pid":0,"bundle":"/b","status":"stopped"}"#).unwrap();
+        assert_eq!(st.init_pid(), None);
+    }
+
+    #[test]
+    fn garbage_is_a_clear_error() {
+        let e = OciState::parse(b"hello there").unwrap_err();
+        assert!(e.starts_with("stdin: expected the OCI state JSON") && e.contains("hello there"), "{e}");
+        assert!(OciState::parse(b"").unwrap_err().contains("OCI state"));
+        let e = OciState::parse(br#"{"id":"c","bundle":"rel"}"#).unwrap_err();
+        assert!(e.contains("\"rel\"") && e.contains("absolute"), "{e}");
+        let e = OciState::parse(br#"{"id":"","bundle":"/b"}"#).unwrap_err();
+        assert!(e.contains("empty"), "{e}");
+    }
+}

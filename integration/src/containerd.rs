@@ -1,0 +1,223 @@
+//! A private containerd for tests (own root, state, sockets, namespace; the
+//! CRI plugin off) and a one-layer busybox image built here, as a tar that is
+//! both an OCI layout and a docker-archive (`ctr images import`, `docker load`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::Scratch;
+
+pub const IMAGE_NAME: &str = "docker.io/library/twbusybox:latest";
+pub const SHIM_RUNTIME: &str = "io.containerd.throttlewatch.v2";
+pub const SHIM_BINARY: &str = "containerd-shim-throttlewatch-v2";
+
+fn sh(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn sha256(path: &Path) -> String {
+    let out = sh(Command::new("sha256sum").arg(path));
+    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
+}
+
+/// Store `file` as a blob; returns (digest, size).
+fn blob(dir: &Path, file: &Path) -> (String, u64) {
+    let hex = sha256(file);
+    let size = std::fs::metadata(file).unwrap().len();
+    std::fs::rename(file, dir.join("blobs/sha256").join(&hex)).unwrap();
+    (format!("sha256:{hex}"), size)
+}
+
+fn write_json(path: &Path, v: &serde_json::Value) {
+    std::fs::write(path, serde_json::to_vec(v).unwrap()).unwrap();
+}
+
+/// Build `<dir>/twbusybox.tar`: /bin/busybox (static) with every applet linked.
+pub fn build_busybox_image(dir: &Path) -> PathBuf {
+    let busybox = Path::new("/bin/busybox");
+    assert!(busybox.exists(), "apt-get install busybox-static");
+    let root = dir.join("rootfs");
+    for d in ["bin", "etc", "tmp", "proc", "sys", "dev"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
+    let list = sh(Command::new(busybox).arg("--list"));
+    for applet in String::from_utf8_lossy(&list.stdout).lines().filter(|a| *a != "busybox") {
+        let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
+    }
+    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n").unwrap();
+    let oci = dir.join("oci");
+    std::fs::create_dir_all(oci.join("blobs/sha256")).unwrap();
+    let layer = dir.join("layer.tar");
+    sh(Command::new("tar").args(["--numeric-owner", "--owner=0", "--group=0", "-C"]).arg(&root).arg("-cf").arg(&layer).arg("."));
+    let (layer_digest, layer_size) = blob(&oci, &layer);
+    let config = dir.join("config.json");
+    write_json(&config, &serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": { "Env": ["PATH=/bin"], "Cmd": ["sh"] },
+        "rootfs": { "type": "layers", "diff_ids": [layer_digest] },
+    }));
+    let (config_digest, config_size) = blob(&oci, &config);
+    let manifest = dir.join("manifest");
+    write_json(&manifest, &serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config_size },
+        "layers": [{ "mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer_digest, "size": layer_size }],
+    }));
+    let (manifest_digest, manifest_size) = blob(&oci, &manifest);
+    std::fs::write(oci.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    write_json(&oci.join("index.json"), &serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": manifest_digest, "size": manifest_size,
+            "annotations": { "io.containerd.image.name": IMAGE_NAME, "org.opencontainers.image.ref.name": "latest" },
+        }],
+    }));
+    // docker-archive view of the same blobs.
+    let hex = |d: &str| format!("blobs/sha256/{}", d.trim_start_matches("sha256:"));
+    write_json(&oci.join("manifest.json"), &serde_json::json!([{
+        "Config": hex(&config_digest), "RepoTags": ["twbusybox:latest"], "Layers": [hex(&layer_digest)],
+    }]));
+    let tar = dir.join("twbusybox.tar");
+    sh(Command::new("tar").arg("-C").arg(&oci).arg("-cf").arg(&tar).args(["oci-layout", "index.json", "manifest.json", "blobs"]));
+    tar
+}
+
+/// containerd with a private config; stopped by PID (with the shims it
+/// started) and its directories removed on drop.
+pub struct Containerd {
+    pub dir: Scratch,
+    pub socket: PathBuf,
+    pub namespace: String,
+    child: Child,
+}
+
+impl Containerd {
+    /// `path_dirs` go first in containerd's PATH (where it finds our shim);
+    /// `env` is added to its environment (the shim and hooks inherit it).
+    pub fn start(path_dirs: &[PathBuf], env: &[(&str, &str)]) -> Containerd {
+        let dir = Scratch::new("ctd");
+        let socket = dir.0.join("containerd.sock");
+        let config = dir.0.join("config.toml");
+        let p = |s: &str| dir.0.join(s).to_string_lossy().into_owned();
+        std::fs::write(
+            &config,
+            format!(
+                "version = 2\nroot = \"{}\"\nstate = \"{}\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                 [grpc]\n  address = \"{}\"\n[ttrpc]\n  address = \"{}.ttrpc\"\n\
+                 [plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"{}\"\n",
+                p("root"),
+                p("state"),
+                socket.display(),
+                socket.display(),
+                p("opt")
+            ),
+        )
+        .unwrap();
+        let mut path = path_dirs.iter().map(|d| d.to_string_lossy().into_owned()).collect::<Vec<_>>();
+        path.push(std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
+        let log = std::fs::File::create(dir.0.join("containerd.log")).unwrap();
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(&config)
+            .env("PATH", path.join(":"))
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("containerd (apt-get install containerd)");
+        let namespace = format!("tw{}x{}", std::process::id(), crate::unique());
+        let c = Containerd { dir, socket, namespace, child };
+        let t0 = Instant::now();
+        while !c.ctr(&["version"]).status.success() {
+            assert!(t0.elapsed() < Duration::from_secs(10), "containerd did not come up: {}", c.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("containerd.log")).unwrap_or_default()
+    }
+
+    /// `ctr -a SOCK -n NS args…`
+    pub fn ctr_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ctr");
+        c.arg("-a").arg(&self.socket).arg("-n").arg(&self.namespace).args(args).stdin(Stdio::null());
+        c
+    }
+
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        self.ctr_cmd(args).output().expect("ctr")
+    }
+
+    pub fn import(&self, tar: &Path) {
+        let out = self.ctr(&["images", "import", tar.to_str().unwrap()]);
+        assert!(out.status.success(), "import: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// PIDs of shim processes serving this containerd.
+    pub fn shim_pids(&self) -> Vec<u32> {
+        let needle = self.socket.to_string_lossy().into_owned();
+        procs_matching(|cmd| cmd.contains(SHIM_BINARY) && cmd.contains(&needle))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// PIDs whose NUL-separated cmdline (joined by spaces) satisfies `f`.
+pub fn procs_matching(f: impl Fn(&str) -> bool) -> Vec<u32> {
+    let mut pids = vec![];
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
+        if f(&cmd) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// VmRSS of a process in kB.
+pub fn vm_rss_kb(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        for pid in self.shim_pids() {
+            // SAFETY: kill(2) of shims this containerd started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        // SAFETY: kill(2) of the containerd we started.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let t0 = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Leftover mounts (snapshots, rootfs) under our dirs, deepest first.
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let prefix = self.dir.0.to_string_lossy().into_owned();
+        let mut ours: Vec<&str> = mounts.lines().filter_map(|l| l.split(' ').nth(4)).filter(|m| m.starts_with(&prefix)).collect();
+        ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        for m in ours {
+            let _ = Command::new("umount").arg("-l").arg(m).status();
+        }
+        let _ = std::fs::remove_dir_all(Path::new("/run/containerd/throttlewatch").join(&self.namespace));
+        for ctrl in ["cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer"] {
+            let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(ctrl).join(&self.namespace));
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! The low-level OCI runtime: which binary, and handing over to it.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use throttlewatch_core::config::Config;
+use throttlewatch_hook::agent::find_in_path;
+
+/// Searched in PATH, in order, when the configuration names none.
+pub const DEFAULT_RUNTIMES: [&str; 2] = ["runc", "crun"];
+
+/// `runtime` from the configuration (a path, or a name looked up in PATH),
+/// else the first of runc, crun in PATH. Never this wrapper itself.
+pub fn resolve(cfg: &Config) -> Result<PathBuf, String> {
+    let me = std::env::current_exe().ok().and_then(|p| p.canonicalize().ok());
+    let not_me = |p: &Path| p.canonicalize().ok() != me;
+    if !cfg.runtime.is_empty() {
+        let p = if cfg.runtime.contains('/') {
+            Some(PathBuf::from(&cfg.runtime)).filter(|p| p.is_file())
+        } else {
+            find_in_path(&cfg.runtime)
+        };
+        return match p {
+            Some(p) if not_me(&p) => Ok(p),
+            Some(p) => Err(format!("runtime = {:?} is this wrapper ({}); name the low-level runtime", cfg.runtime, p.display())),
+            None => Err(format!("runtime = {:?}: no such executable (a path, or a name in PATH)", cfg.runtime)),
+        };
+    }
+    DEFAULT_RUNTIMES
+        .iter()
+        .filter_map(|n| find_in_path(n))
+        .find(|p| not_me(p))
+        .ok_or_else(|| "no low-level runtime: neither runc nor crun is in PATH (set runtime in the configuration)".into())
+}
+
+/// Replace this process with the runtime; returns only on failure.
+pub fn exec(runtime: &Path, argv: &[OsString]) -> std::io::Error {
+    Command::new(runtime).args(argv).exec()
+}
+
+/// Run the runtime as a child (stdio inherited) and return its exit code
+/// (128 + signal when it was killed).
+pub fn run_child(runtime: &Path, argv: &[OsString]) -> std::io::Result<i32> {
+    use std::os::unix::process::ExitStatusExt;
+    let st = Command::new(runtime).args(argv).status()?;
+    Ok(st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configured_runtime_must_exist() {
+        let cfg = Config { runtime: "/nonexistent/runc".into(), ..Config::default() };
+        let e = resolve(&cfg).unwrap_err();
+        assert!(e.contains("/nonexistent/runc") && e.contains("no such executable"), "{e}");
+        let cfg = Config { runtime: "/bin/true".into(), ..Config::default() };
+        assert_eq!(resolve(&cfg).unwrap(), PathBuf::from("/bin/true"));
+    }
+}

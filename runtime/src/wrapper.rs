@@ -1,0 +1,71 @@
+//! The wrapper's flow: parse runc's arguments, edit the bundle on
+//! `create`/`run`, run `update` as a child, and exec the low-level runtime
+//! for everything (argv untouched).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use throttlewatch_core::config::{Config, FailMode, ENV_CONFIG};
+
+use crate::args::RuncArgs;
+use crate::modifiers::{default_hook_path, modify_bundle_with, ModifyContext};
+use crate::runlog::RuncLog;
+use crate::{delete, lowlevel, update};
+
+/// Run the wrapper with its arguments (without argv[0]); returns an exit
+/// code only when it does not exec.
+pub fn main(args: Vec<OsString>) -> i32 {
+    let args = RuncArgs::parse(&args);
+    let log = RuncLog::new(args.log.clone(), args.log_format.as_deref());
+    let config_path = config_path(&args);
+    let (cfg, cfg_ok) = match Config::load(config_path.as_deref()) {
+        Ok(c) => (c, true),
+        Err(e) => {
+            log.error(&format!("{e}; passing through to the low-level runtime unchanged"));
+            (Config::default(), false)
+        }
+    };
+    let runtime = match lowlevel::resolve(&cfg) {
+        Ok(r) => r,
+        Err(e) => {
+            log.error(&e);
+            return 1;
+        }
+    };
+    match args.subcommand() {
+        Some("create") | Some("run") if cfg_ok => {
+            if let Err(e) = modify(&args, &cfg, config_path) {
+                match cfg.fail_mode {
+                    FailMode::Open => log.error(&format!("{e:#} (fail-open: creating the container unchanged)")),
+                    FailMode::Closed => {
+                        log.error(&format!("{e:#} (fail-closed: create refused)"));
+                        return 1;
+                    }
+                }
+            }
+        }
+        Some("update") if cfg_ok => return update::update(&runtime, &args, &cfg, &log),
+        Some("delete") if cfg_ok => delete::end_before_delete(&runtime, &args, &cfg, &log),
+        _ => {}
+    }
+    let e = lowlevel::exec(&runtime, &args.argv);
+    log.error(&format!("cannot exec {}: {e}", runtime.display()));
+    127
+}
+
+/// `--throttlewatch-config`, else $THROTTLEWATCH_CONFIG; absolute, since the
+/// hook runs in another directory.
+fn config_path(args: &RuncArgs) -> Option<PathBuf> {
+    let p = args
+        .config
+        .clone()
+        .or_else(|| std::env::var_os(ENV_CONFIG).filter(|v| !v.is_empty()).map(PathBuf::from))?;
+    Some(std::path::absolute(&p).unwrap_or(p))
+}
+
+fn modify(args: &RuncArgs, cfg: &Config, config_path: Option<PathBuf>) -> anyhow::Result<()> {
+    let bundle = args.bundle()?;
+    let ctx = ModifyContext { hook_path: default_hook_path()?, config_path, cfg: cfg.clone() };
+    modify_bundle_with(&bundle, &ctx)?;
+    Ok(())
+}
