@@ -26,6 +26,23 @@ pub enum Command {
     Agent(AgentArgs),
     /// NUMA/SMT/GPU topology, and the cpuset a container's annotations would get.
     Topology(TopologyArgs),
+    /// Write the drop-in configuration for containerd or docker.
+    Install(InstallArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct InstallArgs {
+    /// containerd or docker
+    pub engine: String,
+    /// Show the diff, write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Root of the configuration tree (default /).
+    #[arg(long, default_value = "/")]
+    pub etc_root: PathBuf,
+    /// Where the throttlewatch binaries are installed.
+    #[arg(long, default_value = "/usr/local/bin")]
+    pub bin_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -8,6 +8,7 @@ pub mod clock;
 pub mod cli;
 pub mod daemon;
 pub mod engine;
+pub mod install;
 pub mod live;
 pub mod metrics;
 pub mod run;

@@ -29,5 +29,6 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
         Command::Agent(a) if a.detach => throttlewatch::daemon::detach(&cfg, cli.config.as_deref()),
         Command::Agent(_) => throttlewatch::daemon::run(&cfg),
         Command::Topology(a) => throttlewatch::topology::topology(&cfg, a),
+        Command::Install(a) => throttlewatch::install::install(&a.engine, a.dry_run, &a.etc_root, &a.bin_dir),
     }
 }

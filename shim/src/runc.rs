@@ -1,0 +1,239 @@
+//! Driving the runc binary. The shim reaps every child on SIGCHLD (it is a
+//! subreaper), so exit codes of runc invocations come from the reaper's
+//! monitor, never from `Child::wait`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use containerd_shim::monitor::{monitor_subscribe, wait_pid, Topic};
+
+/// Where runc keeps its state for one containerd namespace (as the runc shim does).
+pub fn runc_root(namespace: &str) -> PathBuf {
+    Path::new("/run/containerd/throttlewatch").join(namespace)
+}
+
+/// The low-level runtime from the config, else runc from PATH.
+pub fn runc_binary(cfg: &throttlewatch_core::config::Config) -> String {
+    if cfg.runtime.is_empty() {
+        "runc".to_string()
+    } else {
+        cfg.runtime.clone()
+    }
+}
+
+/// The three stdio files a container process gets from the shim: the fifos
+/// containerd created, passed straight through (no copy threads).
+pub struct Stdio3 {
+    pub stdin: File,
+    pub stdout: File,
+    pub stderr: File,
+}
+
+impl Stdio3 {
+    pub fn open(stdin: &str, stdout: &str, stderr: &str) -> std::io::Result<Stdio3> {
+        Ok(Stdio3 { stdin: open_input(stdin)?, stdout: open_output(stdout)?, stderr: open_output(stderr)? })
+    }
+}
+
+fn clear_nonblock(f: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn open_input(path: &str) -> std::io::Result<File> {
+    if path.is_empty() {
+        return File::open("/dev/null");
+    }
+    let f = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
+    clear_nonblock(&f)?;
+    Ok(f)
+}
+
+fn open_output(path: &str) -> std::io::Result<File> {
+    if path.is_empty() {
+        return OpenOptions::new().write(true).open("/dev/null");
+    }
+    // A reader is normally there already (containerd opens its end first);
+    // without one, O_RDWR keeps the open from blocking.
+    let f = match OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path) {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+            OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open(path)?
+        }
+        Err(e) => return Err(e),
+    };
+    clear_nonblock(&f)?;
+    Ok(f)
+}
+
+#[derive(Debug, Clone)]
+pub struct Runc {
+    pub binary: String,
+    pub root: PathBuf,
+}
+
+impl Runc {
+    fn command(&self, log: Option<&Path>) -> Command {
+        let mut c = Command::new(&self.binary);
+        c.arg("--root").arg(&self.root);
+        if let Some(log) = log {
+            c.arg("--log").arg(log).args(["--log-format", "json"]);
+        }
+        c
+    }
+
+    /// Run to completion; stdout is returned, a failure carries stderr (or runc's log).
+    /// `stdio`: create/exec hand the container's files to runc, which passes
+    /// them on to the container process; errors then come from runc's log.
+    fn run(&self, mut cmd: Command, input: Option<&[u8]>, stdio: Option<Stdio3>, log: Option<&Path>) -> Result<Vec<u8>, String> {
+        let sub = monitor_subscribe(Topic::Pid).map_err(|e| e.to_string())?;
+        match stdio {
+            Some(s) => cmd.stdin(s.stdin).stdout(s.stdout).stderr(s.stderr),
+            None => cmd
+                .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        };
+        let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", self.binary))?;
+        if let (Some(input), Some(mut w)) = (input, child.stdin.take()) {
+            let _ = w.write_all(input);
+        }
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        if let Some(mut o) = child.stdout.take() {
+            let _ = o.read_to_end(&mut out);
+        }
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_end(&mut err);
+        }
+        let code = wait_pid(child.id() as i32, sub);
+        if code == 0 {
+            return Ok(out);
+        }
+        let mut msg = String::from_utf8_lossy(&err).trim().to_string();
+        if let Some(log) = log {
+            msg.push_str(&last_log_error(log));
+        }
+        Err(format!("{} exited with {code}: {msg}", self.binary))
+    }
+
+    pub fn create(&self, id: &str, bundle: &Path, stdio: Stdio3) -> Result<u32, String> {
+        let log = bundle.join("log.json");
+        let pid_file = bundle.join("init.pid");
+        let mut cmd = self.command(Some(&log));
+        cmd.arg("create").arg("--bundle").arg(bundle).arg("--pid-file").arg(&pid_file).arg(id);
+        self.run(cmd, None, Some(stdio), Some(&log))?;
+        read_pid(&pid_file)
+    }
+
+    pub fn start(&self, id: &str) -> Result<(), String> {
+        let mut cmd = self.command(None);
+        cmd.args(["start", id]);
+        self.run(cmd, None, None, None).map(drop)
+    }
+
+    /// `runc exec --detach`: the process is reparented to the shim, which reaps it.
+    pub fn exec(&self, id: &str, bundle: &Path, exec_id: &str, process_json: &[u8], stdio: Stdio3) -> Result<u32, String> {
+        let spec = bundle.join(format!("{exec_id}.json"));
+        let pid_file = bundle.join(format!("{exec_id}.pid"));
+        std::fs::write(&spec, process_json).map_err(|e| format!("{}: {e}", spec.display()))?;
+        let log = bundle.join("log.json");
+        let mut cmd = self.command(Some(&log));
+        cmd.args(["exec", "--detach", "--process"]).arg(&spec).arg("--pid-file").arg(&pid_file).arg(id);
+        let r = self.run(cmd, None, Some(stdio), Some(&log)).and_then(|_| read_pid(&pid_file));
+        let _ = std::fs::remove_file(&spec);
+        let _ = std::fs::remove_file(&pid_file);
+        r
+    }
+
+    pub fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), String> {
+        let mut cmd = self.command(None);
+        cmd.arg("kill");
+        if all {
+            cmd.arg("--all");
+        }
+        cmd.arg(id).arg(signal.to_string());
+        self.run(cmd, None, None, None).map(drop)
+    }
+
+    /// `runc delete --force`; a container runc no longer knows is not an error.
+    pub fn delete(&self, id: &str) -> Result<(), String> {
+        let mut cmd = self.command(None);
+        cmd.args(["delete", "--force", id]);
+        match self.run(cmd, None, None, None) {
+            Err(e) if e.contains("does not exist") || e.contains("not exist") => Ok(()),
+            r => r.map(drop),
+        }
+    }
+
+    pub fn ps(&self, id: &str) -> Result<Vec<u32>, String> {
+        let mut cmd = self.command(None);
+        cmd.args(["ps", "--format", "json", id]);
+        let out = self.run(cmd, None, None, None)?;
+        serde_json::from_slice::<Option<Vec<u32>>>(&out).map(|v| v.unwrap_or_default()).map_err(|e| e.to_string())
+    }
+
+    /// `runc update --resources -` with the LinuxResources JSON containerd sent.
+    pub fn update(&self, id: &str, resources_json: &[u8]) -> Result<(), String> {
+        let mut cmd = self.command(None);
+        cmd.args(["update", "--resources", "-", id]);
+        self.run(cmd, Some(resources_json), None, None).map(drop)
+    }
+
+    /// One `runc events --stats` sample (the `data` object).
+    pub fn stats(&self, id: &str) -> Result<serde_json::Value, String> {
+        let mut cmd = self.command(None);
+        cmd.args(["events", "--stats", id]);
+        let out = self.run(cmd, None, None, None)?;
+        let v: serde_json::Value = serde_json::from_slice(&out).map_err(|e| e.to_string())?;
+        Ok(v["data"].clone())
+    }
+}
+
+fn read_pid(path: &Path) -> Result<u32, String> {
+    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    s.trim().parse().map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The last `error` message in runc's JSON log, as " (msg)".
+fn last_log_error(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["level"] == "error")
+        .and_then(|v| v["msg"].as_str().map(|m| format!(" ({m})")))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_error_is_extracted() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log.json");
+        std::fs::write(&p, "{\"level\":\"info\",\"msg\":\"x\"}\n{\"level\":\"error\",\"msg\":\"no such file\"}\n").unwrap();
+        assert_eq!(last_log_error(&p), " (no such file)");
+    }
+
+    #[test]
+    fn stdio_opens_fifos_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("out");
+        nix::unistd::mkfifo(&f, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let s = Stdio3::open(f.to_str().unwrap(), f.to_str().unwrap(), "").unwrap();
+        drop(s);
+    }
+}

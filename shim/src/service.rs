@@ -1,0 +1,256 @@
+//! The shim's three lives, as containerd runs it:
+//! `start` (spawn or reuse the daemon, print its address on stdout),
+//! `delete` (clean up after a dead daemon, print a DeleteResponse protobuf),
+//! and the daemon itself (the ttrpc Task service).
+//!
+//! The bootstrap is ours rather than `containerd_shim::run`: that one serves
+//! only `containerd.task.v3.Task` and answers `start` in the JSON form of
+//! containerd ≥ 1.7, while containerd 1.6 speaks task v2 and reads a bare
+//! address. We serve the same service under both names.
+
+use std::io::Write;
+use std::os::fd::IntoRawFd;
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::{mpsc, Arc};
+
+use containerd_shim::protos::protobuf::Message;
+use containerd_shim::protos::ttrpc::Server;
+use containerd_shim::publisher::RemotePublisher;
+use containerd_shim::{api, Context, ExitSignal, Flags, StartOpts};
+use log::{error, info, warn};
+use throttlewatch_core::config::Config;
+
+use crate::runc::{runc_binary, runc_root, Runc};
+use crate::task::{Event, TaskService};
+
+pub const RUNTIME_ID: &str = "io.containerd.throttlewatch.v2";
+
+/// Spec annotations that put containers into one shim, first match wins
+/// (the runc shim's list, ours first).
+pub const GROUP_ANNOTATIONS: [&str; 3] =
+    ["io.containerd.throttlewatch.v2.group", "io.containerd.runc.v2.group", "io.kubernetes.cri.sandbox-id"];
+
+type BoxError = Box<dyn std::error::Error>;
+
+pub fn main() -> i32 {
+    let args: Vec<_> = std::env::args_os().collect();
+    let flags = match containerd_shim::parse(&args[1..]) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{RUNTIME_ID}: {e}");
+            return 1;
+        }
+    };
+    if flags.version {
+        println!("containerd-shim-throttlewatch-v2 {} ({RUNTIME_ID})", env!("CARGO_PKG_VERSION"));
+        return 0;
+    }
+    if flags.namespace.is_empty() {
+        eprintln!("{RUNTIME_ID}: -namespace is required");
+        return 1;
+    }
+    let r = match flags.action.as_str() {
+        "start" => start(&flags),
+        "delete" => delete(&flags),
+        _ => serve(&flags),
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{RUNTIME_ID}: {e}");
+            error!("{e}");
+            1
+        }
+    }
+}
+
+fn load_config() -> Config {
+    Config::load(None).unwrap_or_else(|e| {
+        warn!("{e}; using the built-in defaults");
+        eprintln!("{RUNTIME_ID}: {e}; using the built-in defaults");
+        Config::default()
+    })
+}
+
+/// The grouping key of a bundle's spec (cwd is the bundle on `start`).
+pub fn group_of(spec_json: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(spec_json).ok()?;
+    GROUP_ANNOTATIONS.iter().find_map(|k| v["annotations"][*k].as_str().filter(|s| !s.is_empty()).map(String::from))
+}
+
+fn socket_path(address: &str) -> &str {
+    address.strip_prefix("unix://").unwrap_or(address)
+}
+
+fn start(flags: &Flags) -> Result<(), BoxError> {
+    let spec = std::fs::read_to_string("config.json").unwrap_or_default();
+    let grouping = group_of(&spec).unwrap_or_else(|| flags.id.clone());
+    let opts = StartOpts {
+        id: flags.id.clone(),
+        publish_binary: flags.publish_binary.clone(),
+        address: flags.address.clone(),
+        ttrpc_address: std::env::var("TTRPC_ADDRESS").unwrap_or_default(),
+        namespace: flags.namespace.clone(),
+        debug: flags.debug,
+        ..Default::default()
+    };
+    let address = opts.socket_address(&grouping);
+    // Another container of the same sandbox already has a live shim: reuse it.
+    let address = if UnixStream::connect(socket_path(&address)).is_ok() {
+        address
+    } else {
+        containerd_shim::spawn(opts, &grouping, Vec::new())?.1
+    };
+    containerd_shim::util::write_address(&address)?;
+    let mut out = std::io::stdout().lock();
+    out.write_all(address.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+fn delete(flags: &Flags) -> Result<(), BoxError> {
+    reap_children()?; // runc's exit status arrives through the reaper
+    let cfg = load_config();
+    let runc = Runc { binary: runc_binary(&cfg), root: runc_root(&flags.namespace) };
+    if let Err(e) = runc.delete(&flags.id) {
+        eprintln!("{RUNTIME_ID}: cleanup of {}: {e}", flags.id);
+    }
+    let bundle = if flags.bundle.is_empty() { std::env::current_dir()? } else { flags.bundle.clone().into() };
+    let rootfs = bundle.join("rootfs");
+    let _ = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0);
+    let resp = api::DeleteResponse {
+        exit_status: 128 + libc::SIGKILL as u32,
+        exited_at: Some(containerd_shim::util::timestamp()?).into(),
+        ..Default::default()
+    };
+    let mut out = std::io::stdout().lock();
+    resp.write_to_writer(&mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// SIGCHLD → reap every child → the monitor (the Task service's exit watcher
+/// and runc invocations subscribe there).
+fn reap_children() -> std::io::Result<()> {
+    use signal_hook::consts::{SIGCHLD, SIGINT, SIGPIPE, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGCHLD, SIGTERM, SIGINT, SIGPIPE])?;
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if sig != SIGCHLD {
+                continue;
+            }
+            loop {
+                let mut status = 0;
+                // SAFETY: waitpid(2) with a valid status pointer.
+                let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+                if pid <= 0 {
+                    break;
+                }
+                let code = if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else if libc::WIFSIGNALED(status) {
+                    128 + libc::WTERMSIG(status)
+                } else {
+                    continue;
+                };
+                let _ = containerd_shim::monitor::monitor_notify_by_pid(pid, code);
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Publish events in order, off the request threads.
+fn publish_events(publisher: RemotePublisher, namespace: String, rx: mpsc::Receiver<Event>) {
+    std::thread::spawn(move || {
+        for (topic, ev) in rx {
+            if let Err(e) = publisher.publish(Context::default(), topic, &namespace, ev) {
+                warn!("publish {topic}: {e}");
+            }
+        }
+    });
+}
+
+fn bind(address: &str) -> std::io::Result<Option<UnixListener>> {
+    let path = Path::new(socket_path(address));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match UnixListener::bind(path) {
+        Ok(l) => Ok(Some(l)),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            if UnixStream::connect(path).is_ok() {
+                return Ok(None); // a live shim already serves this group
+            }
+            std::fs::remove_file(path)?;
+            UnixListener::bind(path).map(Some)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn serve(flags: &Flags) -> Result<(), BoxError> {
+    if flags.socket.is_empty() {
+        return Err("-socket is required".into());
+    }
+    containerd_shim::logger::init(flags.debug, "info", &flags.namespace, &flags.id)?;
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER): container processes re-parent to us.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(format!("set subreaper: {}", std::io::Error::last_os_error()).into());
+    }
+    reap_children()?;
+    let cfg = load_config();
+    let runc = Runc { binary: runc_binary(&cfg), root: runc_root(&flags.namespace) };
+    let (tx, rx) = mpsc::channel();
+    publish_events(RemotePublisher::new(std::env::var("TTRPC_ADDRESS")?)?, flags.namespace.clone(), rx);
+    let exit = Arc::new(ExitSignal::default());
+    let task = Arc::new(TaskService::new(runc, cfg, tx, exit.clone()));
+
+    let Some(listener) = bind(&flags.socket)? else {
+        containerd_shim::util::write_address(&flags.socket)?;
+        signal_started();
+        return Ok(());
+    };
+    let mut methods = containerd_shim::protos::create_task(task.clone());
+    for (name, m) in containerd_shim::protos::create_task(task) {
+        methods.insert(name.replace("/containerd.task.v3.", "/containerd.task.v2."), m);
+    }
+    let mut server = Server::new()
+        .set_thread_count_default(2)
+        .set_thread_count_min(1)
+        .add_listener(listener.into_raw_fd())?
+        .register_service(methods);
+    server.start()?;
+    signal_started();
+    info!("serving {} for {}", flags.socket, flags.id);
+    exit.wait();
+    server.shutdown();
+    let path = socket_path(&flags.socket);
+    if std::fs::metadata(path).map(|m| m.file_type().is_socket()).unwrap_or(false) {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// `start` reads our stdout until it closes: point it at stderr (/dev/null).
+fn signal_started() {
+    // SAFETY: dup2 of the standard descriptors.
+    unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouping_follows_the_sandbox_annotation() {
+        let spec = r#"{"annotations":{"io.kubernetes.cri.sandbox-id":"sb1","io.kubernetes.cri.container-type":"container"}}"#;
+        assert_eq!(group_of(spec).as_deref(), Some("sb1"));
+        let spec = r#"{"annotations":{"io.containerd.runc.v2.group":"g","io.kubernetes.cri.sandbox-id":"sb1"}}"#;
+        assert_eq!(group_of(spec).as_deref(), Some("g"));
+        assert_eq!(group_of(r#"{"annotations":{}}"#), None);
+        assert_eq!(group_of(""), None);
+    }
+}

@@ -1,0 +1,408 @@
+//! The ttrpc Task service: containers and exec processes of this shim,
+//! driven through runc; exits (from the SIGCHLD reaper) become TaskExit events.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+
+use containerd_shim::api::{self, Status};
+use containerd_shim::monitor::{monitor_subscribe, Subject, Topic};
+use containerd_shim::protos::events::task::{
+    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskStart,
+};
+use containerd_shim::protos::protobuf::well_known_types::{any::Any, timestamp::Timestamp};
+use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
+use containerd_shim::protos::topics;
+use containerd_shim::protos::ttrpc::{self, Code};
+use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
+use log::{info, warn};
+use throttlewatch_core::config::{Config, FailMode};
+
+use crate::metrics::metrics_any;
+use crate::runc::{Runc, Stdio3};
+
+pub type Event = (&'static str, Box<dyn MessageDyn>);
+
+#[derive(Debug, Clone, Default)]
+struct Process {
+    pid: u32,
+    status: Status,
+    exit_status: u32,
+    exited_at: Option<Timestamp>,
+    stdin: String,
+    stdout: String,
+    stderr: String,
+    /// Exec processes: the OCI process JSON containerd sent.
+    spec: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct Container {
+    bundle: PathBuf,
+    mounted_rootfs: bool,
+    init: Process,
+    execs: HashMap<String, Process>,
+}
+
+#[derive(Default)]
+struct State {
+    containers: HashMap<String, Container>,
+    /// Exits of pids not (yet) known: an exec can exit before its pid file is read.
+    unclaimed: VecDeque<(u32, u32, Timestamp)>,
+}
+
+pub struct TaskService {
+    state: Arc<(Mutex<State>, Condvar)>,
+    runc: Runc,
+    cfg: Config,
+    events: Mutex<mpsc::Sender<Event>>,
+    exit: Arc<ExitSignal>,
+}
+
+fn err(code: Code, msg: impl ToString) -> ttrpc::Error {
+    ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg))
+}
+
+fn not_found(id: &str) -> ttrpc::Error {
+    err(Code::NOT_FOUND, format!("container or process {id} not found"))
+}
+
+fn now() -> Timestamp {
+    containerd_shim::util::timestamp().unwrap_or_default()
+}
+
+impl TaskService {
+    pub fn new(runc: Runc, cfg: Config, events: mpsc::Sender<Event>, exit: Arc<ExitSignal>) -> TaskService {
+        let state: Arc<(Mutex<State>, Condvar)> = Arc::default();
+        let sub = monitor_subscribe(Topic::All).expect("monitor subscribe");
+        let (st, tx) = (state.clone(), events.clone());
+        std::thread::spawn(move || {
+            for e in sub.rx.iter() {
+                if let Subject::Pid(pid) = e.subject {
+                    on_exit(&st, &tx, pid as u32, e.exit_code as u32);
+                }
+            }
+        });
+        TaskService { state, runc, cfg, events: Mutex::new(events), exit }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, topic: &'static str, ev: Box<dyn MessageDyn>) {
+        let _ = self.events.lock().unwrap_or_else(|e| e.into_inner()).send((topic, ev));
+    }
+
+    /// Apply an exit that arrived before the pid was known.
+    fn claim(&self, cid: &str, exec_id: &str, pid: u32) {
+        let mut st = self.lock();
+        let Some(pos) = st.unclaimed.iter().rposition(|u| u.0 == pid) else { return };
+        let (_, code, at) = st.unclaimed.remove(pos).unwrap_or_default();
+        drop(st);
+        apply_exit(&self.state, &self.events.lock().unwrap().clone(), cid, exec_id, pid, code, at);
+    }
+}
+
+/// Record an exit for whichever process had `pid` and publish TaskExit.
+fn on_exit(state: &Arc<(Mutex<State>, Condvar)>, tx: &mpsc::Sender<Event>, pid: u32, code: u32) {
+    let at = now();
+    let found = {
+        let st = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        st.containers.iter().find_map(|(cid, c)| {
+            if c.init.pid == pid && c.init.status != Status::STOPPED {
+                return Some((cid.clone(), String::new()));
+            }
+            c.execs.iter().find(|(_, p)| p.pid == pid && p.status != Status::STOPPED).map(|(e, _)| (cid.clone(), e.clone()))
+        })
+    };
+    match found {
+        Some((cid, eid)) => apply_exit(state, tx, &cid, &eid, pid, code, at),
+        None => {
+            let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
+            st.unclaimed.push_back((pid, code, at));
+            while st.unclaimed.len() > 128 {
+                st.unclaimed.pop_front();
+            }
+        }
+    }
+}
+
+fn apply_exit(state: &Arc<(Mutex<State>, Condvar)>, tx: &mpsc::Sender<Event>, cid: &str, eid: &str, pid: u32, code: u32, at: Timestamp) {
+    let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(c) = st.containers.get_mut(cid) else { return };
+    let p = if eid.is_empty() { Some(&mut c.init) } else { c.execs.get_mut(eid) };
+    let Some(p) = p else { return };
+    p.status = Status::STOPPED;
+    p.exit_status = code;
+    p.exited_at = Some(at.clone());
+    info!("{cid}{}{eid}: pid {pid} exited with {code}", if eid.is_empty() { "" } else { "/" });
+    let id = if eid.is_empty() { cid.to_string() } else { eid.to_string() };
+    let ev = TaskExit { container_id: cid.into(), id, pid, exit_status: code, exited_at: MessageField::some(at), ..Default::default() };
+    let _ = tx.send((topics::TASK_EXIT_EVENT_TOPIC, Box::new(ev)));
+    state.1.notify_all();
+}
+
+impl Task for TaskService {
+    fn create(&self, _ctx: &TtrpcContext, req: api::CreateTaskRequest) -> TtrpcResult<api::CreateTaskResponse> {
+        let bundle = PathBuf::from(&req.bundle);
+        if req.terminal {
+            return Err(err(Code::UNIMPLEMENTED, "terminal (tty) containers are not supported by this shim yet"));
+        }
+        if self.lock().containers.contains_key(&req.id) {
+            return Err(err(Code::ALREADY_EXISTS, format!("container {} already exists", req.id)));
+        }
+        let rootfs = bundle.join("rootfs");
+        for m in &req.rootfs {
+            containerd_shim::mount::mount_rootfs(Some(&m.type_), Some(&m.source), &m.options, &rootfs)
+                .map_err(|e| err(Code::INTERNAL, format!("mount rootfs: {e}")))?;
+        }
+        let unmount = || {
+            if !req.rootfs.is_empty() {
+                let _ = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0);
+            }
+        };
+        match throttlewatch_runtime::modifiers::modify_bundle(&bundle, &self.cfg) {
+            Ok(m) if !m.changes.is_empty() => info!("{}: spec modified: {}", req.id, m.changes.join(", ")),
+            Ok(_) => {}
+            Err(e) if self.cfg.fail_mode == FailMode::Closed => {
+                unmount();
+                return Err(err(Code::FAILED_PRECONDITION, format!("throttlewatch spec modifiers: {e:#}")));
+            }
+            Err(e) => warn!("{}: spec modifiers failed, continuing without them (fail_mode=open): {e:#}", req.id),
+        }
+        let created = Stdio3::open(&req.stdin, &req.stdout, &req.stderr)
+            .map_err(|e| format!("open stdio: {e}"))
+            .and_then(|stdio| self.runc.create(&req.id, &bundle, stdio));
+        let pid = match created {
+            Ok(pid) => pid,
+            Err(e) => {
+                unmount();
+                return Err(err(Code::INTERNAL, e));
+            }
+        };
+        let init = Process {
+            pid,
+            status: Status::CREATED,
+            stdin: req.stdin.clone(),
+            stdout: req.stdout.clone(),
+            stderr: req.stderr.clone(),
+            ..Default::default()
+        };
+        let c = Container { bundle: bundle.clone(), mounted_rootfs: !req.rootfs.is_empty(), init, execs: HashMap::new() };
+        self.lock().containers.insert(req.id.clone(), c);
+        self.claim(&req.id, "", pid);
+        let io = TaskIO { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, ..Default::default() };
+        let ev = TaskCreate { container_id: req.id, bundle: req.bundle, rootfs: req.rootfs, io: MessageField::some(io), pid, ..Default::default() };
+        self.publish(topics::TASK_CREATE_EVENT_TOPIC, Box::new(ev));
+        Ok(api::CreateTaskResponse { pid, ..Default::default() })
+    }
+
+    fn start(&self, _ctx: &TtrpcContext, req: api::StartRequest) -> TtrpcResult<api::StartResponse> {
+        let (bundle, exec) = {
+            let st = self.lock();
+            let c = st.containers.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+            let exec = if req.exec_id.is_empty() {
+                None
+            } else {
+                Some(c.execs.get(&req.exec_id).ok_or_else(|| not_found(&req.exec_id))?.clone())
+            };
+            (c.bundle.clone(), exec)
+        };
+        let Some(p) = exec else {
+            self.runc.start(&req.id).map_err(|e| err(Code::INTERNAL, e))?;
+            let mut st = self.lock();
+            let c = st.containers.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
+            if c.init.status == Status::CREATED {
+                c.init.status = Status::RUNNING;
+            }
+            let pid = c.init.pid;
+            drop(st);
+            self.publish(topics::TASK_START_EVENT_TOPIC, Box::new(TaskStart { container_id: req.id, pid, ..Default::default() }));
+            return Ok(api::StartResponse { pid, ..Default::default() });
+        };
+        let stdio = Stdio3::open(&p.stdin, &p.stdout, &p.stderr).map_err(|e| err(Code::INTERNAL, format!("open stdio: {e}")))?;
+        let pid = self.runc.exec(&req.id, &bundle, &req.exec_id, &p.spec, stdio).map_err(|e| err(Code::INTERNAL, e))?;
+        if let Some(e) = self.lock().containers.get_mut(&req.id).and_then(|c| c.execs.get_mut(&req.exec_id)) {
+            e.pid = pid;
+            e.status = Status::RUNNING;
+        }
+        self.claim(&req.id, &req.exec_id, pid);
+        let ev = TaskExecStarted { container_id: req.id, exec_id: req.exec_id, pid, ..Default::default() };
+        self.publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, Box::new(ev));
+        Ok(api::StartResponse { pid, ..Default::default() })
+    }
+
+    fn exec(&self, _ctx: &TtrpcContext, req: api::ExecProcessRequest) -> TtrpcResult<api::Empty> {
+        if req.terminal {
+            return Err(err(Code::UNIMPLEMENTED, "terminal (tty) exec is not supported by this shim yet"));
+        }
+        let mut st = self.lock();
+        let c = st.containers.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
+        if c.execs.contains_key(&req.exec_id) {
+            return Err(err(Code::ALREADY_EXISTS, format!("exec {} already exists", req.exec_id)));
+        }
+        let spec = req.spec.as_ref().map(|a| a.value.clone()).unwrap_or_default();
+        let p = Process { status: Status::CREATED, stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, spec, ..Default::default() };
+        c.execs.insert(req.exec_id.clone(), p);
+        drop(st);
+        let ev = TaskExecAdded { container_id: req.id, exec_id: req.exec_id, ..Default::default() };
+        self.publish(topics::TASK_EXEC_ADDED_EVENT_TOPIC, Box::new(ev));
+        Ok(api::Empty::new())
+    }
+
+    fn kill(&self, _ctx: &TtrpcContext, req: api::KillRequest) -> TtrpcResult<api::Empty> {
+        let p = self.process(&req.id, &req.exec_id)?;
+        if p.status == Status::STOPPED {
+            return Err(err(Code::NOT_FOUND, "process already finished"));
+        }
+        if req.exec_id.is_empty() {
+            self.runc.kill(&req.id, req.signal, req.all).map_err(|e| err(Code::NOT_FOUND, e))?;
+        } else if p.pid > 0 {
+            // SAFETY: plain kill(2) of a pid this shim reaps.
+            if unsafe { libc::kill(p.pid as i32, req.signal as i32) } != 0 {
+                return Err(err(Code::NOT_FOUND, std::io::Error::last_os_error()));
+            }
+        }
+        Ok(api::Empty::new())
+    }
+
+    fn delete(&self, _ctx: &TtrpcContext, req: api::DeleteRequest) -> TtrpcResult<api::DeleteResponse> {
+        if !req.exec_id.is_empty() {
+            let mut st = self.lock();
+            let c = st.containers.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
+            let p = c.execs.get(&req.exec_id).ok_or_else(|| not_found(&req.exec_id))?;
+            if p.status == Status::RUNNING {
+                return Err(err(Code::FAILED_PRECONDITION, format!("exec {} is still running", req.exec_id)));
+            }
+            let p = c.execs.remove(&req.exec_id).unwrap_or_default();
+            return Ok(api::DeleteResponse { pid: p.pid, exit_status: p.exit_status, exited_at: p.exited_at.into(), ..Default::default() });
+        }
+        let (bundle, mounted, exit_code) = {
+            let st = self.lock();
+            let c = st.containers.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+            let code = (c.init.status == Status::STOPPED).then_some(c.init.exit_status as i32);
+            (c.bundle.clone(), c.mounted_rootfs, code)
+        };
+        // The log's `end` record while cpu.stat still exists (runc delete
+        // removes the cgroup before its poststop hook runs).
+        crate::agent::end_before_delete(&self.cfg, &req.id, exit_code);
+        self.runc.delete(&req.id).map_err(|e| err(Code::INTERNAL, e))?;
+        if mounted {
+            let rootfs = bundle.join("rootfs");
+            if let Err(e) = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0) {
+                warn!("{}: unmount rootfs: {e}", req.id);
+            }
+        }
+        let c = self.lock().containers.remove(&req.id).ok_or_else(|| not_found(&req.id))?;
+        let p = c.init;
+        let at = p.exited_at.clone().unwrap_or_else(now);
+        let ev = TaskDelete {
+            container_id: req.id.clone(),
+            id: req.id,
+            pid: p.pid,
+            exit_status: p.exit_status,
+            exited_at: MessageField::some(at.clone()),
+            ..Default::default()
+        };
+        self.publish(topics::TASK_DELETE_EVENT_TOPIC, Box::new(ev));
+        Ok(api::DeleteResponse { pid: p.pid, exit_status: p.exit_status, exited_at: MessageField::some(at), ..Default::default() })
+    }
+
+    fn wait(&self, _ctx: &TtrpcContext, req: api::WaitRequest) -> TtrpcResult<api::WaitResponse> {
+        let mut st = self.lock();
+        loop {
+            let c = st.containers.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+            let p = if req.exec_id.is_empty() { Some(&c.init) } else { c.execs.get(&req.exec_id) };
+            let p = p.ok_or_else(|| not_found(&req.exec_id))?;
+            if p.status == Status::STOPPED {
+                return Ok(api::WaitResponse { exit_status: p.exit_status, exited_at: p.exited_at.clone().into(), ..Default::default() });
+            }
+            st = self.state.1.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn state(&self, _ctx: &TtrpcContext, req: api::StateRequest) -> TtrpcResult<api::StateResponse> {
+        let st = self.lock();
+        let c = st.containers.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+        let p = if req.exec_id.is_empty() { Some(&c.init) } else { c.execs.get(&req.exec_id) };
+        let p = p.ok_or_else(|| not_found(&req.exec_id))?;
+        Ok(api::StateResponse {
+            id: if req.exec_id.is_empty() { req.id.clone() } else { req.exec_id.clone() },
+            exec_id: req.exec_id.clone(),
+            bundle: c.bundle.to_string_lossy().into_owned(),
+            pid: p.pid,
+            status: p.status.into(),
+            stdin: p.stdin.clone(),
+            stdout: p.stdout.clone(),
+            stderr: p.stderr.clone(),
+            exit_status: p.exit_status,
+            exited_at: p.exited_at.clone().into(),
+            ..Default::default()
+        })
+    }
+
+    fn pids(&self, _ctx: &TtrpcContext, req: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
+        self.process(&req.id, "")?;
+        let pids = self.runc.ps(&req.id).map_err(|e| err(Code::INTERNAL, e))?;
+        let processes = pids.into_iter().map(|pid| containerd_shim::protos::types::task::ProcessInfo { pid, ..Default::default() }).collect();
+        Ok(api::PidsResponse { processes, ..Default::default() })
+    }
+
+    fn update(&self, _ctx: &TtrpcContext, req: api::UpdateTaskRequest) -> TtrpcResult<api::Empty> {
+        self.process(&req.id, "")?;
+        let json = req.resources.as_ref().map(|a| a.value.clone()).unwrap_or_default();
+        self.runc.update(&req.id, &json).map_err(|e| err(Code::INTERNAL, e))?;
+        Ok(api::Empty::new())
+    }
+
+    fn stats(&self, _ctx: &TtrpcContext, req: api::StatsRequest) -> TtrpcResult<api::StatsResponse> {
+        self.process(&req.id, "")?;
+        let data = self.runc.stats(&req.id).map_err(|e| err(Code::INTERNAL, e))?;
+        let stats: Any = metrics_any(&data).map_err(|e| err(Code::INTERNAL, e))?;
+        Ok(api::StatsResponse { stats: MessageField::some(stats), ..Default::default() })
+    }
+
+    fn connect(&self, _ctx: &TtrpcContext, req: api::ConnectRequest) -> TtrpcResult<api::ConnectResponse> {
+        let task_pid = self.lock().containers.get(&req.id).map(|c| c.init.pid).unwrap_or(0);
+        Ok(api::ConnectResponse {
+            shim_pid: std::process::id(),
+            task_pid,
+            version: env!("CARGO_PKG_VERSION").into(),
+            ..Default::default()
+        })
+    }
+
+    fn shutdown(&self, _ctx: &TtrpcContext, req: api::ShutdownRequest) -> TtrpcResult<api::Empty> {
+        // Containers of the same sandbox share this shim: stay while any is left.
+        if !req.now && !self.lock().containers.is_empty() {
+            return Ok(api::Empty::new());
+        }
+        info!("shutdown");
+        self.exit.signal();
+        Ok(api::Empty::new())
+    }
+
+    fn close_io(&self, _ctx: &TtrpcContext, req: api::CloseIORequest) -> TtrpcResult<api::Empty> {
+        // stdin is the fifo itself: the process sees EOF when containerd closes its end.
+        self.process(&req.id, &req.exec_id)?;
+        Ok(api::Empty::new())
+    }
+
+    fn resize_pty(&self, _ctx: &TtrpcContext, req: api::ResizePtyRequest) -> TtrpcResult<api::Empty> {
+        // No process of this shim has a terminal (create/exec refuse one).
+        self.process(&req.id, &req.exec_id)?;
+        Ok(api::Empty::new())
+    }
+}
+
+impl TaskService {
+    fn process(&self, id: &str, exec_id: &str) -> TtrpcResult<Process> {
+        let st = self.lock();
+        let c = st.containers.get(id).ok_or_else(|| not_found(id))?;
+        if exec_id.is_empty() {
+            return Ok(c.init.clone());
+        }
+        c.execs.get(exec_id).cloned().ok_or_else(|| not_found(exec_id))
+    }
+}
