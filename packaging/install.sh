@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install throttlewatch on a node from a release build (scripts/setup.sh makes one):
+# binaries to $PREFIX/bin, the config to /etc/throttlewatch (kept if present),
+# the systemd unit. Then: systemctl enable --now throttlewatch-agent, and
+# `throttlewatch install containerd|docker` for the engine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PREFIX=${PREFIX:-/usr/local}
+DESTDIR=${DESTDIR:-}
+REL=target/release
+bins=(throttlewatch throttlewatch-hook throttlewatch-runtime containerd-shim-throttlewatch-v2)
+for b in "${bins[@]}"; do
+  [[ -x $REL/$b ]] || { echo "install: $REL/$b missing: run scripts/setup.sh first" >&2; exit 1; }
+done
+install -d -m 0755 "$DESTDIR$PREFIX/bin"
+for b in "${bins[@]}"; do install -m 0755 "$REL/$b" "$DESTDIR$PREFIX/bin/$b"; done
+install -d -m 0755 "$DESTDIR/etc/throttlewatch"
+if [[ -e $DESTDIR/etc/throttlewatch/throttlewatch.toml ]]; then
+  echo "install: keeping existing /etc/throttlewatch/throttlewatch.toml" >&2
+else
+  install -m 0644 configs/throttlewatch.toml "$DESTDIR/etc/throttlewatch/throttlewatch.toml"
+fi
+if [[ -d $DESTDIR/etc/systemd/system || -n $DESTDIR ]]; then
+  install -d -m 0755 "$DESTDIR/etc/systemd/system"
+  install -m 0644 packaging/throttlewatch-agent.service "$DESTDIR/etc/systemd/system/throttlewatch-agent.service"
+fi
+install -d -m 0755 "$DESTDIR/usr/share/doc/throttlewatch"
+install -m 0644 README.md docs/*.md "$DESTDIR/usr/share/doc/throttlewatch/"
+echo "install: done. Next: systemctl daemon-reload && systemctl enable --now throttlewatch-agent;" \
+  "then throttlewatch install containerd (or docker) --dry-run" >&2
