@@ -45,8 +45,8 @@ impl StateDir {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)?;
+        // No fsync: the state lives on /run (tmpfs) and matters only while the node is up.
         f.write_all(&serde_json::to_vec(p)?)?;
-        f.sync_all()?;
         std::fs::rename(&tmp, &path)
     }
 

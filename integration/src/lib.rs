@@ -61,3 +61,18 @@ pub fn read_log(path: &std::path::Path) -> Vec<serde_json::Value> {
 pub fn of_type<'a>(log: &'a [serde_json::Value], t: &str) -> Vec<&'a serde_json::Value> {
     log.iter().filter(|v| v["type"] == t).collect()
 }
+
+/// Start `tw-burn ARGS` and move it (every thread: on v1 threads created
+/// before the move would stay behind) into `cg`.
+pub fn burn_in(cg: &throttlewatch_cgroup::TransientCgroup, args: &[&str]) -> std::process::Child {
+    let c = std::process::Command::new(bin("tw-burn"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("tw-burn");
+    cg.group.add_pid(c.id()).expect("move tw-burn into its cgroup");
+    for t in std::fs::read_dir(format!("/proc/{}/task", c.id())).into_iter().flatten().flatten() {
+        let _ = std::fs::write(cg.group.cpu_dir.join("tasks"), t.file_name().to_string_lossy().as_bytes());
+    }
+    c
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
 use throttlewatch_core::protocol::{call, Register, Request, Response};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
+use throttlewatch_integration::{bin, burn_in, cpu_lock, of_type, read_log, Scratch};
 
 struct Agent {
     dir: Scratch,
@@ -72,13 +72,7 @@ impl Drop for Agent {
 }
 
 fn burner(cg: &TransientCgroup, threads: &str, ms: &str) -> Child {
-    let c = Command::new(bin("tw-burn")).args(["--threads", threads, "--ms", ms]).stdout(Stdio::null()).spawn().unwrap();
-    cg.group.add_pid(c.id()).unwrap();
-    // Threads created before the move stay behind on v1: move every task.
-    for t in std::fs::read_dir(format!("/proc/{}/task", c.id())).unwrap().flatten() {
-        let _ = std::fs::write(cg.group.cpu_dir.join("tasks"), t.file_name().to_str().unwrap());
-    }
-    c
+    burn_in(cg, &["--threads", threads, "--ms", ms])
 }
 
 fn register(a: &Agent, id: &str, cg: &TransientCgroup, pid: u32) -> Response {

@@ -6,7 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
+use throttlewatch_integration::{bin, burn_in, cpu_lock, of_type, read_log, Scratch};
 
 fn tw(args: &[&str]) -> Output {
     Command::new(bin("throttlewatch")).args(args).stdin(Stdio::null()).output().unwrap()
@@ -94,10 +94,7 @@ fn watch_an_existing_cgroup_for_a_duration() {
     let h = Hierarchies::discover().unwrap();
     let cg = TransientCgroup::create(&h, &format!("/tw-test-watch-{}", std::process::id())).unwrap();
     cg.group.set_quota(Some(20_000), 100_000).unwrap();
-    let mut b = Command::new(bin("tw-burn")).args(["--threads", "2", "--ms", "3000"]).stdout(Stdio::null()).spawn().unwrap();
-    for t in std::fs::read_dir(format!("/proc/{}/task", b.id())).unwrap().flatten() {
-        let _ = std::fs::write(cg.group.cpu_dir.join("tasks"), t.file_name().to_str().unwrap());
-    }
+    let mut b = burn_in(&cg, &["--threads", "2", "--ms", "3000"]);
     let d = Scratch::new("watch");
     let log = d.0.join("w.jsonl");
     let o = tw(&["watch", "--pid", &b.id().to_string(), "--duration", "1500ms", "--json", "--log", log.to_str().unwrap()]);

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
+use throttlewatch_integration::{bin, burn_in, cpu_lock, of_type, read_log, Scratch};
 
 struct Outcome {
     log: Vec<Value>,
@@ -102,12 +102,7 @@ fn spread_across_cpus_with_an_unwatched_neighbour() {
     let h = Hierarchies::discover().unwrap();
     let n = TransientCgroup::create(&h, &format!("/tw-test-neighbour-{}", std::process::id())).unwrap();
     n.group.set_quota(Some(15_000), 100_000).unwrap();
-    let mut neighbour = Command::new(bin("tw-burn")).args(["--threads", "2", "--ms", "4000"]).stdout(Stdio::piped()).spawn().unwrap();
-    n.group.add_pid(neighbour.id()).unwrap();
-    for t in std::fs::read_dir(format!("/proc/{}/task", neighbour.id())).unwrap() {
-        let tid: u32 = t.unwrap().file_name().to_str().unwrap().parse().unwrap();
-        let _ = std::fs::write(n.group.cpu_dir.join("tasks"), tid.to_string());
-    }
+    let mut neighbour = burn_in(&n, &["--threads", "2", "--ms", "4000"]);
     let o = run(&["--cpus", "0.5"], &["--threads", "2", "--ms", "2500", "--pin", "spread"]);
     let npid = neighbour.id() as i64;
     neighbour.kill().unwrap();
