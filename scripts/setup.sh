@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up for building and running throttlewatch on a Debian/Ubuntu
-# machine: the BPF toolchain, then a release build.
+# machine: the BPF toolchain (and a release build unless --no-build).
 #   scripts/setup.sh            build dependencies + release build
-#   scripts/setup.sh --test     also what the test suite drives (runc, containerd,
-#                               dockerd, busybox, perf, QEMU for the VM lane)
+#   scripts/setup.sh --test     packages only, including what the test suite drives
+#                               (runc, containerd, dockerd, busybox, perf, QEMU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,5 +32,6 @@ fi
 # BTF is what makes the probes portable (CO-RE); without it nothing loads.
 [[ -r /sys/kernel/btf/vmlinux ]] || { echo "setup: this kernel has no BTF (/sys/kernel/btf/vmlinux)" >&2; exit 1; }
 
+[[ "${1:-}" == "--test" ]] && exit 0
 cargo build --release --workspace --bins --quiet
 echo "setup: built target/release/{throttlewatch,throttlewatch-hook,throttlewatch-runtime,containerd-shim-throttlewatch-v2}" >&2
