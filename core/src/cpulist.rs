@@ -35,10 +35,6 @@ impl CpuList {
         Ok(CpuList(set))
     }
 
-    pub fn from_iter(ids: impl IntoIterator<Item = u32>) -> CpuList {
-        CpuList(ids.into_iter().collect())
-    }
-
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -69,6 +65,12 @@ impl CpuList {
 
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.0.iter().copied()
+    }
+}
+
+impl FromIterator<u32> for CpuList {
+    fn from_iter<I: IntoIterator<Item = u32>>(ids: I) -> CpuList {
+        CpuList(ids.into_iter().collect())
     }
 }
 

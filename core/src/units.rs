@@ -34,7 +34,7 @@ pub fn parse_duration(field: &str, s: &str) -> Result<Duration, UnitError> {
     };
     let v: f64 = num.parse().map_err(|_| err())?;
     let ns = v * mult;
-    if !ns.is_finite() || ns < 0.0 || ns > 1e18 {
+    if !ns.is_finite() || !(0.0..=1e18).contains(&ns) {
         return Err(err());
     }
     Ok(Duration::from_nanos(ns.round() as u64))

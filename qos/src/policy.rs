@@ -60,6 +60,17 @@ impl Policy {
     }
 }
 
+impl From<&throttlewatch_core::config::QosPolicyConfig> for Policy {
+    /// The `[qos]` table of throttlewatch.toml (empty allowed list: all keys).
+    fn from(c: &throttlewatch_core::config::QosPolicyConfig) -> Policy {
+        Policy {
+            allowed_keys: (!c.allowed_annotations.is_empty()).then(|| c.allowed_annotations.clone()),
+            max_burst_percent: c.max_burst_percent,
+            allow_exclusive: c.allow_exclusive,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,16 +92,5 @@ mod tests {
     fn unknown_fields_are_rejected() {
         let e = toml::from_str::<Policy>("allow_exclusiv = true").unwrap_err();
         assert!(e.to_string().contains("allow_exclusiv"), "{e}");
-    }
-}
-
-impl From<&throttlewatch_core::config::QosPolicyConfig> for Policy {
-    /// The `[qos]` table of throttlewatch.toml (empty allowed list: all keys).
-    fn from(c: &throttlewatch_core::config::QosPolicyConfig) -> Policy {
-        Policy {
-            allowed_keys: (!c.allowed_annotations.is_empty()).then(|| c.allowed_annotations.clone()),
-            max_burst_percent: c.max_burst_percent,
-            allow_exclusive: c.allow_exclusive,
-        }
     }
 }
