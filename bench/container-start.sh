@@ -6,27 +6,29 @@
 #
 #   bench/container-start.sh [ROUNDS]          (default 20; run as root)
 #
-# Binaries: $TW_BIN_DIR (default target/release when the wrapper is built
-# there, else target/debug); the agent is `throttlewatch` from the same dir or
-# target/debug. Prints the median of each and the ratio of medians (target <= 1.15).
+# Binaries: the wrapper, the hook AND the agent all come from one directory:
+# $TW_BIN_DIR when set (nothing is built), else target/release after
+# `cargo build --release` of the three (a debug agent alone makes the
+# register round trip several times slower, so there is no fallback).
+# TW_BENCH_TIMING=1 also prints the median of each phase of the wrapper and
+# the hook (THROTTLEWATCH_TIMING). Prints the median of each and the ratio of
+# medians (target <= 1.15), with the load average before and after: others
+# compiling on a 2-core machine move both figures.
 set -eu
 
 ROUNDS=${1:-20}
 cd "$(dirname "$0")/.."
 if [ -z "${TW_BIN_DIR:-}" ]; then
-    if [ -x target/release/throttlewatch-runtime ] && [ -x target/release/throttlewatch-hook ]; then
-        TW_BIN_DIR=target/release
-    else
-        TW_BIN_DIR=target/debug
-    fi
+    cargo build --release -q -p throttlewatch-hook -p throttlewatch-runtime -p throttlewatch --bins
+    TW_BIN_DIR=target/release
 fi
 TW_BIN_DIR=$(cd "$TW_BIN_DIR" && pwd)
 AGENT=$TW_BIN_DIR/throttlewatch
-[ -x "$AGENT" ] || AGENT=$(pwd)/target/debug/throttlewatch
 RUNC=${RUNC:-$(command -v runc)}
 for b in "$TW_BIN_DIR/throttlewatch-runtime" "$TW_BIN_DIR/throttlewatch-hook" "$AGENT" "$RUNC" /bin/busybox; do
-    [ -x "$b" ] || { echo "missing $b (cargo build --workspace --bins; apt-get install runc busybox-static)" >&2; exit 1; }
+    [ -x "$b" ] || { echo "missing $b (cargo build --release --workspace --bins; apt-get install runc busybox-static)" >&2; exit 1; }
 done
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 W=$(mktemp -d /tmp/tw-bench.XXXXXX)
 # Runtime state (socket, agent state, burst records) on tmpfs, as /run is on
@@ -80,6 +82,10 @@ until [ -S "$RUN/agent.sock" ]; do
 done
 sleep 0.5
 
+if [ "${TW_BENCH_TIMING:-0}" = 1 ]; then
+    export THROTTLEWATCH_TIMING="$W/timing"
+fi
+
 now_ns() { date +%s%N; }
 # one KIND ID: restore the bundle, time `run -d`, delete; prints microseconds.
 one() {
@@ -108,10 +114,22 @@ done
 
 median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
-echo "binaries: $TW_BIN_DIR; runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating)"
+echo "binaries: $TW_BIN_DIR (wrapper, hook, agent); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating)"
+echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 echo "plain runc run -d:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"
 echo "throttlewatch-runtime run -d:     median $(awk "BEGIN{printf \"%.1f\", $mt/1000}") ms (wrapper + createRuntime hook + register)"
 echo "ratio of medians (wrapper/plain): $(awk "BEGIN{printf \"%.3f\", $mt/$mp}") (target <= 1.15)"
+if [ -s "$W/timing" ]; then
+    # "NAME SUBCOMMAND total=Nus phase=Nus ..." lines: the median of each phase, per program.
+    echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING):"
+    for who in "throttlewatch-runtime run" "throttlewatch-hook createRuntime"; do
+        grep "^$who " "$W/timing" | awk -v who="$who" '
+            { for (i = 3; i <= NF; i++) { split($i, kv, "="); sub("us", "", kv[2]); v[kv[1], ++n[kv[1]]] = kv[2]; if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++k] = kv[1] } } }
+            END { line = "  " who ":"; for (j = 1; j <= k; j++) { p = order[j]; m = n[p]; for (a = 1; a <= m; a++) x[a] = v[p, a];
+                  for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++) if (x[b] + 0 < x[a] + 0) { t = x[a]; x[a] = x[b]; x[b] = t }
+                  line = line " " p "=" x[int((m + 1) / 2)] }; print line }'
+    done
+fi
 if ! grep -q '"type":"start"' "$W"/logs/*.jsonl 2>/dev/null; then
     echo "warning: no start record in $W/logs: the hook did not register (see $W/logs/hook.log)" >&2
 fi

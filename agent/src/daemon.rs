@@ -17,6 +17,7 @@ use throttlewatch_core::config::Config;
 use throttlewatch_core::logfmt::log_file_name;
 use throttlewatch_core::protocol::{self, Register, Request, Response, MAX_REQUEST_BYTES};
 
+use crate::coldstart::ColdStartSpec;
 use crate::engine::Engine;
 use crate::metrics::{ContainerLabels, Metrics};
 use crate::session::SessionSpec;
@@ -159,6 +160,28 @@ struct Agent {
     exported_lost: u64,
 }
 
+/// What the registration tells about the container's cold start; the CPU
+/// target comes from the `throttlewatch.io/cold-start-cpu` annotation.
+fn cold_start_spec(r: &Register) -> ColdStartSpec {
+    let target = r
+        .annotations
+        .get(protocol::ANNOTATION_COLD_START_CPU)
+        .and_then(|v| match throttlewatch_core::units::parse_duration(protocol::ANNOTATION_COLD_START_CPU, v) {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) | Err(_) => {
+                tracing::warn!("{}: {}={v:?}: expected a duration such as 10ms; using the default", r.container_id, protocol::ANNOTATION_COLD_START_CPU);
+                None
+            }
+        })
+        .unwrap_or(crate::coldstart::DEFAULT_CPU_TARGET);
+    ColdStartSpec {
+        created_unix_ns: r.created_ns,
+        hook_unix_ns: r.hook_ns,
+        init_pid: r.pid,
+        cpu_target_ns: target.as_nanos() as u64,
+    }
+}
+
 pub fn run(cfg: &Config) -> Result<i32, CliError> {
     mkdir(&cfg.state_dir, 0o700)?;
     mkdir(&cfg.log_dir, 0o750)?;
@@ -234,7 +257,14 @@ impl Agent {
             }
             if last_snap.elapsed() >= snap_every {
                 last_snap = Instant::now();
-                self.engine.snapshot_all();
+                let runq = self.engine.snapshot_all();
+                if let Ok(m) = self.metrics.lock() {
+                    for (id, r) in &runq {
+                        if let Some(l) = self.labels.get(id) {
+                            m.observe_runq(l, r);
+                        }
+                    }
+                }
             }
         }
     }
@@ -247,6 +277,14 @@ impl Agent {
                 m.freeze_seconds.get_or_create(l).observe(ns as f64 / 1e9);
             }
         });
+        let cold = self.engine.take_cold_starts();
+        if let Ok(m) = self.metrics.lock() {
+            for (id, c) in &cold {
+                if let Some(l) = self.labels.get(id) {
+                    m.observe_cold_start(l, c);
+                }
+            }
+        }
     }
 
     fn handle(&mut self, req: Request) -> Response {
@@ -282,6 +320,7 @@ impl Agent {
             threshold_ns: r.threshold_ns.unwrap_or_else(|| self.cfg.threshold_ns()),
             log_path: log_path.clone(),
             resume: resume.map(|p| p.baseline.clone()),
+            cold_start: Some(cold_start_spec(&r)),
         };
         let id = self.engine.watch(spec, g).map_err(|e| e.to_string())?;
         self.labels.insert(id, labels);

@@ -4,20 +4,24 @@ use std::collections::HashMap;
 
 use throttlewatch_bpf::{Event, ProbeError, ProbeOptions, ThrottleProbe};
 use throttlewatch_cgroup::CpuCgroup;
-use throttlewatch_core::logfmt::{End, Throttle};
+use throttlewatch_core::logfmt::{ColdStart, End, Record, Runq, Throttle};
 
 use crate::clock::Clock;
+use crate::coldstart::ColdStartTracker;
+use crate::runq::RunqTracker;
 use crate::session::{Session, SessionSpec, StartInfo};
 
 pub struct Engine {
     probe: ThrottleProbe,
     sessions: HashMap<u64, Session>,
     clock: Clock,
+    /// Cold-start records written since the last `take_cold_starts` (metrics).
+    cold_starts: Vec<(u64, ColdStart)>,
 }
 
 impl Engine {
     pub fn load(opts: &ProbeOptions) -> Result<Engine, ProbeError> {
-        Ok(Engine { probe: ThrottleProbe::load(opts)?, sessions: HashMap::new(), clock: Clock::new() })
+        Ok(Engine { probe: ThrottleProbe::load(opts)?, sessions: HashMap::new(), clock: Clock::new(), cold_starts: vec![] })
     }
 
     pub fn probe(&self) -> &ThrottleProbe {
@@ -42,8 +46,18 @@ impl Engine {
         let mut info = info;
         info.episodes_now = self.probe.episode_totals(id);
         info.fentry_now = self.probe.fentry_totals(id);
-        let s = Session::open(spec, cgroup, info)?;
+        let cold = spec.cold_start.clone().filter(|_| spec.resume.is_none());
+        let mut s = Session::open(spec, cgroup, info)?;
         self.probe.watch(id)?;
+        let mono = Clock::monotonic_ns();
+        s.runq = self.probe.runq_totals(id).map(|t| RunqTracker::new(t, mono));
+        if let Some(c) = cold {
+            match self.probe.arm_cold_start(id, c.cpu_target_ns) {
+                Ok(true) => s.cold = Some(ColdStartTracker::new(c, mono)),
+                Ok(false) => {}
+                Err(e) => tracing::warn!("cold start of {}: {e}", s.spec.container_id),
+            }
+        }
         self.sessions.insert(id, s);
         Ok(id)
     }
@@ -54,14 +68,37 @@ impl Engine {
         let events = self.probe.poll();
         let n = events.len();
         for ev in events {
-            if let Event::Freeze(f) = ev {
-                if let Some(s) = self.sessions.get_mut(&f.cgroup_id) {
-                    let rec = s.on_freeze(&f, &self.clock);
-                    live(s, f.frozen_ns(), rec.as_ref());
+            match ev {
+                Event::Freeze(f) => {
+                    if let Some(s) = self.sessions.get_mut(&f.cgroup_id) {
+                        let rec = s.on_freeze(&f, &self.clock);
+                        live(s, f.frozen_ns(), rec.as_ref());
+                    }
                 }
+                Event::ColdStart(c) => {
+                    let Some(s) = self.sessions.get_mut(&c.cgroup_id) else { continue };
+                    let Some(rec) = s.cold.as_mut().and_then(|t| t.on_event(&c, &self.clock)) else { continue };
+                    self.cold_starts.push((c.cgroup_id, rec.clone()));
+                    s.write(Record::ColdStart(rec));
+                    self.probe.cold_start_finished(c.cgroup_id);
+                }
+                Event::Episode(_) => {}
             }
         }
         n
+    }
+
+    /// Cold-start records written since the last call.
+    pub fn take_cold_starts(&mut self) -> Vec<(u64, ColdStart)> {
+        std::mem::take(&mut self.cold_starts)
+    }
+
+    /// Write what is known of a cold start that is still pending.
+    fn flush_cold_start(probe: &ThrottleProbe, id: u64, s: &mut Session, why: &str) {
+        if let Some(rec) = s.cold.as_mut().and_then(|t| t.finish(why)) {
+            s.write(Record::ColdStart(rec));
+        }
+        probe.cold_start_finished(id);
     }
 
     pub fn flush_all(&mut self) {
@@ -70,10 +107,30 @@ impl Engine {
         }
     }
 
-    pub fn snapshot_all(&mut self) {
+    /// `cpu_stat` and `runq` records for every session; returns the `runq` ones.
+    pub fn snapshot_all(&mut self) -> Vec<(u64, Runq)> {
+        let mono = Clock::monotonic_ns();
+        let mut out = vec![];
         for (id, s) in self.sessions.iter_mut() {
             s.snapshot(self.probe.episode_totals(*id));
+            if let (Some(t), Some(now)) = (s.runq.as_mut(), self.probe.runq_totals(*id)) {
+                let rec = t.interval(now, mono);
+                out.push((*id, rec.clone()));
+                s.write(Record::Runq(rec));
+            }
+            if s.cold.as_ref().is_some_and(|c| c.expired(mono)) {
+                let why = format!("not complete {}s after the hook", crate::coldstart::GIVE_UP_AFTER.as_secs());
+                Self::flush_cold_start(&self.probe, *id, s, &why);
+            }
         }
+        self.probe.next_runq_interval();
+        out
+    }
+
+    /// Run-queue latency over the whole watch of a session.
+    fn runq_total(&self, id: u64, s: &Session) -> Option<Runq> {
+        let now = self.probe.runq_totals(id)?;
+        Some(s.runq.as_ref()?.total(now, Clock::monotonic_ns()))
     }
 
     /// Persistable state of every session.
@@ -102,20 +159,25 @@ impl Engine {
     /// The `end` record as it would be now, without ending.
     pub fn summary(&self, id: u64, reason: &str) -> Option<End> {
         let s = self.sessions.get(&id)?;
-        Some(s.summary(reason, None, self.probe.episode_totals(id), self.probe.lost_events(), self.probe.fentry_totals(id)))
+        let mut end = s.summary(reason, None, self.probe.episode_totals(id), self.probe.lost_events(), self.probe.fentry_totals(id));
+        end.runq = self.runq_total(id, s);
+        Some(end)
     }
 
     /// Stop watching: final drain, `end` record, log closed, watch-map entry removed.
     pub fn finish(&mut self, id: u64, reason: &str, exit_code: Option<i32>) -> Option<(End, Session)> {
         self.pump(&mut |_, _, _| {});
         let mut s = self.sessions.remove(&id)?;
-        let end = s.summary(
+        Self::flush_cold_start(&self.probe, id, &mut s, "watching ended before the entrypoint had its CPU target");
+        let runq = self.runq_total(id, &s);
+        let mut end = s.summary(
             reason,
             exit_code,
             self.probe.episode_totals(id),
             self.probe.lost_events(),
             self.probe.fentry_totals(id),
         );
+        end.runq = runq;
         if let Err(e) = s.finish(&end) {
             tracing::warn!("{}: finishing log: {e}", s.spec.log_path.display());
         }

@@ -6,12 +6,14 @@
 
 pub mod clock;
 pub mod cli;
+pub mod coldstart;
 pub mod daemon;
 pub mod engine;
 pub mod install;
 pub mod live;
 pub mod metrics;
 pub mod run;
+pub mod runq;
 pub mod session;
 pub mod signals;
 pub mod state;

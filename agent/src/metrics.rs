@@ -50,7 +50,22 @@ impl ContainerLabels {
     }
 }
 
+/// A container and one of a few fixed kinds (`by` of a preemption, `stage` of a cold start).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+    #[prometheus(flatten)]
+    pub container: ContainerLabels,
+}
+
+impl KindLabels {
+    pub fn new(container: &ContainerLabels, kind: &str) -> KindLabels {
+        KindLabels { container: container.clone(), kind: kind.into() }
+    }
+}
+
 type FCounter = Family<ContainerLabels, Counter<f64, AtomicU64>>;
+type FGauge = Family<ContainerLabels, Gauge<f64, AtomicU64>>;
 
 pub struct Metrics {
     pub registry: Registry,
@@ -63,6 +78,16 @@ pub struct Metrics {
     pub burst_seconds: FCounter,
     pub lost_events: Counter,
     pub watched: Gauge,
+    /// Run-queue latency: waits, their sum, and p50/p99/max of the last interval.
+    pub runq_waits: FCounter,
+    pub runq_wait_seconds: FCounter,
+    pub runq_p50_seconds: FGauge,
+    pub runq_p99_seconds: FGauge,
+    pub runq_max_seconds: FGauge,
+    /// Preemptions of watched threads, by `kind`: same, other (container), host.
+    pub runq_preemptions: Family<KindLabels, Counter<f64, AtomicU64>>,
+    /// Cold-start stages, seconds after the runtime's create, by `kind` (stage).
+    pub cold_start_seconds: Family<KindLabels, Gauge<f64, AtomicU64>>,
 }
 
 fn freeze_histogram() -> Histogram {
@@ -83,6 +108,13 @@ impl Metrics {
             burst_seconds: FCounter::default(),
             lost_events: Counter::default(),
             watched: Gauge::default(),
+            runq_waits: FCounter::default(),
+            runq_wait_seconds: FCounter::default(),
+            runq_p50_seconds: FGauge::default(),
+            runq_p99_seconds: FGauge::default(),
+            runq_max_seconds: FGauge::default(),
+            runq_preemptions: Family::default(),
+            cold_start_seconds: Family::default(),
             registry: Registry::default(),
         };
         registry.register("freeze_duration_seconds", "Per-thread throttle freezes (switched out throttled until switched back in)", freeze_seconds);
@@ -94,6 +126,13 @@ impl Metrics {
         registry.register("burst_seconds", "Time spent over quota thanks to burst", m.burst_seconds.clone());
         registry.register("lost_events", "Events the kernel could not deliver (ring buffer full), node-wide", m.lost_events.clone());
         registry.register("watched_containers", "Containers being watched", m.watched.clone());
+        registry.register("runq_waits", "Run-queue waits of watched threads (wakeup or preemption to switch-in; freezes excluded)", m.runq_waits.clone());
+        registry.register("runq_wait_seconds", "Time watched threads waited in the run queue (freezes excluded)", m.runq_wait_seconds.clone());
+        registry.register("runq_latency_p50_seconds", "Run-queue latency p50 over the last snapshot interval", m.runq_p50_seconds.clone());
+        registry.register("runq_latency_p99_seconds", "Run-queue latency p99 over the last snapshot interval", m.runq_p99_seconds.clone());
+        registry.register("runq_latency_max_seconds", "Longest run-queue wait over the last snapshot interval", m.runq_max_seconds.clone());
+        registry.register("runq_preemptions", "Watched threads switched out runnable, by kind of preemptor (same, other, host)", m.runq_preemptions.clone());
+        registry.register("cold_start_seconds", "Cold-start stages, seconds after the runtime's create, by stage", m.cold_start_seconds.clone());
         Metrics { registry, ..m }
     }
 
@@ -102,6 +141,39 @@ impl Metrics {
             f.remove(l);
         }
         self.freeze_seconds.remove(l);
+        for f in [&self.runq_waits, &self.runq_wait_seconds] {
+            f.remove(l);
+        }
+        for f in [&self.runq_p50_seconds, &self.runq_p99_seconds, &self.runq_max_seconds] {
+            f.remove(l);
+        }
+        for k in ["same", "other", "host"] {
+            self.runq_preemptions.remove(&KindLabels::new(l, k));
+        }
+        for k in crate::coldstart::STAGES {
+            self.cold_start_seconds.remove(&KindLabels::new(l, k));
+        }
+    }
+
+    /// Export one interval's `runq` record.
+    pub fn observe_runq(&self, l: &ContainerLabels, r: &throttlewatch_core::logfmt::Runq) {
+        self.runq_waits.get_or_create(l).inc_by(r.count as f64);
+        self.runq_wait_seconds.get_or_create(l).inc_by(r.total_ns as f64 / 1e9);
+        self.runq_p50_seconds.get_or_create(l).set(r.p50_ns.unwrap_or(0) as f64 / 1e9);
+        self.runq_p99_seconds.get_or_create(l).set(r.p99_ns.unwrap_or(0) as f64 / 1e9);
+        self.runq_max_seconds.get_or_create(l).set(r.max_ns as f64 / 1e9);
+        for (k, n) in [("same", r.preempted_by_same), ("other", r.preempted_by_other), ("host", r.preempted_by_host)] {
+            self.runq_preemptions.get_or_create(&KindLabels::new(l, k)).inc_by(n as f64);
+        }
+    }
+
+    /// Export a `cold_start` record.
+    pub fn observe_cold_start(&self, l: &ContainerLabels, c: &throttlewatch_core::logfmt::ColdStart) {
+        for s in &c.stages {
+            if let Some(d) = s.since_create_ns {
+                self.cold_start_seconds.get_or_create(&KindLabels::new(l, &s.stage)).set(d as f64 / 1e9);
+            }
+        }
     }
 
     pub fn encode(&self) -> String {

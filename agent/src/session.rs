@@ -23,6 +23,8 @@ pub struct SessionSpec {
     /// Continue an existing log (agent restart): write `resume`, not `start`,
     /// and keep counting from the original baseline.
     pub resume: Option<Baseline>,
+    /// Record the cold-start timeline (containers registered at create).
+    pub cold_start: Option<crate::coldstart::ColdStartSpec>,
 }
 
 /// What a session needs to survive an agent restart (persisted by the agent).
@@ -93,6 +95,10 @@ pub struct Session {
     lost_at_start: u64,
     /// Totals carried over from before an agent restart.
     carried: Baseline,
+    /// Run-queue latency, where the probe measures it (set by the engine).
+    pub runq: Option<crate::runq::RunqTracker>,
+    /// The pending cold-start timeline (set by the engine).
+    pub cold: Option<crate::coldstart::ColdStartTracker>,
 }
 
 pub struct StartInfo<'a> {
@@ -179,6 +185,8 @@ impl Session {
             started_unix_ns: if carried.started_unix_ns > 0 { carried.started_unix_ns } else { logfmt::now_unix_ns() },
             lost_at_start: info.lost_now,
             carried,
+            runq: None,
+            cold: None,
         })
     }
 
@@ -216,6 +224,15 @@ impl Session {
             }
         }
         Some(rec)
+    }
+
+    /// Append a record (runq, cold_start) to the log, if still open.
+    pub fn write(&mut self, rec: Record) {
+        if let Some(log) = self.log.as_mut() {
+            if let Err(e) = log.write(rec) {
+                tracing::warn!("{}: writing log: {e}", self.spec.log_path.display());
+            }
+        }
     }
 
     pub fn flush(&mut self) {
@@ -313,6 +330,7 @@ impl Session {
             burst_ns: d.burst_ns,
             lost_events: lost_now.saturating_sub(self.lost_at_start),
             below_threshold: self.below_threshold,
+            runq: None, // the engine fills it from the probe
         }
     }
 

@@ -4,6 +4,7 @@ use crate::skel::types::tw_event;
 
 pub const KIND_FREEZE: u32 = 1;
 pub const KIND_EPISODE: u32 = 2;
+pub const KIND_COLDSTART: u32 = 3;
 
 /// One thread frozen by CFS bandwidth control.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,10 +41,36 @@ pub struct EpisodeEvent {
     pub end_ns: u64,
 }
 
+/// A cold-start stage of a watched cgroup's entrypoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColdStartStage {
+    /// `sched_process_exec` of the first task in the cgroup after it was armed.
+    Exec,
+    /// The first switch-in of one of its threads after the exec.
+    FirstRun,
+    /// The moment its threads had the armed amount of CPU since the exec.
+    Cpu,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColdStartEvent {
+    pub cgroup_id: u64,
+    pub stage: ColdStartStage,
+    pub tid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    /// CLOCK_MONOTONIC ns of the stage.
+    pub at_ns: u64,
+    /// Exec: the process's creation (task start_time, CLOCK_MONOTONIC);
+    /// other stages: the exec.
+    pub ref_ns: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Freeze(FreezeEvent),
     Episode(EpisodeEvent),
+    ColdStart(ColdStartEvent),
 }
 
 impl Event {
@@ -51,6 +78,7 @@ impl Event {
         match self {
             Event::Freeze(f) => f.cgroup_id,
             Event::Episode(e) => e.cgroup_id,
+            Event::ColdStart(c) => c.cgroup_id,
         }
     }
 
@@ -62,9 +90,9 @@ impl Event {
         // SAFETY: tw_event is plain old data and the length was checked; the
         // ring buffer only aligns to 8 bytes, so read unaligned.
         let e: tw_event = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
+        let comm: Vec<u8> = e.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
         match e.kind {
             KIND_FREEZE => {
-                let comm: Vec<u8> = e.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
                 Some(Event::Freeze(FreezeEvent {
                     tid: e.tid,
                     tgid: e.tgid,
@@ -85,6 +113,23 @@ impl Event {
                 start_ns: e.start_ns,
                 end_ns: e.end_ns,
             })),
+            KIND_COLDSTART => {
+                let stage = match e.cpu_out {
+                    1 => ColdStartStage::Exec,
+                    2 => ColdStartStage::FirstRun,
+                    3 => ColdStartStage::Cpu,
+                    _ => return None,
+                };
+                Some(Event::ColdStart(ColdStartEvent {
+                    cgroup_id: e.cgroup_id,
+                    stage,
+                    tid: e.tid,
+                    tgid: e.tgid,
+                    comm: String::from_utf8_lossy(&comm).into_owned(),
+                    at_ns: e.end_ns,
+                    ref_ns: e.start_ns,
+                }))
+            }
             _ => None,
         }
     }
@@ -129,6 +174,10 @@ mod tests {
         let Some(Event::Episode(e)) = Event::decode(&raw(KIND_EPISODE)) else { panic!() };
         assert_eq!((e.cpu, e.start_ns, e.end_ns), (1, 1000, 3500));
         assert_eq!(Event::decode(&raw(99)), None);
+        let mut cs = raw(KIND_COLDSTART);
+        cs[12] = 2; // cpu_out: the stage
+        let Some(Event::ColdStart(c)) = Event::decode(&cs) else { panic!() };
+        assert_eq!((c.stage, c.at_ns, c.ref_ns, c.comm.as_str()), (ColdStartStage::FirstRun, 3500, 1000, "worker"));
         assert_eq!(Event::decode(&[0u8; 8]), None);
     }
 }

@@ -9,6 +9,8 @@ mod skel {
 pub mod event;
 pub mod fentry;
 pub mod probe;
+pub mod runq;
 
-pub use event::{Event, EpisodeEvent, FreezeEvent};
+pub use event::{ColdStartEvent, ColdStartStage, Event, EpisodeEvent, FreezeEvent};
+pub use runq::RunqTotals;
 pub use probe::{EpisodeTotals, ProbeError, ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe};

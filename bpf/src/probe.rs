@@ -1,14 +1,17 @@
 //! Loading, attaching and reading the throttle probe.
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::mem::MaybeUninit;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::event::Event;
-use crate::skel::types::{tw_episode, tw_episode_key};
+use crate::runq::RunqTotals;
+use crate::skel::types::{tw_coldstart, tw_episode, tw_episode_key, tw_runq};
 use crate::skel::{ThrottleSkel, ThrottleSkelBuilder};
 
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +89,8 @@ pub struct ProbeOptions {
     /// reader polls on a timer). Waking per event makes the reader preempt
     /// the watched threads, which then produce more events.
     pub wakeup_bytes: u32,
+    /// Do not load the run-queue latency / cold-start programs.
+    pub no_runq: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -106,6 +111,25 @@ pub struct ThrottleProbe {
     model: ThrottleModel,
     kind: ProbeKind,
     ncpus: u32,
+    /// Run-queue latency and cold start loaded (tp_btf only).
+    runq: Option<RunqControl>,
+    /// Why they are not, when they are not.
+    runq_error: Option<String>,
+}
+
+/// User space's side of the run-queue / cold-start counters in .bss.
+struct RunqControl {
+    bss: *mut crate::skel::types::bss,
+    /// Cold starts armed and not finished (their count gates the kernel side).
+    armed: RefCell<BTreeSet<u64>>,
+}
+
+impl RunqControl {
+    fn counter(&self, f: impl FnOnce(*mut crate::skel::types::bss) -> *mut u64) -> &AtomicU64 {
+        // SAFETY: the .bss map is mmapped for the life of the skeleton, which
+        // the probe owns; the kernel updates the same words with atomics.
+        unsafe { AtomicU64::from_ptr(f(self.bss)) }
+    }
 }
 
 fn bump_memlock() {
@@ -126,31 +150,55 @@ impl ThrottleProbe {
         // The skeleton borrows its object for its whole life; the probe is
         // loaded once per process, so the object is leaked on purpose.
         let obj: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let try_kind = |kind: ProbeKind, obj: &'static mut MaybeUninit<OpenObject>| {
+        let try_kind = |kind: ProbeKind, runq: bool, obj: &'static mut MaybeUninit<OpenObject>| {
             let mut open = ThrottleSkelBuilder::default().open(obj).map_err(ProbeError::Load)?;
             if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
                 ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
+                ro.runq_enabled = runq;
             }
             open.progs.tw_switch_btf.set_autoload(kind == ProbeKind::TpBtf);
             open.progs.tw_switch_raw.set_autoload(kind == ProbeKind::RawTp);
             open.progs.tw_hrtimer_btf.set_autoload(kind == ProbeKind::TpBtf);
             open.progs.tw_hrtimer_raw.set_autoload(kind == ProbeKind::RawTp);
+            open.progs.tw_wakeup_btf.set_autoload(runq);
+            open.progs.tw_wakeup_new_btf.set_autoload(runq);
+            open.progs.tw_cgroup_attach_btf.set_autoload(runq);
+            open.progs.tw_exec_btf.set_autoload(runq);
+            open.progs.tw_fork_btf.set_autoload(runq);
             open.load().map_err(ProbeError::Load)
         };
-        let (skel, kind) = if opts.force_raw_tp {
-            (try_kind(ProbeKind::RawTp, obj)?, ProbeKind::RawTp)
-        } else {
-            match try_kind(ProbeKind::TpBtf, obj) {
-                Ok(s) => (s, ProbeKind::TpBtf),
+        let leak = || -> &'static mut MaybeUninit<OpenObject> { Box::leak(Box::new(MaybeUninit::uninit())) };
+        let mut runq_error = None;
+        let (mut skel, kind, runq) = if opts.force_raw_tp {
+            runq_error = Some("raw_tp: needs tp_btf (task local storage)".to_string());
+            (try_kind(ProbeKind::RawTp, false, obj)?, ProbeKind::RawTp, false)
+        } else if opts.no_runq {
+            runq_error = Some("disabled".to_string());
+            match try_kind(ProbeKind::TpBtf, false, obj) {
+                Ok(s) => (s, ProbeKind::TpBtf, false),
                 Err(e) => {
                     tracing::warn!("tp_btf/sched_switch did not load ({e}); falling back to raw_tp");
-                    let obj2 = Box::leak(Box::new(MaybeUninit::uninit()));
-                    (try_kind(ProbeKind::RawTp, obj2)?, ProbeKind::RawTp)
+                    (try_kind(ProbeKind::RawTp, false, leak())?, ProbeKind::RawTp, false)
+                }
+            }
+        } else {
+            match try_kind(ProbeKind::TpBtf, true, obj) {
+                Ok(s) => (s, ProbeKind::TpBtf, true),
+                Err(e) => {
+                    tracing::warn!("run-queue latency / cold-start programs did not load ({e}); throttling only");
+                    runq_error = Some(e.to_string());
+                    match try_kind(ProbeKind::TpBtf, false, leak()) {
+                        Ok(s) => (s, ProbeKind::TpBtf, false),
+                        Err(e) => {
+                            tracing::warn!("tp_btf/sched_switch did not load ({e}); falling back to raw_tp");
+                            (try_kind(ProbeKind::RawTp, false, leak())?, ProbeKind::RawTp, false)
+                        }
+                    }
                 }
             }
         };
         let attach = |r: Result<Link, libbpf_rs::Error>| r.map_err(|source| ProbeError::Attach { prog: kind.as_str(), source });
-        let links = match kind {
+        let mut links = match kind {
             ProbeKind::TpBtf => vec![attach(skel.progs.tw_switch_btf.attach())?, attach(skel.progs.tw_hrtimer_btf.attach())?],
             ProbeKind::RawTp => vec![
                 attach(skel.progs.tw_switch_raw.attach_raw_tracepoint("sched_switch"))?,
@@ -158,6 +206,25 @@ impl ThrottleProbe {
             ],
         };
 
+        if runq {
+            for p in [
+                &skel.progs.tw_wakeup_btf,
+                &skel.progs.tw_wakeup_new_btf,
+                &skel.progs.tw_cgroup_attach_btf,
+                &skel.progs.tw_exec_btf,
+                &skel.progs.tw_fork_btf,
+            ] {
+                links.push(p.attach().map_err(|source| ProbeError::Attach { prog: "runq", source })?);
+            }
+        }
+        let bss = skel.maps.bss_data.as_deref_mut().map(|b| b as *mut crate::skel::types::bss);
+        let runq = match bss {
+            Some(bss) => Some(RunqControl { bss, armed: RefCell::default() }).filter(|_| runq),
+            None => None,
+        };
+        if runq.is_none() {
+            tracing::info!("run-queue latency and cold start unavailable: {}", runq_error.as_deref().unwrap_or("no .bss"));
+        }
         let queue: Rc<RefCell<Vec<Event>>> = Rc::default();
         let q = queue.clone();
         let mut b = RingBufferBuilder::new();
@@ -181,7 +248,7 @@ impl ThrottleProbe {
                 }
             }
         };
-        Ok(ThrottleProbe { skel, fentry, fentry_error, rb, queue, _links: links, model, kind, ncpus })
+        Ok(ThrottleProbe { skel, fentry, fentry_error, rb, queue, _links: links, model, kind, ncpus, runq, runq_error })
     }
 
     pub fn model(&self) -> ThrottleModel {
@@ -213,11 +280,19 @@ impl ThrottleProbe {
 
     /// Start producing events for a cgroup (cpu-controller kernfs id).
     pub fn watch(&self, cgroup_id: u64) -> Result<(), ProbeError> {
+        if self.runq.is_some() {
+            // The histogram first: the kernel only looks it up.
+            let zero = vec![0u8; std::mem::size_of::<tw_runq>()];
+            let values = vec![zero; self.ncpus as usize];
+            self.skel.maps.runq_hist.update_percpu(&cgroup_id.to_ne_bytes(), &values, MapFlags::ANY).map_err(ProbeError::Map)?;
+        }
         self.skel
             .maps
             .watched
             .update(&cgroup_id.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
-            .map_err(ProbeError::Map)
+            .map_err(ProbeError::Map)?;
+        self.sync_watch_counters();
+        Ok(())
     }
 
     /// Stop watching and forget the group's episode state.
@@ -229,7 +304,90 @@ impl ThrottleProbe {
         if let Some(f) = &self.fentry {
             f.forget(cgroup_id, self.ncpus);
         }
+        if self.runq.is_some() {
+            self.cold_start_finished(cgroup_id);
+            self.sync_watch_counters();
+            let _ = self.skel.maps.runq_hist.delete(&cgroup_id.to_ne_bytes());
+        }
         Ok(())
+    }
+
+    /// Tell the kernel side how many cgroups are watched, and that cached
+    /// "is this task watched" answers are stale.
+    fn sync_watch_counters(&self) {
+        if let Some(r) = &self.runq {
+            r.counter(|b| unsafe { &raw mut (*b).nr_watched }).store(self.watched_count() as u64, Ordering::SeqCst);
+            r.counter(|b| unsafe { &raw mut (*b).watch_gen }).fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether run-queue latency and cold start are measured (tp_btf only).
+    pub fn runq_available(&self) -> bool {
+        self.runq.is_some()
+    }
+
+    /// Why run-queue latency is not measured (None when it is).
+    pub fn runq_error(&self) -> Option<&str> {
+        match &self.runq {
+            Some(_) => None,
+            None => Some(self.runq_error.as_deref().unwrap_or("unavailable")),
+        }
+    }
+
+    /// Run-queue totals of a watched cgroup, summed over CPUs; None when
+    /// unavailable. `interval_max_ns` covers the current interval.
+    pub fn runq_totals(&self, cgroup_id: u64) -> Option<RunqTotals> {
+        let r = self.runq.as_ref()?;
+        let epoch = r.counter(|b| unsafe { &raw mut (*b).runq_epoch }).load(Ordering::SeqCst);
+        let vals = self.skel.maps.runq_hist.lookup_percpu(&cgroup_id.to_ne_bytes(), MapFlags::ANY).ok()??;
+        let mut t = RunqTotals::default();
+        for v in vals {
+            if v.len() >= std::mem::size_of::<tw_runq>() {
+                // SAFETY: length checked; tw_runq is plain old data.
+                let h: tw_runq = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
+                t.add_cpu(&h, epoch);
+            }
+        }
+        Some(t)
+    }
+
+    /// Start a new interval for `RunqTotals::interval_max_ns`.
+    pub fn next_runq_interval(&self) {
+        if let Some(r) = &self.runq {
+            r.counter(|b| unsafe { &raw mut (*b).runq_epoch }).fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Arm a cold start: the next exec in the (watched) cgroup is its
+    /// entrypoint, complete when its threads had `cpu_ns` of CPU.
+    pub fn arm_cold_start(&self, cgroup_id: u64, cpu_ns: u64) -> Result<bool, ProbeError> {
+        let Some(r) = &self.runq else { return Ok(false) };
+        let v = tw_coldstart { target_ns: cpu_ns.max(1), ..Default::default() };
+        let p = (&v as *const tw_coldstart).cast::<u8>();
+        // SAFETY: the bytes of a POD value.
+        let bytes = unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<tw_coldstart>()) };
+        self.skel.maps.coldstarts.update(&cgroup_id.to_ne_bytes(), bytes, MapFlags::ANY).map_err(ProbeError::Map)?;
+        let n = {
+            let mut a = r.armed.borrow_mut();
+            a.insert(cgroup_id);
+            a.len()
+        };
+        r.counter(|b| unsafe { &raw mut (*b).nr_coldstart }).store(n as u64, Ordering::SeqCst);
+        Ok(true)
+    }
+
+    /// Stop tracking a cold start (complete, timed out or unwatched).
+    pub fn cold_start_finished(&self, cgroup_id: u64) {
+        let Some(r) = &self.runq else { return };
+        let n = {
+            let mut a = r.armed.borrow_mut();
+            if !a.remove(&cgroup_id) {
+                return;
+            }
+            a.len()
+        };
+        r.counter(|b| unsafe { &raw mut (*b).nr_coldstart }).store(n as u64, Ordering::SeqCst);
+        let _ = self.skel.maps.coldstarts.delete(&cgroup_id.to_ne_bytes());
     }
 
     pub fn watched_count(&self) -> usize {

@@ -28,3 +28,16 @@ fn raw_tp_variant_loads() {
     assert_eq!(p.kind(), ProbeKind::RawTp);
     assert_eq!(p.lost_events(), 0);
 }
+
+#[test]
+fn runq_and_cold_start_load_with_tp_btf() {
+    let p = ThrottleProbe::load(&ProbeOptions::default()).expect("load");
+    assert!(p.runq_available(), "run-queue programs: {:?}", p.runq_error());
+    p.watch(4242).unwrap();
+    let t = p.runq_totals(4242).expect("histogram created at watch");
+    assert_eq!(t.count, 0);
+    assert!(p.arm_cold_start(4242, 10_000_000).unwrap());
+    p.cold_start_finished(4242);
+    p.unwatch(4242).unwrap();
+    assert!(p.runq_totals(4242).is_none());
+}

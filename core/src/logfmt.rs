@@ -29,7 +29,58 @@ pub enum Record {
     Resume(Resume),
     Throttle(Throttle),
     CpuStat(CpuStatSnapshot),
+    /// Run-queue latency over the last snapshot interval.
+    Runq(Runq),
+    /// The container's cold-start timeline.
+    ColdStart(ColdStart),
     End(End),
+}
+
+/// Run-queue latency of the watched threads: wakeup or preemption (switched
+/// out runnable, not throttled) until the next switch-in. Waits that ended in
+/// a thaw are freezes and only counted in `excluded_thaws`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Runq {
+    /// The interval covered (the whole watch in `end`).
+    pub interval_ns: u64,
+    pub count: u64,
+    pub total_ns: u64,
+    /// From the kernel's log2 histogram (interpolated in the bucket, at most `max_ns`); null without waits.
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: u64,
+    /// A watched thread switched out runnable, by a task of the same
+    /// container, of another watched container, or of the host.
+    pub preempted_by_same: u64,
+    pub preempted_by_other: u64,
+    pub preempted_by_host: u64,
+    pub excluded_thaws: u64,
+}
+
+/// One stage of a cold start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdStartStage {
+    /// `create`, `init`, `hook`, `exec`, `first_run`, `cpu`.
+    pub stage: String,
+    pub unix_ns: u64,
+    /// unix_ns - the `create` stage's (null when create is not known).
+    pub since_create_ns: Option<i64>,
+}
+
+/// From the runtime's create to the entrypoint's first `cpu_target_ns` of CPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdStart {
+    /// The entrypoint process (the exec'd tgid) and its name after exec.
+    pub pid: Option<u32>,
+    pub comm: String,
+    pub cpu_target_ns: u64,
+    /// Stages known, in the order above; missing ones are left out.
+    pub stages: Vec<ColdStartStage>,
+    /// All six stages were seen.
+    pub complete: bool,
+    /// Why it is incomplete (e.g. "entrypoint used less CPU than the target").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -142,6 +193,9 @@ pub struct End {
     /// where the kernel allows fentry and the group holds its own quota.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fentry_throttled_ns: Option<u64>,
+    /// Run-queue latency over the whole watch (where the probe measures it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runq: Option<Runq>,
 }
 
 impl End {

@@ -25,8 +25,12 @@ pub struct Register {
     pub cgroup_path: String,
     pub annotations: BTreeMap<String, String>,
     pub bundle: String,
-    /// Unix ns of the runtime's create, where known.
+    /// Unix ns of the runtime's create, where known (the wrapper stamps it
+    /// into the spec as the `throttlewatch.io/created-unix-ns` annotation).
     pub created_ns: Option<u64>,
+    /// Unix ns when the hook ran (the cold start's `hook` stage).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_ns: Option<u64>,
     /// Freeze threshold for this container's log, ns (None: agent default).
     pub threshold_ns: Option<u64>,
     /// What the hook applied and refused (written into the `start` record).
@@ -55,6 +59,11 @@ impl Response {
         Response { ok: false, error: Some(e.to_string()), ..Default::default() }
     }
 }
+
+/// The annotation the runtime wrapper stamps at `create`: Unix ns, decimal.
+pub const ANNOTATION_CREATED_NS: &str = "throttlewatch.io/created-unix-ns";
+/// Per-container CPU that completes a cold start (a duration such as `10ms`).
+pub const ANNOTATION_COLD_START_CPU: &str = "throttlewatch.io/cold-start-cpu";
 
 /// Longest request line the agent reads (a register with many annotations).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;

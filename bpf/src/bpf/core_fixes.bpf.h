@@ -41,6 +41,14 @@ static __always_inline long tw_task_state(struct task_struct *t)
 	return BPF_CORE_READ((struct task_struct___tw_old *)t, state);
 }
 
+/* The same, as a plain load for tp_btf programs (trusted task pointer). */
+static __always_inline long tw_task_state_direct(struct task_struct *t)
+{
+	if (bpf_core_field_exists(t->__state))
+		return t->__state;
+	return BPF_CORE_READ((struct task_struct___tw_old *)t, state);
+}
+
 static __always_inline bool tw_cfs_rq_throttled(struct cfs_rq *rq)
 {
 	return BPF_CORE_READ_BITFIELD_PROBED((struct cfs_rq___tw *)rq, throttled);

@@ -5,6 +5,8 @@
  * Hot path (every context switch on the node): one field read of `prev`
  * and two global counters. Everything else runs only for a thread that is
  * being frozen or thawed, or while a watched group has an open episode.
+ * The run-queue latency and cold-start part (runq.bpf.h) adds the state
+ * of `prev` and three more counters while cgroups are watched.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -66,9 +68,13 @@ struct {
 
 /* When the bandwidth timers of a throttled group last ran (the moment the
  * kernel unthrottles and stops its clock), keyed by task_group address. */
+#define TW_TIMER_RUNS 4
 struct timer_runs {
-	__u64 period_ns;
+	/* the last few period timer runs, a ring indexed by `next` */
+	__u64 period_ns[TW_TIMER_RUNS];
 	__u64 slack_ns;
+	__u32 next;
+	__u32 pad;
 };
 
 struct {
@@ -188,16 +194,22 @@ static __always_inline __u64 unthrottled_at(__u64 tgp, __u64 open, __u64 now)
 	struct timer_runs *runs;
 	__s64 period, expires;
 	__u64 best = 0, t;
+	int i;
 
 	if (!tg)
 		return now;
+	/* The FIRST timer run after the episode opened is the unthrottle: a
+	 * thread that waited for a CPU past later boundaries must not stretch
+	 * the episode over them. */
 	runs = bpf_map_lookup_elem(&bandwidth_timers, &tgp);
 	if (runs) {
-		t = runs->period_ns;
-		if (t > open && t <= now)
-			best = t;
+		for (i = 0; i < TW_TIMER_RUNS; i++) {
+			t = runs->period_ns[i];
+			if (t > open && t <= now && (!best || t < best))
+				best = t;
+		}
 		t = runs->slack_ns;
-		if (t > open && t <= now && t > best)
+		if (t > open && t <= now && (!best || t < best))
 			best = t;
 		if (best)
 			return best;
@@ -286,7 +298,8 @@ static __always_inline int on_freeze(struct task_struct *prev, bool direct)
 	return 0;
 }
 
-/* Slow path: a thread switches in while freezes or episodes are open. */
+/* Slow path: a thread switches in while freezes or episodes are open.
+ * Returns 1 when `next` was frozen (this switch-in is its thaw). */
 static __always_inline int on_thaw(struct task_struct *next, bool direct)
 {
 	struct tw_event ev = {};
@@ -328,12 +341,14 @@ static __always_inline int on_thaw(struct task_struct *next, bool direct)
 	f->start_ns = 0;
 	__sync_fetch_and_sub(&nr_frozen, 1);
 	emit(&ev);
-	return 0;
+	return 1;
 }
+
+#include "runq.bpf.h"
 
 static __always_inline int handle_switch(struct task_struct *prev, struct task_struct *next, bool direct)
 {
-	bool frozen;
+	bool frozen, thawed = false;
 
 	if (tw_task_based_throttle()) {
 		struct task_struct___tw618 *p = (void *)prev;
@@ -346,7 +361,9 @@ static __always_inline int handle_switch(struct task_struct *prev, struct task_s
 	if (frozen)
 		on_freeze(prev, direct);
 	if (nr_frozen || nr_open)
-		on_thaw(next, direct);
+		thawed = on_thaw(next, direct);
+	if (direct)
+		runq_switch(prev, next, frozen, thawed);
 	return 0;
 }
 
@@ -380,7 +397,8 @@ static __always_inline int record_timer_run(__u64 timer)
 	tg = base - bpf_core_field_offset(struct cfs_bandwidth, period_timer);
 	runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
 	if (runs) {
-		runs->period_ns = t;
+		runs->period_ns[runs->next & (TW_TIMER_RUNS - 1)] = t;
+		runs->next++;
 		return 0;
 	}
 	tg = base - bpf_core_field_offset(struct cfs_bandwidth, slack_timer);
@@ -401,3 +419,7 @@ int BPF_PROG(tw_hrtimer_raw, struct hrtimer *timer)
 {
 	return record_timer_run((__u64)timer);
 }
+
+/* Make the skeleton emit the run-queue / cold-start ABI types too. */
+struct tw_runq _tw_runq_abi = {};
+struct tw_coldstart _tw_coldstart_abi = {};

@@ -1,0 +1,181 @@
+//! The cold-start timeline of one container: the runtime's create (stamped
+//! into the spec by the wrapper), the container init's creation, the hook,
+//! and from the kernel the entrypoint's exec, its first switch-in after the
+//! exec, and the moment it had its first N ms of CPU. One `cold_start`
+//! record, written when the last stage arrives or when watching ends.
+
+use std::time::Duration;
+
+use throttlewatch_bpf::{ColdStartEvent, ColdStartStage};
+use throttlewatch_core::logfmt::{self, ColdStart};
+
+use crate::clock::Clock;
+
+/// CPU that completes a cold start unless the container's
+/// `throttlewatch.io/cold-start-cpu` annotation says otherwise.
+pub const DEFAULT_CPU_TARGET: Duration = Duration::from_millis(10);
+/// A cold start not complete after this long is written as it is.
+pub const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
+
+pub const STAGES: [&str; 6] = ["create", "init", "hook", "exec", "first_run", "cpu"];
+
+/// What is known before the kernel reports anything.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ColdStartSpec {
+    pub created_unix_ns: Option<u64>,
+    pub hook_unix_ns: Option<u64>,
+    /// The container's init (the OCI state's pid): its creation comes from
+    /// the exec event (task start_time), else /proc/<pid>/stat.
+    pub init_pid: Option<u32>,
+    pub cpu_target_ns: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ColdStartTracker {
+    spec: ColdStartSpec,
+    /// Unix ns per stage, in STAGES order.
+    at: [Option<u64>; 6],
+    pid: Option<u32>,
+    comm: String,
+    armed_mono: u64,
+    written: bool,
+}
+
+impl ColdStartTracker {
+    pub fn new(spec: ColdStartSpec, armed_mono: u64) -> ColdStartTracker {
+        let mut at = [None; 6];
+        at[0] = spec.created_unix_ns;
+        at[1] = spec.init_pid.and_then(proc_start_unix_ns);
+        at[2] = spec.hook_unix_ns;
+        ColdStartTracker { spec, at, pid: None, comm: String::new(), armed_mono, written: false }
+    }
+
+    /// Account a kernel stage; returns the record when the timeline is complete.
+    pub fn on_event(&mut self, ev: &ColdStartEvent, clock: &Clock) -> Option<ColdStart> {
+        if self.written {
+            return None;
+        }
+        match ev.stage {
+            ColdStartStage::Exec => {
+                self.at[3] = Some(clock.to_unix_ns(ev.at_ns));
+                self.pid = Some(ev.tgid);
+                self.comm = ev.comm.clone();
+                // The exec'd process is the container's init: its start_time
+                // is exact where /proc's starttime has clock-tick resolution.
+                if ev.ref_ns > 0 && (self.spec.init_pid.is_none() || self.spec.init_pid == Some(ev.tgid)) {
+                    self.at[1] = Some(clock.to_unix_ns(ev.ref_ns));
+                }
+            }
+            ColdStartStage::FirstRun => self.at[4] = Some(clock.to_unix_ns(ev.at_ns)),
+            ColdStartStage::Cpu => self.at[5] = Some(clock.to_unix_ns(ev.at_ns)),
+        }
+        if self.at[3..].iter().all(Option::is_some) {
+            return Some(self.record(None));
+        }
+        None
+    }
+
+    /// Whether it is time to give up waiting for the kernel stages.
+    pub fn expired(&self, mono_ns: u64) -> bool {
+        !self.written && mono_ns.saturating_sub(self.armed_mono) > GIVE_UP_AFTER.as_nanos() as u64
+    }
+
+    pub fn is_written(&self) -> bool {
+        self.written
+    }
+
+    /// The record as it stands (watching ends, or give up); None once written.
+    pub fn finish(&mut self, why: &str) -> Option<ColdStart> {
+        if self.written {
+            return None;
+        }
+        Some(self.record(Some(why.to_string())))
+    }
+
+    fn record(&mut self, note: Option<String>) -> ColdStart {
+        self.written = true;
+        let create = self.at[0];
+        let stages: Vec<logfmt::ColdStartStage> = STAGES
+            .iter()
+            .zip(self.at.iter())
+            .filter_map(|(name, at)| {
+                at.map(|t| logfmt::ColdStartStage {
+                    stage: name.to_string(),
+                    unix_ns: t,
+                    since_create_ns: create.map(|c| t as i64 - c as i64),
+                })
+            })
+            .collect();
+        let complete = stages.len() == STAGES.len();
+        ColdStart {
+            pid: self.pid,
+            comm: self.comm.clone(),
+            cpu_target_ns: self.spec.cpu_target_ns,
+            stages,
+            complete,
+            note: if complete { None } else { note },
+        }
+    }
+}
+
+/// A process's creation from /proc/<pid>/stat (clock ticks since boot) as
+/// Unix ns; resolution one tick (10 ms at USER_HZ 100).
+pub fn proc_start_unix_ns(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    // Fields after the comm start at field 3 (state); starttime is field 22.
+    let ticks: u64 = after.split_whitespace().nth(22 - 3)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let start_boot_ns = ticks * (1_000_000_000 / hz);
+    let boot = clock_ns(libc::CLOCK_BOOTTIME)?;
+    let real = clock_ns(libc::CLOCK_REALTIME)?;
+    real.checked_sub(boot.checked_sub(start_boot_ns)?)
+}
+
+fn clock_ns(c: libc::clockid_t) -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid pointer to a timespec.
+    (unsafe { libc::clock_gettime(c, &mut ts) } == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(stage: ColdStartStage, at: u64) -> ColdStartEvent {
+        ColdStartEvent { cgroup_id: 1, stage, tid: 9, tgid: 9, comm: "app".into(), at_ns: at, ref_ns: 50 }
+    }
+
+    #[test]
+    fn complete_timeline_in_order() {
+        let clock = Clock::new();
+        let create = clock.to_unix_ns(10);
+        let spec = ColdStartSpec { created_unix_ns: Some(create), hook_unix_ns: Some(clock.to_unix_ns(80)), init_pid: None, cpu_target_ns: 10 };
+        let mut t = ColdStartTracker::new(spec, 0);
+        assert!(t.on_event(&ev(ColdStartStage::Exec, 100), &clock).is_none());
+        assert!(t.on_event(&ev(ColdStartStage::FirstRun, 200), &clock).is_none());
+        let r = t.on_event(&ev(ColdStartStage::Cpu, 300), &clock).unwrap();
+        assert!(r.complete && r.note.is_none());
+        let names: Vec<&str> = r.stages.iter().map(|s| s.stage.as_str()).collect();
+        assert_eq!(names, STAGES);
+        assert_eq!(r.stages[1].since_create_ns, Some(40), "init from the exec event's start_time");
+        assert_eq!(r.stages[5].since_create_ns, Some(290));
+        assert!(t.finish("end").is_none(), "written once");
+    }
+
+    #[test]
+    fn incomplete_at_the_end_says_why() {
+        let mut t = ColdStartTracker::new(ColdStartSpec { cpu_target_ns: 10, ..Default::default() }, 0);
+        assert!(t.expired(GIVE_UP_AFTER.as_nanos() as u64 + 1));
+        let r = t.finish("container ended").unwrap();
+        assert!(!r.complete && r.stages.is_empty() && r.note.as_deref() == Some("container ended"));
+    }
+
+    #[test]
+    fn own_start_time_from_proc() {
+        let t = proc_start_unix_ns(std::process::id()).unwrap();
+        let now = logfmt::now_unix_ns();
+        assert!(t <= now && now - t < 3_600_000_000_000, "{t} vs {now}");
+    }
+}

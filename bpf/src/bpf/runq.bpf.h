@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Run-queue latency and cold start of watched cgroups. Included by
+ * throttle.bpf.c (one object, one sched_switch program): uses its
+ * `watched_group()` and `emit()`. tp_btf only (task local storage).
+ *
+ * Run-queue wait = sched_wakeup / sched_wakeup_new, or a switch-out while
+ * runnable and not throttled (preemption, yield) -> the next switch-in.
+ * A wait that ends in a thaw (the thread was frozen by CFS bandwidth
+ * control) is a freeze, not queueing, and is only counted as `excluded`.
+ *
+ * Cost: while no cgroup is watched every entry point returns after one
+ * load. Otherwise a wakeup first checks the task's group against the last
+ * group seen on this CPU (per-CPU array, no task storage for unwatched
+ * tasks while their group repeats); whether a task is watched is cached in its task storage
+ * (valid while `watch_gen` is unchanged; user space bumps it on watch and
+ * unwatch, cgroup_attach_task bumps it when tasks move), so a wakeup costs
+ * one task-storage lookup and a switch-in one more only while some watched
+ * thread waits (`nr_waiting`). Histograms are per-CPU entries that user
+ * space creates; the kernel only looks them up.
+ */
+#ifndef __THROTTLEWATCH_RUNQ_BPF_H
+#define __THROTTLEWATCH_RUNQ_BPF_H
+
+#define TW_GEN_VALID (1ULL << 63)
+
+/* Set before load: false keeps the runq / cold-start paths out of the
+ * verified program entirely (raw_tp fallback, or a kernel that refuses them). */
+const volatile bool runq_enabled = false;
+
+/* Written by user space (atomics on the mmapped .bss). */
+__u64 nr_watched = 0;
+__u64 watch_gen = 0;
+__u64 runq_epoch = 0;
+/* cold starts armed and not yet complete (user space's count) */
+__u64 nr_coldstart = 0;
+/* watched threads with a pending run-queue wait (kernel's count) */
+__u64 nr_waiting = 0;
+
+struct tw_task {
+	__u64 gen;	/* watch_gen | TW_GEN_VALID when `cg` was computed */
+	__u64 cg;	/* watched cgroup of the task, 0: not watched */
+	__u64 wait_ns;	/* start of a pending run-queue wait, 0: none */
+	__u64 wait_cg;	/* the cgroup the wait is charged to */
+	__u64 cs_cg;	/* cold start this thread counts for, 0: none */
+	__u64 cs_last_in; /* when it last switched in (0: not on a CPU) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct tw_task);
+} tw_tasks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct tw_runq);
+} runq_hist SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct tw_coldstart);
+} coldstarts SEC(".maps");
+
+/* The task's storage with an up-to-date watched cgroup (created on demand). */
+static __always_inline struct tw_task *task_cached(struct task_struct *t)
+{
+	struct tw_task *ts;
+	__u64 gen = watch_gen | TW_GEN_VALID, own;
+
+	ts = bpf_task_storage_get(&tw_tasks, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!ts)
+		return 0;
+	if (ts->gen != gen) {
+		ts->cg = watched_group(t, &own);
+		ts->gen = gen;
+	}
+	return ts;
+}
+
+/* The last task group looked up on this CPU and its watched cgroup: wakeups
+ * of unwatched tasks cost an array lookup while their group repeats. */
+struct tg_cache {
+	__u64 tg;
+	__u64 gen;
+	__u64 cg;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tg_cache);
+} tg_last SEC(".maps");
+
+static __always_inline __u64 task_group_watched(struct task_struct *t)
+{
+	__u64 gen = watch_gen | TW_GEN_VALID, own, cg, tg;
+	struct tg_cache *c;
+	__u32 zero = 0;
+
+	tg = (__u64)BPF_CORE_READ(t, se.cfs_rq, tg);
+	c = bpf_map_lookup_elem(&tg_last, &zero);
+	if (c && c->tg == tg && c->gen == gen)
+		return c->cg;
+	cg = watched_group(t, &own);
+	if (c) {
+		c->tg = tg;
+		c->gen = gen;
+		c->cg = cg;
+	}
+	return cg;
+}
+
+static __always_inline __u32 log2_slot(__u64 v)
+{
+	__u32 r = 0;
+
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r < TW_RUNQ_SLOTS ? r : TW_RUNQ_SLOTS - 1;
+}
+
+static __always_inline void start_wait(struct tw_task *ts, __u64 cg, __u64 now)
+{
+	if (ts->wait_ns)
+		return;
+	ts->wait_ns = now;
+	ts->wait_cg = cg;
+	__sync_fetch_and_add(&nr_waiting, 1);
+}
+
+/* Wakeups: a watched task starts waiting, unless its hierarchy is throttled
+ * right now (then it waits for the unthrottle: a freeze, not queueing). */
+static __always_inline int on_wakeup(struct task_struct *p)
+{
+	struct tw_task *ts;
+
+	if (!runq_enabled || !nr_watched || !task_group_watched(p))
+		return 0;
+	ts = task_cached(p);
+	if (!ts || !ts->cg || ts->wait_ns)
+		return 0;
+	if (tw_cfs_rq_throttle_count(BPF_CORE_READ(p, se.cfs_rq)) > 0)
+		return 0;
+	start_wait(ts, ts->cg, bpf_ktime_get_ns());
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(tw_wakeup_btf, struct task_struct *p)
+{
+	return on_wakeup(p);
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(tw_wakeup_new_btf, struct task_struct *p)
+{
+	return on_wakeup(p);
+}
+
+/* Tasks that change cgroup must have their cached watched cgroup recomputed. */
+SEC("tp_btf/cgroup_attach_task")
+int BPF_PROG(tw_cgroup_attach_btf, struct cgroup *dst, const char *path, struct task_struct *task, bool threadgroup)
+{
+	if (runq_enabled && nr_watched)
+		__sync_fetch_and_add(&watch_gen, 1);
+	return 0;
+}
+
+/* `prev` is switched out runnable and not throttled: preempted (or yielded). */
+static __always_inline void on_preempt(struct task_struct *prev, struct task_struct *next, __u64 now)
+{
+	struct tw_task *ts, *nts;
+	struct tw_runq *h;
+	__u64 cg, ncg = 0;
+
+	ts = task_cached(prev);
+	if (!ts || !ts->cg)
+		return;
+	cg = ts->cg;
+	start_wait(ts, cg, now);
+	h = bpf_map_lookup_elem(&runq_hist, &cg);
+	if (!h)
+		return;
+	if (next->pid) {
+		nts = task_cached(next);
+		if (nts)
+			ncg = nts->cg;
+	}
+	if (ncg == cg)
+		h->preempt_same++;
+	else if (ncg)
+		h->preempt_other++;
+	else
+		h->preempt_host++;
+}
+
+/* `next` switches in: end its wait, if any. `thawed`: it was frozen. */
+static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __u64 now)
+{
+	struct tw_task *ts;
+	struct tw_runq *h;
+	__u64 w, lat, cg;
+
+	ts = bpf_task_storage_get(&tw_tasks, next, 0, 0);
+	if (!ts || !ts->wait_ns)
+		return;
+	w = ts->wait_ns;
+	cg = ts->wait_cg;
+	ts->wait_ns = 0;
+	__sync_fetch_and_sub(&nr_waiting, 1);
+	h = bpf_map_lookup_elem(&runq_hist, &cg);
+	if (!h)
+		return;
+	if (thawed || now < w) {
+		h->excluded++;
+		return;
+	}
+	lat = now - w;
+	h->slots[log2_slot(lat)]++;
+	h->count++;
+	h->total_ns += lat;
+	if (lat > h->max_ns)
+		h->max_ns = lat;
+	if (h->epoch != runq_epoch) {
+		h->epoch = runq_epoch;
+		h->epoch_max_ns = 0;
+	}
+	if (lat > h->epoch_max_ns)
+		h->epoch_max_ns = lat;
+}
+
+static __always_inline void emit_stage(struct task_struct *t, __u64 cg, __u32 stage, __u64 start, __u64 at)
+{
+	struct tw_event ev = {};
+
+	ev.kind = TW_EV_COLDSTART;
+	ev.tid = t->pid;
+	ev.tgid = t->tgid;
+	ev.cpu_out = stage;
+	ev.cpu_in = bpf_get_smp_processor_id();
+	ev.start_ns = start;
+	ev.end_ns = at;
+	ev.cgroup_id = cg;
+	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), t->comm);
+	emit(&ev);
+}
+
+/* Cold start bookkeeping at a switch (only while one is pending). */
+static __always_inline void coldstart_switch(struct task_struct *prev, struct task_struct *next, __u64 now)
+{
+	struct tw_coldstart *cs;
+	struct tw_task *ts;
+	__u64 cg, before, d, last;
+
+	ts = bpf_task_storage_get(&tw_tasks, prev, 0, 0);
+	if (ts && ts->cs_cg && ts->cs_last_in) {
+		cg = ts->cs_cg;
+		last = ts->cs_last_in;
+		ts->cs_last_in = 0;
+		cs = bpf_map_lookup_elem(&coldstarts, &cg);
+		if (!cs || cs->cpu_done_ns) {
+			ts->cs_cg = 0;
+		} else if (now > last) {
+			d = now - last;
+			before = __sync_fetch_and_add(&cs->oncpu_ns, d);
+			if (before < cs->target_ns && before + d >= cs->target_ns) {
+				__u64 at = last + (cs->target_ns - before);
+				if (__sync_bool_compare_and_swap(&cs->cpu_done_ns, 0, at))
+					emit_stage(prev, cg, TW_CS_CPU, cs->exec_ns, at);
+				ts->cs_cg = 0;
+			}
+		}
+	}
+	ts = bpf_task_storage_get(&tw_tasks, next, 0, 0);
+	if (ts && ts->cs_cg) {
+		ts->cs_last_in = now;
+		cg = ts->cs_cg;
+		cs = bpf_map_lookup_elem(&coldstarts, &cg);
+		if (cs && !cs->first_run_ns && __sync_bool_compare_and_swap(&cs->first_run_ns, 0, now))
+			emit_stage(next, cg, TW_CS_FIRST_RUN, cs->exec_ns, now);
+	}
+}
+
+/* The first exec in an armed cgroup is its entrypoint. */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(tw_exec_btf, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	struct tw_coldstart *cs;
+	struct tw_task *ts;
+	__u64 cg, own, now;
+
+	if (!runq_enabled || !nr_coldstart)
+		return 0;
+	cg = watched_group(p, &own);
+	if (!cg)
+		return 0;
+	cs = bpf_map_lookup_elem(&coldstarts, &cg);
+	if (!cs || cs->exec_ns)
+		return 0;
+	now = bpf_ktime_get_ns();
+	if (!__sync_bool_compare_and_swap(&cs->exec_ns, 0, now))
+		return 0;
+	cs->tgid = p->tgid;
+	cs->state = 1;
+	ts = bpf_task_storage_get(&tw_tasks, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (ts) {
+		ts->cs_cg = cg;
+		ts->cs_last_in = now; /* it is on a CPU right now */
+	}
+	emit_stage(p, cg, TW_CS_EXEC, BPF_CORE_READ(p, group_leader, start_time), now);
+	return 0;
+}
+
+/* Threads the entrypoint starts count towards its first N ms of CPU. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(tw_fork_btf, struct task_struct *parent, struct task_struct *child)
+{
+	struct tw_task *ts, *cts;
+
+	if (!runq_enabled || !nr_coldstart)
+		return 0;
+	ts = bpf_task_storage_get(&tw_tasks, parent, 0, 0);
+	if (!ts || !ts->cs_cg || child->tgid != parent->tgid)
+		return 0;
+	cts = bpf_task_storage_get(&tw_tasks, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (cts) {
+		cts->cs_cg = ts->cs_cg;
+		cts->cs_last_in = 0;
+	}
+	return 0;
+}
+
+/* The runq / cold-start part of the sched_switch program. */
+static __always_inline void runq_switch(struct task_struct *prev, struct task_struct *next, bool frozen, bool thawed)
+{
+	__u64 now = 0;
+
+	if (!runq_enabled)
+		return;
+	if (nr_watched) {
+		if (!frozen && tw_task_state_direct(prev) == 0) {
+			now = bpf_ktime_get_ns();
+			on_preempt(prev, next, now);
+		}
+		if (nr_waiting) {
+			if (!now)
+				now = bpf_ktime_get_ns();
+			on_runq_in(next, thawed, now);
+		}
+	}
+	if (nr_coldstart) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		coldstart_switch(prev, next, now);
+	}
+}
+
+#endif
