@@ -11,14 +11,13 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use throttlewatch_bpf::ProbeOptions;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::logfmt::log_file_name;
 use throttlewatch_core::protocol::{self, Register, Request, Response, MAX_REQUEST_BYTES};
 
 use crate::coldstart::ColdStartSpec;
-use crate::engine::Engine;
+use crate::engine::{probe_options, Engine};
 use crate::metrics::{ContainerLabels, Metrics};
 use crate::session::SessionSpec;
 use crate::state::{Persisted, StateDir};
@@ -190,7 +189,7 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         return Ok(0);
     };
     let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
-    let engine = Engine::load(&ProbeOptions::default()).map_err(|e| CliError::fail(e.to_string()))?;
+    let engine = Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
     let state = StateDir::open(&cfg.state_dir).map_err(|e| CliError::fail(format!("{}: {e}", cfg.state_dir.display())))?;
     let metrics = Arc::new(Mutex::new(Metrics::new()));
     if !cfg.metrics_addr.is_empty() {
@@ -231,7 +230,7 @@ impl Agent {
         let mut last_snap = Instant::now();
         let snap_every = Duration::from_secs(self.cfg.snapshot_interval_s.max(1));
         loop {
-            match rx.recv_timeout(Duration::from_millis(50)) {
+            match rx.recv_timeout(self.cfg.poll_interval()) {
                 Ok((req, reply)) => {
                     let resp = self.handle(req);
                     let _ = reply.send(resp);

@@ -11,6 +11,11 @@ use crate::coldstart::ColdStartTracker;
 use crate::runq::RunqTracker;
 use crate::session::{Session, SessionSpec, StartInfo};
 
+/// Probe options from the configuration.
+pub fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
+    ProbeOptions { ringbuf_bytes: cfg.ring_buffer_kib.saturating_mul(1024), ..Default::default() }
+}
+
 pub struct Engine {
     probe: ThrottleProbe,
     sessions: HashMap<u64, Session>,

@@ -6,14 +6,13 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use throttlewatch_bpf::ProbeOptions;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::units::{self, parse_duration};
 use throttlewatch_core::CpuList;
 
 use crate::cli::{OutputArgs, RunArgs};
-use crate::engine::Engine;
+use crate::engine::{probe_options, Engine};
 use crate::live::LivePrinter;
 use crate::session::SessionSpec;
 use crate::{signals, CliError};
@@ -189,7 +188,7 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
     let me = std::process::id();
     let log = log_path(&a.out, cfg, &format!("run-{}-{me}.jsonl", throttlewatch_core::logfmt::now_unix_ns() / 1_000_000_000))?;
 
-    let mut engine = Engine::load(&ProbeOptions::default()).map_err(|e| CliError::fail(e.to_string()))?;
+    let mut engine = Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
     let rel = format!("{}/throttlewatch-run-{me}", parent.trim_end_matches('/'));
     let mut cg = TransientCgroup::create(&h, &rel).map_err(|e| CliError::fail(format!("creating cgroup {rel}: {e}")))?;
     apply_limits(&cg.group, &limits)?;
@@ -266,7 +265,7 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
             engine.flush_all();
             last_snap = Instant::now();
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(cfg.poll_interval());
     };
     let (code, reason) = match (status.code(), status.signal()) {
         (Some(c), _) => (c, if forwarded.is_some() { "signal" } else { "exit" }),

@@ -4,13 +4,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use throttlewatch_bpf::ProbeOptions;
 use throttlewatch_cgroup::{proc::cpu_cgroup_of_pid, CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::units::parse_duration;
 
 use crate::cli::WatchArgs;
-use crate::engine::Engine;
+use crate::engine::{probe_options, Engine};
 use crate::live::LivePrinter;
 use crate::run::{log_path, threshold_ns};
 use crate::session::SessionSpec;
@@ -48,7 +47,7 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
     let g = target(&h, a)?;
     let name = g.rel.clone();
     let log = log_path(&a.out, cfg, &format!("watch-{}", throttlewatch_core::logfmt::log_file_name(&name)))?;
-    let mut engine = Engine::load(&ProbeOptions::default()).map_err(|e| CliError::fail(e.to_string()))?;
+    let mut engine = Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
     let spec = SessionSpec {
         container_id: name.clone(),
         container_name: name.clone(),
@@ -82,7 +81,7 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
             engine.flush_all();
             last_snap = Instant::now();
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(cfg.poll_interval());
     };
     engine.snapshot_all();
     if let Some((end, _)) = engine.finish(id, reason, None) {

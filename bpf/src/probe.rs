@@ -91,6 +91,8 @@ pub struct ProbeOptions {
     pub wakeup_bytes: u32,
     /// Do not load the run-queue latency / cold-start programs.
     pub no_runq: bool,
+    /// Ring buffer size in bytes (a power of two, at least a page); 0: the default 4 MiB.
+    pub ringbuf_bytes: u32,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -155,6 +157,9 @@ impl ThrottleProbe {
             if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
                 ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
                 ro.runq_enabled = runq;
+            }
+            if opts.ringbuf_bytes > 0 {
+                open.maps.events.set_max_entries(opts.ringbuf_bytes.next_power_of_two().max(4096)).map_err(ProbeError::Load)?;
             }
             open.progs.tw_switch_btf.set_autoload(kind == ProbeKind::TpBtf);
             open.progs.tw_switch_raw.set_autoload(kind == ProbeKind::RawTp);

@@ -56,6 +56,10 @@ pub struct Config {
     pub agent_binary: String,
     /// Seconds between `cpu_stat` snapshots in the logs.
     pub snapshot_interval_s: u64,
+    /// Milliseconds between ring-buffer drains (the kernel never wakes the reader).
+    pub poll_interval_ms: u64,
+    /// Size of the node-wide event ring buffer, KiB (a power of two).
+    pub ring_buffer_kib: u32,
     pub qos: QosPolicyConfig,
 }
 
@@ -72,6 +76,8 @@ impl Default for Config {
             start_agent: true,
             agent_binary: String::new(),
             snapshot_interval_s: 10,
+            poll_interval_ms: 50,
+            ring_buffer_kib: 4096,
             qos: QosPolicyConfig::default(),
         }
     }
@@ -106,6 +112,11 @@ impl Config {
         };
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io { path: path.clone(), source })?;
         Self::parse(&path, &text)
+    }
+
+    /// Probe options from the configuration.
+    pub fn poll_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.poll_interval_ms.clamp(1, 10_000))
     }
 
     pub fn threshold_ns(&self) -> u64 {

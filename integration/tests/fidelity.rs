@@ -205,3 +205,30 @@ fn fentry_view_agrees_with_tp_btf() {
     assert!((f - p).abs() / p <= 0.02, "fentry {f} vs tp_btf {p}");
     assert!((f - k).abs() / k <= 0.02, "fentry {f} vs kernel {k}");
 }
+
+/// A ring buffer too small for the events and drained too rarely: the
+/// events that did not fit are counted in the log, and the totals (kept in
+/// a kernel map) still agree with the kernel.
+#[test]
+fn lost_events_are_counted_and_totals_hold() {
+    let _l = cpu_lock();
+    let dir = Scratch::new("lost");
+    let cfg = dir.0.join("tw.toml");
+    std::fs::write(&cfg, "ring_buffer_kib = 4\npoll_interval_ms = 3000\n").unwrap();
+    let log = dir.0.join("log.jsonl");
+    let out = Command::new(bin("throttlewatch"))
+        .args(["--config", cfg.to_str().unwrap(), "run", "--quiet", "--cpus", "0.3", "--log", log.to_str().unwrap(), "--"])
+        .arg(bin("tw-burn"))
+        .args(["--threads", "24", "--ms", "2500", "--pin", "packed"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = read_log(&log);
+    let e = of_type(&v, "end")[0];
+    let lost = e["lost_events"].as_u64().unwrap();
+    assert!(lost > 0, "a 4 KiB ring drained every 3 s must overflow: {e}");
+    assert_eq!(e["freezes"].as_u64().unwrap() as usize, of_type(&v, "throttle").len());
+    let (p, k) = (e["probe_throttled_ns"].as_f64().unwrap(), e["kernel_throttled_ns"].as_f64().unwrap());
+    eprintln!("lost {lost} events; probe {p} kernel {k}");
+    assert!(k > 1e8 && (p - k).abs() / k <= 0.02, "totals do not depend on delivery: probe {p} kernel {k}");
+}
