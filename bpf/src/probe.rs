@@ -156,6 +156,7 @@ impl ThrottleProbe {
             let mut open = ThrottleSkelBuilder::default().open(obj).map_err(ProbeError::Load)?;
             if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
                 ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
+                ro.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
                 ro.runq_enabled = runq;
             }
             if opts.ringbuf_bytes > 0 {

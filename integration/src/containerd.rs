@@ -2,8 +2,13 @@
 //! CRI plugin off) and a one-layer busybox image built here, as a tar that is
 //! both an OCI layout and a docker-archive (`ctr images import`, `docker load`).
 
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::Scratch;
@@ -171,6 +176,74 @@ impl Containerd {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// `ctr args…` on a new pty of `rows`×`cols` (its stdio and controlling
+    /// terminal, as `ctr -t` needs). `input` is typed once `ready` shows in
+    /// the output (at once when `ready` is empty). Returns the output and
+    /// ctr's exit code (None: killed after `timeout`).
+    pub fn ctr_on_pty(&self, args: &[&str], (rows, cols): (u16, u16), ready: &str, input: &[u8], timeout: Duration) -> (String, Option<i32>) {
+        let (master, slave) = openpty(rows, cols);
+        let mut cmd = self.ctr_cmd(args);
+        cmd.stdin(slave.try_clone().unwrap()).stdout(slave.try_clone().unwrap()).stderr(slave);
+        // SAFETY: setsid and TIOCSCTTY between fork and exec, async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("ctr");
+        drop(cmd); // our copies of the slave: EIO on the master once ctr is gone
+        let (tx, rx) = mpsc::channel::<Vec<u8>>();
+        let mut reader = master.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = reader.read(&mut buf) {
+                if tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        let mut typed = input.is_empty();
+        let code = loop {
+            while let Ok(chunk) = rx.recv_timeout(Duration::from_millis(20)) {
+                out.extend_from_slice(&chunk);
+            }
+            if !typed && (ready.is_empty() || String::from_utf8_lossy(&out).contains(ready)) {
+                (&master).write_all(input).unwrap();
+                typed = true;
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                break st.code();
+            }
+            if t0.elapsed() > timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        };
+        // What ctr wrote before it exited.
+        while let Ok(chunk) = rx.recv_timeout(Duration::from_millis(500)) {
+            out.extend_from_slice(&chunk);
+        }
+        (String::from_utf8_lossy(&out).into_owned(), code)
+    }
+}
+
+/// A pty pair (master with close-on-exec) of the given window size.
+fn openpty(rows: u16, cols: u16) -> (File, File) {
+    let (mut m, mut s) = (0, 0);
+    let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: openpty(3) with valid out-pointers and a winsize; the fds become ours.
+    unsafe {
+        assert_eq!(libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), &ws), 0, "openpty");
+        libc::fcntl(m, libc::F_SETFD, libc::FD_CLOEXEC);
+        (File::from_raw_fd(m), File::from_raw_fd(s))
+    }
 }
 
 /// PIDs whose NUL-separated cmdline (joined by spaces) satisfies `f`.
@@ -191,6 +264,24 @@ pub fn procs_matching(f: impl Fn(&str) -> bool) -> Vec<u32> {
 pub fn vm_rss_kb(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Pss of a process in kB (`/proc/<pid>/smaps_rollup`).
+pub fn pss_kb(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    s.lines().find(|l| l.starts_with("Pss:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Number of threads of a process.
+pub fn threads(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find(|l| l.starts_with("Threads:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// "VmRSS N kB, Pss N kB, N threads" of a process, for test output.
+pub fn mem_summary(pid: u32) -> String {
+    let f = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "?".into());
+    format!("VmRSS {} kB, Pss {} kB, {} threads", f(vm_rss_kb(pid)), f(pss_kb(pid)), f(threads(pid)))
 }
 
 impl Drop for Containerd {

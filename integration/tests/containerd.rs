@@ -3,12 +3,13 @@
 //! Run `cargo build --workspace --bins` first. Set TW_SHIM_DIR to a folder
 //! holding another build of the shim (e.g. target/release) to measure that one.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use throttlewatch_core::protocol::{call, Request};
-use throttlewatch_integration::containerd::{build_busybox_image, procs_matching, vm_rss_kb, Containerd, IMAGE_NAME, SHIM_RUNTIME};
+use throttlewatch_integration::containerd::{build_busybox_image, mem_summary, vm_rss_kb, Containerd, IMAGE_NAME, SHIM_RUNTIME};
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
 
 /// A private throttlewatch config (logs, socket, state under `dir`).
@@ -91,8 +92,8 @@ fn shim_exec_kill_delete_and_memory() {
 
     let shims = s.ctd.shim_pids();
     assert_eq!(shims.len(), 1, "one shim for one container");
-    let rss = vm_rss_kb(shims[0]).unwrap();
-    eprintln!("shim VmRSS with one running container: {rss} kB ({})", bin_kind());
+    assert!(vm_rss_kb(shims[0]).is_some(), "shim {} is gone", shims[0]);
+    eprintln!("shim with one running container: {} ({})", mem_summary(shims[0]), bin_kind());
 
     let out = ctr(&["task", "kill", "-s", "SIGKILL", "long1"]);
     assert!(out.status.success(), "kill: {}", text(&out.stderr));
@@ -118,7 +119,7 @@ fn containers_of_one_sandbox_share_one_shim() {
     }
     let shims = s.ctd.shim_pids();
     assert_eq!(shims.len(), 1, "one shim for the sandbox: {shims:?}");
-    eprintln!("shim VmRSS with two containers of one sandbox: {} kB ({})", vm_rss_kb(shims[0]).unwrap(), bin_kind());
+    eprintln!("shim with two containers of one sandbox: {} ({})", mem_summary(shims[0]), bin_kind());
     for id in ["pod1a", "pod1b"] {
         assert!(s.ctd.ctr(&["task", "kill", "-s", "SIGKILL", id]).status.success());
     }
@@ -134,6 +135,100 @@ fn containers_of_one_sandbox_share_one_shim() {
         }
         assert!(s.ctd.ctr(&["containers", "rm", id]).status.success());
     }
+    wait_until("the shim to exit", Duration::from_secs(5), || s.ctd.shim_pids().is_empty());
+}
+
+/// `ctr run -t`: the container gets a terminal of the caller's size (ctr
+/// sends ResizePty after start), output comes back, the exit code too.
+#[test]
+fn shim_runs_a_container_with_a_terminal() {
+    let s = setup();
+    // Until ctr's ResizePty arrives the window is 0×0 (busybox `stty size`
+    // then prints nothing or fails).
+    let script = "if [ -t 0 ] && [ -t 1 ]; then echo tty-yes; fi; i=0; s=; \
+                  until [ -n \"$s\" ] && [ \"$s\" != '0 0' ] || [ $i -ge 50 ]; do \
+                  sleep 0.1; i=$((i+1)); s=$(stty size 2>/dev/null); done; echo \"size=$s\"; exit 7";
+    let args = run_args("tty1", &["-t"], &["sh", "-c", script]);
+    let (out, code) = s.ctd.ctr_on_pty(&args, (33, 101), "", b"", Duration::from_secs(30));
+    assert_eq!(code, Some(7), "ctr run -t: {out}\n{}", s.ctd.log());
+    assert!(out.contains("tty-yes"), "stdin and stdout are a terminal: {out}");
+    assert!(out.contains("size=33 101"), "the window size came through: {out:?}");
+    wait_until("the shim to exit", Duration::from_secs(5), || s.ctd.shim_pids().is_empty());
+}
+
+/// `ctr task exec -t … sh`, typing into the terminal like a user.
+#[test]
+fn shim_exec_with_a_terminal_takes_typed_input() {
+    let s = setup();
+    let out = s.ctd.ctr(&["run", "-d", "--runtime", SHIM_RUNTIME, IMAGE_NAME, "ttyx", "sleep", "1000"]);
+    assert!(out.status.success(), "{}\n{}", text(&out.stderr), s.ctd.log());
+    let args = ["task", "exec", "-t", "--exec-id", "sh1", "ttyx", "sh"];
+    let (out, code) = s.ctd.ctr_on_pty(&args, (24, 80), "# ", b"echo $((6*7)); exit 3\r", Duration::from_secs(30));
+    assert_eq!(code, Some(3), "ctr task exec -t: {out}\n{}", s.ctd.log());
+    assert!(out.contains("42"), "the typed command ran: {out}");
+    remove_task(&s, "ttyx");
+}
+
+/// `echo … | ctr run … cat`: piped stdin reaches the container, written late
+/// and in bulk, and EOF follows (ctr's CloseIO).
+#[test]
+fn shim_passes_piped_stdin() {
+    let s = setup();
+    let mut child = s.ctd.ctr_cmd(&run_args("stdin1", &[], &["sh", "-c", "read first; echo first=$first; wc -c"]))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(500)); // the container reads first
+        stdin.write_all(b"hi\n").unwrap();
+        stdin.write_all(&vec![b'x'; 200_000]).unwrap();
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(out.status.success(), "{}\n{}", text(&out.stderr), s.ctd.log());
+    let got = text(&out.stdout);
+    assert_eq!(got.lines().map(str::trim).collect::<Vec<_>>(), ["first=hi", "200000"], "{got}");
+}
+
+/// A container reading stdin before anyone writes waits for the writer
+/// (`ctr run -d` leaves without closing stdin; `ctr task attach` writes later).
+#[test]
+fn stdin_waits_for_a_late_writer() {
+    let s = setup();
+    let mut run = s.ctd.ctr_cmd(&["run", "-d", "--runtime", SHIM_RUNTIME, IMAGE_NAME, "late1", "sh", "-c", "read x; echo got=$x; exit 4"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let held = run.stdin.take(); // open, never written: ctr sees no EOF
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}\n{}", text(&out.stderr), s.ctd.log());
+    std::thread::sleep(Duration::from_secs(1));
+    let ls = text(&s.ctd.ctr(&["task", "ls"]).stdout);
+    assert!(ls.lines().any(|l| l.starts_with("late1") && l.contains("RUNNING")), "still waiting for input: {ls}");
+    let mut attach = s.ctd.ctr_cmd(&["task", "attach", "late1"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    attach.stdin.take().unwrap().write_all(b"hi\n").unwrap();
+    let out = attach.wait_with_output().unwrap();
+    assert!(text(&out.stdout).contains("got=hi"), "attach: {}", text(&out.stdout));
+    assert_eq!(out.status.code(), Some(4));
+    drop(held);
+    remove_task(&s, "late1");
+}
+
+fn remove_task(s: &Setup, id: &str) {
+    let _ = s.ctd.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+    wait_until("the task to stop", Duration::from_secs(5), || {
+        !text(&s.ctd.ctr(&["task", "ls"]).stdout).lines().any(|l| l.starts_with(id) && l.contains("RUNNING"))
+    });
+    let out = s.ctd.ctr(&["task", "delete", id]);
+    // `ctr task attach` deletes the task it saw exit.
+    assert!(out.status.success() || text(&out.stderr).contains("not found"), "task delete {id}: {}", text(&out.stderr));
+    let out = s.ctd.ctr(&["containers", "rm", id]);
+    assert!(out.status.success(), "containers rm {id}: {}", text(&out.stderr));
     wait_until("the shim to exit", Duration::from_secs(5), || s.ctd.shim_pids().is_empty());
 }
 
@@ -192,7 +287,6 @@ fn fifty_short_lived_containers_leak_nothing() {
     // Warm-up: the first container creates the namespace's directories.
     assert!(s.ctd.ctr(&run_args("warm", &[], &["true"])).status.success(), "{}", s.ctd.log());
     let fds0 = agent.as_ref().map(Agent::fds);
-    let fifo_dirs = || procs_matching(|c| c.contains("containerd-shim-throttlewatch-v2")).len();
     let t0 = Instant::now();
     for i in 0..50 {
         let id = format!("short{i}");
@@ -213,7 +307,8 @@ fn fifty_short_lived_containers_leak_nothing() {
     assert!(ours.is_empty(), "fifos left: {ours:?}");
     let bundles = s.ctd.dir.0.join("state/io.containerd.runtime.v2.task").join(ns);
     assert_eq!(count_dir(&bundles), 0, "bundles left in {}", bundles.display());
-    assert_eq!(fifo_dirs(), 0, "no shim of any kind should be left");
+    // Only this containerd's shims: other tests run theirs in parallel.
+    assert_eq!(s.ctd.shim_pids(), Vec::<u32>::new(), "no shim of this containerd should be left");
     if let (Some(a), Some(fds0)) = (agent.as_ref(), fds0) {
         wait_until("the agent to forget the containers", Duration::from_secs(5), || a.watched().is_empty());
         let fds1 = a.fds();

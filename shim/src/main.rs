@@ -2,11 +2,18 @@
 //! runc with the throttlewatch spec modifiers applied on every create.
 
 mod agent;
+mod console;
 mod metrics;
 mod runc;
 mod service;
+mod state;
+mod stdio;
 mod task;
 
 fn main() {
+    // One malloc arena for all threads: the shim's threads mostly sleep, and
+    // each extra arena (one per thread that ever allocates) costs RSS.
+    // SAFETY: mallopt(3) before any other thread exists.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     std::process::exit(service::main());
 }

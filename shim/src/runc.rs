@@ -2,13 +2,13 @@
 //! subreaper), so exit codes of runc invocations come from the reaper's
 //! monitor, never from `Child::wait`.
 
-use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use containerd_shim::monitor::{monitor_subscribe, wait_pid, Topic};
+
+use crate::stdio::Stdio3;
 
 /// Where runc keeps its state for one containerd namespace (as the runc shim does).
 pub fn runc_root(namespace: &str) -> PathBuf {
@@ -22,58 +22,6 @@ pub fn runc_binary(cfg: &throttlewatch_core::config::Config) -> String {
     } else {
         cfg.runtime.clone()
     }
-}
-
-/// The three stdio files a container process gets from the shim: the fifos
-/// containerd created, passed straight through (no copy threads).
-pub struct Stdio3 {
-    pub stdin: File,
-    pub stdout: File,
-    pub stderr: File,
-}
-
-impl Stdio3 {
-    pub fn open(stdin: &str, stdout: &str, stderr: &str) -> std::io::Result<Stdio3> {
-        Ok(Stdio3 { stdin: open_input(stdin)?, stdout: open_output(stdout)?, stderr: open_output(stderr)? })
-    }
-}
-
-fn clear_nonblock(f: &File) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        let flags = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
-        if flags < 0 || libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-fn open_input(path: &str) -> std::io::Result<File> {
-    if path.is_empty() {
-        return File::open("/dev/null");
-    }
-    let f = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-    clear_nonblock(&f)?;
-    Ok(f)
-}
-
-fn open_output(path: &str) -> std::io::Result<File> {
-    if path.is_empty() {
-        return OpenOptions::new().write(true).open("/dev/null");
-    }
-    // A reader is normally there already (containerd opens its end first);
-    // without one, O_RDWR keeps the open from blocking.
-    let f = match OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path) {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
-            OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open(path)?
-        }
-        Err(e) => return Err(e),
-    };
-    clear_nonblock(&f)?;
-    Ok(f)
 }
 
 #[derive(Debug, Clone)]
@@ -127,11 +75,16 @@ impl Runc {
         Err(format!("{} exited with {code}: {msg}", self.binary))
     }
 
-    pub fn create(&self, id: &str, bundle: &Path, stdio: Stdio3) -> Result<u32, String> {
+    /// `console`: the console socket of a process with a terminal.
+    pub fn create(&self, id: &str, bundle: &Path, stdio: Stdio3, console: Option<&Path>) -> Result<u32, String> {
         let log = bundle.join("log.json");
         let pid_file = bundle.join("init.pid");
         let mut cmd = self.command(Some(&log));
-        cmd.arg("create").arg("--bundle").arg(bundle).arg("--pid-file").arg(&pid_file).arg(id);
+        cmd.arg("create").arg("--bundle").arg(bundle).arg("--pid-file").arg(&pid_file);
+        if let Some(socket) = console {
+            cmd.arg("--console-socket").arg(socket);
+        }
+        cmd.arg(id);
         self.run(cmd, None, Some(stdio), Some(&log))?;
         read_pid(&pid_file)
     }
@@ -143,13 +96,17 @@ impl Runc {
     }
 
     /// `runc exec --detach`: the process is reparented to the shim, which reaps it.
-    pub fn exec(&self, id: &str, bundle: &Path, exec_id: &str, process_json: &[u8], stdio: Stdio3) -> Result<u32, String> {
+    pub fn exec(&self, id: &str, bundle: &Path, exec_id: &str, process_json: &[u8], stdio: Stdio3, console: Option<&Path>) -> Result<u32, String> {
         let spec = bundle.join(format!("{exec_id}.json"));
         let pid_file = bundle.join(format!("{exec_id}.pid"));
         std::fs::write(&spec, process_json).map_err(|e| format!("{}: {e}", spec.display()))?;
         let log = bundle.join("log.json");
         let mut cmd = self.command(Some(&log));
-        cmd.args(["exec", "--detach", "--process"]).arg(&spec).arg("--pid-file").arg(&pid_file).arg(id);
+        cmd.args(["exec", "--detach", "--process"]).arg(&spec).arg("--pid-file").arg(&pid_file);
+        if let Some(socket) = console {
+            cmd.arg("--console-socket").arg(socket);
+        }
+        cmd.arg(id);
         let r = self.run(cmd, None, Some(stdio), Some(&log)).and_then(|_| read_pid(&pid_file));
         let _ = std::fs::remove_file(&spec);
         let _ = std::fs::remove_file(&pid_file);
@@ -226,14 +183,5 @@ mod tests {
         let p = d.path().join("log.json");
         std::fs::write(&p, "{\"level\":\"info\",\"msg\":\"x\"}\n{\"level\":\"error\",\"msg\":\"no such file\"}\n").unwrap();
         assert_eq!(last_log_error(&p), " (no such file)");
-    }
-
-    #[test]
-    fn stdio_opens_fifos_without_blocking() {
-        let d = tempfile::tempdir().unwrap();
-        let f = d.path().join("out");
-        nix::unistd::mkfifo(&f, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        let s = Stdio3::open(f.to_str().unwrap(), f.to_str().unwrap(), "").unwrap();
-        drop(s);
     }
 }

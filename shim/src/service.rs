@@ -15,15 +15,18 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::{mpsc, Arc};
 
-use containerd_shim::protos::protobuf::Message;
-use containerd_shim::protos::ttrpc::Server;
-use containerd_shim::publisher::RemotePublisher;
+use containerd_shim::protos::protobuf::{Message, MessageField};
+use containerd_shim::protos::shim::event::Envelope;
+use containerd_shim::protos::shim::events::ForwardRequest;
+use containerd_shim::protos::ttrpc::{self, Server};
+use containerd_shim::protos::EventsClient;
 use containerd_shim::{api, Context, ExitSignal, Flags, StartOpts};
 use log::{error, info, warn};
 use throttlewatch_core::config::Config;
 
 use crate::runc::{runc_binary, runc_root, Runc};
-use crate::task::{Event, TaskService};
+use crate::state::Event;
+use crate::task::TaskService;
 
 pub const RUNTIME_ID: &str = "io.containerd.throttlewatch.v2";
 
@@ -162,15 +165,32 @@ fn reap_children() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Publish events in order, off the request threads.
-fn publish_events(publisher: RemotePublisher, namespace: String, rx: mpsc::Receiver<Event>) {
+/// Publish events in order, off the request threads, straight through
+/// containerd's Events service (`RemotePublisher::publish` would pack them
+/// with protobuf reflection, which costs heap).
+fn publish_events(address: &str, namespace: String, rx: mpsc::Receiver<Event>) -> Result<(), BoxError> {
+    let address = if address.contains("://") { address.to_string() } else { format!("unix://{address}") };
+    let client = EventsClient::new(ttrpc::Client::connect(&address)?);
     std::thread::spawn(move || {
         for (topic, ev) in rx {
-            if let Err(e) = publisher.publish(Context::default(), topic, &namespace, ev) {
+            let envelope = Envelope {
+                timestamp: MessageField::some(containerd_shim::util::timestamp().unwrap_or_default()),
+                namespace: namespace.clone(),
+                topic: topic.into(),
+                event: MessageField::some(ev),
+                ..Default::default()
+            };
+            let req = ForwardRequest { envelope: MessageField::some(envelope), ..Default::default() };
+            if let Err(e) = client.forward(Context::default(), &req) {
                 warn!("publish {topic}: {e}");
             }
+            // Every event follows a request (create, start, exit, delete)
+            // that parsed specs or ran runc: hand freed heap pages back.
+            // SAFETY: malloc_trim(3) has no preconditions.
+            unsafe { libc::malloc_trim(0) };
         }
     });
+    Ok(())
 }
 
 fn bind(address: &str) -> std::io::Result<Option<UnixListener>> {
@@ -204,7 +224,8 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
     let cfg = load_config();
     let runc = Runc { binary: runc_binary(&cfg), root: runc_root(&flags.namespace) };
     let (tx, rx) = mpsc::channel();
-    publish_events(RemotePublisher::new(std::env::var("TTRPC_ADDRESS")?)?, flags.namespace.clone(), rx);
+    let ttrpc_address = std::env::var("TTRPC_ADDRESS").map_err(|_| "TTRPC_ADDRESS is not set")?;
+    publish_events(&ttrpc_address, flags.namespace.clone(), rx)?;
     let exit = Arc::new(ExitSignal::default());
     let task = Arc::new(TaskService::new(runc, cfg, tx, exit.clone()));
 
@@ -217,12 +238,16 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
     for (name, m) in containerd_shim::protos::create_task(task) {
         methods.insert(name.replace("/containerd.task.v3.", "/containerd.task.v2."), m);
     }
+    // One idle worker per connection: a busy one (a blocking Wait) makes the
+    // pool start another, and a worker finding one idle already exits.
+    // `start` insists on min < default < max, so the checks are skipped.
     let mut server = Server::new()
-        .set_thread_count_default(2)
         .set_thread_count_min(1)
+        .set_thread_count_default(1)
+        .set_thread_count_max(1)
         .add_listener(listener.into_raw_fd())?
         .register_service(methods);
-    server.start()?;
+    server.start_listen()?;
     signal_started();
     info!("serving {} for {}", flags.socket, flags.id);
     exit.wait();

@@ -1,17 +1,15 @@
 //! The ttrpc Task service: containers and exec processes of this shim,
 //! driven through runc; exits (from the SIGCHLD reaper) become TaskExit events.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use containerd_shim::api::{self, Status};
 use containerd_shim::monitor::{monitor_subscribe, Subject, Topic};
-use containerd_shim::protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskExit, TaskIO, TaskStart,
-};
-use containerd_shim::protos::protobuf::well_known_types::{any::Any, timestamp::Timestamp};
-use containerd_shim::protos::protobuf::{MessageDyn, MessageField};
+use containerd_shim::protos::events::task::{TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskIO, TaskStart};
+use containerd_shim::protos::protobuf::well_known_types::any::Any;
+use containerd_shim::protos::protobuf::{Message, MessageField};
 use containerd_shim::protos::topics;
 use containerd_shim::protos::ttrpc::{self, Code};
 use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
@@ -19,40 +17,12 @@ use log::{info, warn};
 use throttlewatch_core::config::{Config, FailMode};
 
 use crate::metrics::metrics_any;
-use crate::runc::{Runc, Stdio3};
-
-pub type Event = (&'static str, Box<dyn MessageDyn>);
-
-#[derive(Debug, Clone, Default)]
-struct Process {
-    pid: u32,
-    status: Status,
-    exit_status: u32,
-    exited_at: Option<Timestamp>,
-    stdin: String,
-    stdout: String,
-    stderr: String,
-    /// Exec processes: the OCI process JSON containerd sent.
-    spec: Vec<u8>,
-}
-
-#[derive(Debug)]
-struct Container {
-    bundle: PathBuf,
-    mounted_rootfs: bool,
-    init: Process,
-    execs: HashMap<String, Process>,
-}
-
-#[derive(Default)]
-struct State {
-    containers: HashMap<String, Container>,
-    /// Exits of pids not (yet) known: an exec can exit before its pid file is read.
-    unclaimed: VecDeque<(u32, u32, Timestamp)>,
-}
+use crate::runc::Runc;
+use crate::state::{apply_exit, event, now, on_exit, Container, Event, Process, Shared, State};
+use crate::stdio::ProcIo;
 
 pub struct TaskService {
-    state: Arc<(Mutex<State>, Condvar)>,
+    state: Shared,
     runc: Runc,
     cfg: Config,
     events: Mutex<mpsc::Sender<Event>>,
@@ -67,13 +37,9 @@ fn not_found(id: &str) -> ttrpc::Error {
     err(Code::NOT_FOUND, format!("container or process {id} not found"))
 }
 
-fn now() -> Timestamp {
-    containerd_shim::util::timestamp().unwrap_or_default()
-}
-
 impl TaskService {
     pub fn new(runc: Runc, cfg: Config, events: mpsc::Sender<Event>, exit: Arc<ExitSignal>) -> TaskService {
-        let state: Arc<(Mutex<State>, Condvar)> = Arc::default();
+        let state: Shared = Arc::default();
         let sub = monitor_subscribe(Topic::All).expect("monitor subscribe");
         let (st, tx) = (state.clone(), events.clone());
         std::thread::spawn(move || {
@@ -90,8 +56,8 @@ impl TaskService {
         self.state.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn publish(&self, topic: &'static str, ev: Box<dyn MessageDyn>) {
-        let _ = self.events.lock().unwrap_or_else(|e| e.into_inner()).send((topic, ev));
+    fn publish<M: Message>(&self, topic: &'static str, ev: M) {
+        let _ = self.events.lock().unwrap_or_else(|e| e.into_inner()).send((topic, event(&ev)));
     }
 
     /// Apply an exit that arrived before the pid was known.
@@ -100,55 +66,14 @@ impl TaskService {
         let Some(pos) = st.unclaimed.iter().rposition(|u| u.0 == pid) else { return };
         let (_, code, at) = st.unclaimed.remove(pos).unwrap_or_default();
         drop(st);
-        apply_exit(&self.state, &self.events.lock().unwrap().clone(), cid, exec_id, pid, code, at);
+        let tx = self.events.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        apply_exit(&self.state, &tx, cid, exec_id, pid, code, at);
     }
-}
-
-/// Record an exit for whichever process had `pid` and publish TaskExit.
-fn on_exit(state: &Arc<(Mutex<State>, Condvar)>, tx: &mpsc::Sender<Event>, pid: u32, code: u32) {
-    let at = now();
-    let found = {
-        let st = state.0.lock().unwrap_or_else(|e| e.into_inner());
-        st.containers.iter().find_map(|(cid, c)| {
-            if c.init.pid == pid && c.init.status != Status::STOPPED {
-                return Some((cid.clone(), String::new()));
-            }
-            c.execs.iter().find(|(_, p)| p.pid == pid && p.status != Status::STOPPED).map(|(e, _)| (cid.clone(), e.clone()))
-        })
-    };
-    match found {
-        Some((cid, eid)) => apply_exit(state, tx, &cid, &eid, pid, code, at),
-        None => {
-            let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
-            st.unclaimed.push_back((pid, code, at));
-            while st.unclaimed.len() > 128 {
-                st.unclaimed.pop_front();
-            }
-        }
-    }
-}
-
-fn apply_exit(state: &Arc<(Mutex<State>, Condvar)>, tx: &mpsc::Sender<Event>, cid: &str, eid: &str, pid: u32, code: u32, at: Timestamp) {
-    let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(c) = st.containers.get_mut(cid) else { return };
-    let p = if eid.is_empty() { Some(&mut c.init) } else { c.execs.get_mut(eid) };
-    let Some(p) = p else { return };
-    p.status = Status::STOPPED;
-    p.exit_status = code;
-    p.exited_at = Some(at.clone());
-    info!("{cid}{}{eid}: pid {pid} exited with {code}", if eid.is_empty() { "" } else { "/" });
-    let id = if eid.is_empty() { cid.to_string() } else { eid.to_string() };
-    let ev = TaskExit { container_id: cid.into(), id, pid, exit_status: code, exited_at: MessageField::some(at), ..Default::default() };
-    let _ = tx.send((topics::TASK_EXIT_EVENT_TOPIC, Box::new(ev)));
-    state.1.notify_all();
 }
 
 impl Task for TaskService {
     fn create(&self, _ctx: &TtrpcContext, req: api::CreateTaskRequest) -> TtrpcResult<api::CreateTaskResponse> {
         let bundle = PathBuf::from(&req.bundle);
-        if req.terminal {
-            return Err(err(Code::UNIMPLEMENTED, "terminal (tty) containers are not supported by this shim yet"));
-        }
         if self.lock().containers.contains_key(&req.id) {
             return Err(err(Code::ALREADY_EXISTS, format!("container {} already exists", req.id)));
         }
@@ -171,11 +96,11 @@ impl Task for TaskService {
             }
             Err(e) => warn!("{}: spec modifiers failed, continuing without them (fail_mode=open): {e:#}", req.id),
         }
-        let created = Stdio3::open(&req.stdin, &req.stdout, &req.stderr)
-            .map_err(|e| format!("open stdio: {e}"))
-            .and_then(|stdio| self.runc.create(&req.id, &bundle, stdio));
-        let pid = match created {
-            Ok(pid) => pid,
+        let created = ProcIo::launch(&req.stdin, &req.stdout, &req.stderr, req.terminal, |stdio, console| {
+            self.runc.create(&req.id, &bundle, stdio, console)
+        });
+        let (pid, io) = match created {
+            Ok(r) => r,
             Err(e) => {
                 unmount();
                 return Err(err(Code::INTERNAL, e));
@@ -187,6 +112,8 @@ impl Task for TaskService {
             stdin: req.stdin.clone(),
             stdout: req.stdout.clone(),
             stderr: req.stderr.clone(),
+            terminal: req.terminal,
+            io: Some(Arc::new(io)),
             ..Default::default()
         };
         let c = Container { bundle: bundle.clone(), mounted_rootfs: !req.rootfs.is_empty(), init, execs: HashMap::new() };
@@ -194,7 +121,7 @@ impl Task for TaskService {
         self.claim(&req.id, "", pid);
         let io = TaskIO { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, ..Default::default() };
         let ev = TaskCreate { container_id: req.id, bundle: req.bundle, rootfs: req.rootfs, io: MessageField::some(io), pid, ..Default::default() };
-        self.publish(topics::TASK_CREATE_EVENT_TOPIC, Box::new(ev));
+        self.publish(topics::TASK_CREATE_EVENT_TOPIC, ev);
         Ok(api::CreateTaskResponse { pid, ..Default::default() })
     }
 
@@ -218,36 +145,44 @@ impl Task for TaskService {
             }
             let pid = c.init.pid;
             drop(st);
-            self.publish(topics::TASK_START_EVENT_TOPIC, Box::new(TaskStart { container_id: req.id, pid, ..Default::default() }));
+            self.publish(topics::TASK_START_EVENT_TOPIC, TaskStart { container_id: req.id, pid, ..Default::default() });
             return Ok(api::StartResponse { pid, ..Default::default() });
         };
-        let stdio = Stdio3::open(&p.stdin, &p.stdout, &p.stderr).map_err(|e| err(Code::INTERNAL, format!("open stdio: {e}")))?;
-        let pid = self.runc.exec(&req.id, &bundle, &req.exec_id, &p.spec, stdio).map_err(|e| err(Code::INTERNAL, e))?;
+        let (pid, io) = ProcIo::launch(&p.stdin, &p.stdout, &p.stderr, p.terminal, |stdio, console| {
+            self.runc.exec(&req.id, &bundle, &req.exec_id, &p.spec, stdio, console)
+        })
+        .map_err(|e| err(Code::INTERNAL, e))?;
         if let Some(e) = self.lock().containers.get_mut(&req.id).and_then(|c| c.execs.get_mut(&req.exec_id)) {
             e.pid = pid;
             e.status = Status::RUNNING;
+            e.io = Some(Arc::new(io));
         }
         self.claim(&req.id, &req.exec_id, pid);
         let ev = TaskExecStarted { container_id: req.id, exec_id: req.exec_id, pid, ..Default::default() };
-        self.publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, Box::new(ev));
+        self.publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, ev);
         Ok(api::StartResponse { pid, ..Default::default() })
     }
 
     fn exec(&self, _ctx: &TtrpcContext, req: api::ExecProcessRequest) -> TtrpcResult<api::Empty> {
-        if req.terminal {
-            return Err(err(Code::UNIMPLEMENTED, "terminal (tty) exec is not supported by this shim yet"));
-        }
         let mut st = self.lock();
         let c = st.containers.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
         if c.execs.contains_key(&req.exec_id) {
             return Err(err(Code::ALREADY_EXISTS, format!("exec {} already exists", req.exec_id)));
         }
         let spec = req.spec.as_ref().map(|a| a.value.clone()).unwrap_or_default();
-        let p = Process { status: Status::CREATED, stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, spec, ..Default::default() };
+        let p = Process {
+            status: Status::CREATED,
+            stdin: req.stdin,
+            stdout: req.stdout,
+            stderr: req.stderr,
+            terminal: req.terminal,
+            spec,
+            ..Default::default()
+        };
         c.execs.insert(req.exec_id.clone(), p);
         drop(st);
         let ev = TaskExecAdded { container_id: req.id, exec_id: req.exec_id, ..Default::default() };
-        self.publish(topics::TASK_EXEC_ADDED_EVENT_TOPIC, Box::new(ev));
+        self.publish(topics::TASK_EXEC_ADDED_EVENT_TOPIC, ev);
         Ok(api::Empty::new())
     }
 
@@ -305,7 +240,7 @@ impl Task for TaskService {
             exited_at: MessageField::some(at.clone()),
             ..Default::default()
         };
-        self.publish(topics::TASK_DELETE_EVENT_TOPIC, Box::new(ev));
+        self.publish(topics::TASK_DELETE_EVENT_TOPIC, ev);
         Ok(api::DeleteResponse { pid: p.pid, exit_status: p.exit_status, exited_at: MessageField::some(at), ..Default::default() })
     }
 
@@ -384,14 +319,20 @@ impl Task for TaskService {
     }
 
     fn close_io(&self, _ctx: &TtrpcContext, req: api::CloseIORequest) -> TtrpcResult<api::Empty> {
-        // stdin is the fifo itself: the process sees EOF when containerd closes its end.
-        self.process(&req.id, &req.exec_id)?;
+        // Drop our writer on the stdin fifo: the process sees EOF once
+        // containerd's writer is closed too.
+        let p = self.process(&req.id, &req.exec_id)?;
+        if let (true, Some(io)) = (req.stdin, p.io) {
+            io.close_stdin();
+        }
         Ok(api::Empty::new())
     }
 
     fn resize_pty(&self, _ctx: &TtrpcContext, req: api::ResizePtyRequest) -> TtrpcResult<api::Empty> {
-        // No process of this shim has a terminal (create/exec refuse one).
-        self.process(&req.id, &req.exec_id)?;
+        let p = self.process(&req.id, &req.exec_id)?;
+        if let Some(io) = p.io {
+            io.resize(req.width, req.height).map_err(|e| err(Code::INTERNAL, format!("resize pty: {e}")))?;
+        }
         Ok(api::Empty::new())
     }
 }

@@ -21,6 +21,7 @@ struct task_struct___tw618 {
 struct cfs_rq___tw {
 	bool throttled: 1;
 	int throttle_count;
+	u64 throttled_clock;
 } __attribute__((preserve_access_index));
 
 /* Linux 5.14 renamed task_struct.state to __state ("sched: Change
@@ -52,6 +53,12 @@ static __always_inline long tw_task_state_direct(struct task_struct *t)
 static __always_inline bool tw_cfs_rq_throttled(struct cfs_rq *rq)
 {
 	return BPF_CORE_READ_BITFIELD_PROBED((struct cfs_rq___tw *)rq, throttled);
+}
+
+/* rq_clock() when the kernel throttled this cfs_rq (sched_clock domain). */
+static __always_inline u64 tw_cfs_rq_throttled_clock(struct cfs_rq *rq)
+{
+	return BPF_CORE_READ((struct cfs_rq___tw *)rq, throttled_clock);
 }
 
 static __always_inline int tw_cfs_rq_throttle_count(struct cfs_rq *rq)

@@ -19,6 +19,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Set by user space before load. */
 const volatile __u32 ringbuf_wakeup_bytes = 0; /* 0: never wake the reader */
+const volatile __u32 nr_cpus = 1; /* possible CPUs, for the timer-time scan */
 
 /* cgroup id (cpu controller kernfs id) -> flags; user space fills it. */
 struct {
@@ -73,6 +74,8 @@ struct timer_runs {
 	/* the last few period timer runs, a ring indexed by `next` */
 	__u64 period_ns[TW_TIMER_RUNS];
 	__u64 slack_ns;
+	/* the watched cgroup whose episodes this (throttled) group ends */
+	__u64 cg;
 	__u32 next;
 	__u32 pad;
 };
@@ -88,6 +91,8 @@ struct {
  * switch-in costs two loads. Maintained with atomics on the slow path. */
 __u64 nr_frozen = 0;
 __u64 nr_open = 0;
+/* Throttled groups whose timers are followed (entries in bandwidth_timers). */
+__u64 nr_tracked = 0;
 /* Events the ring buffer could not take. */
 __u64 lost_events = 0;
 
@@ -174,8 +179,12 @@ static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now, __u64 t
 	ep->tg = tg;
 	ep->open_ns = now;
 	if (tg) {
-		struct timer_runs zero_runs = {};
-		bpf_map_update_elem(&bandwidth_timers, &tg, &zero_runs, BPF_NOEXIST);
+		struct timer_runs fresh = { .cg = cg }, *runs;
+		if (!bpf_map_update_elem(&bandwidth_timers, &tg, &fresh, BPF_NOEXIST))
+			__sync_fetch_and_add(&nr_tracked, 1);
+		runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
+		if (runs)
+			runs->cg = cg;
 	}
 	__sync_fetch_and_add(&nr_open, 1);
 }
@@ -270,6 +279,12 @@ static __always_inline struct frozen *frozen_get(struct task_struct *t, bool dir
 	return f;
 }
 
+/* bpf_ktime_get_ns() - rq_clock(), refreshed on every freeze: the kernel
+ * stamps throttles with rq_clock() (sched_clock), the probe with
+ * CLOCK_MONOTONIC. At a switch the rq clock was just updated by
+ * __schedule(), so the difference is exact to a few microseconds. */
+__s64 clock_offset = 0;
+
 /* Slow path: `prev` is being frozen. */
 static __always_inline int on_freeze(struct task_struct *prev, bool direct)
 {
@@ -282,6 +297,7 @@ static __always_inline int on_freeze(struct task_struct *prev, bool direct)
 		return 0;
 	now = bpf_ktime_get_ns();
 	cpu = bpf_get_smp_processor_id();
+	clock_offset = (__s64)now - (__s64)BPF_CORE_READ(prev, se.cfs_rq, rq, clock);
 	throttled_rq(prev, &tid_cg, &level, &tg);
 	open_episode(cg, cpu, now, tg);
 
@@ -385,12 +401,58 @@ struct tw_event _tw_event_abi = {};
 /* Records when the CFS bandwidth timers of groups with open episodes run.
  * Fires for every hrtimer expiry on the node (a few thousand a second, not
  * per context switch) and returns at once while no episode is open. */
+/* At each period timer run of a throttled group with watched episodes,
+ * walk its per-CPU run-queues:
+ *  - an open episode whose run-queue is no longer throttled ended at the
+ *    first timer run after it opened (no thread of the group came back to
+ *    that CPU to end it);
+ *  - dequeue model (before 6.18) only: a run-queue throttled with no
+ *    thread switched out — throttled at enqueue or pick time while the
+ *    group's threads were waiting, e.g. after a migration — opens its
+ *    episode at the kernel's own throttle stamp. */
+#define TW_MAX_SCAN_CPUS 512
+static __always_inline void scan_run_queues(__u64 tgp, __u64 cg, __u64 now)
+{
+	struct task_group *tg = (void *)tgp;
+	struct cfs_rq **rqs = BPF_CORE_READ(tg, cfs_rq);
+	struct tw_episode_key key = { .cgroup_id = cg };
+	struct tw_episode *ep;
+	struct cfs_rq *rq;
+	bool throttled;
+	__s64 start;
+	__u32 i;
+
+	if (!rqs)
+		return;
+	for (i = 0; i < TW_MAX_SCAN_CPUS; i++) {
+		if (i >= nr_cpus)
+			break;
+		rq = NULL;
+		bpf_probe_read_kernel(&rq, sizeof(rq), &rqs[i]);
+		if (!rq)
+			continue;
+		throttled = tw_cfs_rq_throttled(rq);
+		key.cpu = i;
+		ep = bpf_map_lookup_elem(&episodes, &key);
+		if (ep && ep->open_ns) {
+			if (!throttled)
+				close_episode(cg, i, ep->open_ns, now);
+			continue;
+		}
+		if (!throttled || tw_task_based_throttle() || !clock_offset)
+			continue;
+		start = (__s64)tw_cfs_rq_throttled_clock(rq) + clock_offset;
+		if (start > 0 && (__u64)start < now)
+			open_episode(cg, i, (__u64)start, tgp);
+	}
+}
+
 static __always_inline int record_timer_run(__u64 timer)
 {
 	__u64 base, tg, t;
 	struct timer_runs *runs;
 
-	if (!nr_open)
+	if (!nr_open && !nr_tracked)
 		return 0;
 	base = timer - bpf_core_field_offset(struct task_group, cfs_bandwidth);
 	t = bpf_ktime_get_ns();
@@ -399,6 +461,8 @@ static __always_inline int record_timer_run(__u64 timer)
 	if (runs) {
 		runs->period_ns[runs->next & (TW_TIMER_RUNS - 1)] = t;
 		runs->next++;
+		if (runs->cg)
+			scan_run_queues(tg, runs->cg, t);
 		return 0;
 	}
 	tg = base - bpf_core_field_offset(struct cfs_bandwidth, slack_timer);

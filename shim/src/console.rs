@@ -1,0 +1,225 @@
+//! Terminals, as containerd's runc shim does them: runc `--console-socket`
+//! sends the pty master over a unix socket (SCM_RIGHTS); the shim copies
+//! master → stdout fifo and stdin fifo → master, and applies ResizePty to
+//! the master (TIOCSWINSZ).
+
+use std::fs::File;
+use std::io::{IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use log::warn;
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+const COPY_STACK: usize = 64 * 1024;
+
+/// A listening socket for one `runc create/exec --console-socket`; its file
+/// is removed on drop.
+pub struct ConsoleSocket {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl ConsoleSocket {
+    pub fn new() -> std::io::Result<ConsoleSocket> {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let name = format!("tw-pty-{}-{}.sock", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let path = std::env::temp_dir().join(name);
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path)?;
+        Ok(ConsoleSocket { listener, path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The pty master runc sent (runc has returned by now; the connection
+    /// and its message wait in the socket's backlog).
+    pub fn receive(&self, timeout: Duration) -> std::io::Result<File> {
+        self.listener.set_nonblocking(true)?;
+        let t0 = Instant::now();
+        let stream = loop {
+            match self.listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && t0.elapsed() < timeout => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    return Err(std::io::Error::new(e.kind(), "runc did not connect to the console socket"));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(timeout))?;
+        let mut name = [0u8; 256]; // runc sends the pty's name as the payload
+        let mut iov = [IoSliceMut::new(&mut name)];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        let mut fds: Vec<OwnedFd> = vec![];
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                // SAFETY: descriptors just received are ours alone.
+                fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+            }
+        }
+        let master = fds.into_iter().next();
+        master.map(File::from).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no descriptor in runc's message"))
+    }
+}
+
+impl Drop for ConsoleSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A pty master and its copy threads. Dropping it closes the master (our
+/// copy) and stops the stdin copy.
+#[derive(Debug)]
+pub struct Console {
+    master: File,
+    /// Write end of the stdin copy's stop pipe: closing it wakes the thread.
+    stop: Option<File>,
+}
+
+impl Console {
+    /// `input`: the stdin fifo (None: no stdin); `output`: the stdout fifo.
+    pub fn start(master: File, input: Option<File>, output: File) -> std::io::Result<Console> {
+        let out_master = master.try_clone()?;
+        spawn("pty-out", move || copy_out(out_master, output))?;
+        let mut stop = None;
+        if let Some(input) = input {
+            let (r, w) = nix::unistd::pipe()?;
+            let in_master = master.try_clone()?;
+            spawn("pty-in", move || copy_in(input, in_master, File::from(r)))?;
+            stop = Some(File::from(w));
+        }
+        Ok(Console { master, stop })
+    }
+
+    pub fn resize(&self, width: u32, height: u32) -> std::io::Result<()> {
+        let ws = libc::winsize {
+            ws_row: u16::try_from(height).unwrap_or(u16::MAX),
+            ws_col: u16::try_from(width).unwrap_or(u16::MAX),
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ with a valid winsize on a pty master we own.
+        if unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &ws) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        self.stop.take();
+    }
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    std::thread::Builder::new().name(name.into()).stack_size(COPY_STACK).spawn(f).map(drop)
+}
+
+/// master → stdout until the last slave descriptor closes (EIO); then the
+/// stdout fifo closes and containerd's copy sees EOF.
+fn copy_out(mut master: File, mut output: File) {
+    let mut buf = [0u8; 8192];
+    loop {
+        match master.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if let Err(e) = output.write_all(&buf[..n]) {
+                    warn!("pty → stdout: {e}");
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => break,
+            Err(e) => {
+                warn!("pty read: {e}");
+                break;
+            }
+        }
+    }
+}
+
+/// stdin fifo → master until stdin ends (containerd's writer and our keeper
+/// closed) or the console is dropped (the stop pipe's writer closes).
+fn copy_in(mut input: File, mut master: File, stop: File) {
+    let mut buf = [0u8; 8192];
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: input.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: poll(2) on two valid descriptors.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            break;
+        }
+        if fds[1].revents != 0 {
+            break;
+        }
+        match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if master.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake runc: connect to the console socket and send a pty master.
+    #[test]
+    fn master_arrives_over_the_socket_and_resizes() {
+        let sock = ConsoleSocket::new().unwrap();
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty with valid out-pointers.
+        assert_eq!(unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) }, 0);
+        let c = std::os::unix::net::UnixStream::connect(sock.path()).unwrap();
+        let fds = [master];
+        let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+        let iov = [std::io::IoSlice::new(b"/dev/pts/x")];
+        nix::sys::socket::sendmsg::<()>(c.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None).unwrap();
+        let got = sock.receive(Duration::from_secs(2)).unwrap();
+        // SAFETY: closing the descriptors openpty gave us (the master was duplicated by sending).
+        unsafe { libc::close(master) };
+        let (devnull, rx) = (File::create("/dev/null").unwrap(), None);
+        let console = Console::start(got, rx, devnull).unwrap();
+        console.resize(101, 33).unwrap();
+        let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: TIOCGWINSZ into a valid winsize.
+        assert_eq!(unsafe { libc::ioctl(slave, libc::TIOCGWINSZ, &mut ws) }, 0);
+        assert_eq!((ws.ws_row, ws.ws_col), (33, 101));
+        // SAFETY: our slave descriptor.
+        unsafe { libc::close(slave) };
+        let path = sock.path().to_path_buf();
+        drop(sock);
+        assert!(!path.exists(), "socket file removed");
+    }
+
+    #[test]
+    fn no_connection_is_a_timeout_error() {
+        let sock = ConsoleSocket::new().unwrap();
+        let e = sock.receive(Duration::from_millis(50)).unwrap_err();
+        assert!(e.to_string().contains("did not connect"), "{e}");
+    }
+}

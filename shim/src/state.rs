@@ -1,0 +1,101 @@
+//! The shim's record of its containers and processes, and exits (from the
+//! SIGCHLD reaper) turned into TaskExit events.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+
+use containerd_shim::api::Status;
+use containerd_shim::protos::events::task::TaskExit;
+use containerd_shim::protos::protobuf::well_known_types::{any::Any, timestamp::Timestamp};
+use containerd_shim::protos::protobuf::{Message, MessageField};
+use containerd_shim::protos::topics;
+use log::info;
+
+use crate::stdio::ProcIo;
+
+/// (topic, event) for the publisher thread.
+pub type Event = (&'static str, Any);
+pub type Shared = Arc<(Mutex<State>, Condvar)>;
+
+/// An event as containerd's `Any` (type URL `containerd.events.<Name>`),
+/// built without protobuf reflection: the reflection tables of the event
+/// protos cost the shim ~0.4 MB of heap once built.
+pub fn event<M: Message>(m: &M) -> Any {
+    Any { type_url: format!("containerd.events.{}", M::NAME), value: m.write_to_bytes().unwrap_or_default(), ..Default::default() }
+}
+
+pub fn now() -> Timestamp {
+    containerd_shim::util::timestamp().unwrap_or_default()
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Process {
+    pub pid: u32,
+    pub status: Status,
+    pub exit_status: u32,
+    pub exited_at: Option<Timestamp>,
+    pub stdin: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub terminal: bool,
+    /// Exec processes: the OCI process JSON containerd sent.
+    pub spec: Vec<u8>,
+    /// Our stdin writer and the console, while the process is known.
+    pub io: Option<Arc<ProcIo>>,
+}
+
+#[derive(Debug)]
+pub struct Container {
+    pub bundle: PathBuf,
+    pub mounted_rootfs: bool,
+    pub init: Process,
+    pub execs: HashMap<String, Process>,
+}
+
+#[derive(Default)]
+pub struct State {
+    pub containers: HashMap<String, Container>,
+    /// Exits of pids not (yet) known: an exec can exit before its pid file is read.
+    pub unclaimed: VecDeque<(u32, u32, Timestamp)>,
+}
+
+/// Record an exit for whichever process had `pid` and publish TaskExit.
+pub fn on_exit(state: &Shared, tx: &mpsc::Sender<Event>, pid: u32, code: u32) {
+    let at = now();
+    let found = {
+        let st = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        st.containers.iter().find_map(|(cid, c)| {
+            if c.init.pid == pid && c.init.status != Status::STOPPED {
+                return Some((cid.clone(), String::new()));
+            }
+            c.execs.iter().find(|(_, p)| p.pid == pid && p.status != Status::STOPPED).map(|(e, _)| (cid.clone(), e.clone()))
+        })
+    };
+    match found {
+        Some((cid, eid)) => apply_exit(state, tx, &cid, &eid, pid, code, at),
+        None => {
+            let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
+            st.unclaimed.push_back((pid, code, at));
+            while st.unclaimed.len() > 128 {
+                st.unclaimed.pop_front();
+            }
+        }
+    }
+}
+
+pub fn apply_exit(state: &Shared, tx: &mpsc::Sender<Event>, cid: &str, eid: &str, pid: u32, code: u32, at: Timestamp) {
+    let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(c) = st.containers.get_mut(cid) else { return };
+    let p = if eid.is_empty() { Some(&mut c.init) } else { c.execs.get_mut(eid) };
+    let Some(p) = p else { return };
+    p.status = Status::STOPPED;
+    p.exit_status = code;
+    p.exited_at = Some(at.clone());
+    info!("{cid}{}{eid}: pid {pid} exited with {code}", if eid.is_empty() { "" } else { "/" });
+    let id = if eid.is_empty() { cid.to_string() } else { eid.to_string() };
+    let ev = TaskExit { container_id: cid.into(), id, pid, exit_status: code, exited_at: MessageField::some(at), ..Default::default() };
+    let _ = tx.send((topics::TASK_EXIT_EVENT_TOPIC, event(&ev)));
+    state.1.notify_all();
+}
+
