@@ -24,7 +24,7 @@ pipe_us() { # usecs/op of one run
 }
 
 declare -A samples
-configs=(none thr1 w0 w1 w100 ${EXTRA_CONFIGS:-})
+configs=(none thr0 thr1 thr100 w0 w1 w100 ${EXTRA_CONFIGS:-})
 if [[ -n $RUNQLAT ]]; then
   if [[ -x $RUNQLAT ]]; then configs+=(runqlat); else echo "RUNQLAT=$RUNQLAT is not executable: runqlat column skipped" >&2; fi
 fi

@@ -134,6 +134,20 @@ impl RunqControl {
     }
 }
 
+/// libbpf's own messages go to `tracing` (debug), not straight to stderr:
+/// the optional programs (fentry) are expected to fail on some kernels, and
+/// real failures come back as errors that name what failed.
+fn route_libbpf_messages() {
+    fn forward(level: libbpf_rs::PrintLevel, msg: String) {
+        let msg = msg.trim_end();
+        match level {
+            libbpf_rs::PrintLevel::Warn => tracing::debug!(target: "libbpf", "{msg}"),
+            _ => tracing::trace!(target: "libbpf", "{msg}"),
+        }
+    }
+    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, forward)));
+}
+
 fn bump_memlock() {
     let r = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
     // SAFETY: plain syscall with a valid struct.
@@ -147,6 +161,7 @@ fn bump_memlock() {
 
 impl ThrottleProbe {
     pub fn load(opts: &ProbeOptions) -> Result<ThrottleProbe, ProbeError> {
+        route_libbpf_messages();
         bump_memlock();
         let model = ThrottleModel::detect();
         // The skeleton borrows its object for its whole life; the probe is

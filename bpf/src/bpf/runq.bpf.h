@@ -103,7 +103,8 @@ static __always_inline __u64 task_group_watched(struct task_struct *t)
 	struct tg_cache *c;
 	__u32 zero = 0;
 
-	tg = (__u64)BPF_CORE_READ(t, se.cfs_rq, tg);
+	/* tp_btf only: plain loads, no probe-read helper calls on this path. */
+	tg = (__u64)t->se.cfs_rq->tg;
 	c = bpf_map_lookup_elem(&tg_last, &zero);
 	if (c && c->tg == tg && c->gen == gen)
 		return c->cg;
