@@ -32,13 +32,22 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 W=$(mktemp -d /tmp/tw-bench.XXXXXX)
 # Runtime state (socket, agent state, burst records) on tmpfs, as /run is on
-# production hosts; logs on disk, as /var/log is.
+# production hosts; logs on disk, as /var/log is. The bundle's config.json and
+# runc's --root are on tmpfs too, as containerd and dockerd keep them
+# (/run/containerd/io.containerd.runtime.v2.task/..., /run/containerd/runc,
+# /run/docker/...), with the root filesystem on disk.
+# TW_BENCH_BUNDLE=disk puts bundle and runc state on disk (/tmp) instead.
 RUN=$(mktemp -d /dev/shm/tw-bench-run.XXXXXX)
+case ${TW_BENCH_BUNDLE:-tmpfs} in
+    tmpfs) B=$RUN/bundle; ROOTS=$RUN ;;
+    disk) B=$W/bundle; ROOTS=$W ;;
+    *) echo "TW_BENCH_BUNDLE: expected tmpfs or disk, got ${TW_BENCH_BUNDLE}" >&2; exit 2 ;;
+esac
 AGENT_PID=
 cleanup() {
     for r in plain tw; do
-        for id in $("$RUNC" --root "$W/root-$r" list -q 2>/dev/null); do
-            "$RUNC" --root "$W/root-$r" delete -f "$id" >/dev/null 2>&1 || true
+        for id in $("$RUNC" --root "$ROOTS/root-$r" list -q 2>/dev/null); do
+            "$RUNC" --root "$ROOTS/root-$r" delete -f "$id" >/dev/null 2>&1 || true
         done
     done
     [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
@@ -48,15 +57,16 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 # A busybox-static bundle with a CPU quota and a burst annotation (real QoS work for the hook).
-mkdir -p "$W/bundle/rootfs/bin" "$W/bundle/rootfs/proc" "$W/bundle/rootfs/dev" "$W/bundle/rootfs/sys"
-cp /bin/busybox "$W/bundle/rootfs/bin/busybox"
-ln -s busybox "$W/bundle/rootfs/bin/sh"
-ln -s busybox "$W/bundle/rootfs/bin/sleep"
-"$RUNC" spec --bundle "$W/bundle"
-python3 - "$W/bundle/config.json" "$$" <<'PY'
+mkdir -p "$B" "$W/rootfs/bin" "$W/rootfs/proc" "$W/rootfs/dev" "$W/rootfs/sys"
+cp /bin/busybox "$W/rootfs/bin/busybox"
+ln -s busybox "$W/rootfs/bin/sh"
+ln -s busybox "$W/rootfs/bin/sleep"
+"$RUNC" spec --bundle "$B"
+python3 - "$B/config.json" "$$" "$W/rootfs" <<'PY'
 import json, sys
-p, pid = sys.argv[1], sys.argv[2]
+p, pid, rootfs = sys.argv[1], sys.argv[2], sys.argv[3]
 c = json.load(open(p))
+c["root"]["path"] = rootfs
 c["process"]["terminal"] = False
 c["process"]["args"] = ["sleep", "60"]
 c["annotations"] = {"throttlewatch.io/cpu-burst": "10ms"}
@@ -64,7 +74,7 @@ c["linux"]["resources"]["cpu"] = {"quota": 50000, "period": 100000}
 c["linux"]["cgroupsPath"] = "/tw-bench-%s/c" % pid
 json.dump(c, open(p, "w"))
 PY
-cp "$W/bundle/config.json" "$W/pristine.json"
+cp "$B/config.json" "$W/pristine.json"
 
 cat > "$W/tw.toml" <<TOML
 log_dir = "$W/logs"
@@ -90,14 +100,14 @@ now_ns() { date +%s%N; }
 # one KIND ID: restore the bundle, time `run -d`, delete; prints microseconds.
 one() {
     kind=$1; id=$2
-    cp "$W/pristine.json" "$W/bundle/config.json"
+    cp "$W/pristine.json" "$B/config.json"
     if [ "$kind" = plain ]; then
-        set -- "$RUNC" --root "$W/root-plain"
+        set -- "$RUNC" --root "$ROOTS/root-plain"
     else
-        set -- "$TW_BIN_DIR/throttlewatch-runtime" --throttlewatch-config "$W/tw.toml" --root "$W/root-tw"
+        set -- "$TW_BIN_DIR/throttlewatch-runtime" --throttlewatch-config "$W/tw.toml" --root "$ROOTS/root-tw"
     fi
     t0=$(now_ns)
-    "$@" run -d --bundle "$W/bundle" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+    "$@" run -d --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
     t1=$(now_ns)
     "$@" delete -f "$id" >/dev/null 2>&1
     echo $(( (t1 - t0) / 1000 ))
@@ -114,11 +124,15 @@ done
 
 median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
-echo "binaries: $TW_BIN_DIR (wrapper, hook, agent); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating)"
+echo "binaries: $TW_BIN_DIR (wrapper, hook, agent); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
 echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 echo "plain runc run -d:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"
 echo "throttlewatch-runtime run -d:     median $(awk "BEGIN{printf \"%.1f\", $mt/1000}") ms (wrapper + createRuntime hook + register)"
 echo "ratio of medians (wrapper/plain): $(awk "BEGIN{printf \"%.3f\", $mt/$mp}") (target <= 1.15)"
+# Each round's two runs share the machine's load of the moment: the median of
+# the per-round differences is steadier than the difference of the medians.
+paste "$W/tw" "$W/plain" | awk '{print $1 - $2}' >"$W/diff"
+echo "paired: median per-round overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff")/1000}") ms ($(awk "BEGIN{printf \"%.3f\", 1 + $(median "$W/diff")/$mp}") x the plain median)"
 if [ -s "$W/timing" ]; then
     # "NAME SUBCOMMAND total=Nus phase=Nus ..." lines: the median of each phase, per program.
     echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING):"

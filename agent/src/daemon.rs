@@ -59,11 +59,11 @@ pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError>
             return Ok(0);
         }
         if let Ok(Some(st)) = child.try_wait() {
-            // Lost the lock race to another agent: fine if that one answers.
-            if protocol::call(&cfg.socket, &Request::Status, Duration::from_secs(2)).is_ok() {
-                return Ok(0);
+            // Exit 0: it lost the lock race to another agent, which is still
+            // coming up; keep polling until the deadline.
+            if !st.success() {
+                return Err(CliError::fail(format!("the agent exited ({st}); see {}", log.display())));
             }
-            return Err(CliError::fail(format!("the agent exited ({st}); see {}", log.display())));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -115,17 +115,20 @@ fn serve_socket(l: UnixListener, jobs: Sender<Job>) {
     std::thread::Builder::new()
         .name("socket".into())
         .spawn(move || {
+            // One connection at a time on one long-lived thread: a register is
+            // a single wake-up each way (no thread spawn per request). The
+            // socket is root-only and requests are one short line, read with
+            // a short timeout, so a stalled client cannot hold others long.
             for conn in l.incoming().flatten() {
-                let jobs = jobs.clone();
-                let _ = std::thread::Builder::new().name("conn".into()).spawn(move || handle_conn(conn, jobs));
+                handle_conn(conn, jobs.clone());
             }
         })
         .expect("socket thread");
 }
 
 fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = conn.set_write_timeout(Some(Duration::from_secs(5)));
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
     let mut line = String::new();
     let resp = match BufReader::new((&conn).take(MAX_REQUEST_BYTES)).read_line(&mut line) {
         Err(e) => Response::err(format!("reading request: {e}")),

@@ -16,6 +16,7 @@ pub mod spec;
 pub mod stages;
 pub mod state;
 pub mod timefmt;
+pub mod timing;
 
 use std::ffi::OsString;
 
@@ -29,6 +30,7 @@ pub const NAME: &str = "throttlewatch-hook";
 
 /// Run the hook with its arguments (without argv[0]); returns the exit code.
 pub fn run(args: Vec<OsString>) -> i32 {
+    let mut t = timing::Phases::start(NAME);
     let args = match HookArgs::parse(&args) {
         Ok(a) => a,
         Err(e) => {
@@ -45,8 +47,10 @@ pub fn run(args: Vec<OsString>) -> i32 {
             return 0;
         }
     };
+    t.name(&format!("{NAME} {}", args.stage));
+    t.mark("config");
     let mut rep = Reporter::new(&cfg, args.stage);
-    let outcome = stages::run_stage(&args, &cfg, &mut rep, std::io::stdin().lock());
+    let outcome = stages::run_stage(&args, &cfg, &mut rep, std::io::stdin().lock(), &mut t);
     match (outcome, cfg.fail_mode) {
         (Ok(()), _) if !rep.failed() => 0,
         (Ok(()), FailMode::Open) => 0,

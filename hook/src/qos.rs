@@ -76,11 +76,15 @@ pub fn apply(cfg: &Config, id: &str, pid: u32, spec: &BundleSpec, h: &Hierarchie
             )),
         }
     }
-    let parent_cpus = cg
-        .parent(h)
-        .and_then(|p| p.effective_cpus())
-        .and_then(|s| CpuList::parse("cpuset.cpus.effective", &s).ok())
-        .unwrap_or_default();
+    // Only a cpuset request looks at the parent's CPUs (two cgroupfs reads saved otherwise).
+    let parent_cpus = match req.cpuset {
+        Some(_) => cg
+            .parent(h)
+            .and_then(|p| p.effective_cpus())
+            .and_then(|s| CpuList::parse("cpuset.cpus.effective", &s).ok())
+            .unwrap_or_default(),
+        None => CpuList::default(),
+    };
     let env = spec.env();
     let p = plan(&req, &topo, alloc.as_ref(), id, &parent_cpus, quota, period, env);
     refused.extend(p.refused.iter().cloned());

@@ -8,20 +8,22 @@ use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::logfmt::now_unix_ns;
-use throttlewatch_core::protocol::Register;
+use throttlewatch_core::protocol::{Register, ANNOTATION_CREATED_NS};
 use throttlewatch_qos::ExclusiveAllocator;
 
 use crate::cli::HookArgs;
 use crate::report::Reporter;
 use crate::spec::BundleSpec;
 use crate::state::OciState;
+use crate::timing::Phases;
 use crate::{agent, burst_record, qos};
 
-pub fn run_stage(args: &HookArgs, cfg: &Config, rep: &mut Reporter, stdin: impl Read) -> anyhow::Result<()> {
+pub fn run_stage(args: &HookArgs, cfg: &Config, rep: &mut Reporter, stdin: impl Read, t: &mut Phases) -> anyhow::Result<()> {
     let state = OciState::read(stdin).map_err(|e| anyhow!(e))?;
     rep.set_container(&state.id);
+    t.mark("state");
     if args.stage.starts_container() {
-        on_create(args, cfg, rep, &state)
+        on_create(args, cfg, rep, &state, t)
     } else {
         on_poststop(cfg, rep, &state);
         Ok(())
@@ -29,14 +31,19 @@ pub fn run_stage(args: &HookArgs, cfg: &Config, rep: &mut Reporter, stdin: impl 
 }
 
 /// createRuntime / prestart: QoS into the cgroup, then register.
-fn on_create(args: &HookArgs, cfg: &Config, rep: &mut Reporter, st: &OciState) -> anyhow::Result<()> {
+fn on_create(args: &HookArgs, cfg: &Config, rep: &mut Reporter, st: &OciState, t: &mut Phases) -> anyhow::Result<()> {
     let spec = BundleSpec::load(&st.bundle).map_err(|e| anyhow!(e))?;
+    // Connect now: the agent accepts while the cgroup is written below.
+    let early = (qos::request(cfg, &spec).0.watch != Some(false)).then(|| agent::EarlyConnection::open(cfg));
+    t.mark("spec");
     let pid = st.init_pid().ok_or_else(|| anyhow!("the OCI state of container {:?} has no pid", st.id))?;
     let h = Hierarchies::discover().context("cgroup hierarchies")?;
     // From the kernel, never from the (container-controlled) spec.
     let rel = cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode)?;
     let cg = CpuCgroup::open(&h, &rel)?;
+    t.mark("cgroup");
     let q = qos::apply(cfg, &st.id, pid, &spec, &h, &cg);
+    t.mark("qos");
     for r in &q.refused {
         rep.error(&r.to_string());
     }
@@ -52,6 +59,7 @@ fn on_create(args: &HookArgs, cfg: &Config, rep: &mut Reporter, st: &OciState) -
         }
         None => burst_record::remove(&cfg.state_dir, &st.id),
     }
+    t.mark("burst_record");
     if q.watch == Some(false) {
         return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
     }
@@ -62,13 +70,15 @@ fn on_create(args: &HookArgs, cfg: &Config, rep: &mut Reporter, st: &OciState) -
         cgroup_path: rel,
         annotations: spec.annotations.clone(),
         bundle: st.bundle.to_string_lossy().into_owned(),
-        created_ns: Some(now_unix_ns()),
+        created_ns: spec.annotations.get(ANNOTATION_CREATED_NS).and_then(|v| v.trim().parse().ok()),
+        hook_ns: Some(now_unix_ns()),
         threshold_ns: q.threshold_ns,
         qos: Some(q.summary),
     };
-    if let Err(e) = agent::register(cfg, args.config.as_deref(), reg) {
+    if let Err(e) = agent::register(cfg, args.config.as_deref(), reg, early) {
         rep.error(&e);
     }
+    t.mark("register");
     Ok(())
 }
 

@@ -136,6 +136,84 @@ impl Drop for Agent {
     }
 }
 
+/// Agents that a test did not start itself (the hook's `agent --detach`
+/// with `start_agent = true`): found by their command line, which names the
+/// private configuration, and killed by PID on drop.
+pub struct DetachedAgents {
+    pub config: PathBuf,
+}
+
+impl DetachedAgents {
+    pub fn new(cfg: &PrivateConfig) -> DetachedAgents {
+        DetachedAgents { config: cfg.path.clone() }
+    }
+
+    /// Running `throttlewatch ... agent` processes on this configuration,
+    /// without the short-lived `agent --detach` launchers.
+    pub fn pids(&self) -> Vec<u32> {
+        agent_processes(&self.config).into_iter().filter(|(_, args)| !args.iter().any(|a| a == "--detach")).map(|(p, _)| p).collect()
+    }
+
+    /// Wait until no `--detach` launcher is left and the agent count is stable.
+    pub fn settle(&self, timeout: Duration) -> Vec<u32> {
+        let t = Instant::now();
+        loop {
+            let all = agent_processes(&self.config);
+            let launching = all.iter().any(|(_, a)| a.iter().any(|x| x == "--detach"));
+            if !launching || t.elapsed() > timeout {
+                return self.pids();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for DetachedAgents {
+    fn drop(&mut self) {
+        let pids = agent_processes(&self.config).into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        for p in &pids {
+            let _ = kill(Pid::from_raw(*p as i32), Signal::SIGTERM);
+        }
+        let t = Instant::now();
+        while pids.iter().any(|p| Path::new(&format!("/proc/{p}")).exists()) && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for p in pids {
+            let _ = kill(Pid::from_raw(p as i32), Signal::SIGKILL);
+        }
+    }
+}
+
+/// (pid, argv) of every `throttlewatch` process whose command line holds
+/// `agent` and the configuration path.
+pub fn agent_processes(config: &Path) -> Vec<(u32, Vec<String>)> {
+    let want = config.to_string_lossy();
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let args: Vec<String> = raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let is_agent = args.first().is_some_and(|a| a.ends_with("/throttlewatch")) && args.iter().any(|a| a == "agent");
+        if is_agent && args.iter().any(|a| *a == want) {
+            out.push((pid, args));
+        }
+    }
+    out
+}
+
+/// The pid holding the agent's single-instance flock (`<state_dir>/agent.lock`),
+/// from /proc/locks (device as hex `major:minor`, then the inode).
+pub fn lock_holder(state_dir: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(state_dir.join("agent.lock")).ok()?;
+    let want = format!("{:02x}:{:02x}:{}", libc::major(m.dev()), libc::minor(m.dev()), m.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().filter(|x| *x != "->").collect();
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str())).then(|| f.get(4)?.parse().ok()).flatten()
+    })
+}
+
 /// The API version of Debian's dockerd 20.10; pinned for newer clients.
 pub const DOCKER_API_VERSION: &str = "1.41";
 /// The image every docker test runs.

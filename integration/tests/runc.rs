@@ -1,7 +1,9 @@
 //! The real runc 1.1.5 through `throttlewatch-runtime` and the hook, with the
 //! real agent: one log per container from `start` to `end`, throttle records
-//! that agree with the kernel, burst kept across `update`, and bad input
-//! that never breaks a container (fail-open) or refuses it (fail-closed).
+//! that agree with the kernel, burst kept across `update` (with or without
+//! its record), an agent the hook starts itself (`start_agent = true`, one
+//! for concurrent creates), and bad input that never breaks a container
+//! (fail-open) or refuses it (fail-closed).
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
-use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+use throttlewatch_integration::daemons::{lock_holder, Agent, DetachedAgents, PrivateConfig};
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, unique};
 
 fn wrapper(cfg: &PrivateConfig) -> OciCli {
@@ -261,4 +263,110 @@ fn garbage_on_the_hook_stdin() {
         assert!(cfg.hook_log().contains("stdin: expected the OCI state JSON"));
         assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
     }
+}
+
+/// A short container's log: `start` first, `end` (written at delete) last.
+fn assert_start_to_end(cfg: &PrivateConfig, b: &Bundle) {
+    let log = read_log(&cfg.log_of(&b.id));
+    assert_eq!(log.first().map(|r| r["type"].clone()), Some("start".into()), "{}: {log:?}", b.id);
+    assert_eq!(of_type(&log, "start")[0]["container_id"], b.id.as_str());
+    assert_eq!(log.last().map(|r| r["type"].clone()), Some("end".into()), "{}: {log:?}", b.id);
+    assert_eq!(of_type(&log, "end")[0]["reason"], "delete");
+}
+
+#[test]
+fn hook_starts_the_agent_when_none_answers() {
+    let _cpu = cpu_lock(); // loading the probe is CPU work: keep it away from the fidelity tests
+    let cfg = PrivateConfig::new("start_agent = true");
+    let agents = DetachedAgents::new(&cfg);
+    assert!(agents.pids().is_empty(), "an agent on a fresh private config: {:?}", agents.pids());
+    let rt = wrapper(&cfg);
+    let b = Bundle::new(&id("autostart"), &ContainerOpts::sh("sleep 1"));
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "run -d: {}", text(&o));
+    let pids = agents.settle(Duration::from_secs(10));
+    assert_eq!(pids.len(), 1, "one agent started: {pids:?}");
+    assert_eq!(lock_holder(&cfg.state_dir), Some(pids[0]), "the started agent holds the lock");
+    assert!(!cfg.hook_log().contains("not watched"), "{}", cfg.hook_log());
+    rt.wait_stopped(&b.id, Duration::from_secs(30));
+    let o = rt.delete(&b.id);
+    assert!(o.status.success(), "delete: {}", text(&o));
+    assert_start_to_end(&cfg, &b);
+    // A second container uses the running agent: still one.
+    let b2 = Bundle::new(&id("autostart2"), &ContainerOpts::default());
+    assert!(rt.run_detached(&b2).status.success());
+    assert_eq!(agents.settle(Duration::from_secs(10)), pids);
+    assert!(rt.run(&["delete", "-f", &b2.id]).status.success());
+    assert_start_to_end(&cfg, &b2);
+}
+
+#[test]
+fn concurrent_creates_start_only_one_agent() {
+    let _cpu = cpu_lock();
+    let cfg = PrivateConfig::new("start_agent = true");
+    let agents = DetachedAgents::new(&cfg);
+    let rt = wrapper(&cfg);
+    let a = Bundle::new(&id("race-a"), &ContainerOpts::default());
+    let b = Bundle::new(&id("race-b"), &ContainerOpts::default());
+    let (oa, ob) = std::thread::scope(|s| {
+        let ha = s.spawn(|| rt.run_detached(&a));
+        let hb = s.spawn(|| rt.run_detached(&b));
+        (ha.join().unwrap(), hb.join().unwrap())
+    });
+    assert!(oa.status.success() && ob.status.success(), "run -d: {}\n{}", text(&oa), text(&ob));
+    let pids = agents.settle(Duration::from_secs(10));
+    assert_eq!(pids.len(), 1, "the lock lets one agent run: {pids:?}");
+    assert_eq!(lock_holder(&cfg.state_dir), Some(pids[0]));
+    // Both containers were registered with that agent (the loser of the
+    // start race waited for the winner instead of giving up).
+    assert!(!cfg.hook_log().contains("not watched"), "{}", cfg.hook_log());
+    for x in [&a, &b] {
+        assert!(rt.run(&["delete", "-f", &x.id]).status.success());
+        assert_start_to_end(&cfg, x);
+    }
+}
+
+#[test]
+fn update_without_a_burst_record_derives_it_from_the_bundle() {
+    let cfg = PrivateConfig::new("");
+    let rt = wrapper(&cfg);
+    let record = |id: &str| cfg.state_dir.join("bursts").join(format!("{id}.json"));
+    // From an annotation.
+    let opts = ContainerOpts::default().quota(30_000, 100_000).annotation("throttlewatch.io/cpu-burst", "20ms");
+    let b = Bundle::new(&id("norecord"), &opts);
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "run -d: {}", text(&o));
+    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "20000");
+    std::fs::remove_file(record(&b.id)).expect("the hook recorded the burst");
+    // A quota below the burst: without clearing it first the kernel refuses the quota.
+    let o = rt.run(&["update", "--cpu-quota", "15000", &b.id]);
+    assert!(o.status.success(), "update: {}", text(&o));
+    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_quota_us"), "15000");
+    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "15000", "burst derived again, clamped to the quota");
+    assert!(record(&b.id).is_file(), "the derived record is kept for the next update");
+    std::fs::remove_file(record(&b.id)).unwrap();
+    let o = rt.run(&["update", "--cpu-quota", "50000", &b.id]);
+    assert!(o.status.success(), "update: {}", text(&o));
+    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "20000", "the request, not the last clamped value");
+    assert!(rt.run(&["delete", "-f", &b.id]).status.success());
+
+    // From the environment (Docker 20.10 has no annotations).
+    let opts = ContainerOpts::default().quota(20_000, 100_000).env("THROTTLEWATCH_CPU_BURST=10ms");
+    let b = Bundle::new(&id("norecord-env"), &opts);
+    assert!(rt.run_detached(&b).status.success());
+    std::fs::remove_file(record(&b.id)).unwrap();
+    let o = rt.run(&["update", "--cpu-quota", "40000", &b.id]);
+    assert!(o.status.success(), "update: {}", text(&o));
+    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_quota_us"), "40000");
+    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "10000");
+    assert!(rt.run(&["delete", "-f", &b.id]).status.success());
+
+    // No burst asked for: update passes through and writes no record.
+    let b = Bundle::new(&id("norecord-none"), &ContainerOpts::default().quota(20_000, 100_000));
+    assert!(rt.run_detached(&b).status.success());
+    let o = rt.run(&["update", "--cpu-quota", "40000", &b.id]);
+    assert!(o.status.success(), "update: {}", text(&o));
+    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "0");
+    assert!(!record(&b.id).exists());
+    assert!(rt.run(&["delete", "-f", &b.id]).status.success());
 }

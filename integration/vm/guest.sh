@@ -53,6 +53,16 @@ mkdir -p "$H/run/throttlewatch-vm/host-tmp"
 mount -o bind "$H/tmp" "$H/run/throttlewatch-vm/host-tmp" || die "bind host /tmp"
 mount -t tmpfs -o mode=1777 tmpfs "$H/tmp" || die "mount /tmp"
 mount -t tmpfs -o mode=1777 tmpfs "$H/var/tmp" || die "mount /var/tmp"
+# A checkout under the host's /tmp (CI clones there) stays visible at its own
+# path: bind its top directory back over the guest's tmpfs.
+case "$VM_CWD" in
+/tmp/?*)
+    top=${VM_CWD#/tmp/}
+    top=${top%%/*}
+    mkdir -p "$H/tmp/$top"
+    mount -o bind "$H/run/throttlewatch-vm/host-tmp/$top" "$H/tmp/$top" || die "bind /tmp/$top"
+    ;;
+esac
 mount -t cgroup2 -o nsdelegate cgroup2 "$H/sys/fs/cgroup" || die "mount cgroup2"
 mount -t bpf -o mode=0700 bpf "$H/sys/fs/bpf" || die "mount bpffs"
 mount -t tracefs tracefs "$H/sys/kernel/tracing" || die "mount tracefs"

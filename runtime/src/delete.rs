@@ -6,13 +6,13 @@
 //! delete itself is exec'd with argv untouched afterwards.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use throttlewatch_core::config::Config;
 use throttlewatch_core::protocol::{call, Request};
 
 use crate::args::RuncArgs;
+use crate::lowlevel;
 use crate::runlog::RuncLog;
 
 /// The `end` record's reason when the wrapper writes it.
@@ -37,14 +37,6 @@ pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &Ru
 
 /// `<runtime> <global flags> state ID` → `status`.
 fn status(runtime: &Path, args: &RuncArgs, id: &str) -> Option<String> {
-    let out = Command::new(runtime)
-        .args(args.global_args())
-        .arg("state")
-        .arg(id)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let v = lowlevel::state(runtime, args.global_args(), id)?;
     v["status"].as_str().map(str::to_string)
 }

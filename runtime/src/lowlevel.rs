@@ -48,6 +48,23 @@ pub fn run_child(runtime: &Path, argv: &[OsString]) -> std::io::Result<i32> {
     Ok(st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)))
 }
 
+/// `<runtime> <global flags> state ID`: the container's OCI state (`status`,
+/// `pid`, `bundle`, ...), or None when the runtime does not know it.
+pub fn state(runtime: &Path, global: &[OsString], id: &str) -> Option<serde_json::Value> {
+    let out = Command::new(runtime)
+        .args(global)
+        .arg("state")
+        .arg(id)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    serde_json::from_slice(&out.stdout).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Map, Value};
 use throttlewatch_core::config::{Config, ENV_CONFIG};
+use throttlewatch_core::protocol::ANNOTATION_CREATED_NS;
 use throttlewatch_hook::cli::Stage;
 
 use crate::spec_cpuset;
@@ -41,10 +42,11 @@ pub struct ModifyContext {
 pub type SpecModifier = fn(&mut Value, &ModifyContext) -> anyhow::Result<Option<String>>;
 
 /// The modifiers, in order.
-pub const MODIFIERS: [(&str, SpecModifier); 3] = [
+pub const MODIFIERS: [(&str, SpecModifier); 4] = [
     ("createRuntime hook", add_create_runtime_hook),
     ("poststop hook", add_poststop_hook),
     ("cpuset resources", spec_cpuset::cpuset_resources),
+    ("create time", stamp_create_time),
 ];
 
 /// Load `<bundle>/config.json`, apply the modifiers, write it back
@@ -171,6 +173,19 @@ pub fn add_create_runtime_hook(spec: &mut Value, ctx: &ModifyContext) -> anyhow:
 
 pub fn add_poststop_hook(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Result<Option<String>> {
     ensure_hook(spec, ctx, Stage::Poststop)
+}
+
+/// The runtime's create time for the cold-start timeline, as the
+/// `throttlewatch.io/created-unix-ns` annotation. A value already there
+/// (an earlier pass over the same bundle) is kept.
+pub fn stamp_create_time(spec: &mut Value, _ctx: &ModifyContext) -> anyhow::Result<Option<String>> {
+    let ann = object_at(spec, "annotations", "annotations")?;
+    if ann.get(ANNOTATION_CREATED_NS).and_then(Value::as_str).is_some_and(|v| v.parse::<u64>().is_ok()) {
+        return Ok(None);
+    }
+    let now = throttlewatch_core::logfmt::now_unix_ns().to_string();
+    ann.insert(ANNOTATION_CREATED_NS.into(), json!(now));
+    Ok(Some(format!("annotations.{ANNOTATION_CREATED_NS}: {now}")))
 }
 
 /// Read without following a symlink; keep the open file for its mode and owner.

@@ -26,7 +26,7 @@ fn adds_hooks_once_and_keeps_unknown_fields() {
     let d = bundle(r#"{"ociVersion":"1.0.2","process":{"args":["sh"]},"x-vendor":{"keep":[1,2]},
         "hooks":{"createRuntime":[{"path":"/other/hook"}]}}"#);
     let m = modify_bundle_with(d.path(), &ctx()).unwrap();
-    assert_eq!(m.changes.len(), 2, "{m:?}");
+    assert_eq!(m.changes.len(), 3, "{m:?}"); // two hooks and the create-time annotation
     let v = read(&d);
     assert_eq!(v["x-vendor"]["keep"], json!([1, 2]));
     let cr = v["hooks"]["createRuntime"].as_array().unwrap();

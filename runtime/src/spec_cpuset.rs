@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 use throttlewatch_core::CpuList;
 use throttlewatch_hook::spec::BundleSpec;
@@ -19,7 +20,8 @@ use crate::modifiers::{object_path, ModifyContext};
 pub fn cpuset_resources(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Result<Option<String>> {
     // An unreadable shape (e.g. a number for `annotations`) is the runtime's
     // to report; QoS then does nothing here.
-    let Ok(bundle) = serde_json::from_value::<BundleSpec>(spec.clone()) else {
+    // Deserialized from a borrow: no copy of the whole spec.
+    let Ok(bundle) = BundleSpec::deserialize(&*spec) else {
         return Ok(None);
     };
     let (req, _) = throttlewatch_hook::qos::request(&ctx.cfg, &bundle);

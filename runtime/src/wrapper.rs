@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use throttlewatch_core::config::{Config, FailMode, ENV_CONFIG};
+use throttlewatch_hook::timing::Phases;
 
 use crate::args::RuncArgs;
 use crate::modifiers::{default_hook_path, modify_bundle_with, ModifyContext};
@@ -15,7 +16,9 @@ use crate::{delete, lowlevel, update};
 /// Run the wrapper with its arguments (without argv[0]); returns an exit
 /// code only when it does not exec.
 pub fn main(args: Vec<OsString>) -> i32 {
+    let mut t = Phases::start(crate::runlog::NAME);
     let args = RuncArgs::parse(&args);
+    t.name(&format!("{} {}", crate::runlog::NAME, args.subcommand().unwrap_or("-")));
     let log = RuncLog::new(args.log.clone(), args.log_format.as_deref());
     let config_path = config_path(&args);
     let (cfg, cfg_ok) = match Config::load(config_path.as_deref()) {
@@ -25,6 +28,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
             (Config::default(), false)
         }
     };
+    t.mark("config");
     let runtime = match lowlevel::resolve(&cfg) {
         Ok(r) => r,
         Err(e) => {
@@ -32,9 +36,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
             return 1;
         }
     };
+    t.mark("resolve");
     match args.subcommand() {
         Some("create") | Some("run") if cfg_ok => {
-            if let Err(e) = modify(&args, &cfg, config_path) {
+            if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
                 match cfg.fail_mode {
                     FailMode::Open => log.error(&format!("{e:#} (fail-open: creating the container unchanged)")),
                     FailMode::Closed => {
@@ -48,6 +53,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("delete") if cfg_ok => delete::end_before_delete(&runtime, &args, &cfg, &log),
         _ => {}
     }
+    t.mark("subcommand");
+    t.finish();
     let e = lowlevel::exec(&runtime, &args.argv);
     log.error(&format!("cannot exec {}: {e}", runtime.display()));
     127
@@ -63,9 +70,11 @@ fn config_path(args: &RuncArgs) -> Option<PathBuf> {
     Some(std::path::absolute(&p).unwrap_or(p))
 }
 
-fn modify(args: &RuncArgs, cfg: &Config, config_path: Option<PathBuf>) -> anyhow::Result<()> {
+fn modify(args: &RuncArgs, cfg: &Config, config_path: Option<PathBuf>, t: &mut Phases) -> anyhow::Result<()> {
     let bundle = args.bundle()?;
     let ctx = ModifyContext { hook_path: default_hook_path()?, config_path, cfg: cfg.clone() };
+    t.mark("hook_path");
     modify_bundle_with(&bundle, &ctx)?;
+    t.mark("modify");
     Ok(())
 }
