@@ -55,7 +55,12 @@ fn assert_fidelity(o: &Outcome, scenario: &str) -> (u64, u64) {
     let kernel = e["kernel_throttled_ns"].as_u64().unwrap();
     assert!(kernel > 100_000_000, "{scenario}: the kernel saw too little throttling to compare: {e}");
     let err = (probe as f64 - kernel as f64).abs() / kernel as f64;
-    eprintln!("fidelity {scenario}: probe {probe} ns, kernel {kernel} ns ({}), error {:.3} %", e["kernel_source"], err * 100.0);
+    eprintln!(
+        "fidelity {scenario}: probe {probe} ns, kernel {kernel} ns ({}), error {:.3} %{}",
+        e["kernel_source"],
+        err * 100.0,
+        e["fentry_throttled_ns"].as_u64().map(|f| format!(" (fentry view {f} ns, episodes {})", e["probe_episodes"])).unwrap_or_default()
+    );
     assert!(err <= 0.02, "{scenario}: probe {probe} vs kernel {kernel}: error {:.2} % > 2 %", err * 100.0);
     assert_eq!(e["lost_events"], 0, "{scenario}: lost events");
     (probe, kernel)

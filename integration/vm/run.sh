@@ -282,7 +282,13 @@ done
 for kv in "${ENVS[@]}"; do printf '%s\n' "$kv" >>"$JOB/env"; done
 for i in "${!CMDS[@]}"; do printf '%s' "${CMDS[$i]}" >"$JOB/cmd.$((i + 1))"; done
 
-APPEND="console=ttyS0 quiet loglevel=4 panic=-1 rdinit=/init"
+# tsc=reliable: under TCG the guest calibrates the TSC against the PIT to
+# about 1 %, marks it unstable and keeps CLOCK_MONOTONIC on the HPET, while
+# sched_clock() (the scheduler's clock, in which cpu.stat is counted) stays
+# on the TSC: the two clocks then drift apart by the calibration error.
+# One clocksource for both keeps kernel accounting and probe timestamps on
+# the same time base, as on real hardware.
+APPEND="console=ttyS0 quiet loglevel=4 panic=-1 rdinit=/init tsc=reliable"
 APPEND+=" systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all"
 QEMU=(qemu-system-x86_64 -accel "$ACCEL" -cpu max -m "$MEM" -smp "$SMP"
       -nographic -nodefaults -no-user-config -serial stdio -no-reboot

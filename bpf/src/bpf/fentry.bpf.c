@@ -13,13 +13,7 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* Shared with throttle.bpf.c: user space passes that object's map fd. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, __u32);
-} watched SEC(".maps");
+#include "watched.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -21,13 +21,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile __u32 ringbuf_wakeup_bytes = 0; /* 0: never wake the reader */
 const volatile __u32 nr_cpus = 1; /* possible CPUs, for the timer-time scan */
 
-/* cgroup id (cpu controller kernfs id) -> flags; user space fills it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, __u32);
-} watched SEC(".maps");
+#include "watched.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -401,7 +395,7 @@ struct tw_event _tw_event_abi = {};
 /* Records when the CFS bandwidth timers of groups with open episodes run.
  * Fires for every hrtimer expiry on the node (a few thousand a second, not
  * per context switch) and returns at once while no episode is open. */
-/* At each period timer run of a throttled group with watched episodes,
+/* At each period (or slack) timer run of a throttled group with watched episodes,
  * walk its per-CPU run-queues:
  *  - an open episode whose run-queue is no longer throttled ended at the
  *    first timer run after it opened (no thread of the group came back to
@@ -467,8 +461,11 @@ static __always_inline int record_timer_run(__u64 timer)
 	}
 	tg = base - bpf_core_field_offset(struct cfs_bandwidth, slack_timer);
 	runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
-	if (runs)
+	if (runs) {
 		runs->slack_ns = t;
+		if (runs->cg)
+			scan_run_queues(tg, runs->cg, t);
+	}
 	return 0;
 }
 
