@@ -171,6 +171,7 @@ static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now, __u64 t
 	if (ep->open_ns)
 		return;
 	ep->tg = tg;
+	ep->seen_ns = 0;
 	ep->open_ns = now;
 	if (tg) {
 		struct timer_runs fresh = { .cg = cg }, *runs;
@@ -191,7 +192,7 @@ static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now, __u64 t
  * (CLOCK_MONOTONIC, like bpf_ktime_get_ns()). Without a record, the last
  * period boundary (the timer was forwarded when it ran: expires - period)
  * stands in; without either, the switch-in does. */
-static __always_inline __u64 unthrottled_at(__u64 tgp, __u64 open, __u64 now)
+static __always_inline __u64 unthrottled_at(__u64 tgp, __u64 open, __u64 seen, __u64 now)
 {
 	struct task_group *tg = (void *)tgp;
 	struct timer_runs *runs;
@@ -208,11 +209,11 @@ static __always_inline __u64 unthrottled_at(__u64 tgp, __u64 open, __u64 now)
 	if (runs) {
 		for (i = 0; i < TW_TIMER_RUNS; i++) {
 			t = runs->period_ns[i];
-			if (t > open && t <= now && (!best || t < best))
+			if (t > open && t >= seen && t <= now && (!best || t < best))
 				best = t;
 		}
 		t = runs->slack_ns;
-		if (t > open && t <= now && (!best || t < best))
+		if (t > open && t >= seen && t <= now && (!best || t < best))
 			best = t;
 		if (best)
 			return best;
@@ -240,7 +241,7 @@ static __always_inline void close_episode(__u64 cg, __u32 cpu, __u64 not_after, 
 	open = ep->open_ns;
 	if (!open || open > not_after || now < open)
 		return;
-	now = unthrottled_at(ep->tg, open, now);
+	now = unthrottled_at(ep->tg, open, ep->seen_ns, now);
 	if (!__sync_bool_compare_and_swap(&ep->open_ns, open, 0))
 		return;
 	__sync_fetch_and_add(&ep->total_ns, now - open);
@@ -431,6 +432,8 @@ static __always_inline void scan_run_queues(__u64 tgp, __u64 cg, __u64 now)
 		if (ep && ep->open_ns) {
 			if (!throttled)
 				close_episode(cg, i, ep->open_ns, now);
+			else
+				ep->seen_ns = now;
 			continue;
 		}
 		if (!throttled || tw_task_based_throttle() || !clock_offset)

@@ -74,6 +74,9 @@ struct tw_episode {
 	__u64 tg;
 	__u64 total_ns;
 	__u64 count;
+	/* the last bandwidth timer run at whose start the run-queue was still
+	 * throttled: the unthrottle is that run or a later one */
+	__u64 seen_ns;
 };
 
 /* Run-queue latency per watched cgroup, one per CPU (BPF_MAP_TYPE_PERCPU_HASH,
