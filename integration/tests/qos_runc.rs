@@ -61,9 +61,10 @@ fn burst_annotation_cuts_throttling_of_a_bursty_workload() {
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
     let rt = wrapper(&cfg);
-    // 2 threads: 150 ms busy, 250 ms idle, under 0.5 CPU. Idle periods bank
-    // quota that a burst lets the next busy phase spend.
-    let work = ["--threads", "2", "--ms", "3200", "--spin", "150", "--sleep", "250"];
+    // One thread: 90 ms busy, 210 ms idle, under 0.5 CPU (50 ms per 100 ms
+    // period). Without burst every busy phase is throttled; with a 50 ms
+    // burst the idle periods bank enough quota that it rarely is.
+    let work = ["--threads", "1", "--ms", "3000", "--spin", "90", "--sleep", "210"];
     let plain = run_to_end(&rt, &cfg, &burn_bundle("noburst", &work, 50_000));
     let b = burn_bundle("burst", &work, 50_000);
     b.edit(|v| v["annotations"]["throttlewatch.io/cpu-burst"] = json!("100%"));
@@ -83,7 +84,7 @@ fn burst_annotation_cuts_throttling_of_a_bursty_workload() {
         burst.stat.burst_ns as f64 / 1e6
     );
     assert!(
-        (burst.stat.throttled_ns as f64) < 0.8 * plain.stat.throttled_ns as f64,
+        (burst.stat.throttled_ns as f64) < 0.5 * plain.stat.throttled_ns as f64,
         "throttled time drops with burst: {} vs {}",
         burst.stat.throttled_ns,
         plain.stat.throttled_ns
