@@ -61,10 +61,12 @@ fn burst_annotation_cuts_throttling_of_a_bursty_workload() {
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
     let rt = wrapper(&cfg);
-    // One thread: 90 ms busy, 210 ms idle, under 0.5 CPU (50 ms per 100 ms
-    // period). Without burst every busy phase is throttled; with a 50 ms
-    // burst the idle periods bank enough quota that it rarely is.
-    let work = ["--threads", "1", "--ms", "3000", "--spin", "90", "--sleep", "210"];
+    // One thread: 120 ms busy, 230 ms idle, under 0.5 CPU (50 ms per 100 ms
+    // period). A busy phase spans at most two periods, 100 ms of quota: it
+    // is always throttled without burst. With a 50 ms burst the idle
+    // periods bank enough to cover it. The 350 ms cycle is not a multiple
+    // of the period, so no run is locked to a lucky phase.
+    let work = ["--threads", "1", "--ms", "3200", "--spin", "120", "--sleep", "230"];
     let plain = run_to_end(&rt, &cfg, &burn_bundle("noburst", &work, 50_000));
     let b = burn_bundle("burst", &work, 50_000);
     b.edit(|v| v["annotations"]["throttlewatch.io/cpu-burst"] = json!("100%"));
