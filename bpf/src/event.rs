@@ -140,14 +140,7 @@ mod tests {
     use super::*;
 
     fn raw(kind: u32) -> Vec<u8> {
-        let mut e = tw_event::default();
-        e.kind = kind;
-        e.tid = 42;
-        e.tgid = 40;
-        e.start_ns = 1000;
-        e.end_ns = 3500;
-        e.cgroup_id = 7;
-        e.cpu_out = 1;
+        let mut e = tw_event { kind, tid: 42, tgid: 40, start_ns: 1000, end_ns: 3500, cgroup_id: 7, cpu_out: 1, ..Default::default() };
         for (i, c) in b"worker".iter().enumerate() {
             e.comm[i] = *c as _;
         }
