@@ -181,6 +181,8 @@ impl ThrottleProbe {
             open.progs.tw_switch_raw.set_autoload(kind == ProbeKind::RawTp);
             open.progs.tw_hrtimer_btf.set_autoload(kind == ProbeKind::TpBtf);
             open.progs.tw_hrtimer_raw.set_autoload(kind == ProbeKind::RawTp);
+            open.progs.tw_hrtimer_exit_btf.set_autoload(kind == ProbeKind::TpBtf);
+            open.progs.tw_hrtimer_exit_raw.set_autoload(kind == ProbeKind::RawTp);
             open.progs.tw_wakeup_btf.set_autoload(runq);
             open.progs.tw_wakeup_new_btf.set_autoload(runq);
             open.progs.tw_cgroup_attach_btf.set_autoload(runq);
@@ -220,10 +222,15 @@ impl ThrottleProbe {
         };
         let attach = |r: Result<Link, libbpf_rs::Error>| r.map_err(|source| ProbeError::Attach { prog: kind.as_str(), source });
         let mut links = match kind {
-            ProbeKind::TpBtf => vec![attach(skel.progs.tw_switch_btf.attach())?, attach(skel.progs.tw_hrtimer_btf.attach())?],
+            ProbeKind::TpBtf => vec![
+                attach(skel.progs.tw_switch_btf.attach())?,
+                attach(skel.progs.tw_hrtimer_btf.attach())?,
+                attach(skel.progs.tw_hrtimer_exit_btf.attach())?,
+            ],
             ProbeKind::RawTp => vec![
                 attach(skel.progs.tw_switch_raw.attach_raw_tracepoint("sched_switch"))?,
                 attach(skel.progs.tw_hrtimer_raw.attach_raw_tracepoint("hrtimer_expire_entry"))?,
+                attach(skel.progs.tw_hrtimer_exit_raw.attach_raw_tracepoint("hrtimer_expire_exit"))?,
             ],
         };
 

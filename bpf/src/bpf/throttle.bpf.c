@@ -444,30 +444,40 @@ static __always_inline void scan_run_queues(__u64 tgp, __u64 cg, __u64 now)
 	}
 }
 
-static __always_inline int record_timer_run(__u64 timer)
+/* At the start of a timer run the run-queues are walked (still throttled,
+ * or already unthrottled by an earlier run); at its end the run is
+ * recorded: the kernel unthrottles at the end of the callback
+ * (distribute_cfs_runtime() is its last step), so the exit is the closer
+ * stamp where the callback is slow (seen under emulation: ~1 ms). */
+static __always_inline int record_timer_run(__u64 timer, bool at_exit)
 {
 	__u64 base, tg, t;
 	struct timer_runs *runs;
+	bool slack = false;
 
 	if (!nr_open && !nr_tracked)
 		return 0;
 	base = timer - bpf_core_field_offset(struct task_group, cfs_bandwidth);
-	t = bpf_ktime_get_ns();
 	tg = base - bpf_core_field_offset(struct cfs_bandwidth, period_timer);
 	runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
-	if (runs) {
-		runs->period_ns[runs->next & (TW_TIMER_RUNS - 1)] = t;
-		runs->next++;
+	if (!runs) {
+		tg = base - bpf_core_field_offset(struct cfs_bandwidth, slack_timer);
+		runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
+		slack = true;
+	}
+	if (!runs)
+		return 0;
+	t = bpf_ktime_get_ns();
+	if (!at_exit) {
 		if (runs->cg)
 			scan_run_queues(tg, runs->cg, t);
 		return 0;
 	}
-	tg = base - bpf_core_field_offset(struct cfs_bandwidth, slack_timer);
-	runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
-	if (runs) {
+	if (slack) {
 		runs->slack_ns = t;
-		if (runs->cg)
-			scan_run_queues(tg, runs->cg, t);
+	} else {
+		runs->period_ns[runs->next & (TW_TIMER_RUNS - 1)] = t;
+		runs->next++;
 	}
 	return 0;
 }
@@ -475,13 +485,25 @@ static __always_inline int record_timer_run(__u64 timer)
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(tw_hrtimer_btf, struct hrtimer *timer)
 {
-	return record_timer_run((__u64)timer);
+	return record_timer_run((__u64)timer, false);
 }
 
 SEC("raw_tp/hrtimer_expire_entry")
 int BPF_PROG(tw_hrtimer_raw, struct hrtimer *timer)
 {
-	return record_timer_run((__u64)timer);
+	return record_timer_run((__u64)timer, false);
+}
+
+SEC("tp_btf/hrtimer_expire_exit")
+int BPF_PROG(tw_hrtimer_exit_btf, struct hrtimer *timer)
+{
+	return record_timer_run((__u64)timer, true);
+}
+
+SEC("raw_tp/hrtimer_expire_exit")
+int BPF_PROG(tw_hrtimer_exit_raw, struct hrtimer *timer)
+{
+	return record_timer_run((__u64)timer, true);
 }
 
 /* Make the skeleton emit the run-queue / cold-start ABI types too. */
