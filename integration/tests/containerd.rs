@@ -9,7 +9,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use throttlewatch_core::protocol::{call, Request};
-use throttlewatch_integration::containerd::{build_busybox_image, mem_summary, vm_rss_kb, Containerd, IMAGE_NAME, SHIM_RUNTIME};
+use throttlewatch_integration::containerd::{
+    build_busybox_image, mem_summary, vm_rss_kb, Containerd, IMAGE_NAME, SHIM_RUNTIME,
+};
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
 
 /// A private throttlewatch config (logs, socket, state under `dir`).
@@ -35,7 +37,12 @@ fn setup() -> Setup {
     let config = tw_config(&tw.0);
     let shim_dir = std::env::var_os("TW_SHIM_DIR").map(PathBuf::from);
     let mut dirs: Vec<PathBuf> = shim_dir.into_iter().collect();
-    dirs.push(bin("containerd-shim-throttlewatch-v2").parent().unwrap().to_path_buf());
+    dirs.push(
+        bin("containerd-shim-throttlewatch-v2")
+            .parent()
+            .unwrap()
+            .to_path_buf(),
+    );
     let ctd = Containerd::start(&dirs, &[("THROTTLEWATCH_CONFIG", config.to_str().unwrap())]);
     let img = Scratch::new("img");
     ctd.import(&build_busybox_image(&img.0));
@@ -66,43 +73,94 @@ fn text(b: &[u8]) -> String {
 fn shim_runs_containers_with_output_and_exit_codes() {
     let s = setup();
     let out = s.ctd.ctr(&run_args("echo1", &[], &["echo", "hello"]));
-    assert!(out.status.success(), "ctr run: {}\n{}", text(&out.stderr), s.ctd.log());
+    assert!(
+        out.status.success(),
+        "ctr run: {}\n{}",
+        text(&out.stderr),
+        s.ctd.log()
+    );
     assert_eq!(text(&out.stdout), "hello\n");
-    let out = s.ctd.ctr(&run_args("exit3", &[], &["sh", "-c", "echo oops >&2; exit 3"]));
+    let out = s.ctd.ctr(&run_args(
+        "exit3",
+        &[],
+        &["sh", "-c", "echo oops >&2; exit 3"],
+    ));
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("oops"), "stderr passed through: {}", text(&out.stderr));
-    wait_until("shims to exit", Duration::from_secs(5), || s.ctd.shim_pids().is_empty());
+    assert!(
+        text(&out.stderr).contains("oops"),
+        "stderr passed through: {}",
+        text(&out.stderr)
+    );
+    wait_until("shims to exit", Duration::from_secs(5), || {
+        s.ctd.shim_pids().is_empty()
+    });
 }
 
 #[test]
 fn shim_exec_kill_delete_and_memory() {
     let s = setup();
     let ctr = |a: &[&str]| s.ctd.ctr(a);
-    let out = ctr(&["run", "-d", "--runtime", SHIM_RUNTIME, IMAGE_NAME, "long1", "sleep", "1000"]);
-    assert!(out.status.success(), "{}\n{}", text(&out.stderr), s.ctd.log());
+    let out = ctr(&[
+        "run",
+        "-d",
+        "--runtime",
+        SHIM_RUNTIME,
+        IMAGE_NAME,
+        "long1",
+        "sleep",
+        "1000",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        s.ctd.log()
+    );
     let out = ctr(&["task", "exec", "--exec-id", "e1", "long1", "echo", "hi"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "hi\n");
-    let out = ctr(&["task", "exec", "--exec-id", "e2", "long1", "sh", "-c", "exit 5"]);
+    let out = ctr(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "e2",
+        "long1",
+        "sh",
+        "-c",
+        "exit 5",
+    ]);
     assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
     let out = ctr(&["task", "ps", "long1"]);
-    assert!(out.status.success() && text(&out.stdout).lines().count() >= 2, "ps: {}{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        out.status.success() && text(&out.stdout).lines().count() >= 2,
+        "ps: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let out = ctr(&["task", "metrics", "long1"]);
     assert!(out.status.success(), "metrics: {}", text(&out.stderr));
 
     let shims = s.ctd.shim_pids();
     assert_eq!(shims.len(), 1, "one shim for one container");
     assert!(vm_rss_kb(shims[0]).is_some(), "shim {} is gone", shims[0]);
-    eprintln!("shim with one running container: {} ({})", mem_summary(shims[0]), bin_kind());
+    eprintln!(
+        "shim with one running container: {} ({})",
+        mem_summary(shims[0]),
+        bin_kind()
+    );
 
     let out = ctr(&["task", "kill", "-s", "SIGKILL", "long1"]);
     assert!(out.status.success(), "kill: {}", text(&out.stderr));
-    wait_until("the task to stop", Duration::from_secs(5), || text(&ctr(&["task", "ls"]).stdout).contains("STOPPED"));
+    wait_until("the task to stop", Duration::from_secs(5), || {
+        text(&ctr(&["task", "ls"]).stdout).contains("STOPPED")
+    });
     let out = ctr(&["task", "delete", "long1"]);
     assert!(out.status.success(), "task delete: {}", text(&out.stderr));
     let out = ctr(&["containers", "rm", "long1"]);
     assert!(out.status.success(), "containers rm: {}", text(&out.stderr));
-    wait_until("the shim to exit", Duration::from_secs(5), || s.ctd.shim_pids().is_empty());
+    wait_until("the shim to exit", Duration::from_secs(5), || {
+        s.ctd.shim_pids().is_empty()
+    });
     let _ = &s.tw;
 }
 
@@ -115,27 +173,49 @@ fn containers_of_one_sandbox_share_one_shim() {
         a.extend_from_slice(&ann);
         a.extend_from_slice(&[IMAGE_NAME, id, "sleep", "1000"]);
         let out = s.ctd.ctr(&a);
-        assert!(out.status.success(), "{id}: {}\n{}", text(&out.stderr), s.ctd.log());
+        assert!(
+            out.status.success(),
+            "{id}: {}\n{}",
+            text(&out.stderr),
+            s.ctd.log()
+        );
     }
     let shims = s.ctd.shim_pids();
     assert_eq!(shims.len(), 1, "one shim for the sandbox: {shims:?}");
-    eprintln!("shim with two containers of one sandbox: {} ({})", mem_summary(shims[0]), bin_kind());
+    eprintln!(
+        "shim with two containers of one sandbox: {} ({})",
+        mem_summary(shims[0]),
+        bin_kind()
+    );
     for id in ["pod1a", "pod1b"] {
-        assert!(s.ctd.ctr(&["task", "kill", "-s", "SIGKILL", id]).status.success());
+        assert!(s
+            .ctd
+            .ctr(&["task", "kill", "-s", "SIGKILL", id])
+            .status
+            .success());
     }
     // The first container's exit must not take the shared shim down.
     wait_until("both tasks to stop", Duration::from_secs(5), || {
-        text(&s.ctd.ctr(&["task", "ls"]).stdout).matches("STOPPED").count() == 2
+        text(&s.ctd.ctr(&["task", "ls"]).stdout)
+            .matches("STOPPED")
+            .count()
+            == 2
     });
     for id in ["pod1a", "pod1b"] {
         let out = s.ctd.ctr(&["task", "delete", id]);
         assert!(out.status.success(), "delete {id}: {}", text(&out.stderr));
         if id == "pod1a" {
-            assert_eq!(s.ctd.shim_pids(), shims, "the shim stays while pod1b is left");
+            assert_eq!(
+                s.ctd.shim_pids(),
+                shims,
+                "the shim stays while pod1b is left"
+            );
         }
         assert!(s.ctd.ctr(&["containers", "rm", id]).status.success());
     }
-    wait_until("the shim to exit", Duration::from_secs(5), || s.ctd.shim_pids().is_empty());
+    wait_until("the shim to exit", Duration::from_secs(5), || {
+        s.ctd.shim_pids().is_empty()
+    });
 }
 
 /// `ctr run -t`: the container gets a terminal of the caller's size (ctr
@@ -149,21 +229,51 @@ fn shim_runs_a_container_with_a_terminal() {
                   until [ -n \"$s\" ] && [ \"$s\" != '0 0' ] || [ $i -ge 50 ]; do \
                   sleep 0.1; i=$((i+1)); s=$(stty size 2>/dev/null); done; echo \"size=$s\"; exit 7";
     let args = run_args("tty1", &["-t"], &["sh", "-c", script]);
-    let (out, code) = s.ctd.ctr_on_pty(&args, (33, 101), "", b"", Duration::from_secs(30));
+    let (out, code) = s
+        .ctd
+        .ctr_on_pty(&args, (33, 101), "", b"", Duration::from_secs(30));
     assert_eq!(code, Some(7), "ctr run -t: {out}\n{}", s.ctd.log());
-    assert!(out.contains("tty-yes"), "stdin and stdout are a terminal: {out}");
-    assert!(out.contains("size=33 101"), "the window size came through: {out:?}");
-    wait_until("the shim to exit", Duration::from_secs(5), || s.ctd.shim_pids().is_empty());
+    assert!(
+        out.contains("tty-yes"),
+        "stdin and stdout are a terminal: {out}"
+    );
+    assert!(
+        out.contains("size=33 101"),
+        "the window size came through: {out:?}"
+    );
+    wait_until("the shim to exit", Duration::from_secs(5), || {
+        s.ctd.shim_pids().is_empty()
+    });
 }
 
 /// `ctr task exec -t … sh`, typing into the terminal like a user.
 #[test]
 fn shim_exec_with_a_terminal_takes_typed_input() {
     let s = setup();
-    let out = s.ctd.ctr(&["run", "-d", "--runtime", SHIM_RUNTIME, IMAGE_NAME, "ttyx", "sleep", "1000"]);
-    assert!(out.status.success(), "{}\n{}", text(&out.stderr), s.ctd.log());
+    let out = s.ctd.ctr(&[
+        "run",
+        "-d",
+        "--runtime",
+        SHIM_RUNTIME,
+        IMAGE_NAME,
+        "ttyx",
+        "sleep",
+        "1000",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        s.ctd.log()
+    );
     let args = ["task", "exec", "-t", "--exec-id", "sh1", "ttyx", "sh"];
-    let (out, code) = s.ctd.ctr_on_pty(&args, (24, 80), "# ", b"echo $((6*7)); exit 3\r", Duration::from_secs(30));
+    let (out, code) = s.ctd.ctr_on_pty(
+        &args,
+        (24, 80),
+        "# ",
+        b"echo $((6*7)); exit 3\r",
+        Duration::from_secs(30),
+    );
     assert_eq!(code, Some(3), "ctr task exec -t: {out}\n{}", s.ctd.log());
     assert!(out.contains("42"), "the typed command ran: {out}");
     remove_task(&s, "ttyx");
@@ -174,7 +284,13 @@ fn shim_exec_with_a_terminal_takes_typed_input() {
 #[test]
 fn shim_passes_piped_stdin() {
     let s = setup();
-    let mut child = s.ctd.ctr_cmd(&run_args("stdin1", &[], &["sh", "-c", "read first; echo first=$first; wc -c"]))
+    let mut child = s
+        .ctd
+        .ctr_cmd(&run_args(
+            "stdin1",
+            &[],
+            &["sh", "-c", "read first; echo first=$first; wc -c"],
+        ))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -188,9 +304,18 @@ fn shim_passes_piped_stdin() {
     });
     let out = child.wait_with_output().unwrap();
     writer.join().unwrap();
-    assert!(out.status.success(), "{}\n{}", text(&out.stderr), s.ctd.log());
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        s.ctd.log()
+    );
     let got = text(&out.stdout);
-    assert_eq!(got.lines().map(str::trim).collect::<Vec<_>>(), ["first=hi", "200000"], "{got}");
+    assert_eq!(
+        got.lines().map(str::trim).collect::<Vec<_>>(),
+        ["first=hi", "200000"],
+        "{got}"
+    );
 }
 
 /// A container reading stdin before anyone writes waits for the writer
@@ -198,7 +323,19 @@ fn shim_passes_piped_stdin() {
 #[test]
 fn stdin_waits_for_a_late_writer() {
     let s = setup();
-    let mut run = s.ctd.ctr_cmd(&["run", "-d", "--runtime", SHIM_RUNTIME, IMAGE_NAME, "late1", "sh", "-c", "read x; echo got=$x; exit 4"])
+    let mut run = s
+        .ctd
+        .ctr_cmd(&[
+            "run",
+            "-d",
+            "--runtime",
+            SHIM_RUNTIME,
+            IMAGE_NAME,
+            "late1",
+            "sh",
+            "-c",
+            "read x; echo got=$x; exit 4",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -206,14 +343,33 @@ fn stdin_waits_for_a_late_writer() {
         .unwrap();
     let held = run.stdin.take(); // open, never written: ctr sees no EOF
     let out = run.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}\n{}", text(&out.stderr), s.ctd.log());
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        s.ctd.log()
+    );
     std::thread::sleep(Duration::from_secs(1));
     let ls = text(&s.ctd.ctr(&["task", "ls"]).stdout);
-    assert!(ls.lines().any(|l| l.starts_with("late1") && l.contains("RUNNING")), "still waiting for input: {ls}");
-    let mut attach = s.ctd.ctr_cmd(&["task", "attach", "late1"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    assert!(
+        ls.lines()
+            .any(|l| l.starts_with("late1") && l.contains("RUNNING")),
+        "still waiting for input: {ls}"
+    );
+    let mut attach = s
+        .ctd
+        .ctr_cmd(&["task", "attach", "late1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     attach.stdin.take().unwrap().write_all(b"hi\n").unwrap();
     let out = attach.wait_with_output().unwrap();
-    assert!(text(&out.stdout).contains("got=hi"), "attach: {}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("got=hi"),
+        "attach: {}",
+        text(&out.stdout)
+    );
     assert_eq!(out.status.code(), Some(4));
     drop(held);
     remove_task(&s, "late1");
@@ -222,31 +378,39 @@ fn stdin_waits_for_a_late_writer() {
 fn remove_task(s: &Setup, id: &str) {
     let _ = s.ctd.ctr(&["task", "kill", "-s", "SIGKILL", id]);
     wait_until("the task to stop", Duration::from_secs(5), || {
-        !text(&s.ctd.ctr(&["task", "ls"]).stdout).lines().any(|l| l.starts_with(id) && l.contains("RUNNING"))
+        !text(&s.ctd.ctr(&["task", "ls"]).stdout)
+            .lines()
+            .any(|l| l.starts_with(id) && l.contains("RUNNING"))
     });
     let out = s.ctd.ctr(&["task", "delete", id]);
     // `ctr task attach` deletes the task it saw exit.
-    assert!(out.status.success() || text(&out.stderr).contains("not found"), "task delete {id}: {}", text(&out.stderr));
+    assert!(
+        out.status.success() || text(&out.stderr).contains("not found"),
+        "task delete {id}: {}",
+        text(&out.stderr)
+    );
     let out = s.ctd.ctr(&["containers", "rm", id]);
-    assert!(out.status.success(), "containers rm {id}: {}", text(&out.stderr));
-    wait_until("the shim to exit", Duration::from_secs(5), || s.ctd.shim_pids().is_empty());
+    assert!(
+        out.status.success(),
+        "containers rm {id}: {}",
+        text(&out.stderr)
+    );
+    wait_until("the shim to exit", Duration::from_secs(5), || {
+        s.ctd.shim_pids().is_empty()
+    });
 }
 
 fn bin_kind() -> String {
-    std::env::var("TW_SHIM_DIR").map(|d| format!("shim from {d}")).unwrap_or_else(|_| "debug build".into())
+    std::env::var("TW_SHIM_DIR")
+        .map(|d| format!("shim from {d}"))
+        .unwrap_or_else(|_| "debug build".into())
 }
 
-/// The agent, started privately with the test's config; None while the
-/// `throttlewatch agent` command does not exist yet.
+/// The agent, started privately with the test's config.
 struct Agent(Child, PathBuf);
 
 impl Agent {
-    fn start(config: &Path, tw: &Path) -> Option<Agent> {
-        let help = Command::new(bin("throttlewatch")).args(["agent", "--help"]).output().ok()?;
-        if !help.status.success() {
-            eprintln!("SKIPPING the agent part: `throttlewatch agent` is not available in this build");
-            return None;
-        }
+    fn start(config: &Path, tw: &Path) -> Agent {
         let child = Command::new(bin("throttlewatch"))
             .args(["agent", "--config"])
             .arg(config)
@@ -255,16 +419,23 @@ impl Agent {
             .spawn()
             .unwrap();
         let sock = tw.join("agent.sock");
-        wait_until("the agent socket", Duration::from_secs(20), || sock.exists());
-        Some(Agent(child, sock))
+        wait_until("the agent socket", Duration::from_secs(20), || {
+            sock.exists()
+        });
+        Agent(child, sock)
     }
 
     fn watched(&self) -> Vec<String> {
-        call(&self.1, &Request::Status, Duration::from_secs(5)).unwrap().watched.unwrap_or_default()
+        call(&self.1, &Request::Status, Duration::from_secs(5))
+            .unwrap()
+            .watched
+            .unwrap_or_default()
     }
 
     fn fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.0.id())).unwrap().count()
+        std::fs::read_dir(format!("/proc/{}/fd", self.0.id()))
+            .unwrap()
+            .count()
     }
 }
 
@@ -285,37 +456,88 @@ fn fifty_short_lived_containers_leak_nothing() {
     let s = setup();
     let agent = Agent::start(&s.config, &s.tw.0);
     // Warm-up: the first container creates the namespace's directories.
-    assert!(s.ctd.ctr(&run_args("warm", &[], &["true"])).status.success(), "{}", s.ctd.log());
-    let fds0 = agent.as_ref().map(Agent::fds);
+    assert!(
+        s.ctd
+            .ctr(&run_args("warm", &[], &["true"]))
+            .status
+            .success(),
+        "{}",
+        s.ctd.log()
+    );
+    let fds0 = agent.fds();
     let t0 = Instant::now();
     for i in 0..50 {
         let id = format!("short{i}");
         let out = s.ctd.ctr(&run_args(&id, &[], &["true"]));
-        assert!(out.status.success(), "{id}: {}\n{}", text(&out.stderr), s.ctd.log());
+        assert!(
+            out.status.success(),
+            "{id}: {}\n{}",
+            text(&out.stderr),
+            s.ctd.log()
+        );
     }
     let took = t0.elapsed();
-    eprintln!("50 containers in {:.1} s ({:.0} ms each)", took.as_secs_f64(), took.as_secs_f64() * 20.0);
-    wait_until("shims to exit", Duration::from_secs(10), || s.ctd.shim_pids().is_empty());
+    eprintln!(
+        "50 containers in {:.1} s ({:.0} ms each)",
+        took.as_secs_f64(),
+        took.as_secs_f64() * 20.0
+    );
+    wait_until("shims to exit", Duration::from_secs(10), || {
+        s.ctd.shim_pids().is_empty()
+    });
     let ns = &s.ctd.namespace;
     let runc_root = Path::new("/run/containerd/throttlewatch").join(ns);
-    assert_eq!(count_dir(&runc_root), 0, "runc state left in {}", runc_root.display());
+    assert_eq!(
+        count_dir(&runc_root),
+        0,
+        "runc state left in {}",
+        runc_root.display()
+    );
     let cg = Path::new("/sys/fs/cgroup/cpu").join(ns);
-    let left: Vec<_> = std::fs::read_dir(&cg).into_iter().flatten().flatten().filter(|e| e.path().is_dir()).collect();
-    assert!(left.is_empty(), "cgroups left under {}: {left:?}", cg.display());
+    let left: Vec<_> = std::fs::read_dir(&cg)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "cgroups left under {}: {left:?}",
+        cg.display()
+    );
     let fifos = Path::new("/run/containerd/fifo");
-    let ours = walk_names(fifos).into_iter().filter(|n| n.starts_with("short")).collect::<Vec<_>>();
+    let ours = walk_names(fifos)
+        .into_iter()
+        .filter(|n| n.starts_with("short"))
+        .collect::<Vec<_>>();
     assert!(ours.is_empty(), "fifos left: {ours:?}");
-    let bundles = s.ctd.dir.0.join("state/io.containerd.runtime.v2.task").join(ns);
-    assert_eq!(count_dir(&bundles), 0, "bundles left in {}", bundles.display());
+    let bundles = s
+        .ctd
+        .dir
+        .0
+        .join("state/io.containerd.runtime.v2.task")
+        .join(ns);
+    assert_eq!(
+        count_dir(&bundles),
+        0,
+        "bundles left in {}",
+        bundles.display()
+    );
     // Only this containerd's shims: other tests run theirs in parallel.
-    assert_eq!(s.ctd.shim_pids(), Vec::<u32>::new(), "no shim of this containerd should be left");
-    if let (Some(a), Some(fds0)) = (agent.as_ref(), fds0) {
-        wait_until("the agent to forget the containers", Duration::from_secs(5), || a.watched().is_empty());
-        let fds1 = a.fds();
-        assert!(fds1 <= fds0 + 2, "agent fds grew from {fds0} to {fds1}");
-        let logs = count_dir(&s.tw.0.join("logs"));
-        assert!(logs >= 50, "one log per container: {logs}");
-    }
+    assert_eq!(
+        s.ctd.shim_pids(),
+        Vec::<u32>::new(),
+        "no shim of this containerd should be left"
+    );
+    wait_until(
+        "the agent to forget the containers",
+        Duration::from_secs(5),
+        || agent.watched().is_empty(),
+    );
+    let fds1 = agent.fds();
+    assert!(fds1 <= fds0 + 2, "agent fds grew from {fds0} to {fds1}");
+    let logs = count_dir(&s.tw.0.join("logs"));
+    assert!(logs >= 50, "one log per container: {logs}");
 }
 
 fn walk_names(dir: &Path) -> Vec<String> {
@@ -333,11 +555,18 @@ fn walk_names(dir: &Path) -> Vec<String> {
 fn throttled_container_log_agrees_with_cpu_stat() {
     let _cpu = cpu_lock();
     let s = setup();
-    let Some(agent) = Agent::start(&s.config, &s.tw.0) else { return };
+    let agent = Agent::start(&s.config, &s.tw.0);
     let burn = "(timeout 3 sh -c 'while :; do :; done') & timeout 3 sh -c 'while :; do :; done'; wait; true";
     let quota = ["--cpu-quota", "20000", "--cpu-period", "100000"];
-    let out = s.ctd.ctr(&run_args("throttled1", &quota, &["sh", "-c", burn]));
-    assert!(out.status.success(), "{}\n{}", text(&out.stderr), s.ctd.log());
+    let out = s
+        .ctd
+        .ctr(&run_args("throttled1", &quota, &["sh", "-c", burn]));
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        s.ctd.log()
+    );
     let logs = s.tw.0.join("logs");
     let path = std::fs::read_dir(&logs)
         .unwrap()
@@ -345,18 +574,41 @@ fn throttled_container_log_agrees_with_cpu_stat() {
         .map(|e| e.path())
         .find(|p| p.to_string_lossy().contains("throttled1"))
         .unwrap_or_else(|| panic!("no log for throttled1 in {}", logs.display()));
-    wait_until("the end record", Duration::from_secs(5), || !of_type(&read_log(&path), "end").is_empty());
+    wait_until("the end record", Duration::from_secs(5), || {
+        !of_type(&read_log(&path), "end").is_empty()
+    });
     let log = read_log(&path);
-    assert_eq!(log.first().unwrap()["type"], "start", "log begins with start");
+    assert_eq!(
+        log.first().unwrap()["type"],
+        "start",
+        "log begins with start"
+    );
     assert_eq!(log.last().unwrap()["type"], "end", "log ends with end");
     assert!(!of_type(&log, "throttle").is_empty(), "throttle records");
     let end = of_type(&log, "end")[0];
-    assert_eq!(end["exit_code"], 0, "the shim reports the exit status: {end}");
+    assert_eq!(
+        end["exit_code"], 0,
+        "the shim reports the exit status: {end}"
+    );
     let probe = end["probe_throttled_ns"].as_u64().unwrap();
     let kernel = end["kernel_throttled_ns"].as_u64().unwrap();
-    assert!(kernel > 100_000_000, "too little throttling to compare: {end}");
+    assert!(
+        kernel > 100_000_000,
+        "too little throttling to compare: {end}"
+    );
     let err = (probe as f64 - kernel as f64).abs() / kernel as f64;
-    eprintln!("containerd shim fidelity: probe {probe} ns, kernel {kernel} ns, error {:.3} %", err * 100.0);
-    assert!(err <= 0.02, "probe {probe} vs kernel {kernel}: {:.2} % > 2 %", err * 100.0);
-    assert!(agent.watched().is_empty(), "agent still watches: {:?}", agent.watched());
+    eprintln!(
+        "containerd shim fidelity: probe {probe} ns, kernel {kernel} ns, error {:.3} %",
+        err * 100.0
+    );
+    assert!(
+        err <= 0.02,
+        "probe {probe} vs kernel {kernel}: {:.2} % > 2 %",
+        err * 100.0
+    );
+    assert!(
+        agent.watched().is_empty(),
+        "agent still watches: {:?}",
+        agent.watched()
+    );
 }
