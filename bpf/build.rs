@@ -16,12 +16,19 @@ fn vmlinux_h(out: &Path) -> PathBuf {
         return dir;
     }
     std::fs::create_dir_all(&dir).unwrap();
-    let btf = env::var("THROTTLEWATCH_VMLINUX_BTF").unwrap_or_else(|_| "/sys/kernel/btf/vmlinux".into());
+    let btf =
+        env::var("THROTTLEWATCH_VMLINUX_BTF").unwrap_or_else(|_| "/sys/kernel/btf/vmlinux".into());
     let o = Command::new("bpftool")
         .args(["btf", "dump", "file", &btf, "format", "c"])
         .output()
-        .unwrap_or_else(|e| panic!("running bpftool to generate vmlinux.h from {btf}: {e} (run scripts/setup.sh)"));
-    assert!(o.status.success(), "bpftool btf dump {btf}: {}", String::from_utf8_lossy(&o.stderr));
+        .unwrap_or_else(|e| {
+            panic!("running bpftool to generate vmlinux.h from {btf}: {e} (run scripts/setup.sh)")
+        });
+    assert!(
+        o.status.success(),
+        "bpftool btf dump {btf}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     std::fs::write(&file, o.stdout).unwrap();
     dir
 }
@@ -35,7 +42,15 @@ fn main() {
         let src = format!("src/bpf/{name}.bpf.c");
         SkeletonBuilder::new()
             .source(&src)
-            .clang_args(["-I", vmlinux.to_str().unwrap(), "-I", "src/bpf", "-O2", "-g", "-Wall"])
+            .clang_args([
+                "-I",
+                vmlinux.to_str().unwrap(),
+                "-I",
+                "src/bpf",
+                "-O2",
+                "-g",
+                "-Wall",
+            ])
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building {src}: {e:#}"));
     }

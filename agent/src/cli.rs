@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "throttlewatch", version, about = "See CFS CPU throttling per thread and per container, at microsecond resolution")]
+#[command(
+    name = "throttlewatch",
+    version,
+    about = "See CFS CPU throttling per thread and per container, at microsecond resolution"
+)]
 pub struct Cli {
     /// Configuration file (default: $THROTTLEWATCH_CONFIG, then /etc/throttlewatch/throttlewatch.toml).
     #[arg(long, global = true)]

@@ -7,7 +7,10 @@ pub struct Clock {
 }
 
 fn now(clock: libc::clockid_t) -> i128 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer to a timespec.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
@@ -15,7 +18,9 @@ fn now(clock: libc::clockid_t) -> i128 {
 
 impl Clock {
     pub fn new() -> Clock {
-        Clock { offset: now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC) }
+        Clock {
+            offset: now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC),
+        }
     }
 
     pub fn monotonic_ns() -> u64 {

@@ -47,7 +47,14 @@ impl ColdStartTracker {
         at[0] = spec.created_unix_ns;
         at[1] = spec.init_pid.and_then(proc_start_unix_ns);
         at[2] = spec.hook_unix_ns;
-        ColdStartTracker { spec, at, pid: None, comm: String::new(), armed_mono, written: false }
+        ColdStartTracker {
+            spec,
+            at,
+            pid: None,
+            comm: String::new(),
+            armed_mono,
+            written: false,
+        }
     }
 
     /// Account a kernel stage; returns the record when the timeline is complete.
@@ -62,7 +69,9 @@ impl ColdStartTracker {
                 self.comm = ev.comm.clone();
                 // The exec'd process is the container's init: its start_time
                 // is exact where /proc's starttime has clock-tick resolution.
-                if ev.ref_ns > 0 && (self.spec.init_pid.is_none() || self.spec.init_pid == Some(ev.tgid)) {
+                if ev.ref_ns > 0
+                    && (self.spec.init_pid.is_none() || self.spec.init_pid == Some(ev.tgid))
+                {
                     self.at[1] = Some(clock.to_unix_ns(ev.ref_ns));
                 }
             }
@@ -134,9 +143,13 @@ pub fn proc_start_unix_ns(pid: u32) -> Option<u64> {
 }
 
 fn clock_ns(c: libc::clockid_t) -> Option<u64> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid pointer to a timespec.
-    (unsafe { libc::clock_gettime(c, &mut ts) } == 0).then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    (unsafe { libc::clock_gettime(c, &mut ts) } == 0)
+        .then(|| ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
 }
 
 #[cfg(test)]
@@ -144,29 +157,54 @@ mod tests {
     use super::*;
 
     fn ev(stage: ColdStartStage, at: u64) -> ColdStartEvent {
-        ColdStartEvent { cgroup_id: 1, stage, tid: 9, tgid: 9, comm: "app".into(), at_ns: at, ref_ns: 50 }
+        ColdStartEvent {
+            cgroup_id: 1,
+            stage,
+            tid: 9,
+            tgid: 9,
+            comm: "app".into(),
+            at_ns: at,
+            ref_ns: 50,
+        }
     }
 
     #[test]
     fn complete_timeline_in_order() {
         let clock = Clock::new();
         let create = clock.to_unix_ns(10);
-        let spec = ColdStartSpec { created_unix_ns: Some(create), hook_unix_ns: Some(clock.to_unix_ns(80)), init_pid: None, cpu_target_ns: 10 };
+        let spec = ColdStartSpec {
+            created_unix_ns: Some(create),
+            hook_unix_ns: Some(clock.to_unix_ns(80)),
+            init_pid: None,
+            cpu_target_ns: 10,
+        };
         let mut t = ColdStartTracker::new(spec, 0);
         assert!(t.on_event(&ev(ColdStartStage::Exec, 100), &clock).is_none());
-        assert!(t.on_event(&ev(ColdStartStage::FirstRun, 200), &clock).is_none());
+        assert!(t
+            .on_event(&ev(ColdStartStage::FirstRun, 200), &clock)
+            .is_none());
         let r = t.on_event(&ev(ColdStartStage::Cpu, 300), &clock).unwrap();
         assert!(r.complete && r.note.is_none());
         let names: Vec<&str> = r.stages.iter().map(|s| s.stage.as_str()).collect();
         assert_eq!(names, STAGES);
-        assert_eq!(r.stages[1].since_create_ns, Some(40), "init from the exec event's start_time");
+        assert_eq!(
+            r.stages[1].since_create_ns,
+            Some(40),
+            "init from the exec event's start_time"
+        );
         assert_eq!(r.stages[5].since_create_ns, Some(290));
         assert!(t.finish("end").is_none(), "written once");
     }
 
     #[test]
     fn incomplete_at_the_end_says_why() {
-        let mut t = ColdStartTracker::new(ColdStartSpec { cpu_target_ns: 10, ..Default::default() }, 0);
+        let mut t = ColdStartTracker::new(
+            ColdStartSpec {
+                cpu_target_ns: 10,
+                ..Default::default()
+            },
+            0,
+        );
         assert!(t.expired(GIVE_UP_AFTER.as_nanos() as u64 + 1));
         let r = t.finish("container ended").unwrap();
         assert!(!r.complete && r.stages.is_empty() && r.note.as_deref() == Some("container ended"));

@@ -44,7 +44,10 @@ pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError>
     if let Some(c) = config_path {
         cmd.arg("--config").arg(c);
     }
-    cmd.arg("agent").stdin(std::process::Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out);
+    cmd.arg("agent")
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
     // SAFETY: setsid is async-signal-safe; it detaches from the caller's session.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
@@ -52,7 +55,9 @@ pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError>
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| CliError::fail(format!("starting the agent: {e}")))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| CliError::fail(format!("starting the agent: {e}")))?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         if protocol::call(&cfg.socket, &Request::Status, Duration::from_secs(1)).is_ok() {
@@ -62,16 +67,27 @@ pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError>
             // Exit 0: it lost the lock race to another agent, which is still
             // coming up; keep polling until the deadline.
             if !st.success() {
-                return Err(CliError::fail(format!("the agent exited ({st}); see {}", log.display())));
+                return Err(CliError::fail(format!(
+                    "the agent exited ({st}); see {}",
+                    log.display()
+                )));
             }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    Err(CliError::fail(format!("the agent did not answer on {} within 10s; see {}", cfg.socket.display(), log.display())))
+    Err(CliError::fail(format!(
+        "the agent did not answer on {} within 10s; see {}",
+        cfg.socket.display(),
+        log.display()
+    )))
 }
 
 fn mkdir(p: &Path, mode: u32) -> Result<(), CliError> {
-    std::fs::DirBuilder::new().recursive(true).mode(mode).create(p).map_err(|e| CliError::fail(format!("{}: {e}", p.display())))
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(p)
+        .map_err(|e| CliError::fail(format!("{}: {e}", p.display())))
 }
 
 /// Hold `<state_dir>/agent.lock` for the life of the process: one agent per node.
@@ -86,7 +102,13 @@ fn lock(state_dir: &Path) -> Result<Option<std::fs::File>, CliError> {
         .open(&p)
         .map_err(|e| CliError::fail(format!("{}: {e}", p.display())))?;
     // SAFETY: flock on an fd we own.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    } != 0
+    {
         return Ok(None);
     }
     Ok(Some(f))
@@ -98,8 +120,15 @@ fn bind(socket: &Path) -> Result<UnixListener, CliError> {
         mkdir(dir, 0o700)?;
     }
     match std::fs::symlink_metadata(socket) {
-        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => std::fs::remove_file(socket).map_err(err)?,
-        Ok(_) => return Err(CliError::fail(format!("{}: exists and is not a socket; refusing to replace it", socket.display()))),
+        Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {
+            std::fs::remove_file(socket).map_err(err)?
+        }
+        Ok(_) => {
+            return Err(CliError::fail(format!(
+                "{}: exists and is not a socket; refusing to replace it",
+                socket.display()
+            )))
+        }
         Err(_) => {}
     }
     // SAFETY: umask is process-wide; set around bind so the socket is born 0600.
@@ -139,7 +168,8 @@ fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
                 if jobs.send((req, tx)).is_err() {
                     Response::err("agent is stopping")
                 } else {
-                    rx.recv_timeout(Duration::from_secs(5)).unwrap_or_else(|_| Response::err("agent did not answer"))
+                    rx.recv_timeout(Duration::from_secs(5))
+                        .unwrap_or_else(|_| Response::err("agent did not answer"))
                 }
             }
         },
@@ -168,11 +198,18 @@ fn cold_start_spec(r: &Register) -> ColdStartSpec {
     let target = r
         .annotations
         .get(protocol::ANNOTATION_COLD_START_CPU)
-        .and_then(|v| match throttlewatch_core::units::parse_duration(protocol::ANNOTATION_COLD_START_CPU, v) {
-            Ok(d) if !d.is_zero() => Some(d),
-            Ok(_) | Err(_) => {
-                tracing::warn!("{}: {}={v:?}: expected a duration such as 10ms; using the default", r.container_id, protocol::ANNOTATION_COLD_START_CPU);
-                None
+        .and_then(|v| {
+            match throttlewatch_core::units::parse_duration(protocol::ANNOTATION_COLD_START_CPU, v)
+            {
+                Ok(d) if !d.is_zero() => Some(d),
+                Ok(_) | Err(_) => {
+                    tracing::warn!(
+                        "{}: {}={v:?}: expected a duration such as 10ms; using the default",
+                        r.container_id,
+                        protocol::ANNOTATION_COLD_START_CPU
+                    );
+                    None
+                }
             }
         })
         .unwrap_or(crate::coldstart::DEFAULT_CPU_TARGET);
@@ -188,17 +225,24 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
     mkdir(&cfg.state_dir, 0o700)?;
     mkdir(&cfg.log_dir, 0o750)?;
     let Some(_lock) = lock(&cfg.state_dir)? else {
-        eprintln!("throttlewatch agent: another agent holds {}/agent.lock; exiting", cfg.state_dir.display());
+        eprintln!(
+            "throttlewatch agent: another agent holds {}/agent.lock; exiting",
+            cfg.state_dir.display()
+        );
         return Ok(0);
     };
     let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
     let engine = Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
-    let state = StateDir::open(&cfg.state_dir).map_err(|e| CliError::fail(format!("{}: {e}", cfg.state_dir.display())))?;
+    let state = StateDir::open(&cfg.state_dir)
+        .map_err(|e| CliError::fail(format!("{}: {e}", cfg.state_dir.display())))?;
     let metrics = Arc::new(Mutex::new(Metrics::new()));
     if !cfg.metrics_addr.is_empty() {
         match crate::metrics::serve(&cfg.metrics_addr, metrics.clone()) {
             Ok(a) => eprintln!("throttlewatch agent: metrics on http://{a}/metrics"),
-            Err(e) => eprintln!("throttlewatch agent: metrics on {} disabled: {e}", cfg.metrics_addr),
+            Err(e) => eprintln!(
+                "throttlewatch agent: metrics on {} disabled: {e}",
+                cfg.metrics_addr
+            ),
         }
     }
     let mut agent = Agent {
@@ -246,7 +290,10 @@ impl Agent {
                 // Containers keep running: flush and persist, never `end`.
                 self.engine.suspend();
                 self.persist_all();
-                eprintln!("throttlewatch agent: stopping; {} container logs will resume", self.labels.len());
+                eprintln!(
+                    "throttlewatch agent: stopping; {} container logs will resume",
+                    self.labels.len()
+                );
                 let _ = std::fs::remove_file(&self.cfg.socket);
                 return;
             }
@@ -292,10 +339,19 @@ impl Agent {
     fn handle(&mut self, req: Request) -> Response {
         match req {
             Request::Register(r) => self.register(r, None).unwrap_or_else(Response::err),
-            Request::Unregister { container_id, reason, exit_code } => self.unregister(&container_id, &reason, exit_code),
+            Request::Unregister {
+                container_id,
+                reason,
+                exit_code,
+            } => self.unregister(&container_id, &reason, exit_code),
             Request::Status => Response {
                 ok: true,
-                watched: Some(self.engine.sessions().map(|(_, s)| s.spec.container_id.clone()).collect()),
+                watched: Some(
+                    self.engine
+                        .sessions()
+                        .map(|(_, s)| s.spec.container_id.clone())
+                        .collect(),
+                ),
                 watch_map_entries: Some(self.engine.probe().watched_count()),
                 ..Response::ok()
             },
@@ -303,14 +359,22 @@ impl Agent {
     }
 
     fn register(&mut self, r: Register, resume: Option<&Persisted>) -> Result<Response, String> {
-        if r.container_id.is_empty() || r.container_id.len() > 1024 || r.container_id.contains('\0') {
-            return Err(format!("container_id {:?}: expected 1 to 1024 bytes without NUL", r.container_id));
+        if r.container_id.is_empty() || r.container_id.len() > 1024 || r.container_id.contains('\0')
+        {
+            return Err(format!(
+                "container_id {:?}: expected 1 to 1024 bytes without NUL",
+                r.container_id
+            ));
         }
         if let Some(id) = self.engine.find(&r.container_id) {
             let s = self.engine.session(id).expect("found");
-            return Ok(Response { log_path: Some(s.spec.log_path.display().to_string()), ..Response::ok() });
+            return Ok(Response {
+                log_path: Some(s.spec.log_path.display().to_string()),
+                ..Response::ok()
+            });
         }
-        let g = CpuCgroup::open(&self.h, &r.cgroup_path).map_err(|e| format!("cgroup_path {:?}: {e}", r.cgroup_path))?;
+        let g = CpuCgroup::open(&self.h, &r.cgroup_path)
+            .map_err(|e| format!("cgroup_path {:?}: {e}", r.cgroup_path))?;
         let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations);
         let log_path: PathBuf = self.cfg.log_dir.join(log_file_name(&r.container_id));
         let spec = SessionSpec {
@@ -330,7 +394,10 @@ impl Agent {
         if let Ok(m) = self.metrics.lock() {
             m.watched.set(self.labels.len() as i64);
         }
-        Ok(Response { log_path: Some(log_path.display().to_string()), ..Response::ok() })
+        Ok(Response {
+            log_path: Some(log_path.display().to_string()),
+            ..Response::ok()
+        })
     }
 
     fn unregister(&mut self, container_id: &str, reason: &str, exit_code: Option<i32>) -> Response {
@@ -339,10 +406,16 @@ impl Agent {
             return Response::err(format!("container {container_id:?} is not watched"));
         };
         self.update_metrics();
-        let log = self.engine.finish(id, reason, exit_code).map(|(_, s)| s.spec.log_path.display().to_string());
+        let log = self
+            .engine
+            .finish(id, reason, exit_code)
+            .map(|(_, s)| s.spec.log_path.display().to_string());
         self.state.remove(container_id);
         self.forget(id);
-        Response { log_path: log, ..Response::ok() }
+        Response {
+            log_path: log,
+            ..Response::ok()
+        }
     }
 
     fn forget(&mut self, id: u64) {
@@ -370,7 +443,9 @@ impl Agent {
     }
 
     fn persist(&self, id: u64, r: &Register) {
-        let Some(s) = self.engine.session(id) else { return };
+        let Some(s) = self.engine.session(id) else {
+            return;
+        };
         let p = Persisted {
             register: r.clone(),
             log_path: s.spec.log_path.clone(),
@@ -395,7 +470,10 @@ impl Agent {
     fn restore(&mut self) {
         for p in self.state.load_all() {
             let cid = p.register.container_id.clone();
-            let alive = CpuCgroup::open(&self.h, &p.register.cgroup_path).ok().and_then(|g| g.id().ok()) == Some(p.cgroup_id);
+            let alive = CpuCgroup::open(&self.h, &p.register.cgroup_path)
+                .ok()
+                .and_then(|g| g.id().ok())
+                == Some(p.cgroup_id);
             if alive {
                 if let Err(e) = self.register(p.register.clone(), Some(&p)) {
                     eprintln!("throttlewatch agent: resuming {cid}: {e}");
@@ -424,21 +502,34 @@ impl Agent {
     fn update_metrics(&mut self) {
         let Ok(m) = self.metrics.lock() else { return };
         let lost = self.engine.probe().lost_events();
-        m.lost_events.inc_by(lost.saturating_sub(self.exported_lost));
+        m.lost_events
+            .inc_by(lost.saturating_sub(self.exported_lost));
         self.exported_lost = lost;
         for (id, s) in self.engine.sessions() {
-            let Some(l) = self.labels.get(id) else { continue };
-            let Ok(now) = s.cgroup.cpu_stat() else { continue };
+            let Some(l) = self.labels.get(id) else {
+                continue;
+            };
+            let Ok(now) = s.cgroup.cpu_stat() else {
+                continue;
+            };
             let prev = self.exported.insert(*id, now).unwrap_or(now);
             let d = now.since(&prev);
-            m.kernel_throttled_seconds.get_or_create(l).inc_by(d.throttled_ns as f64 / 1e9);
+            m.kernel_throttled_seconds
+                .get_or_create(l)
+                .inc_by(d.throttled_ns as f64 / 1e9);
             m.periods.get_or_create(l).inc_by(d.nr_periods as f64);
-            m.throttled_periods.get_or_create(l).inc_by(d.nr_throttled as f64);
+            m.throttled_periods
+                .get_or_create(l)
+                .inc_by(d.nr_throttled as f64);
             m.bursts.get_or_create(l).inc_by(d.nr_bursts as f64);
-            m.burst_seconds.get_or_create(l).inc_by(d.burst_ns as f64 / 1e9);
+            m.burst_seconds
+                .get_or_create(l)
+                .inc_by(d.burst_ns as f64 / 1e9);
             let probe = self.engine.probe().episode_totals(*id).total_ns;
             let pp = self.exported_probe.insert(*id, probe).unwrap_or(probe);
-            m.throttled_seconds.get_or_create(l).inc_by(probe.saturating_sub(pp) as f64 / 1e9);
+            m.throttled_seconds
+                .get_or_create(l)
+                .inc_by(probe.saturating_sub(pp) as f64 / 1e9);
         }
     }
 }

@@ -13,7 +13,10 @@ use crate::session::{Session, SessionSpec, StartInfo};
 
 /// Probe options from the configuration.
 pub fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
-    ProbeOptions { ringbuf_bytes: cfg.ring_buffer_kib.saturating_mul(1024), ..Default::default() }
+    ProbeOptions {
+        ringbuf_bytes: cfg.ring_buffer_kib.saturating_mul(1024),
+        ..Default::default()
+    }
 }
 
 pub struct Engine {
@@ -26,7 +29,12 @@ pub struct Engine {
 
 impl Engine {
     pub fn load(opts: &ProbeOptions) -> Result<Engine, ProbeError> {
-        Ok(Engine { probe: ThrottleProbe::load(opts)?, sessions: HashMap::new(), clock: Clock::new(), cold_starts: vec![] })
+        Ok(Engine {
+            probe: ThrottleProbe::load(opts)?,
+            sessions: HashMap::new(),
+            clock: Clock::new(),
+            cold_starts: vec![],
+        })
     }
 
     pub fn probe(&self) -> &ThrottleProbe {
@@ -55,7 +63,10 @@ impl Engine {
         let mut s = Session::open(spec, cgroup, info)?;
         self.probe.watch(id)?;
         let mono = Clock::monotonic_ns();
-        s.runq = self.probe.runq_totals(id).map(|t| RunqTracker::new(t, mono));
+        s.runq = self
+            .probe
+            .runq_totals(id)
+            .map(|t| RunqTracker::new(t, mono));
         if let Some(c) = cold {
             match self.probe.arm_cold_start(id, c.cpu_target_ns) {
                 Ok(true) => s.cold = Some(ColdStartTracker::new(c, mono)),
@@ -81,8 +92,13 @@ impl Engine {
                     }
                 }
                 Event::ColdStart(c) => {
-                    let Some(s) = self.sessions.get_mut(&c.cgroup_id) else { continue };
-                    let Some(rec) = s.cold.as_mut().and_then(|t| t.on_event(&c, &self.clock)) else { continue };
+                    let Some(s) = self.sessions.get_mut(&c.cgroup_id) else {
+                        continue;
+                    };
+                    let Some(rec) = s.cold.as_mut().and_then(|t| t.on_event(&c, &self.clock))
+                    else {
+                        continue;
+                    };
                     self.cold_starts.push((c.cgroup_id, rec.clone()));
                     s.write(Record::ColdStart(rec));
                     self.probe.cold_start_finished(c.cgroup_id);
@@ -124,7 +140,10 @@ impl Engine {
                 s.write(Record::Runq(rec));
             }
             if s.cold.as_ref().is_some_and(|c| c.expired(mono)) {
-                let why = format!("not complete {}s after the hook", crate::coldstart::GIVE_UP_AFTER.as_secs());
+                let why = format!(
+                    "not complete {}s after the hook",
+                    crate::coldstart::GIVE_UP_AFTER.as_secs()
+                );
                 Self::flush_cold_start(&self.probe, *id, s, &why);
             }
         }
@@ -140,7 +159,10 @@ impl Engine {
 
     /// Persistable state of every session.
     pub fn baselines(&self) -> Vec<(u64, crate::session::Baseline)> {
-        self.sessions.iter().map(|(id, s)| (*id, s.baseline(self.probe.episode_totals(*id)))).collect()
+        self.sessions
+            .iter()
+            .map(|(id, s)| (*id, s.baseline(self.probe.episode_totals(*id))))
+            .collect()
     }
 
     /// Flush logs without ending sessions (agent stopping while containers run).
@@ -158,22 +180,41 @@ impl Engine {
     }
 
     pub fn find(&self, container_id: &str) -> Option<u64> {
-        self.sessions.iter().find(|(_, s)| s.spec.container_id == container_id).map(|(id, _)| *id)
+        self.sessions
+            .iter()
+            .find(|(_, s)| s.spec.container_id == container_id)
+            .map(|(id, _)| *id)
     }
 
     /// The `end` record as it would be now, without ending.
     pub fn summary(&self, id: u64, reason: &str) -> Option<End> {
         let s = self.sessions.get(&id)?;
-        let mut end = s.summary(reason, None, self.probe.episode_totals(id), self.probe.lost_events(), self.probe.fentry_totals(id));
+        let mut end = s.summary(
+            reason,
+            None,
+            self.probe.episode_totals(id),
+            self.probe.lost_events(),
+            self.probe.fentry_totals(id),
+        );
         end.runq = self.runq_total(id, s);
         Some(end)
     }
 
     /// Stop watching: final drain, `end` record, log closed, watch-map entry removed.
-    pub fn finish(&mut self, id: u64, reason: &str, exit_code: Option<i32>) -> Option<(End, Session)> {
+    pub fn finish(
+        &mut self,
+        id: u64,
+        reason: &str,
+        exit_code: Option<i32>,
+    ) -> Option<(End, Session)> {
         self.pump(&mut |_, _, _| {});
         let mut s = self.sessions.remove(&id)?;
-        Self::flush_cold_start(&self.probe, id, &mut s, "watching ended before the entrypoint had its CPU target");
+        Self::flush_cold_start(
+            &self.probe,
+            id,
+            &mut s,
+            "watching ended before the entrypoint had its CPU target",
+        );
         let runq = self.runq_total(id, &s);
         let mut end = s.summary(
             reason,
@@ -193,6 +234,8 @@ impl Engine {
     /// End every session (agent shutdown).
     pub fn finish_all(&mut self, reason: &str) -> Vec<(End, Session)> {
         let ids: Vec<u64> = self.sessions.keys().copied().collect();
-        ids.into_iter().filter_map(|id| self.finish(id, reason, None)).collect()
+        ids.into_iter()
+            .filter_map(|id| self.finish(id, reason, None))
+            .collect()
     }
 }

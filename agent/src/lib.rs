@@ -4,8 +4,8 @@
 //! `throttlewatch run` and `throttlewatch watch` embed the same engine that
 //! the node daemon (`throttlewatch agent`) runs.
 
-pub mod clock;
 pub mod cli;
+pub mod clock;
 pub mod coldstart;
 pub mod daemon;
 pub mod engine;
@@ -33,9 +33,15 @@ pub struct CliError {
 
 impl CliError {
     pub fn usage(message: impl Into<String>) -> CliError {
-        CliError { code: EXIT_USAGE, message: message.into() }
+        CliError {
+            code: EXIT_USAGE,
+            message: message.into(),
+        }
     }
     pub fn fail(message: impl Into<String>) -> CliError {
-        CliError { code: 1, message: message.into() }
+        CliError {
+            code: 1,
+            message: message.into(),
+        }
     }
 }

@@ -14,7 +14,11 @@ pub struct LivePrinter {
 
 impl LivePrinter {
     pub fn new(json: bool, quiet: bool) -> LivePrinter {
-        LivePrinter { json, quiet, started_unix_ns: throttlewatch_core::logfmt::now_unix_ns() }
+        LivePrinter {
+            json,
+            quiet,
+            started_unix_ns: throttlewatch_core::logfmt::now_unix_ns(),
+        }
     }
 
     pub fn freeze(&self, container: &str, t: &Throttle) {
@@ -36,7 +40,11 @@ impl LivePrinter {
                 t.tid,
                 t.comm,
                 t.cpu,
-                if t.cpu_in != t.cpu { format!("->{}", t.cpu_in) } else { String::new() },
+                if t.cpu_in != t.cpu {
+                    format!("->{}", t.cpu_in)
+                } else {
+                    String::new()
+                },
             );
         }
     }
@@ -64,10 +72,19 @@ impl LivePrinter {
             end.fidelity_error() * 100.0,
         );
         if end.nr_bursts > 0 {
-            let _ = writeln!(err, "  burst used {} times, {} in all", end.nr_bursts, d(end.burst_ns));
+            let _ = writeln!(
+                err,
+                "  burst used {} times, {} in all",
+                end.nr_bursts,
+                d(end.burst_ns)
+            );
         }
         if !end.top_threads.is_empty() {
-            let _ = writeln!(err, "  {:<8} {:<16} {:>7} {:>12} {:>12}", "tid", "comm", "freezes", "frozen", "longest");
+            let _ = writeln!(
+                err,
+                "  {:<8} {:<16} {:>7} {:>12} {:>12}",
+                "tid", "comm", "freezes", "frozen", "longest"
+            );
             for t in &end.top_threads {
                 let _ = writeln!(
                     err,
@@ -81,7 +98,11 @@ impl LivePrinter {
             }
         }
         if end.lost_events > 0 {
-            let _ = writeln!(err, "  {} events lost (totals above are unaffected)", end.lost_events);
+            let _ = writeln!(
+                err,
+                "  {} events lost (totals above are unaffected)",
+                end.lost_events
+            );
         }
         let _ = writeln!(err, "  log: {}", log.display());
     }

@@ -6,7 +6,8 @@ use throttlewatch_core::config::Config;
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("THROTTLEWATCH_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("THROTTLEWATCH_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -29,6 +30,8 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
         Command::Agent(a) if a.detach => throttlewatch::daemon::detach(&cfg, cli.config.as_deref()),
         Command::Agent(_) => throttlewatch::daemon::run(&cfg),
         Command::Topology(a) => throttlewatch::topology::topology(&cfg, a),
-        Command::Install(a) => throttlewatch::install::install(&a.engine, a.dry_run, &a.etc_root, &a.bin_dir),
+        Command::Install(a) => {
+            throttlewatch::install::install(&a.engine, a.dry_run, &a.etc_root, &a.bin_dir)
+        }
     }
 }

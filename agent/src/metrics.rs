@@ -24,13 +24,24 @@ pub struct ContainerLabels {
 }
 
 /// Annotation keys that name the Kubernetes objects (kubelet/dockershim and CRI containerd).
-const NAMESPACE_KEYS: [&str; 2] = ["io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"];
+const NAMESPACE_KEYS: [&str; 2] = [
+    "io.kubernetes.pod.namespace",
+    "io.kubernetes.cri.sandbox-namespace",
+];
 const POD_KEYS: [&str; 2] = ["io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"];
-const CONTAINER_KEYS: [&str; 2] = ["io.kubernetes.container.name", "io.kubernetes.cri.container-name"];
+const CONTAINER_KEYS: [&str; 2] = [
+    "io.kubernetes.container.name",
+    "io.kubernetes.cri.container-name",
+];
 
 impl ContainerLabels {
     pub fn new(id: &str, name: &str, annotations: &BTreeMap<String, String>) -> ContainerLabels {
-        let pick = |keys: &[&str]| keys.iter().find_map(|k| annotations.get(*k)).cloned().unwrap_or_default();
+        let pick = |keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| annotations.get(*k))
+                .cloned()
+                .unwrap_or_default()
+        };
         ContainerLabels {
             container_id: id.into(),
             container_name: name.into(),
@@ -42,11 +53,15 @@ impl ContainerLabels {
 
     /// The label subset written into the log's `start` record.
     pub fn as_map(&self) -> BTreeMap<String, String> {
-        [("k8s_namespace", &self.namespace), ("k8s_pod", &self.pod), ("k8s_container", &self.container)]
-            .into_iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect()
+        [
+            ("k8s_namespace", &self.namespace),
+            ("k8s_pod", &self.pod),
+            ("k8s_container", &self.container),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
     }
 }
 
@@ -60,7 +75,10 @@ pub struct KindLabels {
 
 impl KindLabels {
     pub fn new(container: &ContainerLabels, kind: &str) -> KindLabels {
-        KindLabels { container: container.clone(), kind: kind.into() }
+        KindLabels {
+            container: container.clone(),
+            kind: kind.into(),
+        }
     }
 }
 
@@ -91,13 +109,20 @@ pub struct Metrics {
 }
 
 fn freeze_histogram() -> Histogram {
-    Histogram::new([0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0].into_iter())
+    Histogram::new(
+        [
+            0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+        ]
+        .into_iter(),
+    )
 }
 
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("throttlewatch");
-        let freeze_seconds = Family::<ContainerLabels, Histogram>::new_with_constructor(freeze_histogram as fn() -> Histogram);
+        let freeze_seconds = Family::<ContainerLabels, Histogram>::new_with_constructor(
+            freeze_histogram as fn() -> Histogram,
+        );
         let m = Metrics {
             freeze_seconds: freeze_seconds.clone(),
             throttled_seconds: FCounter::default(),
@@ -117,34 +142,105 @@ impl Metrics {
             cold_start_seconds: Family::default(),
             registry: Registry::default(),
         };
-        registry.register("freeze_duration_seconds", "Per-thread throttle freezes (switched out throttled until switched back in)", freeze_seconds);
-        registry.register("throttled_seconds", "Throttled time seen by the probe ((cgroup, CPU) episodes)", m.throttled_seconds.clone());
-        registry.register("kernel_throttled_seconds", "Throttled time by the kernel's cpu.stat", m.kernel_throttled_seconds.clone());
-        registry.register("periods", "CFS bandwidth periods (cpu.stat nr_periods)", m.periods.clone());
-        registry.register("throttled_periods", "Periods in which the group was throttled (cpu.stat nr_throttled)", m.throttled_periods.clone());
-        registry.register("bursts", "Periods in which burst was used (cpu.stat nr_bursts)", m.bursts.clone());
-        registry.register("burst_seconds", "Time spent over quota thanks to burst", m.burst_seconds.clone());
-        registry.register("lost_events", "Events the kernel could not deliver (ring buffer full), node-wide", m.lost_events.clone());
-        registry.register("watched_containers", "Containers being watched", m.watched.clone());
+        registry.register(
+            "freeze_duration_seconds",
+            "Per-thread throttle freezes (switched out throttled until switched back in)",
+            freeze_seconds,
+        );
+        registry.register(
+            "throttled_seconds",
+            "Throttled time seen by the probe ((cgroup, CPU) episodes)",
+            m.throttled_seconds.clone(),
+        );
+        registry.register(
+            "kernel_throttled_seconds",
+            "Throttled time by the kernel's cpu.stat",
+            m.kernel_throttled_seconds.clone(),
+        );
+        registry.register(
+            "periods",
+            "CFS bandwidth periods (cpu.stat nr_periods)",
+            m.periods.clone(),
+        );
+        registry.register(
+            "throttled_periods",
+            "Periods in which the group was throttled (cpu.stat nr_throttled)",
+            m.throttled_periods.clone(),
+        );
+        registry.register(
+            "bursts",
+            "Periods in which burst was used (cpu.stat nr_bursts)",
+            m.bursts.clone(),
+        );
+        registry.register(
+            "burst_seconds",
+            "Time spent over quota thanks to burst",
+            m.burst_seconds.clone(),
+        );
+        registry.register(
+            "lost_events",
+            "Events the kernel could not deliver (ring buffer full), node-wide",
+            m.lost_events.clone(),
+        );
+        registry.register(
+            "watched_containers",
+            "Containers being watched",
+            m.watched.clone(),
+        );
         registry.register("runq_waits", "Run-queue waits of watched threads (wakeup or preemption to switch-in; freezes excluded)", m.runq_waits.clone());
-        registry.register("runq_wait_seconds", "Time watched threads waited in the run queue (freezes excluded)", m.runq_wait_seconds.clone());
-        registry.register("runq_latency_p50_seconds", "Run-queue latency p50 over the last snapshot interval", m.runq_p50_seconds.clone());
-        registry.register("runq_latency_p99_seconds", "Run-queue latency p99 over the last snapshot interval", m.runq_p99_seconds.clone());
-        registry.register("runq_latency_max_seconds", "Longest run-queue wait over the last snapshot interval", m.runq_max_seconds.clone());
-        registry.register("runq_preemptions", "Watched threads switched out runnable, by kind of preemptor (same, other, host)", m.runq_preemptions.clone());
-        registry.register("cold_start_seconds", "Cold-start stages, seconds after the runtime's create, by stage", m.cold_start_seconds.clone());
+        registry.register(
+            "runq_wait_seconds",
+            "Time watched threads waited in the run queue (freezes excluded)",
+            m.runq_wait_seconds.clone(),
+        );
+        registry.register(
+            "runq_latency_p50_seconds",
+            "Run-queue latency p50 over the last snapshot interval",
+            m.runq_p50_seconds.clone(),
+        );
+        registry.register(
+            "runq_latency_p99_seconds",
+            "Run-queue latency p99 over the last snapshot interval",
+            m.runq_p99_seconds.clone(),
+        );
+        registry.register(
+            "runq_latency_max_seconds",
+            "Longest run-queue wait over the last snapshot interval",
+            m.runq_max_seconds.clone(),
+        );
+        registry.register(
+            "runq_preemptions",
+            "Watched threads switched out runnable, by kind of preemptor (same, other, host)",
+            m.runq_preemptions.clone(),
+        );
+        registry.register(
+            "cold_start_seconds",
+            "Cold-start stages, seconds after the runtime's create, by stage",
+            m.cold_start_seconds.clone(),
+        );
         Metrics { registry, ..m }
     }
 
     pub fn forget(&self, l: &ContainerLabels) {
-        for f in [&self.throttled_seconds, &self.kernel_throttled_seconds, &self.periods, &self.throttled_periods, &self.bursts, &self.burst_seconds] {
+        for f in [
+            &self.throttled_seconds,
+            &self.kernel_throttled_seconds,
+            &self.periods,
+            &self.throttled_periods,
+            &self.bursts,
+            &self.burst_seconds,
+        ] {
             f.remove(l);
         }
         self.freeze_seconds.remove(l);
         for f in [&self.runq_waits, &self.runq_wait_seconds] {
             f.remove(l);
         }
-        for f in [&self.runq_p50_seconds, &self.runq_p99_seconds, &self.runq_max_seconds] {
+        for f in [
+            &self.runq_p50_seconds,
+            &self.runq_p99_seconds,
+            &self.runq_max_seconds,
+        ] {
             f.remove(l);
         }
         for k in ["same", "other", "host"] {
@@ -158,20 +254,40 @@ impl Metrics {
     /// Export one interval's `runq` record.
     pub fn observe_runq(&self, l: &ContainerLabels, r: &throttlewatch_core::logfmt::Runq) {
         self.runq_waits.get_or_create(l).inc_by(r.count as f64);
-        self.runq_wait_seconds.get_or_create(l).inc_by(r.total_ns as f64 / 1e9);
-        self.runq_p50_seconds.get_or_create(l).set(r.p50_ns.unwrap_or(0) as f64 / 1e9);
-        self.runq_p99_seconds.get_or_create(l).set(r.p99_ns.unwrap_or(0) as f64 / 1e9);
-        self.runq_max_seconds.get_or_create(l).set(r.max_ns as f64 / 1e9);
-        for (k, n) in [("same", r.preempted_by_same), ("other", r.preempted_by_other), ("host", r.preempted_by_host)] {
-            self.runq_preemptions.get_or_create(&KindLabels::new(l, k)).inc_by(n as f64);
+        self.runq_wait_seconds
+            .get_or_create(l)
+            .inc_by(r.total_ns as f64 / 1e9);
+        self.runq_p50_seconds
+            .get_or_create(l)
+            .set(r.p50_ns.unwrap_or(0) as f64 / 1e9);
+        self.runq_p99_seconds
+            .get_or_create(l)
+            .set(r.p99_ns.unwrap_or(0) as f64 / 1e9);
+        self.runq_max_seconds
+            .get_or_create(l)
+            .set(r.max_ns as f64 / 1e9);
+        for (k, n) in [
+            ("same", r.preempted_by_same),
+            ("other", r.preempted_by_other),
+            ("host", r.preempted_by_host),
+        ] {
+            self.runq_preemptions
+                .get_or_create(&KindLabels::new(l, k))
+                .inc_by(n as f64);
         }
     }
 
     /// Export a `cold_start` record.
-    pub fn observe_cold_start(&self, l: &ContainerLabels, c: &throttlewatch_core::logfmt::ColdStart) {
+    pub fn observe_cold_start(
+        &self,
+        l: &ContainerLabels,
+        c: &throttlewatch_core::logfmt::ColdStart,
+    ) {
         for s in &c.stages {
             if let Some(d) = s.since_create_ns {
-                self.cold_start_seconds.get_or_create(&KindLabels::new(l, &s.stage)).set(d as f64 / 1e9);
+                self.cold_start_seconds
+                    .get_or_create(&KindLabels::new(l, &s.stage))
+                    .set(d as f64 / 1e9);
             }
         }
     }

@@ -45,11 +45,16 @@ pub fn parse_limits(a: &RunArgs, available: Option<&CpuList>) -> Result<RunLimit
         )));
     }
     let quota_us = match (&a.cpus, &a.quota) {
-        (Some(c), _) => Some(units::quota_for_cpus(units::parse_cpus("--cpus", c).map_err(u)?, period_us)),
+        (Some(c), _) => Some(units::quota_for_cpus(
+            units::parse_cpus("--cpus", c).map_err(u)?,
+            period_us,
+        )),
         (None, Some(q)) => {
             let q_us = us(parse_duration("--quota", q).map_err(u)?);
             if q_us < 1_000 {
-                return Err(CliError::usage(format!("--quota: invalid value {q:?}: the kernel's smallest quota is 1ms")));
+                return Err(CliError::usage(format!(
+                    "--quota: invalid value {q:?}: the kernel's smallest quota is 1ms"
+                )));
             }
             Some(q_us)
         }
@@ -78,7 +83,10 @@ pub fn parse_limits(a: &RunArgs, available: Option<&CpuList>) -> Result<RunLimit
         Some(s) => {
             let l = CpuList::parse("--cpuset", s).map_err(u)?;
             if l.is_empty() {
-                return Err(CliError::usage(format!("--cpuset: invalid value {s:?}: {}", throttlewatch_core::cpulist::CPULIST_ACCEPTED)));
+                return Err(CliError::usage(format!(
+                    "--cpuset: invalid value {s:?}: {}",
+                    throttlewatch_core::cpulist::CPULIST_ACCEPTED
+                )));
             }
             if let Some(avail) = available {
                 let outside = l.difference(avail);
@@ -91,7 +99,12 @@ pub fn parse_limits(a: &RunArgs, available: Option<&CpuList>) -> Result<RunLimit
             Some(l)
         }
     };
-    Ok(RunLimits { quota_us, period_us, burst_us, cpuset })
+    Ok(RunLimits {
+        quota_us,
+        period_us,
+        burst_us,
+        cpuset,
+    })
 }
 
 /// Find the program like execvp would; a clear error if it is not there.
@@ -106,7 +119,9 @@ pub fn resolve_program(prog: &str) -> Result<PathBuf, CliError> {
         return if exec_ok(&p) {
             Ok(p)
         } else {
-            Err(CliError::usage(format!("command not found or not executable: {prog:?}")))
+            Err(CliError::usage(format!(
+                "command not found or not executable: {prog:?}"
+            )))
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
@@ -118,7 +133,9 @@ pub fn resolve_program(prog: &str) -> Result<PathBuf, CliError> {
 
 pub fn threshold_ns(out: &OutputArgs, cfg: &Config) -> Result<u64, CliError> {
     match &out.threshold {
-        Some(t) => Ok(parse_duration("--threshold", t).map_err(|e| CliError::usage(e.to_string()))?.as_nanos() as u64),
+        Some(t) => Ok(parse_duration("--threshold", t)
+            .map_err(|e| CliError::usage(e.to_string()))?
+            .as_nanos() as u64),
         None => Ok(cfg.threshold_ns()),
     }
 }
@@ -128,36 +145,55 @@ pub fn log_path(out: &OutputArgs, cfg: &Config, default_name: &str) -> Result<Pa
     let p = match &out.log {
         Some(p) => p.clone(),
         None => {
-            std::fs::create_dir_all(&cfg.log_dir)
-                .map_err(|e| CliError::fail(format!("creating log directory {}: {e}", cfg.log_dir.display())))?;
+            std::fs::create_dir_all(&cfg.log_dir).map_err(|e| {
+                CliError::fail(format!(
+                    "creating log directory {}: {e}",
+                    cfg.log_dir.display()
+                ))
+            })?;
             cfg.log_dir.join(default_name)
         }
     };
-    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if !dir.is_dir() {
-        return Err(CliError::usage(format!("--log: invalid value {:?}: directory {} does not exist", p.display(), dir.display())));
+        return Err(CliError::usage(format!(
+            "--log: invalid value {:?}: directory {} does not exist",
+            p.display(),
+            dir.display()
+        )));
     }
     if p.is_dir() {
-        return Err(CliError::usage(format!("--log: invalid value {:?}: is a directory; give a file path", p.display())));
+        return Err(CliError::usage(format!(
+            "--log: invalid value {:?}: is a directory; give a file path",
+            p.display()
+        )));
     }
     Ok(p)
 }
 
 fn root_cpus(h: &Hierarchies) -> Option<CpuList> {
     let g = CpuCgroup::at(h, "/");
-    g.effective_cpus().and_then(|s| CpuList::parse("cpuset", &s).ok())
+    g.effective_cpus()
+        .and_then(|s| CpuList::parse("cpuset", &s).ok())
 }
 
 fn apply_limits(g: &CpuCgroup, l: &RunLimits) -> Result<(), CliError> {
-    let kernel = |what: &str, e: throttlewatch_cgroup::CgroupError| CliError::usage(format!("{what}: the kernel refused it: {e}"));
+    let kernel = |what: &str, e: throttlewatch_cgroup::CgroupError| {
+        CliError::usage(format!("{what}: the kernel refused it: {e}"))
+    };
     if l.quota_us.is_some() || l.period_us != 100_000 {
-        g.set_quota(l.quota_us, l.period_us).map_err(|e| kernel("--cpus/--quota/--period", e))?;
+        g.set_quota(l.quota_us, l.period_us)
+            .map_err(|e| kernel("--cpus/--quota/--period", e))?;
     }
     if let Some(b) = l.burst_us {
         g.set_burst(b).map_err(|e| kernel("--burst", e))?;
     }
     if let Some(c) = &l.cpuset {
-        g.set_cpuset(Some(&c.to_string()), None).map_err(|e| kernel("--cpuset", e))?;
+        g.set_cpuset(Some(&c.to_string()), None)
+            .map_err(|e| kernel("--cpuset", e))?;
     }
     Ok(())
 }
@@ -168,7 +204,9 @@ fn procs_files(g: &CpuCgroup) -> Vec<CString> {
     dirs.extend(g.cpuset_dir.iter().filter(|d| **d != g.cpu_dir).cloned());
     dirs.extend(g.extra_dirs.iter().cloned());
     dirs.iter()
-        .filter_map(|d| CString::new(d.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok())
+        .filter_map(|d| {
+            CString::new(d.join("cgroup.procs").into_os_string().into_encoded_bytes()).ok()
+        })
         .collect()
 }
 
@@ -186,11 +224,20 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
         )));
     }
     let me = std::process::id();
-    let log = log_path(&a.out, cfg, &format!("run-{}-{me}.jsonl", throttlewatch_core::logfmt::now_unix_ns() / 1_000_000_000))?;
+    let log = log_path(
+        &a.out,
+        cfg,
+        &format!(
+            "run-{}-{me}.jsonl",
+            throttlewatch_core::logfmt::now_unix_ns() / 1_000_000_000
+        ),
+    )?;
 
-    let mut engine = Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
+    let mut engine =
+        Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
     let rel = format!("{}/throttlewatch-run-{me}", parent.trim_end_matches('/'));
-    let mut cg = TransientCgroup::create(&h, &rel).map_err(|e| CliError::fail(format!("creating cgroup {rel}: {e}")))?;
+    let mut cg = TransientCgroup::create(&h, &rel)
+        .map_err(|e| CliError::fail(format!("creating cgroup {rel}: {e}")))?;
     apply_limits(&cg.group, &limits)?;
 
     let name = a.cmd.join(" ");
@@ -201,7 +248,9 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
         log_path: log.clone(),
         ..Default::default()
     };
-    let id = engine.watch(spec, cg.group.clone()).map_err(|e| CliError::fail(e.to_string()))?;
+    let id = engine
+        .watch(spec, cg.group.clone())
+        .map_err(|e| CliError::fail(e.to_string()))?;
     signals::install();
 
     let procs = procs_files(&cg.group);
@@ -268,7 +317,14 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
         std::thread::sleep(cfg.poll_interval());
     };
     let (code, reason) = match (status.code(), status.signal()) {
-        (Some(c), _) => (c, if forwarded.is_some() { "signal" } else { "exit" }),
+        (Some(c), _) => (
+            c,
+            if forwarded.is_some() {
+                "signal"
+            } else {
+                "exit"
+            },
+        ),
         (None, Some(s)) => (128 + s, "signal"),
         _ => (1, "exit"),
     };
@@ -302,7 +358,13 @@ fn fmt_u32(mut v: u32, buf: &mut [u8; 16]) -> usize {
 mod tests {
     use super::*;
 
-    fn args(cpus: Option<&str>, quota: Option<&str>, period: Option<&str>, burst: Option<&str>, cpuset: Option<&str>) -> RunArgs {
+    fn args(
+        cpus: Option<&str>,
+        quota: Option<&str>,
+        period: Option<&str>,
+        burst: Option<&str>,
+        cpuset: Option<&str>,
+    ) -> RunArgs {
         RunArgs {
             cpus: cpus.map(Into::into),
             quota: quota.map(Into::into),
@@ -310,7 +372,12 @@ mod tests {
             burst: burst.map(Into::into),
             cpuset: cpuset.map(Into::into),
             cgroup_parent: None,
-            out: OutputArgs { log: None, threshold: None, json: false, quiet: false },
+            out: OutputArgs {
+                log: None,
+                threshold: None,
+                json: false,
+                quiet: false,
+            },
             cmd: vec!["true".into()],
         }
     }
@@ -318,7 +385,15 @@ mod tests {
     #[test]
     fn limits_from_cpus() {
         let l = parse_limits(&args(Some("0.5"), None, None, Some("20ms"), None), None).unwrap();
-        assert_eq!(l, RunLimits { quota_us: Some(50_000), period_us: 100_000, burst_us: Some(20_000), cpuset: None });
+        assert_eq!(
+            l,
+            RunLimits {
+                quota_us: Some(50_000),
+                period_us: 100_000,
+                burst_us: Some(20_000),
+                cpuset: None
+            }
+        );
         let l = parse_limits(&args(None, Some("10ms"), Some("50ms"), None, None), None).unwrap();
         assert_eq!((l.quota_us, l.period_us), (Some(10_000), 50_000));
     }
@@ -328,17 +403,27 @@ mod tests {
         let avail = CpuList::parse("x", "0-1").unwrap();
         let cases = [
             (args(Some("zero"), None, None, None, None), "--cpus"),
-            (args(Some("0.5"), None, None, Some("60ms"), None), "larger than the quota"),
+            (
+                args(Some("0.5"), None, None, Some("60ms"), None),
+                "larger than the quota",
+            ),
             (args(None, None, None, Some("10ms"), None), "needs a quota"),
             (args(Some("1"), None, Some("5s"), None, None), "--period"),
             (args(None, Some("10us"), None, None, None), "--quota"),
-            (args(None, None, None, None, Some("0-7")), "CPUs 2-7 are not available"),
+            (
+                args(None, None, None, None, Some("0-7")),
+                "CPUs 2-7 are not available",
+            ),
             (args(None, None, None, None, Some("x")), "--cpuset"),
         ];
         for (a, want) in cases {
             let e = parse_limits(&a, Some(&avail)).unwrap_err();
             assert_eq!(e.code, crate::EXIT_USAGE);
-            assert!(e.message.contains(want), "{} should contain {want}", e.message);
+            assert!(
+                e.message.contains(want),
+                "{} should contain {want}",
+                e.message
+            );
         }
     }
 

@@ -36,12 +36,22 @@ impl RunqTracker {
     /// `now`: the kernel totals when watching starts (a histogram created
     /// at watch time is zero, a resumed one is not).
     pub fn new(now: RunqTotals, mono_ns: u64) -> RunqTracker {
-        RunqTracker { base: now, last: now, started_mono: mono_ns, last_mono: mono_ns }
+        RunqTracker {
+            base: now,
+            last: now,
+            started_mono: mono_ns,
+            last_mono: mono_ns,
+        }
     }
 
     /// The `runq` record of the interval that ends now.
     pub fn interval(&mut self, now: RunqTotals, mono_ns: u64) -> Runq {
-        let r = record(&now, &self.last, mono_ns.saturating_sub(self.last_mono), now.interval_max_ns);
+        let r = record(
+            &now,
+            &self.last,
+            mono_ns.saturating_sub(self.last_mono),
+            now.interval_max_ns,
+        );
         self.last = now;
         self.last_mono = mono_ns;
         r
@@ -49,7 +59,12 @@ impl RunqTracker {
 
     /// Over the whole watch (for `end`).
     pub fn total(&self, now: RunqTotals, mono_ns: u64) -> Runq {
-        record(&now, &self.base, mono_ns.saturating_sub(self.started_mono), now.max_ns)
+        record(
+            &now,
+            &self.base,
+            mono_ns.saturating_sub(self.started_mono),
+            now.max_ns,
+        )
     }
 }
 
@@ -60,15 +75,40 @@ mod tests {
     #[test]
     fn intervals_are_differences() {
         let mut t = RunqTracker::new(RunqTotals::default(), 0);
-        let mut a = RunqTotals { count: 3, total_ns: 3000, max_ns: 1500, interval_max_ns: 1500, preempt_other: 2, ..Default::default() };
+        let mut a = RunqTotals {
+            count: 3,
+            total_ns: 3000,
+            max_ns: 1500,
+            interval_max_ns: 1500,
+            preempt_other: 2,
+            ..Default::default()
+        };
         a.slots[9] = 2;
         a.slots[10] = 1;
         let r = t.interval(a, 1_000_000_000);
-        assert_eq!((r.count, r.total_ns, r.max_ns, r.preempted_by_other, r.interval_ns), (3, 3000, 1500, 2, 1_000_000_000));
+        assert_eq!(
+            (
+                r.count,
+                r.total_ns,
+                r.max_ns,
+                r.preempted_by_other,
+                r.interval_ns
+            ),
+            (3, 3000, 1500, 2, 1_000_000_000)
+        );
         assert!(r.p50_ns.unwrap() >= 512 && r.p99_ns.unwrap() <= 1500);
-        let quiet = t.interval(RunqTotals { interval_max_ns: 0, ..a }, 2_000_000_000);
+        let quiet = t.interval(
+            RunqTotals {
+                interval_max_ns: 0,
+                ..a
+            },
+            2_000_000_000,
+        );
         assert_eq!((quiet.count, quiet.p50_ns, quiet.max_ns), (0, None, 0));
         let end = t.total(a, 2_000_000_000);
-        assert_eq!((end.count, end.max_ns, end.interval_ns), (3, 1500, 2_000_000_000));
+        assert_eq!(
+            (end.count, end.max_ns, end.interval_ns),
+            (3, 1500, 2_000_000_000)
+        );
     }
 }

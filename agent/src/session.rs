@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use throttlewatch_bpf::{EpisodeTotals, FreezeEvent};
 use throttlewatch_cgroup::{CpuCgroup, CpuStat};
-use throttlewatch_core::logfmt::{self, CpuStatSnapshot, End, LogWriter, Record, Resume, Start, ThreadSummary, Throttle};
+use throttlewatch_core::logfmt::{
+    self, CpuStatSnapshot, End, LogWriter, Record, Resume, Start, ThreadSummary, Throttle,
+};
 
 use crate::clock::Clock;
 
@@ -112,15 +114,34 @@ pub struct StartInfo<'a> {
 impl Session {
     /// Open the log and take the kernel baseline. The caller then puts the
     /// cgroup in the watch map.
-    pub fn open(spec: SessionSpec, cgroup: CpuCgroup, info: StartInfo<'_>) -> std::io::Result<Session> {
+    pub fn open(
+        spec: SessionSpec,
+        cgroup: CpuCgroup,
+        info: StartInfo<'_>,
+    ) -> std::io::Result<Session> {
         let cgroup_id = cgroup.id().map_err(std::io::Error::other)?;
         let limits = cgroup.limits().unwrap_or_default();
-        let source = if limits.quota_us.is_some() { KernelSource::CpuStat } else { KernelSource::CpuStatLocal };
+        let source = if limits.quota_us.is_some() {
+            KernelSource::CpuStat
+        } else {
+            KernelSource::CpuStatLocal
+        };
         let now_stat = cgroup.cpu_stat().unwrap_or_default();
         let now_local = cgroup.cpu_stat_local().ok().flatten();
-        let ancestor = if source == KernelSource::CpuStatLocal && now_local.is_none() { quota_ancestor(&cgroup) } else { None };
-        let source = if ancestor.is_some() { KernelSource::Ancestor } else { source };
-        let baseline_ancestor = ancestor.as_ref().and_then(|a| a.cpu_stat().ok()).unwrap_or_default();
+        let ancestor = if source == KernelSource::CpuStatLocal && now_local.is_none() {
+            quota_ancestor(&cgroup)
+        } else {
+            None
+        };
+        let source = if ancestor.is_some() {
+            KernelSource::Ancestor
+        } else {
+            source
+        };
+        let baseline_ancestor = ancestor
+            .as_ref()
+            .and_then(|a| a.cpu_stat().ok())
+            .unwrap_or_default();
         let mut carried = spec.resume.clone().unwrap_or_default();
         let (baseline, baseline_local) = match &spec.resume {
             Some(b) => (b.stat, b.local),
@@ -182,7 +203,11 @@ impl Session {
             baseline_fentry: info.fentry_now,
             source,
             started_mono: Clock::monotonic_ns(),
-            started_unix_ns: if carried.started_unix_ns > 0 { carried.started_unix_ns } else { logfmt::now_unix_ns() },
+            started_unix_ns: if carried.started_unix_ns > 0 {
+                carried.started_unix_ns
+            } else {
+                logfmt::now_unix_ns()
+            },
             lost_at_start: info.lost_now,
             carried,
             runq: None,
@@ -245,7 +270,11 @@ impl Session {
         match (self.source, local, self.baseline_local.as_ref()) {
             (KernelSource::CpuStatLocal, Some(l), Some(b)) => l.since(b).throttled_ns,
             (KernelSource::Ancestor, _, _) => {
-                let a = self.ancestor.as_ref().and_then(|a| a.cpu_stat().ok()).unwrap_or(self.baseline_ancestor);
+                let a = self
+                    .ancestor
+                    .as_ref()
+                    .and_then(|a| a.cpu_stat().ok())
+                    .unwrap_or(self.baseline_ancestor);
                 a.since(&self.baseline_ancestor).throttled_ns
             }
             _ => now.since(&self.baseline).throttled_ns,
@@ -262,7 +291,9 @@ impl Session {
 
     /// Write a `cpu_stat` snapshot of the kernel counters.
     pub fn snapshot(&mut self, episodes: EpisodeTotals) {
-        let Ok(s) = self.cgroup.cpu_stat() else { return };
+        let Ok(s) = self.cgroup.cpu_stat() else {
+            return;
+        };
         let local = self.cgroup.cpu_stat_local().ok().flatten();
         let rec = CpuStatSnapshot {
             nr_periods: s.nr_periods,
@@ -305,7 +336,11 @@ impl Session {
                 max_frozen_ns: a.max_ns,
             })
             .collect();
-        top.sort_by(|a, b| b.total_frozen_ns.cmp(&a.total_frozen_ns).then(a.tid.cmp(&b.tid)));
+        top.sort_by(|a, b| {
+            b.total_frozen_ns
+                .cmp(&a.total_frozen_ns)
+                .then(a.tid.cmp(&b.tid))
+        });
         top.truncate(10);
         End {
             reason: reason.into(),
@@ -316,7 +351,8 @@ impl Session {
             freezes: self.freezes + self.carried.freezes,
             frozen_ns: self.frozen_ns + self.carried.frozen_ns,
             probe_throttled_ns: self.probe_ns(episodes),
-            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count) + self.carried.probe_episodes,
+            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count)
+                + self.carried.probe_episodes,
             unwatched_throttled_ns: self.carried.unwatched_ns,
             fentry_throttled_ns: fentry
                 .zip(self.baseline_fentry)
@@ -335,7 +371,10 @@ impl Session {
     }
 
     fn probe_ns(&self, episodes: EpisodeTotals) -> u64 {
-        episodes.total_ns.saturating_sub(self.baseline_episodes.total_ns) + self.carried.probe_ns
+        episodes
+            .total_ns
+            .saturating_sub(self.baseline_episodes.total_ns)
+            + self.carried.probe_ns
     }
 
     /// The state to persist so a restarted agent can resume this session.
@@ -345,7 +384,8 @@ impl Session {
             local: self.baseline_local,
             started_unix_ns: self.started_unix_ns,
             probe_ns: self.probe_ns(episodes),
-            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count) + self.carried.probe_episodes,
+            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count)
+                + self.carried.probe_episodes,
             freezes: self.freezes + self.carried.freezes,
             frozen_ns: self.frozen_ns + self.carried.frozen_ns,
             unwatched_ns: self.carried.unwatched_ns,
@@ -372,7 +412,13 @@ fn quota_ancestor(g: &CpuCgroup) -> Option<CpuCgroup> {
     let mut rel = g.rel.clone();
     while dir.pop() {
         rel = rel.rsplit_once('/').map(|(p, _)| p.to_string())?;
-        let a = CpuCgroup { mode: g.mode, rel: rel.clone(), cpu_dir: dir.clone(), cpuset_dir: None, extra_dirs: vec![] };
+        let a = CpuCgroup {
+            mode: g.mode,
+            rel: rel.clone(),
+            cpu_dir: dir.clone(),
+            cpuset_dir: None,
+            extra_dirs: vec![],
+        };
         match a.limits() {
             Ok(l) if l.quota_us.is_some() => return Some(a),
             Ok(_) => continue,
@@ -383,7 +429,9 @@ fn quota_ancestor(g: &CpuCgroup) -> Option<CpuCgroup> {
 }
 
 pub fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// Convenience for callers that only have the log module.

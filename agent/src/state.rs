@@ -26,12 +26,16 @@ pub struct StateDir {
 impl StateDir {
     pub fn open(state_dir: &Path) -> std::io::Result<StateDir> {
         let dir = state_dir.join("containers");
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
         Ok(StateDir { dir })
     }
 
     fn path(&self, container_id: &str) -> PathBuf {
-        self.dir.join(log_file_name(container_id).replace(".jsonl", ".json"))
+        self.dir
+            .join(log_file_name(container_id).replace(".jsonl", ".json"))
     }
 
     /// Write atomically (temp file + rename), 0600.
@@ -55,7 +59,9 @@ impl StateDir {
     }
 
     pub fn load_all(&self) -> Vec<Persisted> {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else { return vec![] };
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return vec![];
+        };
         rd.filter_map(|e| e.ok())
             .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
             .filter_map(|e| {
@@ -81,13 +87,21 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = StateDir::open(d.path()).unwrap();
         let p = Persisted {
-            register: Register { container_id: "a/../b".into(), ..Default::default() },
+            register: Register {
+                container_id: "a/../b".into(),
+                ..Default::default()
+            },
             log_path: "/x.jsonl".into(),
             cgroup_id: 9,
-            baseline: Baseline { probe_ns: 5, ..Default::default() },
+            baseline: Baseline {
+                probe_ns: 5,
+                ..Default::default()
+            },
         };
         s.save(&p).unwrap();
-        let files: Vec<_> = std::fs::read_dir(d.path().join("containers")).unwrap().collect();
+        let files: Vec<_> = std::fs::read_dir(d.path().join("containers"))
+            .unwrap()
+            .collect();
         assert_eq!(files.len(), 1, "stays inside the state dir");
         assert_eq!(s.load_all(), vec![p]);
         s.remove("a/../b");

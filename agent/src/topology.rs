@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use throttlewatch_core::config::Config;
 use throttlewatch_core::units::parse_duration;
 use throttlewatch_core::CpuList;
-use throttlewatch_qos::{parse_request, plan, render_plan, render_text, ExclusiveAllocator, Policy, Topology};
+use throttlewatch_qos::{
+    parse_request, plan, render_plan, render_text, ExclusiveAllocator, Policy, Topology,
+};
 
 use crate::cli::TopologyArgs;
 use crate::CliError;
@@ -15,16 +17,24 @@ use crate::CliError;
 fn pairs(field: &str, v: &[String]) -> Result<BTreeMap<String, String>, CliError> {
     v.iter()
         .map(|kv| {
-            kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| {
-                CliError::usage(format!("{field}: invalid value {kv:?}: expected KEY=VALUE"))
-            })
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| {
+                    CliError::usage(format!("{field}: invalid value {kv:?}: expected KEY=VALUE"))
+                })
         })
         .collect()
 }
 
 pub fn topology(cfg: &Config, a: &TopologyArgs) -> Result<i32, CliError> {
-    let sys = a.sysfs_root.clone().unwrap_or_else(|| PathBuf::from("/sys"));
-    let proc_ = a.procfs_root.clone().unwrap_or_else(|| PathBuf::from("/proc"));
+    let sys = a
+        .sysfs_root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/sys"));
+    let proc_ = a
+        .procfs_root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/proc"));
     let topo = Topology::discover(&sys, &proc_).map_err(|e| CliError::fail(e.to_string()))?;
     let annotations = pairs("--annotation", &a.annotation)?;
     pairs("--env", &a.env)?;
@@ -35,17 +45,33 @@ pub fn topology(cfg: &Config, a: &TopologyArgs) -> Result<i32, CliError> {
         let policy = Policy::from(&cfg.qos);
         let (req, mut refused) = parse_request(&annotations, &a.env, &policy);
         let period_us = match &a.period {
-            Some(p) => parse_duration("--period", p).map_err(|e| CliError::usage(e.to_string()))?.as_micros() as u64,
+            Some(p) => parse_duration("--period", p)
+                .map_err(|e| CliError::usage(e.to_string()))?
+                .as_micros() as u64,
             None => 100_000,
         };
         let quota_us = match &a.quota {
-            Some(q) => Some(parse_duration("--quota", q).map_err(|e| CliError::usage(e.to_string()))?.as_micros() as u64),
+            Some(q) => Some(
+                parse_duration("--quota", q)
+                    .map_err(|e| CliError::usage(e.to_string()))?
+                    .as_micros() as u64,
+            ),
             None => None,
         };
         // A what-if: exclusive cores are planned as if no other container held any.
-        let scratch = std::env::temp_dir().join(format!("throttlewatch-topology-{}", std::process::id()));
+        let scratch =
+            std::env::temp_dir().join(format!("throttlewatch-topology-{}", std::process::id()));
         let alloc = ExclusiveAllocator::open(&scratch).ok();
-        let mut p = plan(&req, &topo, alloc.as_ref(), "what-if", &topo.online, quota_us, period_us, &a.env);
+        let mut p = plan(
+            &req,
+            &topo,
+            alloc.as_ref(),
+            "what-if",
+            &topo.online,
+            quota_us,
+            period_us,
+            &a.env,
+        );
         let _ = std::fs::remove_dir_all(&scratch);
         refused.append(&mut p.refused);
         p.refused = refused;
@@ -63,5 +89,7 @@ pub fn topology(cfg: &Config, a: &TopologyArgs) -> Result<i32, CliError> {
 
 /// Used by tests of the CLI: the CPUs a plan would use, as a list.
 pub fn cpus_of(v: &serde_json::Value) -> Option<CpuList> {
-    v["plan"]["cpus"].as_str().and_then(|s| CpuList::parse("cpus", s).ok())
+    v["plan"]["cpus"]
+        .as_str()
+        .and_then(|s| CpuList::parse("cpus", s).ok())
 }

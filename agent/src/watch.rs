@@ -19,15 +19,21 @@ use crate::{signals, CliError};
 pub fn target(h: &Hierarchies, a: &WatchArgs) -> Result<CpuCgroup, CliError> {
     if let Some(pid) = &a.pid {
         let n: u32 = pid.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
-            CliError::usage(format!("--pid: invalid value {pid:?}: expected a process id (a positive integer)"))
+            CliError::usage(format!(
+                "--pid: invalid value {pid:?}: expected a process id (a positive integer)"
+            ))
         })?;
-        let rel = cpu_cgroup_of_pid(Path::new("/proc"), n, h.mode)
-            .map_err(|_| CliError::usage(format!("--pid: invalid value {pid:?}: no such process")))?;
+        let rel = cpu_cgroup_of_pid(Path::new("/proc"), n, h.mode).map_err(|_| {
+            CliError::usage(format!("--pid: invalid value {pid:?}: no such process"))
+        })?;
         return CpuCgroup::open(h, &rel).map_err(|e| CliError::usage(format!("--pid {pid}: {e}")));
     }
     let c = a.cgroup.as_deref().unwrap_or_default();
     // Accept the full path under the mount as well as the hierarchy-relative one.
-    let rel = Path::new(c).strip_prefix(&h.cpu).map(|r| format!("/{}", r.display())).unwrap_or_else(|_| c.to_string());
+    let rel = Path::new(c)
+        .strip_prefix(&h.cpu)
+        .map(|r| format!("/{}", r.display()))
+        .unwrap_or_else(|_| c.to_string());
     CpuCgroup::open(h, &rel).map_err(|_| {
         CliError::usage(format!(
             "--cgroup: invalid value {c:?}: no such cgroup (looked for {}); accepted: a path in the cpu hierarchy such as /docker/ID, or its full path under {}",
@@ -40,14 +46,21 @@ pub fn target(h: &Hierarchies, a: &WatchArgs) -> Result<CpuCgroup, CliError> {
 pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
     let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
     let duration = match &a.duration {
-        Some(d) => Some(parse_duration("--duration", d).map_err(|e| CliError::usage(e.to_string()))?),
+        Some(d) => {
+            Some(parse_duration("--duration", d).map_err(|e| CliError::usage(e.to_string()))?)
+        }
         None => None,
     };
     let threshold = threshold_ns(&a.out, cfg)?;
     let g = target(&h, a)?;
     let name = g.rel.clone();
-    let log = log_path(&a.out, cfg, &format!("watch-{}", throttlewatch_core::logfmt::log_file_name(&name)))?;
-    let mut engine = Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
+    let log = log_path(
+        &a.out,
+        cfg,
+        &format!("watch-{}", throttlewatch_core::logfmt::log_file_name(&name)),
+    )?;
+    let mut engine =
+        Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
     let spec = SessionSpec {
         container_id: name.clone(),
         container_name: name.clone(),
@@ -55,7 +68,9 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
         log_path: log.clone(),
         ..Default::default()
     };
-    let id = engine.watch(spec, g.clone()).map_err(|e| CliError::fail(e.to_string()))?;
+    let id = engine
+        .watch(spec, g.clone())
+        .map_err(|e| CliError::fail(e.to_string()))?;
     signals::install();
     let printer = LivePrinter::new(a.out.json, a.out.quiet);
     let started = Instant::now();

@@ -90,23 +90,26 @@ impl Event {
         // SAFETY: tw_event is plain old data and the length was checked; the
         // ring buffer only aligns to 8 bytes, so read unaligned.
         let e: tw_event = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
-        let comm: Vec<u8> = e.comm.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        let comm: Vec<u8> = e
+            .comm
+            .iter()
+            .take_while(|c| **c != 0)
+            .map(|c| *c as u8)
+            .collect();
         match e.kind {
-            KIND_FREEZE => {
-                Some(Event::Freeze(FreezeEvent {
-                    tid: e.tid,
-                    tgid: e.tgid,
-                    comm: String::from_utf8_lossy(&comm).into_owned(),
-                    cpu_out: e.cpu_out,
-                    cpu_in: e.cpu_in,
-                    start_ns: e.start_ns,
-                    end_ns: e.end_ns,
-                    cgroup_id: e.cgroup_id,
-                    task_cgroup_id: e.task_cgroup_id,
-                    throttled_cgroup_id: e.throttled_cgroup_id,
-                    throttled_level: e.throttled_level,
-                }))
-            }
+            KIND_FREEZE => Some(Event::Freeze(FreezeEvent {
+                tid: e.tid,
+                tgid: e.tgid,
+                comm: String::from_utf8_lossy(&comm).into_owned(),
+                cpu_out: e.cpu_out,
+                cpu_in: e.cpu_in,
+                start_ns: e.start_ns,
+                end_ns: e.end_ns,
+                cgroup_id: e.cgroup_id,
+                task_cgroup_id: e.task_cgroup_id,
+                throttled_cgroup_id: e.throttled_cgroup_id,
+                throttled_level: e.throttled_level,
+            })),
             KIND_EPISODE => Some(Event::Episode(EpisodeEvent {
                 cgroup_id: e.cgroup_id,
                 cpu: e.cpu_out,
@@ -140,7 +143,16 @@ mod tests {
     use super::*;
 
     fn raw(kind: u32) -> Vec<u8> {
-        let mut e = tw_event { kind, tid: 42, tgid: 40, start_ns: 1000, end_ns: 3500, cgroup_id: 7, cpu_out: 1, ..Default::default() };
+        let mut e = tw_event {
+            kind,
+            tid: 42,
+            tgid: 40,
+            start_ns: 1000,
+            end_ns: 3500,
+            cgroup_id: 7,
+            cpu_out: 1,
+            ..Default::default()
+        };
         for (i, c) in b"worker".iter().enumerate() {
             e.comm[i] = *c as _;
         }
@@ -157,20 +169,32 @@ mod tests {
 
     #[test]
     fn decodes_freeze() {
-        let Some(Event::Freeze(f)) = Event::decode(&raw(KIND_FREEZE)) else { panic!() };
-        assert_eq!((f.tid, f.tgid, f.cgroup_id, f.frozen_ns()), (42, 40, 7, 2500));
+        let Some(Event::Freeze(f)) = Event::decode(&raw(KIND_FREEZE)) else {
+            panic!()
+        };
+        assert_eq!(
+            (f.tid, f.tgid, f.cgroup_id, f.frozen_ns()),
+            (42, 40, 7, 2500)
+        );
         assert_eq!(f.comm, "worker");
     }
 
     #[test]
     fn decodes_episode_and_rejects_garbage() {
-        let Some(Event::Episode(e)) = Event::decode(&raw(KIND_EPISODE)) else { panic!() };
+        let Some(Event::Episode(e)) = Event::decode(&raw(KIND_EPISODE)) else {
+            panic!()
+        };
         assert_eq!((e.cpu, e.start_ns, e.end_ns), (1, 1000, 3500));
         assert_eq!(Event::decode(&raw(99)), None);
         let mut cs = raw(KIND_COLDSTART);
         cs[12] = 2; // cpu_out: the stage
-        let Some(Event::ColdStart(c)) = Event::decode(&cs) else { panic!() };
-        assert_eq!((c.stage, c.at_ns, c.ref_ns, c.comm.as_str()), (ColdStartStage::FirstRun, 3500, 1000, "worker"));
+        let Some(Event::ColdStart(c)) = Event::decode(&cs) else {
+            panic!()
+        };
+        assert_eq!(
+            (c.stage, c.at_ns, c.ref_ns, c.comm.as_str()),
+            (ColdStartStage::FirstRun, 3500, 1000, "worker")
+        );
         assert_eq!(Event::decode(&[0u8; 8]), None);
     }
 }

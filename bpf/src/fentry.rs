@@ -9,7 +9,13 @@ use libbpf_rs::{Link, MapCore, MapFlags, MapMut, OpenObject};
 use crate::probe::{episode_key, read_episode, EpisodeTotals};
 
 mod skel {
-    #![allow(clippy::all, unused_imports, dead_code, non_camel_case_types, unsafe_op_in_unsafe_fn)]
+    #![allow(
+        clippy::all,
+        unused_imports,
+        dead_code,
+        non_camel_case_types,
+        unsafe_op_in_unsafe_fn
+    )]
     include!(concat!(env!("OUT_DIR"), "/fentry.skel.rs"));
 }
 
@@ -26,14 +32,25 @@ impl FentryProbe {
         let mut open = skel::FentrySkelBuilder::default().open(obj)?;
         open.maps.watched.reuse_fd(watched.as_fd())?;
         let skel = open.load()?;
-        let links = vec![skel.progs.tw_fexit_throttle.attach()?, skel.progs.tw_fentry_unthrottle.attach()?];
-        Ok(FentryProbe { skel, _links: links })
+        let links = vec![
+            skel.progs.tw_fexit_throttle.attach()?,
+            skel.progs.tw_fentry_unthrottle.attach()?,
+        ];
+        Ok(FentryProbe {
+            skel,
+            _links: links,
+        })
     }
 
     pub fn totals(&self, cgroup_id: u64, ncpus: u32) -> EpisodeTotals {
         let mut t = EpisodeTotals::default();
         for cpu in 0..ncpus {
-            if let Ok(Some(v)) = self.skel.maps.fentry_episodes.lookup(&episode_key(cgroup_id, cpu), MapFlags::ANY) {
+            if let Ok(Some(v)) = self
+                .skel
+                .maps
+                .fentry_episodes
+                .lookup(&episode_key(cgroup_id, cpu), MapFlags::ANY)
+            {
                 if let Some(e) = read_episode(&v) {
                     t.total_ns += e.total_ns;
                     t.count += e.count;
@@ -46,7 +63,11 @@ impl FentryProbe {
 
     pub fn forget(&self, cgroup_id: u64, ncpus: u32) {
         for cpu in 0..ncpus {
-            let _ = self.skel.maps.fentry_episodes.delete(&episode_key(cgroup_id, cpu));
+            let _ = self
+                .skel
+                .maps
+                .fentry_episodes
+                .delete(&episode_key(cgroup_id, cpu));
         }
     }
 }

@@ -2,7 +2,13 @@
 //! cgroup on the node, filtered in the kernel by the `watched` map.
 
 mod skel {
-    #![allow(clippy::all, unused_imports, dead_code, non_camel_case_types, unsafe_op_in_unsafe_fn)]
+    #![allow(
+        clippy::all,
+        unused_imports,
+        dead_code,
+        non_camel_case_types,
+        unsafe_op_in_unsafe_fn
+    )]
     include!(concat!(env!("OUT_DIR"), "/throttle.skel.rs"));
 }
 
@@ -11,6 +17,6 @@ pub mod fentry;
 pub mod probe;
 pub mod runq;
 
-pub use event::{ColdStartEvent, ColdStartStage, Event, EpisodeEvent, FreezeEvent};
-pub use runq::RunqTotals;
+pub use event::{ColdStartEvent, ColdStartStage, EpisodeEvent, Event, FreezeEvent};
 pub use probe::{EpisodeTotals, ProbeError, ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe};
+pub use runq::RunqTotals;

@@ -149,7 +149,10 @@ fn route_libbpf_messages() {
 }
 
 fn bump_memlock() {
-    let r = libc::rlimit { rlim_cur: libc::RLIM_INFINITY, rlim_max: libc::RLIM_INFINITY };
+    let r = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
     // SAFETY: plain syscall with a valid struct.
     if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &r) } != 0 {
         tracing::debug!(
@@ -168,21 +171,38 @@ impl ThrottleProbe {
         // loaded once per process, so the object is leaked on purpose.
         let obj: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
         let try_kind = |kind: ProbeKind, runq: bool, obj: &'static mut MaybeUninit<OpenObject>| {
-            let mut open = ThrottleSkelBuilder::default().open(obj).map_err(ProbeError::Load)?;
+            let mut open = ThrottleSkelBuilder::default()
+                .open(obj)
+                .map_err(ProbeError::Load)?;
             if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
                 ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
                 ro.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
                 ro.runq_enabled = runq;
             }
             if opts.ringbuf_bytes > 0 {
-                open.maps.events.set_max_entries(opts.ringbuf_bytes.next_power_of_two().max(4096)).map_err(ProbeError::Load)?;
+                open.maps
+                    .events
+                    .set_max_entries(opts.ringbuf_bytes.next_power_of_two().max(4096))
+                    .map_err(ProbeError::Load)?;
             }
-            open.progs.tw_switch_btf.set_autoload(kind == ProbeKind::TpBtf);
-            open.progs.tw_switch_raw.set_autoload(kind == ProbeKind::RawTp);
-            open.progs.tw_hrtimer_btf.set_autoload(kind == ProbeKind::TpBtf);
-            open.progs.tw_hrtimer_raw.set_autoload(kind == ProbeKind::RawTp);
-            open.progs.tw_hrtimer_exit_btf.set_autoload(kind == ProbeKind::TpBtf);
-            open.progs.tw_hrtimer_exit_raw.set_autoload(kind == ProbeKind::RawTp);
+            open.progs
+                .tw_switch_btf
+                .set_autoload(kind == ProbeKind::TpBtf);
+            open.progs
+                .tw_switch_raw
+                .set_autoload(kind == ProbeKind::RawTp);
+            open.progs
+                .tw_hrtimer_btf
+                .set_autoload(kind == ProbeKind::TpBtf);
+            open.progs
+                .tw_hrtimer_raw
+                .set_autoload(kind == ProbeKind::RawTp);
+            open.progs
+                .tw_hrtimer_exit_btf
+                .set_autoload(kind == ProbeKind::TpBtf);
+            open.progs
+                .tw_hrtimer_exit_raw
+                .set_autoload(kind == ProbeKind::RawTp);
             open.progs.tw_wakeup_btf.set_autoload(runq);
             open.progs.tw_wakeup_new_btf.set_autoload(runq);
             open.progs.tw_cgroup_attach_btf.set_autoload(runq);
@@ -190,18 +210,30 @@ impl ThrottleProbe {
             open.progs.tw_fork_btf.set_autoload(runq);
             open.load().map_err(ProbeError::Load)
         };
-        let leak = || -> &'static mut MaybeUninit<OpenObject> { Box::leak(Box::new(MaybeUninit::uninit())) };
+        let leak = || -> &'static mut MaybeUninit<OpenObject> {
+            Box::leak(Box::new(MaybeUninit::uninit()))
+        };
         let mut runq_error = None;
         let (mut skel, kind, runq) = if opts.force_raw_tp {
             runq_error = Some("raw_tp: needs tp_btf (task local storage)".to_string());
-            (try_kind(ProbeKind::RawTp, false, obj)?, ProbeKind::RawTp, false)
+            (
+                try_kind(ProbeKind::RawTp, false, obj)?,
+                ProbeKind::RawTp,
+                false,
+            )
         } else if opts.no_runq {
             runq_error = Some("disabled".to_string());
             match try_kind(ProbeKind::TpBtf, false, obj) {
                 Ok(s) => (s, ProbeKind::TpBtf, false),
                 Err(e) => {
-                    tracing::warn!("tp_btf/sched_switch did not load ({e}); falling back to raw_tp");
-                    (try_kind(ProbeKind::RawTp, false, leak())?, ProbeKind::RawTp, false)
+                    tracing::warn!(
+                        "tp_btf/sched_switch did not load ({e}); falling back to raw_tp"
+                    );
+                    (
+                        try_kind(ProbeKind::RawTp, false, leak())?,
+                        ProbeKind::RawTp,
+                        false,
+                    )
                 }
             }
         } else {
@@ -213,14 +245,25 @@ impl ThrottleProbe {
                     match try_kind(ProbeKind::TpBtf, false, leak()) {
                         Ok(s) => (s, ProbeKind::TpBtf, false),
                         Err(e) => {
-                            tracing::warn!("tp_btf/sched_switch did not load ({e}); falling back to raw_tp");
-                            (try_kind(ProbeKind::RawTp, false, leak())?, ProbeKind::RawTp, false)
+                            tracing::warn!(
+                                "tp_btf/sched_switch did not load ({e}); falling back to raw_tp"
+                            );
+                            (
+                                try_kind(ProbeKind::RawTp, false, leak())?,
+                                ProbeKind::RawTp,
+                                false,
+                            )
                         }
                     }
                 }
             }
         };
-        let attach = |r: Result<Link, libbpf_rs::Error>| r.map_err(|source| ProbeError::Attach { prog: kind.as_str(), source });
+        let attach = |r: Result<Link, libbpf_rs::Error>| {
+            r.map_err(|source| ProbeError::Attach {
+                prog: kind.as_str(),
+                source,
+            })
+        };
         let mut links = match kind {
             ProbeKind::TpBtf => vec![
                 attach(skel.progs.tw_switch_btf.attach())?,
@@ -228,9 +271,21 @@ impl ThrottleProbe {
                 attach(skel.progs.tw_hrtimer_exit_btf.attach())?,
             ],
             ProbeKind::RawTp => vec![
-                attach(skel.progs.tw_switch_raw.attach_raw_tracepoint("sched_switch"))?,
-                attach(skel.progs.tw_hrtimer_raw.attach_raw_tracepoint("hrtimer_expire_entry"))?,
-                attach(skel.progs.tw_hrtimer_exit_raw.attach_raw_tracepoint("hrtimer_expire_exit"))?,
+                attach(
+                    skel.progs
+                        .tw_switch_raw
+                        .attach_raw_tracepoint("sched_switch"),
+                )?,
+                attach(
+                    skel.progs
+                        .tw_hrtimer_raw
+                        .attach_raw_tracepoint("hrtimer_expire_entry"),
+                )?,
+                attach(
+                    skel.progs
+                        .tw_hrtimer_exit_raw
+                        .attach_raw_tracepoint("hrtimer_expire_exit"),
+                )?,
             ],
         };
 
@@ -242,16 +297,30 @@ impl ThrottleProbe {
                 &skel.progs.tw_exec_btf,
                 &skel.progs.tw_fork_btf,
             ] {
-                links.push(p.attach().map_err(|source| ProbeError::Attach { prog: "runq", source })?);
+                links.push(p.attach().map_err(|source| ProbeError::Attach {
+                    prog: "runq",
+                    source,
+                })?);
             }
         }
-        let bss = skel.maps.bss_data.as_deref_mut().map(|b| b as *mut crate::skel::types::bss);
+        let bss = skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .map(|b| b as *mut crate::skel::types::bss);
         let runq = match bss {
-            Some(bss) => Some(RunqControl { bss, armed: RefCell::default() }).filter(|_| runq),
+            Some(bss) => Some(RunqControl {
+                bss,
+                armed: RefCell::default(),
+            })
+            .filter(|_| runq),
             None => None,
         };
         if runq.is_none() {
-            tracing::info!("run-queue latency and cold start unavailable: {}", runq_error.as_deref().unwrap_or("no .bss"));
+            tracing::info!(
+                "run-queue latency and cold start unavailable: {}",
+                runq_error.as_deref().unwrap_or("no .bss")
+            );
         }
         let queue: Rc<RefCell<Vec<Event>>> = Rc::default();
         let q = queue.clone();
@@ -276,7 +345,19 @@ impl ThrottleProbe {
                 }
             }
         };
-        Ok(ThrottleProbe { skel, fentry, fentry_error, rb, queue, _links: links, model, kind, ncpus, runq, runq_error })
+        Ok(ThrottleProbe {
+            skel,
+            fentry,
+            fentry_error,
+            rb,
+            queue,
+            _links: links,
+            model,
+            kind,
+            ncpus,
+            runq,
+            runq_error,
+        })
     }
 
     pub fn model(&self) -> ThrottleModel {
@@ -303,7 +384,9 @@ impl ThrottleProbe {
 
     /// Episode totals from fexit(throttle_cfs_rq)/fentry(unthrottle_cfs_rq), where loaded.
     pub fn fentry_totals(&self, cgroup_id: u64) -> Option<EpisodeTotals> {
-        self.fentry.as_ref().map(|f| f.totals(cgroup_id, self.ncpus))
+        self.fentry
+            .as_ref()
+            .map(|f| f.totals(cgroup_id, self.ncpus))
     }
 
     /// Start producing events for a cgroup (cpu-controller kernfs id).
@@ -312,7 +395,11 @@ impl ThrottleProbe {
             // The histogram first: the kernel only looks it up.
             let zero = vec![0u8; std::mem::size_of::<tw_runq>()];
             let values = vec![zero; self.ncpus as usize];
-            self.skel.maps.runq_hist.update_percpu(&cgroup_id.to_ne_bytes(), &values, MapFlags::ANY).map_err(ProbeError::Map)?;
+            self.skel
+                .maps
+                .runq_hist
+                .update_percpu(&cgroup_id.to_ne_bytes(), &values, MapFlags::ANY)
+                .map_err(ProbeError::Map)?;
         }
         self.skel
             .maps
@@ -327,7 +414,11 @@ impl ThrottleProbe {
     pub fn unwatch(&self, cgroup_id: u64) -> Result<(), ProbeError> {
         let _ = self.skel.maps.watched.delete(&cgroup_id.to_ne_bytes());
         for cpu in 0..self.ncpus {
-            let _ = self.skel.maps.episodes.delete(episode_key(cgroup_id, cpu).as_slice());
+            let _ = self
+                .skel
+                .maps
+                .episodes
+                .delete(episode_key(cgroup_id, cpu).as_slice());
         }
         if let Some(f) = &self.fentry {
             f.forget(cgroup_id, self.ncpus);
@@ -344,8 +435,10 @@ impl ThrottleProbe {
     /// "is this task watched" answers are stale.
     fn sync_watch_counters(&self) {
         if let Some(r) = &self.runq {
-            r.counter(|b| unsafe { &raw mut (*b).nr_watched }).store(self.watched_count() as u64, Ordering::SeqCst);
-            r.counter(|b| unsafe { &raw mut (*b).watch_gen }).fetch_add(1, Ordering::SeqCst);
+            r.counter(|b| unsafe { &raw mut (*b).nr_watched })
+                .store(self.watched_count() as u64, Ordering::SeqCst);
+            r.counter(|b| unsafe { &raw mut (*b).watch_gen })
+                .fetch_add(1, Ordering::SeqCst);
         }
     }
 
@@ -366,8 +459,15 @@ impl ThrottleProbe {
     /// unavailable. `interval_max_ns` covers the current interval.
     pub fn runq_totals(&self, cgroup_id: u64) -> Option<RunqTotals> {
         let r = self.runq.as_ref()?;
-        let epoch = r.counter(|b| unsafe { &raw mut (*b).runq_epoch }).load(Ordering::SeqCst);
-        let vals = self.skel.maps.runq_hist.lookup_percpu(&cgroup_id.to_ne_bytes(), MapFlags::ANY).ok()??;
+        let epoch = r
+            .counter(|b| unsafe { &raw mut (*b).runq_epoch })
+            .load(Ordering::SeqCst);
+        let vals = self
+            .skel
+            .maps
+            .runq_hist
+            .lookup_percpu(&cgroup_id.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
         let mut t = RunqTotals::default();
         for v in vals {
             if v.len() >= std::mem::size_of::<tw_runq>() {
@@ -382,25 +482,36 @@ impl ThrottleProbe {
     /// Start a new interval for `RunqTotals::interval_max_ns`.
     pub fn next_runq_interval(&self) {
         if let Some(r) = &self.runq {
-            r.counter(|b| unsafe { &raw mut (*b).runq_epoch }).fetch_add(1, Ordering::SeqCst);
+            r.counter(|b| unsafe { &raw mut (*b).runq_epoch })
+                .fetch_add(1, Ordering::SeqCst);
         }
     }
 
     /// Arm a cold start: the next exec in the (watched) cgroup is its
     /// entrypoint, complete when its threads had `cpu_ns` of CPU.
     pub fn arm_cold_start(&self, cgroup_id: u64, cpu_ns: u64) -> Result<bool, ProbeError> {
-        let Some(r) = &self.runq else { return Ok(false) };
-        let v = tw_coldstart { target_ns: cpu_ns.max(1), ..Default::default() };
+        let Some(r) = &self.runq else {
+            return Ok(false);
+        };
+        let v = tw_coldstart {
+            target_ns: cpu_ns.max(1),
+            ..Default::default()
+        };
         let p = (&v as *const tw_coldstart).cast::<u8>();
         // SAFETY: the bytes of a POD value.
         let bytes = unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<tw_coldstart>()) };
-        self.skel.maps.coldstarts.update(&cgroup_id.to_ne_bytes(), bytes, MapFlags::ANY).map_err(ProbeError::Map)?;
+        self.skel
+            .maps
+            .coldstarts
+            .update(&cgroup_id.to_ne_bytes(), bytes, MapFlags::ANY)
+            .map_err(ProbeError::Map)?;
         let n = {
             let mut a = r.armed.borrow_mut();
             a.insert(cgroup_id);
             a.len()
         };
-        r.counter(|b| unsafe { &raw mut (*b).nr_coldstart }).store(n as u64, Ordering::SeqCst);
+        r.counter(|b| unsafe { &raw mut (*b).nr_coldstart })
+            .store(n as u64, Ordering::SeqCst);
         Ok(true)
     }
 
@@ -414,7 +525,8 @@ impl ThrottleProbe {
             }
             a.len()
         };
-        r.counter(|b| unsafe { &raw mut (*b).nr_coldstart }).store(n as u64, Ordering::SeqCst);
+        r.counter(|b| unsafe { &raw mut (*b).nr_coldstart })
+            .store(n as u64, Ordering::SeqCst);
         let _ = self.skel.maps.coldstarts.delete(&cgroup_id.to_ne_bytes());
     }
 
@@ -434,7 +546,12 @@ impl ThrottleProbe {
 
     /// Events the kernel could not put in the ring buffer, node-wide.
     pub fn lost_events(&self) -> u64 {
-        self.skel.maps.bss_data.as_deref().map(|b| b.lost_events).unwrap_or(0)
+        self.skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map(|b| b.lost_events)
+            .unwrap_or(0)
     }
 
     /// The kernel-side episode totals of a cgroup, summed over CPUs. They do
@@ -442,7 +559,11 @@ impl ThrottleProbe {
     pub fn episode_totals(&self, cgroup_id: u64) -> EpisodeTotals {
         let mut t = EpisodeTotals::default();
         for cpu in 0..self.ncpus {
-            let Ok(Some(v)) = self.skel.maps.episodes.lookup(episode_key(cgroup_id, cpu).as_slice(), MapFlags::ANY)
+            let Ok(Some(v)) = self
+                .skel
+                .maps
+                .episodes
+                .lookup(episode_key(cgroup_id, cpu).as_slice(), MapFlags::ANY)
             else {
                 continue;
             };
@@ -464,7 +585,11 @@ pub(crate) fn read_episode(v: &[u8]) -> Option<tw_episode> {
 }
 
 pub(crate) fn episode_key(cgroup_id: u64, cpu: u32) -> Vec<u8> {
-    let k = tw_episode_key { cgroup_id, cpu, pad: 0 };
+    let k = tw_episode_key {
+        cgroup_id,
+        cpu,
+        pad: 0,
+    };
     let p = (&k as *const tw_episode_key).cast::<u8>();
     // SAFETY: reading the bytes of a POD value.
     unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<tw_episode_key>()) }.to_vec()

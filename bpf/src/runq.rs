@@ -98,11 +98,26 @@ mod tests {
 
     #[test]
     fn since_subtracts_counters_keeps_max() {
-        let mut a = RunqTotals { count: 10, total_ns: 100, max_ns: 50, preempt_host: 3, ..Default::default() };
+        let mut a = RunqTotals {
+            count: 10,
+            total_ns: 100,
+            max_ns: 50,
+            preempt_host: 3,
+            ..Default::default()
+        };
         a.slots[3] = 10;
-        let mut b = RunqTotals { count: 4, total_ns: 40, max_ns: 20, preempt_host: 1, ..Default::default() };
+        let mut b = RunqTotals {
+            count: 4,
+            total_ns: 40,
+            max_ns: 20,
+            preempt_host: 1,
+            ..Default::default()
+        };
         b.slots[3] = 4;
         let d = a.since(&b);
-        assert_eq!((d.count, d.total_ns, d.max_ns, d.preempt_host, d.slots[3]), (6, 60, 50, 2, 6));
+        assert_eq!(
+            (d.count, d.total_ns, d.max_ns, d.preempt_host, d.slots[3]),
+            (6, 60, 50, 2, 6)
+        );
     }
 }

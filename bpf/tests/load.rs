@@ -6,13 +6,24 @@ use throttlewatch_bpf::{ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe};
 #[test]
 fn tp_btf_loads_and_watch_map_works() {
     let p = ThrottleProbe::load(&ProbeOptions::default()).expect("load");
-    assert_eq!(p.kind(), ProbeKind::TpBtf, "tp_btf must load on this kernel");
+    assert_eq!(
+        p.kind(),
+        ProbeKind::TpBtf,
+        "tp_btf must load on this kernel"
+    );
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let (maj, min) = {
-        let mut it = release.trim().split(['.', '-']).map(|x| x.parse::<u32>().unwrap_or(0));
+        let mut it = release
+            .trim()
+            .split(['.', '-'])
+            .map(|x| x.parse::<u32>().unwrap_or(0));
         (it.next().unwrap(), it.next().unwrap())
     };
-    let expect = if (maj, min) >= (6, 18) { ThrottleModel::Task } else { ThrottleModel::RunQueue };
+    let expect = if (maj, min) >= (6, 18) {
+        ThrottleModel::Task
+    } else {
+        ThrottleModel::RunQueue
+    };
     assert_eq!(p.model(), expect, "kernel {release}");
     p.watch(12345).unwrap();
     p.watch(67890).unwrap();
@@ -24,7 +35,11 @@ fn tp_btf_loads_and_watch_map_works() {
 
 #[test]
 fn raw_tp_variant_loads() {
-    let p = ThrottleProbe::load(&ProbeOptions { force_raw_tp: true, ..Default::default() }).expect("load raw_tp");
+    let p = ThrottleProbe::load(&ProbeOptions {
+        force_raw_tp: true,
+        ..Default::default()
+    })
+    .expect("load raw_tp");
     assert_eq!(p.kind(), ProbeKind::RawTp);
     assert_eq!(p.lost_events(), 0);
 }
@@ -32,7 +47,11 @@ fn raw_tp_variant_loads() {
 #[test]
 fn runq_and_cold_start_load_with_tp_btf() {
     let p = ThrottleProbe::load(&ProbeOptions::default()).expect("load");
-    assert!(p.runq_available(), "run-queue programs: {:?}", p.runq_error());
+    assert!(
+        p.runq_available(),
+        "run-queue programs: {:?}",
+        p.runq_error()
+    );
     p.watch(4242).unwrap();
     let t = p.runq_totals(4242).expect("histogram created at watch");
     assert_eq!(t.count, 0);

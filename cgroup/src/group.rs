@@ -43,7 +43,10 @@ impl CpuCgroup {
         }
         let magic = statfs_magic(&g.cpu_dir)?;
         if magic != CGROUP_SUPER_MAGIC && magic != CGROUP2_SUPER_MAGIC {
-            return Err(CgroupError::Invalid(format!("{} is not on cgroupfs", g.cpu_dir.display())));
+            return Err(CgroupError::Invalid(format!(
+                "{} is not on cgroupfs",
+                g.cpu_dir.display()
+            )));
         }
         Ok(g)
     }
@@ -63,7 +66,9 @@ impl CpuCgroup {
     /// The cgroup id as the kernel's BPF helpers and `kn->id` see it: the
     /// inode number of the cpu-controller directory.
     pub fn id(&self) -> Result<u64> {
-        Ok(std::fs::metadata(&self.cpu_dir).map_err(io_err(&self.cpu_dir))?.ino())
+        Ok(std::fs::metadata(&self.cpu_dir)
+            .map_err(io_err(&self.cpu_dir))?
+            .ino())
     }
 
     pub fn parent(&self, h: &Hierarchies) -> Option<CpuCgroup> {
@@ -98,7 +103,11 @@ impl CpuCgroup {
                 let q = parse::single_i64(&self.cpu_file(V1_CFS_QUOTA_US))?;
                 let p = parse::single_i64(&self.cpu_file(V1_CFS_PERIOD_US))?;
                 let b = parse::single_i64(&self.cpu_file(V1_CFS_BURST_US)).ok();
-                ((q >= 0).then_some(q as u64), p.max(0) as u64, b.map(|b| b.max(0) as u64))
+                (
+                    (q >= 0).then_some(q as u64),
+                    p.max(0) as u64,
+                    b.map(|b| b.max(0) as u64),
+                )
             }
             CgroupMode::V2 => {
                 let path = self.cpu_file(V2_CPU_MAX);
@@ -117,7 +126,13 @@ impl CpuCgroup {
                 .and_then(|p| std::fs::read_to_string(p).ok())
                 .map(|s| s.trim().to_string())
         };
-        Ok(CpuLimits { quota_us, period_us, burst_us, cpus: read_opt(CPUSET_CPUS), mems: read_opt(CPUSET_MEMS) })
+        Ok(CpuLimits {
+            quota_us,
+            period_us,
+            burst_us,
+            cpus: read_opt(CPUSET_CPUS),
+            mems: read_opt(CPUSET_MEMS),
+        })
     }
 
     /// Set quota and period (microseconds). `None` removes the quota.
@@ -134,7 +149,9 @@ impl CpuCgroup {
             }
             CgroupMode::V2 => {
                 let _ = parse::write(&self.cpu_file(V2_CPU_MAX_BURST), "0");
-                let q = quota_us.map(|q| q.to_string()).unwrap_or_else(|| "max".into());
+                let q = quota_us
+                    .map(|q| q.to_string())
+                    .unwrap_or_else(|| "max".into());
                 parse::write(&self.cpu_file(V2_CPU_MAX), &format!("{q} {period_us}"))
             }
         }
@@ -158,7 +175,10 @@ impl CpuCgroup {
 
     /// Write cpuset.cpus and/or cpuset.mems (mems first is not required; cpus first is).
     pub fn set_cpuset(&self, cpus: Option<&str>, mems: Option<&str>) -> Result<()> {
-        let dir = self.cpuset_dir.as_ref().ok_or(CgroupError::NoController("cpuset"))?;
+        let dir = self
+            .cpuset_dir
+            .as_ref()
+            .ok_or(CgroupError::NoController("cpuset"))?;
         if let Some(c) = cpus {
             parse::write(&dir.join(CPUSET_CPUS), c)?;
         }
@@ -174,7 +194,11 @@ impl CpuCgroup {
         let dir = self.cpuset_dir.as_ref()?;
         [CPUSET_CPUS_EFFECTIVE, CPUSET_CPUS]
             .iter()
-            .find_map(|f| std::fs::read_to_string(dir.join(f)).ok().map(|s| s.trim().to_string()))
+            .find_map(|f| {
+                std::fs::read_to_string(dir.join(f))
+                    .ok()
+                    .map(|s| s.trim().to_string())
+            })
             .filter(|s| !s.is_empty())
     }
 
@@ -182,14 +206,23 @@ impl CpuCgroup {
         let dir = self.cpuset_dir.as_ref()?;
         [CPUSET_MEMS_EFFECTIVE, CPUSET_MEMS]
             .iter()
-            .find_map(|f| std::fs::read_to_string(dir.join(f)).ok().map(|s| s.trim().to_string()))
+            .find_map(|f| {
+                std::fs::read_to_string(dir.join(f))
+                    .ok()
+                    .map(|s| s.trim().to_string())
+            })
             .filter(|s| !s.is_empty())
     }
 
     /// Move a process into the group in every hierarchy it exists in.
     pub fn add_pid(&self, pid: u32) -> Result<()> {
         let mut dirs = vec![self.cpu_dir.clone()];
-        dirs.extend(self.cpuset_dir.iter().filter(|d| **d != self.cpu_dir).cloned());
+        dirs.extend(
+            self.cpuset_dir
+                .iter()
+                .filter(|d| **d != self.cpu_dir)
+                .cloned(),
+        );
         dirs.extend(self.extra_dirs.iter().cloned());
         for d in dirs {
             parse::write(&d.join(CGROUP_PROCS), &pid.to_string())?;
@@ -199,7 +232,10 @@ impl CpuCgroup {
 
     pub fn pids(&self) -> Result<Vec<u32>> {
         let p = self.cpu_file(CGROUP_PROCS);
-        Ok(parse::read_string(&p)?.lines().filter_map(|l| l.trim().parse().ok()).collect())
+        Ok(parse::read_string(&p)?
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect())
     }
 
     pub fn exists(&self) -> bool {
@@ -208,14 +244,19 @@ impl CpuCgroup {
 }
 
 fn normalise(rel: &str) -> String {
-    let parts: Vec<&str> = rel.split('/').filter(|c| !c.is_empty() && *c != "." && *c != "..").collect();
+    let parts: Vec<&str> = rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != "." && *c != "..")
+        .collect();
     format!("/{}", parts.join("/"))
 }
 
 /// Read the cpuset files of `dir`'s parent into `dir` (v1 creates children with
 /// empty cpuset.cpus/mems, which refuses tasks).
 pub fn inherit_v1_cpuset(dir: &Path) -> Result<()> {
-    let parent = dir.parent().ok_or_else(|| CgroupError::Invalid(format!("{} has no parent", dir.display())))?;
+    let parent = dir
+        .parent()
+        .ok_or_else(|| CgroupError::Invalid(format!("{} has no parent", dir.display())))?;
     for f in [CPUSET_CPUS, CPUSET_MEMS] {
         let cur = parse::read_string(&dir.join(f))?;
         if cur.trim().is_empty() {
@@ -268,9 +309,15 @@ mod tests {
         std::fs::write(g.cpu_dir.join(V2_CPU_MAX), "max 100000\n").unwrap();
         assert_eq!(g.limits().unwrap().quota_us, None);
         g.set_quota(Some(20_000), 50_000).unwrap();
-        assert_eq!(std::fs::read_to_string(g.cpu_dir.join(V2_CPU_MAX)).unwrap(), "20000 50000");
+        assert_eq!(
+            std::fs::read_to_string(g.cpu_dir.join(V2_CPU_MAX)).unwrap(),
+            "20000 50000"
+        );
         let l = g.limits().unwrap();
-        assert_eq!((l.quota_us, l.period_us, l.burst_us), (Some(20_000), 50_000, Some(0)));
+        assert_eq!(
+            (l.quota_us, l.period_us, l.burst_us),
+            (Some(20_000), 50_000, Some(0))
+        );
     }
 
     #[test]

@@ -57,31 +57,49 @@ fn parse_mountinfo(content: &str) -> Vec<Mount> {
             let mut r = right.split(' ');
             let fstype = r.next()?.to_string();
             let _source = r.next();
-            let super_opts = r.next().unwrap_or("").split(',').map(str::to_string).collect();
-            Some(Mount { point: PathBuf::from(unescape(point)), fstype, super_opts })
+            let super_opts = r
+                .next()
+                .unwrap_or("")
+                .split(',')
+                .map(str::to_string)
+                .collect();
+            Some(Mount {
+                point: PathBuf::from(unescape(point)),
+                fstype,
+                super_opts,
+            })
         })
         .collect()
 }
 
 fn unescape(s: &str) -> String {
-    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
 }
 
 pub fn statfs_magic(path: &Path) -> Result<i64> {
-    let st = nix::sys::statfs::statfs(path)
-        .map_err(|e| CgroupError::Io { path: path.into(), source: e.into() })?;
+    let st = nix::sys::statfs::statfs(path).map_err(|e| CgroupError::Io {
+        path: path.into(),
+        source: e.into(),
+    })?;
     Ok(st.filesystem_type().0 as i64)
 }
 
 impl Hierarchies {
     /// Discover from the running system.
     pub fn discover() -> Result<Hierarchies> {
-        let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(io_err("/proc/self/mountinfo"))?;
+        let mi = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(io_err("/proc/self/mountinfo"))?;
         Self::from_mountinfo(&mi, |p| statfs_magic(p).ok())
     }
 
     /// Decide from a mountinfo text and a statfs oracle (tests pass a fake).
-    pub fn from_mountinfo(mountinfo: &str, magic: impl Fn(&Path) -> Option<i64>) -> Result<Hierarchies> {
+    pub fn from_mountinfo(
+        mountinfo: &str,
+        magic: impl Fn(&Path) -> Option<i64>,
+    ) -> Result<Hierarchies> {
         let mounts = parse_mountinfo(mountinfo);
         let v1 = |ctrl: &str| {
             mounts
@@ -103,10 +121,19 @@ impl Hierarchies {
             if magic(&m.point) != Some(CGROUP2_SUPER_MAGIC) {
                 continue;
             }
-            let ctrls = std::fs::read_to_string(m.point.join(CGROUP_CONTROLLERS)).unwrap_or_default();
+            let ctrls =
+                std::fs::read_to_string(m.point.join(CGROUP_CONTROLLERS)).unwrap_or_default();
             if ctrls.split_whitespace().any(|c| c == "cpu") {
-                let cpuset = ctrls.split_whitespace().any(|c| c == "cpuset").then(|| m.point.clone());
-                return Ok(Hierarchies { mode: CgroupMode::V2, cpu: m.point.clone(), cpuset, extra_v1: vec![] });
+                let cpuset = ctrls
+                    .split_whitespace()
+                    .any(|c| c == "cpuset")
+                    .then(|| m.point.clone());
+                return Ok(Hierarchies {
+                    mode: CgroupMode::V2,
+                    cpu: m.point.clone(),
+                    cpuset,
+                    extra_v1: vec![],
+                });
             }
         }
         Err(CgroupError::NoController("cpu"))
@@ -127,7 +154,10 @@ impl Hierarchies {
 /// `..` and empty components are dropped.
 pub fn join_rel(root: &Path, rel: &str) -> PathBuf {
     let mut p = root.to_path_buf();
-    for c in rel.split('/').filter(|c| !c.is_empty() && *c != "." && *c != "..") {
+    for c in rel
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != "." && *c != "..")
+    {
         p.push(c);
     }
     p
@@ -148,7 +178,11 @@ mod tests {
     #[test]
     fn hybrid_host_uses_v1_cpu() {
         let h = Hierarchies::from_mountinfo(HYBRID, |p| {
-            Some(if p.ends_with("unified") { CGROUP2_SUPER_MAGIC } else { CGROUP_SUPER_MAGIC })
+            Some(if p.ends_with("unified") {
+                CGROUP2_SUPER_MAGIC
+            } else {
+                CGROUP_SUPER_MAGIC
+            })
         })
         .unwrap();
         assert_eq!(h.mode, CgroupMode::V1);
@@ -176,8 +210,15 @@ mod tests {
     #[test]
     fn pure_v2_from_controllers_file() {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join(CGROUP_CONTROLLERS), "cpuset cpu io memory pids\n").unwrap();
-        let mi = format!("30 1 0:26 / {} rw - cgroup2 cgroup2 rw\n", d.path().display());
+        std::fs::write(
+            d.path().join(CGROUP_CONTROLLERS),
+            "cpuset cpu io memory pids\n",
+        )
+        .unwrap();
+        let mi = format!(
+            "30 1 0:26 / {} rw - cgroup2 cgroup2 rw\n",
+            d.path().display()
+        );
         let h = Hierarchies::from_mountinfo(&mi, |_| Some(CGROUP2_SUPER_MAGIC)).unwrap();
         assert_eq!(h.mode, CgroupMode::V2);
         assert_eq!(h.cpuset.as_deref(), Some(d.path()));
@@ -186,7 +227,10 @@ mod tests {
     #[test]
     fn join_rel_never_escapes() {
         let r = Path::new("/sys/fs/cgroup/cpu");
-        assert_eq!(join_rel(r, "/a/../../b/./c"), PathBuf::from("/sys/fs/cgroup/cpu/a/b/c"));
+        assert_eq!(
+            join_rel(r, "/a/../../b/./c"),
+            PathBuf::from("/sys/fs/cgroup/cpu/a/b/c")
+        );
         assert_eq!(join_rel(r, "/"), r.to_path_buf());
     }
 }

@@ -41,7 +41,11 @@ pub fn cpu_max_str(content: &str) -> Option<(Option<u64>, u64)> {
     let mut it = content.split_whitespace();
     let q = it.next()?;
     let p = it.next().map(|p| p.parse().ok()).unwrap_or(Some(100_000))?;
-    let q = if q == "max" { None } else { Some(q.parse().ok()?) };
+    let q = if q == "max" {
+        None
+    } else {
+        Some(q.parse().ok()?)
+    };
     Some((q, p))
 }
 

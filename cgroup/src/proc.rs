@@ -24,7 +24,11 @@ pub fn cpu_cgroup_of(content: &str, mode: CgroupMode) -> Option<String> {
 pub fn cpu_cgroup_of_pid(proc_root: &Path, pid: u32, mode: CgroupMode) -> Result<String> {
     let p = proc_root.join(pid.to_string()).join("cgroup");
     let s = std::fs::read_to_string(&p).map_err(io_err(&p))?;
-    cpu_cgroup_of(&s, mode).ok_or(CgroupError::Parse { path: p, what: "a cpu cgroup line", value: s })
+    cpu_cgroup_of(&s, mode).ok_or(CgroupError::Parse {
+        path: p,
+        what: "a cpu cgroup line",
+        value: s,
+    })
 }
 
 #[cfg(test)]
@@ -35,7 +39,10 @@ mod tests {
 
     #[test]
     fn v1_cpu_line() {
-        assert_eq!(cpu_cgroup_of(HYBRID, CgroupMode::V1).as_deref(), Some("/docker/abc"));
+        assert_eq!(
+            cpu_cgroup_of(HYBRID, CgroupMode::V1).as_deref(),
+            Some("/docker/abc")
+        );
         assert_eq!(
             cpu_cgroup_of("5:cpu,cpuacct:/kubepods/pod1/c\n", CgroupMode::V1).as_deref(),
             Some("/kubepods/pod1/c")
@@ -45,7 +52,10 @@ mod tests {
     #[test]
     fn v2_line() {
         assert_eq!(cpu_cgroup_of(HYBRID, CgroupMode::V2).as_deref(), Some("/"));
-        assert_eq!(cpu_cgroup_of("0::/system.slice/a.scope\n", CgroupMode::V2).as_deref(), Some("/system.slice/a.scope"));
+        assert_eq!(
+            cpu_cgroup_of("0::/system.slice/a.scope\n", CgroupMode::V2).as_deref(),
+            Some("/system.slice/a.scope")
+        );
     }
 
     #[test]

@@ -70,7 +70,13 @@ mod tests {
         );
         assert_eq!(
             s,
-            CpuStat { nr_periods: 10, nr_throttled: 4, throttled_ns: 123_456_789, nr_bursts: 2, burst_ns: 5000 }
+            CpuStat {
+                nr_periods: 10,
+                nr_throttled: 4,
+                throttled_ns: 123_456_789,
+                nr_bursts: 2,
+                burst_ns: 5000
+            }
         );
     }
 
@@ -94,8 +100,16 @@ mod tests {
 
     #[test]
     fn delta_saturates() {
-        let a = CpuStat { nr_periods: 5, throttled_ns: 100, ..Default::default() };
-        let b = CpuStat { nr_periods: 8, throttled_ns: 50, ..Default::default() };
+        let a = CpuStat {
+            nr_periods: 5,
+            throttled_ns: 100,
+            ..Default::default()
+        };
+        let b = CpuStat {
+            nr_periods: 8,
+            throttled_ns: 50,
+            ..Default::default()
+        };
         let d = b.since(&a);
         assert_eq!(d.nr_periods, 3);
         assert_eq!(d.throttled_ns, 0);

@@ -30,7 +30,10 @@ impl TransientCgroup {
         for r in &h.extra_v1 {
             roots.push((r.clone(), false));
         }
-        let mut t = TransientCgroup { group, created: Vec::new() };
+        let mut t = TransientCgroup {
+            group,
+            created: Vec::new(),
+        };
         for (root, is_cpuset) in roots {
             let mut dir = root.clone();
             for comp in t.group.rel.split('/').filter(|c| !c.is_empty()) {
@@ -65,7 +68,10 @@ impl TransientCgroup {
                     .filter_map(|l| l.trim().parse().ok())
                     .collect();
                 for p in &pids {
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::Signal::SIGKILL);
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(*p),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
                 }
                 if std::fs::remove_dir(dir).is_ok() || !dir.exists() || Instant::now() > deadline {
                     break;

@@ -30,7 +30,11 @@ pub struct QosPolicyConfig {
 
 impl Default for QosPolicyConfig {
     fn default() -> Self {
-        QosPolicyConfig { allowed_annotations: vec![], max_burst_percent: 100, allow_exclusive: true }
+        QosPolicyConfig {
+            allowed_annotations: vec![],
+            max_burst_percent: 100,
+            allow_exclusive: true,
+        }
     }
 }
 
@@ -86,31 +90,45 @@ impl Default for Config {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config {path}: {message}")]
     Parse { path: PathBuf, message: String },
 }
 
 impl Config {
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let c: Config =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
-        crate::units::parse_duration("threshold", &c.threshold)
-            .map_err(|e| ConfigError::Parse { path: path.into(), message: e.to_string() })?;
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        crate::units::parse_duration("threshold", &c.threshold).map_err(|e| {
+            ConfigError::Parse {
+                path: path.into(),
+                message: e.to_string(),
+            }
+        })?;
         Ok(c)
     }
 
     /// `explicit` (from --config), else $THROTTLEWATCH_CONFIG, else the
     /// default path if it exists, else the built-in defaults.
     pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
-        let env = std::env::var_os(ENV_CONFIG).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let env = std::env::var_os(ENV_CONFIG)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from);
         let path = match (explicit, env) {
             (Some(p), _) => p.to_path_buf(),
             (None, Some(p)) => p,
             (None, None) if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),
             _ => return Ok(Config::default()),
         };
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io { path: path.clone(), source })?;
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io {
+            path: path.clone(),
+            source,
+        })?;
         Self::parse(&path, &text)
     }
 
@@ -120,7 +138,9 @@ impl Config {
     }
 
     pub fn threshold_ns(&self) -> u64 {
-        crate::units::parse_duration("threshold", &self.threshold).map(|d| d.as_nanos() as u64).unwrap_or(0)
+        crate::units::parse_duration("threshold", &self.threshold)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
     }
 }
 
@@ -137,23 +157,35 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_rejected() {
-        let e = Config::parse(Path::new("t.toml"), "log_dirr = \"/x\"\n").unwrap_err().to_string();
+        let e = Config::parse(Path::new("t.toml"), "log_dirr = \"/x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("t.toml") && e.contains("log_dirr"), "{e}");
-        let e = Config::parse(Path::new("t.toml"), "[qos]\nmax_burst = 5\n").unwrap_err().to_string();
+        let e = Config::parse(Path::new("t.toml"), "[qos]\nmax_burst = 5\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("max_burst"), "{e}");
     }
 
     #[test]
     fn bad_values_are_named() {
-        let e = Config::parse(Path::new("t.toml"), "fail_mode = \"sometimes\"\n").unwrap_err().to_string();
+        let e = Config::parse(Path::new("t.toml"), "fail_mode = \"sometimes\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sometimes") || e.contains("fail_mode"), "{e}");
-        let e = Config::parse(Path::new("t.toml"), "threshold = \"soon\"\n").unwrap_err().to_string();
+        let e = Config::parse(Path::new("t.toml"), "threshold = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("threshold") && e.contains("soon"), "{e}");
     }
 
     #[test]
     fn partial_file_keeps_defaults() {
-        let c = Config::parse(Path::new("t"), "fail_mode = \"closed\"\nthreshold = \"1ms\"\n").unwrap();
+        let c = Config::parse(
+            Path::new("t"),
+            "fail_mode = \"closed\"\nthreshold = \"1ms\"\n",
+        )
+        .unwrap();
         assert_eq!(c.fail_mode, FailMode::Closed);
         assert_eq!(c.threshold_ns(), 1_000_000);
         assert_eq!(c.log_dir, PathBuf::from("/var/log/throttlewatch"));

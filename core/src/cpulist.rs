@@ -13,7 +13,11 @@ pub struct CpuList(pub BTreeSet<u32>);
 
 impl CpuList {
     pub fn parse(field: &str, s: &str) -> Result<CpuList, UnitError> {
-        let err = || UnitError { field: field.into(), value: s.into(), accepted: CPULIST_ACCEPTED };
+        let err = || UnitError {
+            field: field.into(),
+            value: s.into(),
+            accepted: CPULIST_ACCEPTED,
+        };
         let mut set = BTreeSet::new();
         let t = s.trim();
         if t.is_empty() {

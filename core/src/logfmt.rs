@@ -210,7 +210,10 @@ impl End {
 }
 
 pub fn now_unix_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
 }
 
 /// Writes one container's log, batching lines; `finish` flushes and syncs.
@@ -228,14 +231,20 @@ impl LogWriter {
     /// Never follows a symlink at the final component.
     pub fn open(path: &Path, append: bool) -> std::io::Result<LogWriter> {
         let mut o = OpenOptions::new();
-        o.write(true).mode(0o640).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        o.write(true)
+            .mode(0o640)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
         if append {
             o.append(true).create(true);
         } else {
             o.create(true).truncate(true);
         }
         let f = o.open(path)?;
-        Ok(LogWriter { path: path.to_path_buf(), out: BufWriter::with_capacity(64 * 1024, f), pending: 0 })
+        Ok(LogWriter {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(64 * 1024, f),
+            pending: 0,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -243,7 +252,11 @@ impl LogWriter {
     }
 
     pub fn write(&mut self, record: Record) -> std::io::Result<()> {
-        let line = Line { v: SCHEMA_VERSION, ts: now_unix_ns(), record };
+        let line = Line {
+            v: SCHEMA_VERSION,
+            ts: now_unix_ns(),
+            record,
+        };
         serde_json::to_writer(&mut self.out, &line)?;
         self.out.write_all(b"\n")?;
         self.pending += 1;
@@ -270,7 +283,10 @@ pub fn read_log(path: &Path) -> std::io::Result<Vec<Line>> {
     let s = std::fs::read_to_string(path)?;
     s.lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+        .map(|l| {
+            serde_json::from_str(l)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })
         .collect()
 }
 
@@ -290,7 +306,9 @@ pub fn log_file_name(container_id: &str) -> String {
         s.push_str("%00");
     }
     if s.len() > 200 {
-        let h = container_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        let h = container_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
         s.truncate(180);
         s.push_str(&format!("~{h:016x}"));
     }
@@ -311,11 +329,27 @@ mod tests {
                 labels: [("k8s.pod".to_string(), "p".to_string())].into(),
                 ..Default::default()
             }),
-            Record::Throttle(Throttle { tid: 7, pid: 5, comm: "w".into(), frozen_ns: 80_000_000, ..Default::default() }),
-            Record::CpuStat(CpuStatSnapshot { nr_periods: 3, local_throttled_ns: Some(4), ..Default::default() }),
+            Record::Throttle(Throttle {
+                tid: 7,
+                pid: 5,
+                comm: "w".into(),
+                frozen_ns: 80_000_000,
+                ..Default::default()
+            }),
+            Record::CpuStat(CpuStatSnapshot {
+                nr_periods: 3,
+                local_throttled_ns: Some(4),
+                ..Default::default()
+            }),
             Record::End(End {
                 reason: "exit".into(),
-                top_threads: vec![ThreadSummary { tid: 7, comm: "w".into(), count: 2, total_frozen_ns: 9, max_frozen_ns: 5 }],
+                top_threads: vec![ThreadSummary {
+                    tid: 7,
+                    comm: "w".into(),
+                    count: 2,
+                    total_frozen_ns: 9,
+                    max_frozen_ns: 5,
+                }],
                 probe_throttled_ns: 101,
                 kernel_throttled_ns: 100,
                 ..Default::default()
@@ -342,30 +376,58 @@ mod tests {
     #[test]
     fn every_line_has_v_and_type() {
         for r in sample() {
-            let v: serde_json::Value = serde_json::to_value(Line { v: 1, ts: 1, record: r }).unwrap();
+            let v: serde_json::Value = serde_json::to_value(Line {
+                v: 1,
+                ts: 1,
+                record: r,
+            })
+            .unwrap();
             assert_eq!(v["v"], 1);
             assert!(v["type"].is_string(), "{v}");
         }
-        let t = serde_json::to_value(Line { v: 1, ts: 1, record: sample()[1].clone() }).unwrap();
-        for k in ["tid", "pid", "comm", "cpu", "start_ns", "frozen_ns", "cgroup_id"] {
+        let t = serde_json::to_value(Line {
+            v: 1,
+            ts: 1,
+            record: sample()[1].clone(),
+        })
+        .unwrap();
+        for k in [
+            "tid",
+            "pid",
+            "comm",
+            "cpu",
+            "start_ns",
+            "frozen_ns",
+            "cgroup_id",
+        ] {
             assert!(t.get(k).is_some(), "throttle record lacks {k}");
         }
     }
 
     #[test]
     fn fidelity() {
-        let e = End { probe_throttled_ns: 101, kernel_throttled_ns: 100, ..Default::default() };
+        let e = End {
+            probe_throttled_ns: 101,
+            kernel_throttled_ns: 100,
+            ..Default::default()
+        };
         assert!((e.fidelity_error() - 0.01).abs() < 1e-9);
     }
 
     #[test]
     fn file_names_are_safe() {
         assert_eq!(log_file_name("abc-123_x"), "abc-123_x.jsonl");
-        assert_eq!(log_file_name("../../etc/passwd"), "%2E%2E%2F%2E%2E%2Fetc%2Fpasswd.jsonl");
+        assert_eq!(
+            log_file_name("../../etc/passwd"),
+            "%2E%2E%2F%2E%2E%2Fetc%2Fpasswd.jsonl"
+        );
         assert_eq!(log_file_name(""), "%00.jsonl");
         let long = log_file_name(&"x".repeat(1000));
         assert!(long.len() < 220 && !long.contains('/'));
-        assert_ne!(log_file_name(&"x".repeat(1000)), log_file_name(&"x".repeat(999)));
+        assert_ne!(
+            log_file_name(&"x".repeat(1000)),
+            log_file_name(&"x".repeat(999))
+        );
     }
 
     #[test]

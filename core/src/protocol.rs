@@ -12,7 +12,11 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Register(Register),
-    Unregister { container_id: String, reason: String, exit_code: Option<i32> },
+    Unregister {
+        container_id: String,
+        reason: String,
+        exit_code: Option<i32>,
+    },
     Status,
 }
 
@@ -53,10 +57,17 @@ pub struct Response {
 
 impl Response {
     pub fn ok() -> Response {
-        Response { ok: true, ..Default::default() }
+        Response {
+            ok: true,
+            ..Default::default()
+        }
     }
     pub fn err(e: impl ToString) -> Response {
-        Response { ok: false, error: Some(e.to_string()), ..Default::default() }
+        Response {
+            ok: false,
+            error: Some(e.to_string()),
+            ..Default::default()
+        }
     }
 }
 
@@ -88,11 +99,22 @@ mod tests {
 
     #[test]
     fn request_round_trip() {
-        let r = Request::Register(Register { container_id: "a/b".into(), pid: Some(3), ..Default::default() });
+        let r = Request::Register(Register {
+            container_id: "a/b".into(),
+            pid: Some(3),
+            ..Default::default()
+        });
         let s = serde_json::to_string(&r).unwrap();
         assert!(s.contains("\"op\":\"register\""));
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
-        let u = Request::Unregister { container_id: "x".into(), reason: "poststop".into(), exit_code: None };
-        assert_eq!(serde_json::from_str::<Request>(&serde_json::to_string(&u).unwrap()).unwrap(), u);
+        let u = Request::Unregister {
+            container_id: "x".into(),
+            reason: "poststop".into(),
+            exit_code: None,
+        };
+        assert_eq!(
+            serde_json::from_str::<Request>(&serde_json::to_string(&u).unwrap()).unwrap(),
+            u
+        );
     }
 }

@@ -16,9 +16,15 @@ pub const DURATION_ACCEPTED: &str =
 /// Parse "20ms", "1.5s", "500us", "250000ns", "2m", "1h"; a bare integer is
 /// microseconds (the unit of the kernel's cgroup files).
 pub fn parse_duration(field: &str, s: &str) -> Result<Duration, UnitError> {
-    let err = || UnitError { field: field.into(), value: s.into(), accepted: DURATION_ACCEPTED };
+    let err = || UnitError {
+        field: field.into(),
+        value: s.into(),
+        accepted: DURATION_ACCEPTED,
+    };
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     if num.is_empty() || num.starts_with('.') && num.len() == 1 {
         return Err(err());
@@ -53,11 +59,16 @@ pub fn format_duration(d: Duration) -> String {
     }
 }
 
-pub const CPUS_ACCEPTED: &str = "expected a positive number of CPUs such as 0.5, 2 or 16 (at most 1024)";
+pub const CPUS_ACCEPTED: &str =
+    "expected a positive number of CPUs such as 0.5, 2 or 16 (at most 1024)";
 
 /// `--cpus 0.5`: CPUs worth of quota.
 pub fn parse_cpus(field: &str, s: &str) -> Result<f64, UnitError> {
-    let err = || UnitError { field: field.into(), value: s.into(), accepted: CPUS_ACCEPTED };
+    let err = || UnitError {
+        field: field.into(),
+        value: s.into(),
+        accepted: CPUS_ACCEPTED,
+    };
     let v: f64 = s.trim().parse().map_err(|_| err())?;
     if !v.is_finite() || v <= 0.0 || v > 1024.0 {
         return Err(err());
@@ -77,21 +88,51 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("x", "20ms").unwrap(), Duration::from_millis(20));
-        assert_eq!(parse_duration("x", "1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("x", "500us").unwrap(), Duration::from_micros(500));
-        assert_eq!(parse_duration("x", "250ns").unwrap(), Duration::from_nanos(250));
-        assert_eq!(parse_duration("x", "100000").unwrap(), Duration::from_millis(100));
-        assert_eq!(parse_duration("x", " 2m ").unwrap(), Duration::from_secs(120));
+        assert_eq!(
+            parse_duration("x", "20ms").unwrap(),
+            Duration::from_millis(20)
+        );
+        assert_eq!(
+            parse_duration("x", "1.5s").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            parse_duration("x", "500us").unwrap(),
+            Duration::from_micros(500)
+        );
+        assert_eq!(
+            parse_duration("x", "250ns").unwrap(),
+            Duration::from_nanos(250)
+        );
+        assert_eq!(
+            parse_duration("x", "100000").unwrap(),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            parse_duration("x", " 2m ").unwrap(),
+            Duration::from_secs(120)
+        );
         assert_eq!(parse_duration("x", "0").unwrap(), Duration::ZERO);
     }
 
     #[test]
     fn bad_durations_name_field_and_value() {
-        for bad in ["", "ms", "-5ms", "5 parsecs", "1e400s", "abc", ".", "1.2.3s"] {
+        for bad in [
+            "",
+            "ms",
+            "-5ms",
+            "5 parsecs",
+            "1e400s",
+            "abc",
+            ".",
+            "1.2.3s",
+        ] {
             let e = parse_duration("--burst", bad).unwrap_err();
             assert_eq!(e.field, "--burst");
-            assert!(e.to_string().contains("--burst") && e.to_string().contains("expected"), "{e}");
+            assert!(
+                e.to_string().contains("--burst") && e.to_string().contains("expected"),
+                "{e}"
+            );
         }
     }
 

@@ -30,7 +30,10 @@ fn answer(resp: Response, what: &str) -> Result<Response, String> {
     if resp.ok {
         Ok(resp)
     } else {
-        Err(format!("the agent refused to {what}: {}", resp.error.unwrap_or_else(|| "no reason given".into())))
+        Err(format!(
+            "the agent refused to {what}: {}",
+            resp.error.unwrap_or_else(|| "no reason given".into())
+        ))
     }
 }
 
@@ -49,7 +52,13 @@ impl EarlyConnection {
     /// retried (registering twice is harmless, waiting twice is not).
     fn call(self, socket: &Path, req: &Request, timeout: Duration) -> std::io::Result<Response> {
         let broken = |e: &std::io::Error| {
-            matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset | ErrorKind::UnexpectedEof | ErrorKind::NotConnected)
+            matches!(
+                e.kind(),
+                ErrorKind::BrokenPipe
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::UnexpectedEof
+                    | ErrorKind::NotConnected
+            )
         };
         match self.0 {
             Ok(s) => match call_on(s, req, timeout) {
@@ -72,7 +81,10 @@ fn call_on(mut s: UnixStream, req: &Request, timeout: Duration) -> std::io::Resu
     let mut resp = String::new();
     BufReader::new(s.take(MAX_REQUEST_BYTES)).read_line(&mut resp)?;
     if resp.is_empty() {
-        return Err(std::io::Error::new(ErrorKind::UnexpectedEof, "the agent closed the connection"));
+        return Err(std::io::Error::new(
+            ErrorKind::UnexpectedEof,
+            "the agent closed the connection",
+        ));
     }
     serde_json::from_str(&resp).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
 }
@@ -146,7 +158,9 @@ pub fn flock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {
     locks.lines().find_map(|l| {
         // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5391504 0 EOF" (blocked waiters have "->").
         let f: Vec<&str> = l.split_whitespace().filter(|x| *x != "->").collect();
-        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str())).then(|| f.get(4)?.parse().ok()).flatten()
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()))
+            .then(|| f.get(4)?.parse().ok())
+            .flatten()
     })
 }
 
@@ -154,9 +168,20 @@ pub fn flock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {
 /// container the agent no longer watches (the wrapper ended it before
 /// `delete`, or it was never registered) is not an error.
 pub fn unregister(cfg: &Config, id: &str, reason: &str) -> Result<Response, String> {
-    let req = Request::Unregister { container_id: id.to_string(), reason: reason.to_string(), exit_code: None };
+    let req = Request::Unregister {
+        container_id: id.to_string(),
+        reason: reason.to_string(),
+        exit_code: None,
+    };
     match call(&cfg.socket, &req, CALL_TIMEOUT) {
-        Ok(r) if !r.ok && r.error.as_deref().is_some_and(|e| e.contains("not watched")) => Ok(r),
+        Ok(r)
+            if !r.ok
+                && r.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("not watched")) =>
+        {
+            Ok(r)
+        }
         Ok(r) => answer(r, &format!("unregister container {id:?}")),
         Err(e) => Err(format!(
             "no agent answers on {}: {e}; the end record of container {id:?} is not written",
@@ -171,7 +196,9 @@ pub fn agent_binary(cfg: &Config) -> Result<PathBuf, String> {
     if !cfg.agent_binary.is_empty() {
         return Ok(PathBuf::from(&cfg.agent_binary));
     }
-    let beside = std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join(AGENT_BINARY)));
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(|d| d.join(AGENT_BINARY)));
     if let Some(p) = beside.filter(|p| p.is_file()) {
         return Ok(p);
     }
@@ -182,12 +209,16 @@ pub fn agent_binary(cfg: &Config) -> Result<PathBuf, String> {
 
 pub fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| is_executable(p))
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
 }
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 /// `throttlewatch agent --detach [--config FILE]`: the agent daemonizes (one
@@ -200,8 +231,12 @@ fn start_agent(bin: &Path, config_path: Option<&Path>, deadline: Instant) -> Res
     if let Some(c) = config_path {
         cmd.arg("--config").arg(c);
     }
-    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start the agent {}: {e}", bin.display()))?;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the agent {}: {e}", bin.display()))?;
     loop {
         match child.try_wait() {
             Ok(Some(st)) if st.success() => return Ok(()),
@@ -235,21 +270,51 @@ mod tests {
     #[test]
     fn register_sends_the_protocol() {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config { socket: d.path().join("a.sock"), start_agent: false, ..Config::default() };
+        let cfg = Config {
+            socket: d.path().join("a.sock"),
+            start_agent: false,
+            ..Config::default()
+        };
         let t = fake_agent(&cfg.socket, "{\"ok\":true,\"log_path\":\"/l/c.jsonl\"}\n");
-        let reg = Register { container_id: "c".into(), pid: Some(7), cgroup_path: "/tw/c".into(), ..Default::default() };
+        let reg = Register {
+            container_id: "c".into(),
+            pid: Some(7),
+            cgroup_path: "/tw/c".into(),
+            ..Default::default()
+        };
         let r = register(&cfg, None, reg, None).unwrap();
         assert_eq!(r.log_path.as_deref(), Some("/l/c.jsonl"));
         let sent: serde_json::Value = serde_json::from_str(&t.join().unwrap()).unwrap();
-        assert_eq!((sent["op"].as_str(), sent["cgroup_path"].as_str()), (Some("register"), Some("/tw/c")));
+        assert_eq!(
+            (sent["op"].as_str(), sent["cgroup_path"].as_str()),
+            (Some("register"), Some("/tw/c"))
+        );
     }
 
     #[test]
     fn missing_agent_without_start_is_a_clear_message() {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config { socket: d.path().join("none.sock"), start_agent: false, ..Config::default() };
-        let e = register(&cfg, None, Register { container_id: "c".into(), ..Default::default() }, None).unwrap_err();
-        assert!(e.contains("no agent answers") && e.contains("none.sock") && e.contains("start_agent = false"), "{e}");
+        let cfg = Config {
+            socket: d.path().join("none.sock"),
+            start_agent: false,
+            ..Config::default()
+        };
+        let e = register(
+            &cfg,
+            None,
+            Register {
+                container_id: "c".into(),
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("no agent answers")
+                && e.contains("none.sock")
+                && e.contains("start_agent = false"),
+            "{e}"
+        );
         let e = unregister(&cfg, "c", "poststop").unwrap_err();
         assert!(e.contains("end record"), "{e}");
     }
@@ -257,8 +322,14 @@ mod tests {
     #[test]
     fn agent_refusal_is_reported() {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config { socket: d.path().join("a.sock"), ..Config::default() };
-        let t = fake_agent(&cfg.socket, "{\"ok\":false,\"error\":\"unknown container\"}\n");
+        let cfg = Config {
+            socket: d.path().join("a.sock"),
+            ..Config::default()
+        };
+        let t = fake_agent(
+            &cfg.socket,
+            "{\"ok\":false,\"error\":\"unknown container\"}\n",
+        );
         let e = unregister(&cfg, "c", "poststop").unwrap_err();
         t.join().unwrap();
         assert!(e.contains("unknown container"), "{e}");
@@ -267,18 +338,42 @@ mod tests {
     #[test]
     fn register_on_an_early_connection() {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config { socket: d.path().join("a.sock"), start_agent: false, ..Config::default() };
+        let cfg = Config {
+            socket: d.path().join("a.sock"),
+            start_agent: false,
+            ..Config::default()
+        };
         let t = fake_agent(&cfg.socket, "{\"ok\":true,\"log_path\":\"/l/e.jsonl\"}\n");
         let early = EarlyConnection::open(&cfg);
-        let reg = Register { container_id: "e".into(), cgroup_path: "/tw/e".into(), ..Default::default() };
+        let reg = Register {
+            container_id: "e".into(),
+            cgroup_path: "/tw/e".into(),
+            ..Default::default()
+        };
         let r = register(&cfg, None, reg, Some(early)).unwrap();
         assert_eq!(r.log_path.as_deref(), Some("/l/e.jsonl"));
         assert!(t.join().unwrap().contains("\"container_id\":\"e\""));
         // No listener at the early connect: the usual clear message.
-        let cfg = Config { socket: d.path().join("none.sock"), start_agent: false, ..Config::default() };
+        let cfg = Config {
+            socket: d.path().join("none.sock"),
+            start_agent: false,
+            ..Config::default()
+        };
         let early = EarlyConnection::open(&cfg);
-        let e = register(&cfg, None, Register { container_id: "c".into(), ..Default::default() }, Some(early)).unwrap_err();
-        assert!(e.contains("no agent answers") && e.contains("start_agent = false"), "{e}");
+        let e = register(
+            &cfg,
+            None,
+            Register {
+                container_id: "c".into(),
+                ..Default::default()
+            },
+            Some(early),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("no agent answers") && e.contains("start_agent = false"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -286,7 +381,11 @@ mod tests {
         let locks = "1: FLOCK  ADVISORY  WRITE 4242 fe:00:5391504 0 EOF\n2: POSIX  ADVISORY  WRITE 7 fe:00:77 0 EOF\n";
         let dev = libc::makedev(0xfe, 0);
         assert_eq!(flock_holder(locks, dev, 5_391_504), Some(4242));
-        assert_eq!(flock_holder(locks, dev, 77), None, "POSIX locks are not the agent's");
+        assert_eq!(
+            flock_holder(locks, dev, 77),
+            None,
+            "POSIX locks are not the agent's"
+        );
         assert_eq!(flock_holder(locks, libc::makedev(8, 1), 5_391_504), None);
         // A real flock in a temporary state dir.
         let d = tempfile::tempdir().unwrap();
@@ -294,15 +393,36 @@ mod tests {
         let f = std::fs::File::create(d.path().join(LOCK_FILE)).unwrap();
         assert_eq!(lock_holder(d.path()), None, "exists but not locked");
         // SAFETY: flock on an fd we own.
-        assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+        assert_eq!(
+            unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            },
+            0
+        );
         assert_eq!(lock_holder(d.path()), Some(std::process::id()));
     }
 
     #[test]
     fn start_agent_that_fails_is_reported() {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config { socket: d.path().join("a.sock"), agent_binary: "/bin/false".into(), ..Config::default() };
-        let e = register(&cfg, None, Register { container_id: "c".into(), ..Default::default() }, None).unwrap_err();
+        let cfg = Config {
+            socket: d.path().join("a.sock"),
+            agent_binary: "/bin/false".into(),
+            ..Config::default()
+        };
+        let e = register(
+            &cfg,
+            None,
+            Register {
+                container_id: "c".into(),
+                ..Default::default()
+            },
+            None,
+        )
+        .unwrap_err();
         assert!(e.contains("/bin/false") && e.contains("failed"), "{e}");
     }
 }

@@ -86,15 +86,23 @@ pub fn save(state_dir: &Path, rec: &BurstRecord) -> std::io::Result<PathBuf> {
 
 pub fn load(state_dir: &Path, container_id: &str) -> std::io::Result<Option<BurstRecord>> {
     let path = record_path(state_dir, container_id);
-    let mut f = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(&path) {
+    let mut f = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
     let mut s = String::new();
     f.read_to_string(&mut s)?;
-    let rec: BurstRecord = serde_json::from_str(&s)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
+    let rec: BurstRecord = serde_json::from_str(&s).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: {e}", path.display()),
+        )
+    })?;
     Ok(Some(rec))
 }
 
@@ -107,7 +115,14 @@ mod tests {
     use super::*;
 
     fn rec(id: &str, request: BurstRequest) -> BurstRecord {
-        BurstRecord { v: RECORD_VERSION, container_id: id.into(), cgroup_path: "/tw/c".into(), request, cap_percent: 100, applied_us: 20_000 }
+        BurstRecord {
+            v: RECORD_VERSION,
+            container_id: id.into(),
+            cgroup_path: "/tw/c".into(),
+            request,
+            cap_percent: 100,
+            applied_us: 20_000,
+        }
     }
 
     #[test]
@@ -127,7 +142,10 @@ mod tests {
         assert_eq!(r.burst_for_quota(Some(30_000)), Some(20_000));
         assert_eq!(r.burst_for_quota(Some(10_000)), Some(10_000));
         assert_eq!(r.burst_for_quota(None), None);
-        let r = BurstRecord { cap_percent: 50, ..rec("c", BurstRequest::Percent(80)) };
+        let r = BurstRecord {
+            cap_percent: 50,
+            ..rec("c", BurstRequest::Percent(80))
+        };
         assert_eq!(r.burst_for_quota(Some(100_000)), Some(50_000));
     }
 }

@@ -60,7 +60,9 @@ impl HookArgs {
         while let Some(a) = it.next() {
             let s = a.to_string_lossy();
             if s == "--config" {
-                let v = it.next().ok_or_else(|| format!("--config needs a file; {USAGE}"))?;
+                let v = it
+                    .next()
+                    .ok_or_else(|| format!("--config needs a file; {USAGE}"))?;
                 config = Some(PathBuf::from(v));
             } else if let Some(v) = s.strip_prefix("--config=") {
                 config = Some(PathBuf::from(v));
@@ -90,15 +92,23 @@ mod tests {
         let a = p(&["createRuntime", "--config", "/etc/tw.toml"]).unwrap();
         assert_eq!(a.stage, Stage::CreateRuntime);
         assert_eq!(a.config, Some(PathBuf::from("/etc/tw.toml")));
-        assert_eq!(p(&["--config=/x", "poststop"]).unwrap().stage, Stage::Poststop);
+        assert_eq!(
+            p(&["--config=/x", "poststop"]).unwrap().stage,
+            Stage::Poststop
+        );
     }
 
     #[test]
     fn errors_name_the_value() {
         let e = p(&["createruntime"]).unwrap_err();
-        assert!(e.contains("\"createruntime\"") && e.contains("createRuntime, prestart or poststop"), "{e}");
+        assert!(
+            e.contains("\"createruntime\"") && e.contains("createRuntime, prestart or poststop"),
+            "{e}"
+        );
         assert!(p(&[]).unwrap_err().contains("no stage"));
-        assert!(p(&["prestart", "--config"]).unwrap_err().contains("--config needs"));
+        assert!(p(&["prestart", "--config"])
+            .unwrap_err()
+            .contains("--config needs"));
         assert!(p(&["prestart", "--bogus"]).unwrap_err().contains("--bogus"));
     }
 }

@@ -44,12 +44,25 @@ pub fn request(cfg: &Config, spec: &BundleSpec) -> (QosRequest, Vec<Refusal>) {
 }
 
 fn no_topology() -> Topology {
-    Topology { online: CpuList::default(), nodes: vec![], cores: vec![], gpus: vec![], numa_from_sysfs: false }
+    Topology {
+        online: CpuList::default(),
+        nodes: vec![],
+        cores: vec![],
+        gpus: vec![],
+        numa_from_sysfs: false,
+    }
 }
 
 /// Plan and apply the container's QoS. Never fails: what cannot be done is
 /// a refusal naming the key and value.
-pub fn apply(cfg: &Config, id: &str, pid: u32, spec: &BundleSpec, h: &Hierarchies, cg: &CpuCgroup) -> QosOutcome {
+pub fn apply(
+    cfg: &Config,
+    id: &str,
+    pid: u32,
+    spec: &BundleSpec,
+    h: &Hierarchies,
+    cg: &CpuCgroup,
+) -> QosOutcome {
     let (req, mut refused) = request(cfg, spec);
     let (spec_quota, spec_period) = spec.cpu_quota();
     let (quota, period) = match cg.limits() {
@@ -63,7 +76,10 @@ pub fn apply(cfg: &Config, id: &str, pid: u32, spec: &BundleSpec, h: &Hierarchie
             Ok(t) => topo = t,
             Err(e) => refused.push(Refusal::new(
                 throttlewatch_qos::Key::Cpuset.annotation(),
-                &req.cpuset.as_ref().map(|c| c.to_string()).unwrap_or_default(),
+                &req.cpuset
+                    .as_ref()
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
                 format!("cannot read the machine's topology: {e}"),
             )),
         }
@@ -71,8 +87,14 @@ pub fn apply(cfg: &Config, id: &str, pid: u32, spec: &BundleSpec, h: &Hierarchie
             Ok(a) => alloc = Some(a.for_holder(Some(pid))),
             Err(e) => refused.push(Refusal::new(
                 throttlewatch_qos::Key::Cpuset.annotation(),
-                &req.cpuset.as_ref().map(|c| c.to_string()).unwrap_or_default(),
-                format!("cannot open the exclusive cpuset state in {}: {e}", cfg.state_dir.display()),
+                &req.cpuset
+                    .as_ref()
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
+                format!(
+                    "cannot open the exclusive cpuset state in {}: {e}",
+                    cfg.state_dir.display()
+                ),
             )),
         }
     }
@@ -86,7 +108,16 @@ pub fn apply(cfg: &Config, id: &str, pid: u32, spec: &BundleSpec, h: &Hierarchie
         None => CpuList::default(),
     };
     let env = spec.env();
-    let p = plan(&req, &topo, alloc.as_ref(), id, &parent_cpus, quota, period, env);
+    let p = plan(
+        &req,
+        &topo,
+        alloc.as_ref(),
+        id,
+        &parent_cpus,
+        quota,
+        period,
+        env,
+    );
     refused.extend(p.refused.iter().cloned());
     let write_refused = apply_plan(&p, cg);
     let cpuset_failed = write_refused.iter().any(|r| r.key.ends_with("cpuset"));
@@ -136,7 +167,12 @@ mod tests {
     use super::*;
 
     fn fake_group(root: &Path, quota: &str) -> (Hierarchies, CpuCgroup) {
-        let h = Hierarchies { mode: CgroupMode::V1, cpu: root.join("cpu"), cpuset: None, extra_v1: vec![] };
+        let h = Hierarchies {
+            mode: CgroupMode::V1,
+            cpu: root.join("cpu"),
+            cpuset: None,
+            extra_v1: vec![],
+        };
         let g = CpuCgroup::at(&h, "/tw/c1");
         std::fs::create_dir_all(&g.cpu_dir).unwrap();
         std::fs::write(g.cpu_dir.join("cpu.cfs_quota_us"), quota).unwrap();
@@ -147,8 +183,13 @@ mod tests {
 
     fn spec(annotations: &[(&str, &str)], env: &[&str]) -> BundleSpec {
         BundleSpec {
-            annotations: annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            process: Some(crate::spec::Process { env: env.iter().map(|s| s.to_string()).collect() }),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            process: Some(crate::spec::Process {
+                env: env.iter().map(|s| s.to_string()).collect(),
+            }),
             ..Default::default()
         }
     }
@@ -157,10 +198,23 @@ mod tests {
     fn burst_from_annotation_is_written_and_recorded() {
         let d = tempfile::tempdir().unwrap();
         let (h, g) = fake_group(d.path(), "30000");
-        let cfg = Config { state_dir: d.path().join("state"), ..Config::default() };
-        let o = apply(&cfg, "c1", 1, &spec(&[("throttlewatch.io/cpu-burst", "20ms")], &[]), &h, &g);
+        let cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Config::default()
+        };
+        let o = apply(
+            &cfg,
+            "c1",
+            1,
+            &spec(&[("throttlewatch.io/cpu-burst", "20ms")], &[]),
+            &h,
+            &g,
+        );
         assert!(o.refused.is_empty(), "{:?}", o.refused);
-        assert_eq!(std::fs::read_to_string(g.cpu_dir.join("cpu.cfs_burst_us")).unwrap(), "20000");
+        assert_eq!(
+            std::fs::read_to_string(g.cpu_dir.join("cpu.cfs_burst_us")).unwrap(),
+            "20000"
+        );
         assert_eq!(o.burst.unwrap().applied_us, 20_000);
         assert_eq!(o.summary["applied"]["burst_us"], 20_000);
     }
@@ -169,24 +223,55 @@ mod tests {
     fn bad_values_are_refusals_naming_the_value() {
         let d = tempfile::tempdir().unwrap();
         let (h, g) = fake_group(d.path(), "30000");
-        let cfg = Config { state_dir: d.path().join("state"), ..Config::default() };
-        let s = spec(&[("throttlewatch.io/cpu-burst", "abc"), ("throttlewatch.io/cpu-brust", "1ms")], &["THROTTLEWATCH_THRESHOLD=99s"]);
+        let cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Config::default()
+        };
+        let s = spec(
+            &[
+                ("throttlewatch.io/cpu-burst", "abc"),
+                ("throttlewatch.io/cpu-brust", "1ms"),
+            ],
+            &["THROTTLEWATCH_THRESHOLD=99s"],
+        );
         let o = apply(&cfg, "c1", 1, &s, &h, &g);
         let text = o.summary["refused_text"].to_string();
-        assert!(text.contains("throttlewatch.io/cpu-burst=\\\"abc\\\""), "{text}");
-        assert!(text.contains("cpu-brust") && text.contains("THROTTLEWATCH_THRESHOLD"), "{text}");
+        assert!(
+            text.contains("throttlewatch.io/cpu-burst=\\\"abc\\\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("cpu-brust") && text.contains("THROTTLEWATCH_THRESHOLD"),
+            "{text}"
+        );
         assert_eq!(o.refused.len(), 3);
         assert!(o.burst.is_none());
-        assert_eq!(std::fs::read_to_string(g.cpu_dir.join("cpu.cfs_burst_us")).unwrap(), "0");
+        assert_eq!(
+            std::fs::read_to_string(g.cpu_dir.join("cpu.cfs_burst_us")).unwrap(),
+            "0"
+        );
     }
 
     #[test]
     fn environment_channel_for_docker() {
         let d = tempfile::tempdir().unwrap();
         let (h, g) = fake_group(d.path(), "20000");
-        let cfg = Config { state_dir: d.path().join("state"), ..Config::default() };
-        let o = apply(&cfg, "c1", 1, &spec(&[], &["PATH=/bin", "THROTTLEWATCH_CPU_BURST=10ms"]), &h, &g);
-        assert_eq!(std::fs::read_to_string(g.cpu_dir.join("cpu.cfs_burst_us")).unwrap(), "10000");
+        let cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Config::default()
+        };
+        let o = apply(
+            &cfg,
+            "c1",
+            1,
+            &spec(&[], &["PATH=/bin", "THROTTLEWATCH_CPU_BURST=10ms"]),
+            &h,
+            &g,
+        );
+        assert_eq!(
+            std::fs::read_to_string(g.cpu_dir.join("cpu.cfs_burst_us")).unwrap(),
+            "10000"
+        );
         assert!(o.refused.is_empty());
     }
 }

@@ -26,7 +26,13 @@ pub struct Reporter {
 
 impl Reporter {
     pub fn new(cfg: &Config, stage: Stage) -> Reporter {
-        Reporter { log_dir: cfg.log_dir.clone(), stage, container: None, failures: 0, lines: vec![] }
+        Reporter {
+            log_dir: cfg.log_dir.clone(),
+            stage,
+            container: None,
+            failures: 0,
+            lines: vec![],
+        }
     }
 
     pub fn set_container(&mut self, id: &str) {
@@ -67,16 +73,31 @@ impl Reporter {
     }
 
     fn append(&self, msg: &str) {
-        let id = self.container.as_deref().map(|c| format!(" container {c:?}")).unwrap_or_default();
-        let line = format!("{} {}{id}: {}\n", now_rfc3339(), self.stage, msg.replace('\n', "\\n"));
+        let id = self
+            .container
+            .as_deref()
+            .map(|c| format!(" container {c:?}"))
+            .unwrap_or_default();
+        let line = format!(
+            "{} {}{id}: {}\n",
+            now_rfc3339(),
+            self.stage,
+            msg.replace('\n', "\\n")
+        );
         if let Err(e) = self.write_line(&line) {
-            eprintln!("{NAME}: cannot append to {}: {e}", self.hook_log_path().display());
+            eprintln!(
+                "{NAME}: cannot append to {}: {e}",
+                self.hook_log_path().display()
+            );
         }
     }
 
     fn write_line(&self, line: &str) -> std::io::Result<()> {
         if !self.log_dir.is_dir() {
-            DirBuilder::new().recursive(true).mode(0o750).create(&self.log_dir)?;
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(&self.log_dir)?;
         }
         let mut f = OpenOptions::new()
             .append(true)
@@ -97,7 +118,10 @@ mod tests {
     #[test]
     fn errors_go_to_hook_log_0640() {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config { log_dir: d.path().join("logs"), ..Config::default() };
+        let cfg = Config {
+            log_dir: d.path().join("logs"),
+            ..Config::default()
+        };
         let mut r = Reporter::new(&cfg, Stage::CreateRuntime);
         r.set_container("a..b");
         r.error("throttlewatch.io/cpu-burst=\"abc\": expected a duration\nforged");
@@ -105,7 +129,13 @@ mod tests {
         let p = d.path().join("logs").join(HOOK_LOG);
         let text = std::fs::read_to_string(&p).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
-        assert!(text.contains("createRuntime container \"a..b\": throttlewatch.io/cpu-burst=\"abc\""), "{text}");
-        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o640);
+        assert!(
+            text.contains("createRuntime container \"a..b\": throttlewatch.io/cpu-burst=\"abc\""),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
     }
 }

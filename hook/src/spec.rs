@@ -68,32 +68,57 @@ impl BundleSpec {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(|e| match e.raw_os_error() {
-                Some(libc::ELOOP) => format!("{}: is a symlink; refused (never followed)", path.display()),
+                Some(libc::ELOOP) => {
+                    format!("{}: is a symlink; refused (never followed)", path.display())
+                }
                 _ => format!("{}: {e}", path.display()),
             })?;
         let mut buf = Vec::new();
-        f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut buf).map_err(|e| format!("{}: {e}", path.display()))?;
+        f.take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         if buf.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(format!("{}: larger than {MAX_CONFIG_BYTES} bytes", path.display()));
+            return Err(format!(
+                "{}: larger than {MAX_CONFIG_BYTES} bytes",
+                path.display()
+            ));
         }
-        serde_json::from_slice(&buf).map_err(|e| format!("{}: not a valid OCI config.json: {e}", path.display()))
+        serde_json::from_slice(&buf)
+            .map_err(|e| format!("{}: not a valid OCI config.json: {e}", path.display()))
     }
 
     pub fn env(&self) -> &[String] {
-        self.process.as_ref().map(|p| p.env.as_slice()).unwrap_or_default()
+        self.process
+            .as_ref()
+            .map(|p| p.env.as_slice())
+            .unwrap_or_default()
     }
 
     /// The spec's CPU quota and period in µs (None: no quota).
     pub fn cpu_quota(&self) -> (Option<u64>, Option<u64>) {
-        let cpu = self.linux.as_ref().and_then(|l| l.resources.as_ref()).and_then(|r| r.cpu.as_ref());
-        let quota = cpu.and_then(|c| c.quota).filter(|q| *q > 0).map(|q| q as u64);
+        let cpu = self
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .and_then(|r| r.cpu.as_ref());
+        let quota = cpu
+            .and_then(|c| c.quota)
+            .filter(|q| *q > 0)
+            .map(|q| q as u64);
         (quota, cpu.and_then(|c| c.period))
     }
 
     /// A display name from well-known annotations (Kubernetes, nerdctl).
     pub fn container_name(&self) -> String {
-        const KEYS: [&str; 3] = ["io.kubernetes.cri.container-name", "io.kubernetes.container.name", "nerdctl/name"];
-        KEYS.iter().find_map(|k| self.annotations.get(*k)).cloned().unwrap_or_default()
+        const KEYS: [&str; 3] = [
+            "io.kubernetes.cri.container-name",
+            "io.kubernetes.container.name",
+            "nerdctl/name",
+        ];
+        KEYS.iter()
+            .find_map(|k| self.annotations.get(*k))
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -130,6 +155,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join(CONFIG_JSON), "{not json").unwrap();
         let e = BundleSpec::load(d.path()).unwrap_err();
-        assert!(e.contains("config.json") && e.contains("not a valid OCI config.json"), "{e}");
+        assert!(
+            e.contains("config.json") && e.contains("not a valid OCI config.json"),
+            "{e}"
+        );
     }
 }

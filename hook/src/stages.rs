@@ -18,7 +18,13 @@ use crate::state::OciState;
 use crate::timing::Phases;
 use crate::{agent, burst_record, qos};
 
-pub fn run_stage(args: &HookArgs, cfg: &Config, rep: &mut Reporter, stdin: impl Read, t: &mut Phases) -> anyhow::Result<()> {
+pub fn run_stage(
+    args: &HookArgs,
+    cfg: &Config,
+    rep: &mut Reporter,
+    stdin: impl Read,
+    t: &mut Phases,
+) -> anyhow::Result<()> {
     let state = OciState::read(stdin).map_err(|e| anyhow!(e))?;
     rep.set_container(&state.id);
     t.mark("state");
@@ -31,12 +37,21 @@ pub fn run_stage(args: &HookArgs, cfg: &Config, rep: &mut Reporter, stdin: impl 
 }
 
 /// createRuntime / prestart: QoS into the cgroup, then register.
-fn on_create(args: &HookArgs, cfg: &Config, rep: &mut Reporter, st: &OciState, t: &mut Phases) -> anyhow::Result<()> {
+fn on_create(
+    args: &HookArgs,
+    cfg: &Config,
+    rep: &mut Reporter,
+    st: &OciState,
+    t: &mut Phases,
+) -> anyhow::Result<()> {
     let spec = BundleSpec::load(&st.bundle).map_err(|e| anyhow!(e))?;
     // Connect now: the agent accepts while the cgroup is written below.
-    let early = (qos::request(cfg, &spec).0.watch != Some(false)).then(|| agent::EarlyConnection::open(cfg));
+    let early = (qos::request(cfg, &spec).0.watch != Some(false))
+        .then(|| agent::EarlyConnection::open(cfg));
     t.mark("spec");
-    let pid = st.init_pid().ok_or_else(|| anyhow!("the OCI state of container {:?} has no pid", st.id))?;
+    let pid = st
+        .init_pid()
+        .ok_or_else(|| anyhow!("the OCI state of container {:?} has no pid", st.id))?;
     let h = Hierarchies::discover().context("cgroup hierarchies")?;
     // From the kernel, never from the (container-controlled) spec.
     let rel = cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode)?;
@@ -70,7 +85,10 @@ fn on_create(args: &HookArgs, cfg: &Config, rep: &mut Reporter, st: &OciState, t
         cgroup_path: rel,
         annotations: spec.annotations.clone(),
         bundle: st.bundle.to_string_lossy().into_owned(),
-        created_ns: spec.annotations.get(ANNOTATION_CREATED_NS).and_then(|v| v.trim().parse().ok()),
+        created_ns: spec
+            .annotations
+            .get(ANNOTATION_CREATED_NS)
+            .and_then(|v| v.trim().parse().ok()),
         hook_ns: Some(now_unix_ns()),
         threshold_ns: q.threshold_ns,
         qos: Some(q.summary),
@@ -89,10 +107,16 @@ fn on_poststop(cfg: &Config, rep: &mut Reporter, st: &OciState) {
         rep.warn(&e);
     }
     let cpusets = cfg.state_dir.join(qos::CPUSETS_DIR);
-    if cpusets.join(throttlewatch_qos::exclusive::STATE_FILE).exists() {
+    if cpusets
+        .join(throttlewatch_qos::exclusive::STATE_FILE)
+        .exists()
+    {
         match ExclusiveAllocator::open(&cpusets).and_then(|a| a.release(&st.id)) {
             Ok(_) => {}
-            Err(e) => rep.warn(&format!("cannot release the exclusive cpuset of {:?}: {e}", st.id)),
+            Err(e) => rep.warn(&format!(
+                "cannot release the exclusive cpuset of {:?}: {e}",
+                st.id
+            )),
         }
     }
     burst_record::remove(&cfg.state_dir, &st.id);

@@ -54,14 +54,19 @@ impl OciState {
             return Err("stdin: OCI state has an empty \"id\"".into());
         }
         if !st.bundle.is_absolute() {
-            return Err(format!("stdin: OCI state \"bundle\" {:?} is not an absolute path", st.bundle));
+            return Err(format!(
+                "stdin: OCI state \"bundle\" {:?} is not an absolute path",
+                st.bundle
+            ));
         }
         Ok(st)
     }
 
     /// The init pid, when the container has one.
     pub fn init_pid(&self) -> Option<u32> {
-        self.pid.filter(|p| *p > 0 && *p <= u32::MAX as i64).map(|p| p as u32)
+        self.pid
+            .filter(|p| *p > 0 && *p <= u32::MAX as i64)
+            .map(|p| p as u32)
     }
 }
 
@@ -81,14 +86,18 @@ mod tests {
 
     #[test]
     fn stopped_container_has_no_pid() {
-        let st = OciState::parse(br#"{"id":"c","pid":0,"bundle":"/b","status":"stopped"}"#).unwrap();
+        let st =
+            OciState::parse(br#"{"id":"c","pid":0,"bundle":"/b","status":"stopped"}"#).unwrap();
         assert_eq!(st.init_pid(), None);
     }
 
     #[test]
     fn garbage_is_a_clear_error() {
         let e = OciState::parse(b"hello there").unwrap_err();
-        assert!(e.starts_with("stdin: expected the OCI state JSON") && e.contains("hello there"), "{e}");
+        assert!(
+            e.starts_with("stdin: expected the OCI state JSON") && e.contains("hello there"),
+            "{e}"
+        );
         assert!(OciState::parse(b"").unwrap_err().contains("OCI state"));
         let e = OciState::parse(br#"{"id":"c","bundle":"rel"}"#).unwrap_err();
         assert!(e.contains("\"rel\"") && e.contains("absolute"), "{e}");

@@ -24,7 +24,12 @@ impl Phases {
     pub fn start(what: &str) -> Phases {
         let now = Instant::now();
         let on = std::env::var_os(ENV_TIMING).is_some_and(|v| !v.is_empty());
-        Phases { what: what.to_string(), start: now, last: now, marks: on.then(Vec::new) }
+        Phases {
+            what: what.to_string(),
+            start: now,
+            last: now,
+            marks: on.then(Vec::new),
+        }
     }
 
     /// Name the run more precisely once known (`throttlewatch-hook createRuntime`).
@@ -45,14 +50,23 @@ impl Phases {
 
     /// Append the line (also called on drop; written once).
     pub fn finish(&mut self) {
-        let Some(marks) = self.marks.take() else { return };
-        let Some(path) = std::env::var_os(ENV_TIMING).filter(|v| !v.is_empty()) else { return };
+        let Some(marks) = self.marks.take() else {
+            return;
+        };
+        let Some(path) = std::env::var_os(ENV_TIMING).filter(|v| !v.is_empty()) else {
+            return;
+        };
         let mut line = format!("{} total={}us", self.what, self.start.elapsed().as_micros());
         for (n, us) in marks {
             line.push_str(&format!(" {n}={us}us"));
         }
         line.push('\n');
-        if let Ok(mut f) = OpenOptions::new().append(true).create(true).mode(0o600).open(path) {
+        if let Ok(mut f) = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(path)
+        {
             let _ = f.write_all(line.as_bytes());
         }
     }
@@ -86,6 +100,9 @@ mod tests {
         let text = std::fs::read_to_string(&f).unwrap();
         assert_eq!(text.lines().count(), 1, "{text}");
         let l = text.lines().next().unwrap();
-        assert!(l.starts_with("x createRuntime total=") && l.contains(" config=") && l.ends_with("us"), "{l}");
+        assert!(
+            l.starts_with("x createRuntime total=") && l.contains(" config=") && l.ends_with("us"),
+            "{l}"
+        );
     }
 }

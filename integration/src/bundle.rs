@@ -29,20 +29,34 @@ pub struct ContainerOpts {
 
 impl Default for ContainerOpts {
     fn default() -> Self {
-        ContainerOpts { args: vec!["sleep".into(), "30".into()], env: vec![], annotations: BTreeMap::new(), quota_us: None, period_us: 100_000 }
+        ContainerOpts {
+            args: vec!["sleep".into(), "30".into()],
+            env: vec![],
+            annotations: BTreeMap::new(),
+            quota_us: None,
+            period_us: 100_000,
+        }
     }
 }
 
 impl ContainerOpts {
     /// `sh -c SCRIPT`.
     pub fn sh(script: &str) -> ContainerOpts {
-        ContainerOpts { args: vec!["sh".into(), "-c".into(), script.into()], ..Default::default() }
+        ContainerOpts {
+            args: vec!["sh".into(), "-c".into(), script.into()],
+            ..Default::default()
+        }
     }
 
     /// `threads` busy loops for `secs` seconds, then exit.
     pub fn busy(threads: u32, secs: u32) -> ContainerOpts {
-        let loops: Vec<String> = (0..threads).map(|_| "(while :; do :; done) &".to_string()).collect();
-        Self::sh(&format!("{} sleep {secs}; kill $(jobs -p) 2>/dev/null; true", loops.join(" ")))
+        let loops: Vec<String> = (0..threads)
+            .map(|_| "(while :; do :; done) &".to_string())
+            .collect();
+        Self::sh(&format!(
+            "{} sleep {secs}; kill $(jobs -p) 2>/dev/null; true",
+            loops.join(" ")
+        ))
     }
 
     pub fn quota(mut self, quota_us: i64, period_us: u64) -> Self {
@@ -69,9 +83,13 @@ pub fn populate_rootfs(dir: &Path) {
     for d in ["proc", "sys", "dev", "tmp", "etc", "root"] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
-    std::fs::copy(BUSYBOX, bin.join("busybox")).unwrap_or_else(|e| panic!("{BUSYBOX}: {e} (apt-get install busybox-static)"));
+    std::fs::copy(BUSYBOX, bin.join("busybox"))
+        .unwrap_or_else(|e| panic!("{BUSYBOX}: {e} (apt-get install busybox-static)"));
     let list = Command::new(BUSYBOX).arg("--list").output().unwrap();
-    for applet in String::from_utf8_lossy(&list.stdout).lines().filter(|a| *a != "busybox" && !a.is_empty()) {
+    for applet in String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter(|a| *a != "busybox" && !a.is_empty())
+    {
         let _ = std::os::unix::fs::symlink("busybox", bin.join(applet));
     }
     std::fs::write(dir.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
@@ -91,11 +109,36 @@ impl Bundle {
     pub fn new(id: &str, opts: &ContainerOpts) -> Bundle {
         let scratch = Scratch::new("bundle");
         populate_rootfs(&scratch.0.join("rootfs"));
-        let out = Command::new("runc").args(["spec", "--bundle"]).arg(&scratch.0).output().unwrap();
-        assert!(out.status.success(), "runc spec: {}", String::from_utf8_lossy(&out.stderr));
-        let safe: String = id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
-        let cgroup_path = format!("{CGROUP_PARENT}/{safe}-{}-{}", std::process::id(), crate::unique());
-        let b = Bundle { scratch, id: id.into(), cgroup_path };
+        let out = Command::new("runc")
+            .args(["spec", "--bundle"])
+            .arg(&scratch.0)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "runc spec: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let safe: String = id
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let cgroup_path = format!(
+            "{CGROUP_PARENT}/{safe}-{}-{}",
+            std::process::id(),
+            crate::unique()
+        );
+        let b = Bundle {
+            scratch,
+            id: id.into(),
+            cgroup_path,
+        };
         b.edit(|v| {
             v["process"]["terminal"] = json!(false);
             v["process"]["args"] = json!(opts.args);
@@ -134,24 +177,36 @@ impl Bundle {
 
     /// The container's directory in a v1 controller hierarchy (`cpu`, `cpuset`).
     pub fn cgroup_dir(&self, controller: &str) -> PathBuf {
-        Path::new(CGROUP_ROOT).join(controller).join(self.cgroup_path.trim_start_matches('/'))
+        Path::new(CGROUP_ROOT)
+            .join(controller)
+            .join(self.cgroup_path.trim_start_matches('/'))
     }
 
     pub fn read_cgroup(&self, controller: &str, file: &str) -> String {
         let p = self.cgroup_dir(controller).join(file);
-        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).trim().to_string()
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .trim()
+            .to_string()
     }
 
     /// `throttled_time` of the container's cpu.stat, ns.
     pub fn throttled_ns(&self) -> u64 {
         let s = self.read_cgroup("cpu", "cpu.stat");
-        s.lines().find_map(|l| l.strip_prefix("throttled_time ")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        s.lines()
+            .find_map(|l| l.strip_prefix("throttled_time "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
     }
 }
 
 impl Drop for Bundle {
     fn drop(&mut self) {
-        for ctrl in std::fs::read_dir(CGROUP_ROOT).into_iter().flatten().flatten() {
+        for ctrl in std::fs::read_dir(CGROUP_ROOT)
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let _ = std::fs::remove_dir(ctrl.path().join(self.cgroup_path.trim_start_matches('/')));
         }
     }
@@ -168,7 +223,12 @@ pub struct OciCli {
 
 impl OciCli {
     pub fn new(bin: impl Into<PathBuf>) -> OciCli {
-        OciCli { bin: bin.into(), root: Scratch::new("ociroot"), global: vec![], started: Default::default() }
+        OciCli {
+            bin: bin.into(),
+            root: Scratch::new("ociroot"),
+            global: vec![],
+            started: Default::default(),
+        }
     }
 
     pub fn command(&self) -> Command {
@@ -190,7 +250,11 @@ impl OciCli {
             .stderr(std::fs::File::create(&err).unwrap())
             .status()
             .unwrap();
-        Output { status: st, stdout: std::fs::read(&out).unwrap_or_default(), stderr: std::fs::read(&err).unwrap_or_default() }
+        Output {
+            status: st,
+            stdout: std::fs::read(&out).unwrap_or_default(),
+            stderr: std::fs::read(&err).unwrap_or_default(),
+        }
     }
 
     /// `run -d --bundle B ID`; the container is deleted on drop.
@@ -214,7 +278,10 @@ impl OciCli {
     pub fn wait_stopped(&self, id: &str, timeout: std::time::Duration) {
         let t = std::time::Instant::now();
         while self.status(id).as_deref() == Some("running") {
-            assert!(t.elapsed() < timeout, "container {id} still running after {timeout:?}");
+            assert!(
+                t.elapsed() < timeout,
+                "container {id} still running after {timeout:?}"
+            );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
@@ -223,19 +290,32 @@ impl OciCli {
 impl Drop for OciCli {
     fn drop(&mut self) {
         for id in self.started.lock().unwrap().iter() {
-            let _ = Command::new("runc").arg("--root").arg(&self.root.0).args(["delete", "-f", id]).output();
+            let _ = Command::new("runc")
+                .arg("--root")
+                .arg(&self.root.0)
+                .args(["delete", "-f", id])
+                .output();
         }
     }
 }
 
 /// Output as text, for assertion messages.
 pub fn text(o: &Output) -> String {
-    format!("status {}; stdout {}; stderr {}", o.status, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "status {}; stdout {}; stderr {}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 fn sha256_file(p: &Path) -> String {
     let o = Command::new("sha256sum").arg(p).output().unwrap();
-    String::from_utf8_lossy(&o.stdout).split_whitespace().next().unwrap().to_string()
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// A one-layer busybox image `tag` as a tar in `dir` that is both a
@@ -247,7 +327,14 @@ pub fn busybox_image_tar(dir: &Path, tag: &str) -> PathBuf {
     let layer_root = dir.join("layer");
     populate_rootfs(&layer_root);
     let layer = dir.join("layer.tar");
-    let st = Command::new("tar").arg("-C").arg(&layer_root).args(["--numeric-owner", "-cf"]).arg(&layer).arg(".").status().unwrap();
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&layer_root)
+        .args(["--numeric-owner", "-cf"])
+        .arg(&layer)
+        .arg(".")
+        .status()
+        .unwrap();
     assert!(st.success(), "tar of the layer");
     let layer_hex = sha256_file(&layer);
     let layer_size = std::fs::metadata(&layer).unwrap().len();
@@ -272,7 +359,11 @@ pub fn busybox_image_tar(dir: &Path, tag: &str) -> PathBuf {
         "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": format!("sha256:{layer_hex}"), "size": layer_size}],
     });
     let (man_hex, man_size) = put(serde_json::to_vec(&manifest).unwrap());
-    let name = if tag.contains(':') { tag.to_string() } else { format!("{tag}:latest") };
+    let name = if tag.contains(':') {
+        tag.to_string()
+    } else {
+        format!("{tag}:latest")
+    };
     let index = json!({
         "schemaVersion": 2,
         "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": format!("sha256:{man_hex}"), "size": man_size,
@@ -285,9 +376,20 @@ pub fn busybox_image_tar(dir: &Path, tag: &str) -> PathBuf {
         "RepoTags": [name],
         "Layers": [format!("blobs/sha256/{layer_hex}")],
     }]);
-    std::fs::write(root.join("manifest.json"), serde_json::to_vec(&docker_manifest).unwrap()).unwrap();
+    std::fs::write(
+        root.join("manifest.json"),
+        serde_json::to_vec(&docker_manifest).unwrap(),
+    )
+    .unwrap();
     let out = dir.join("busybox-image.tar");
-    let st = Command::new("tar").arg("-C").arg(&root).arg("-cf").arg(&out).arg(".").status().unwrap();
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-cf")
+        .arg(&out)
+        .arg(".")
+        .status()
+        .unwrap();
     assert!(st.success(), "tar of the image");
     out
 }

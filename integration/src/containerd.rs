@@ -19,13 +19,21 @@ pub const SHIM_BINARY: &str = "containerd-shim-throttlewatch-v2";
 
 fn sh(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
 fn sha256(path: &Path) -> String {
     let out = sh(Command::new("sha256sum").arg(path));
-    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
 }
 
 /// Store `file` as a blob; returns (digest, size).
@@ -50,46 +58,71 @@ pub fn build_busybox_image(dir: &Path) -> PathBuf {
     }
     std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
     let list = sh(Command::new(busybox).arg("--list"));
-    for applet in String::from_utf8_lossy(&list.stdout).lines().filter(|a| *a != "busybox") {
+    for applet in String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter(|a| *a != "busybox")
+    {
         let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
     }
     std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n").unwrap();
     let oci = dir.join("oci");
     std::fs::create_dir_all(oci.join("blobs/sha256")).unwrap();
     let layer = dir.join("layer.tar");
-    sh(Command::new("tar").args(["--numeric-owner", "--owner=0", "--group=0", "-C"]).arg(&root).arg("-cf").arg(&layer).arg("."));
+    sh(Command::new("tar")
+        .args(["--numeric-owner", "--owner=0", "--group=0", "-C"])
+        .arg(&root)
+        .arg("-cf")
+        .arg(&layer)
+        .arg("."));
     let (layer_digest, layer_size) = blob(&oci, &layer);
     let config = dir.join("config.json");
-    write_json(&config, &serde_json::json!({
-        "architecture": "amd64", "os": "linux",
-        "config": { "Env": ["PATH=/bin"], "Cmd": ["sh"] },
-        "rootfs": { "type": "layers", "diff_ids": [layer_digest] },
-    }));
+    write_json(
+        &config,
+        &serde_json::json!({
+            "architecture": "amd64", "os": "linux",
+            "config": { "Env": ["PATH=/bin"], "Cmd": ["sh"] },
+            "rootfs": { "type": "layers", "diff_ids": [layer_digest] },
+        }),
+    );
     let (config_digest, config_size) = blob(&oci, &config);
     let manifest = dir.join("manifest");
-    write_json(&manifest, &serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config_size },
-        "layers": [{ "mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer_digest, "size": layer_size }],
-    }));
+    write_json(
+        &manifest,
+        &serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": { "mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config_size },
+            "layers": [{ "mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer_digest, "size": layer_size }],
+        }),
+    );
     let (manifest_digest, manifest_size) = blob(&oci, &manifest);
     std::fs::write(oci.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
-    write_json(&oci.join("index.json"), &serde_json::json!({
-        "schemaVersion": 2,
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": manifest_digest, "size": manifest_size,
-            "annotations": { "io.containerd.image.name": IMAGE_NAME, "org.opencontainers.image.ref.name": "latest" },
-        }],
-    }));
+    write_json(
+        &oci.join("index.json"),
+        &serde_json::json!({
+            "schemaVersion": 2,
+            "manifests": [{
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": manifest_digest, "size": manifest_size,
+                "annotations": { "io.containerd.image.name": IMAGE_NAME, "org.opencontainers.image.ref.name": "latest" },
+            }],
+        }),
+    );
     // docker-archive view of the same blobs.
     let hex = |d: &str| format!("blobs/sha256/{}", d.trim_start_matches("sha256:"));
-    write_json(&oci.join("manifest.json"), &serde_json::json!([{
-        "Config": hex(&config_digest), "RepoTags": ["twbusybox:latest"], "Layers": [hex(&layer_digest)],
-    }]));
+    write_json(
+        &oci.join("manifest.json"),
+        &serde_json::json!([{
+            "Config": hex(&config_digest), "RepoTags": ["twbusybox:latest"], "Layers": [hex(&layer_digest)],
+        }]),
+    );
     let tar = dir.join("twbusybox.tar");
-    sh(Command::new("tar").arg("-C").arg(&oci).arg("-cf").arg(&tar).args(["oci-layout", "index.json", "manifest.json", "blobs"]));
+    sh(Command::new("tar")
+        .arg("-C")
+        .arg(&oci)
+        .arg("-cf")
+        .arg(&tar)
+        .args(["oci-layout", "index.json", "manifest.json", "blobs"]));
     tar
 }
 
@@ -124,7 +157,10 @@ impl Containerd {
             ),
         )
         .unwrap();
-        let mut path = path_dirs.iter().map(|d| d.to_string_lossy().into_owned()).collect::<Vec<_>>();
+        let mut path = path_dirs
+            .iter()
+            .map(|d| d.to_string_lossy().into_owned())
+            .collect::<Vec<_>>();
         path.push(std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
         let log = std::fs::File::create(dir.0.join("containerd.log")).unwrap();
         let child = Command::new("containerd")
@@ -138,10 +174,19 @@ impl Containerd {
             .spawn()
             .expect("containerd (apt-get install containerd)");
         let namespace = format!("tw{}x{}", std::process::id(), crate::unique());
-        let c = Containerd { dir, socket, namespace, child };
+        let c = Containerd {
+            dir,
+            socket,
+            namespace,
+            child,
+        };
         let t0 = Instant::now();
         while !c.ctr(&["version"]).status.success() {
-            assert!(t0.elapsed() < Duration::from_secs(10), "containerd did not come up: {}", c.log());
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "containerd did not come up: {}",
+                c.log()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         c
@@ -154,7 +199,12 @@ impl Containerd {
     /// `ctr -a SOCK -n NS args…`
     pub fn ctr_cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new("ctr");
-        c.arg("-a").arg(&self.socket).arg("-n").arg(&self.namespace).args(args).stdin(Stdio::null());
+        c.arg("-a")
+            .arg(&self.socket)
+            .arg("-n")
+            .arg(&self.namespace)
+            .args(args)
+            .stdin(Stdio::null());
         c
     }
 
@@ -164,7 +214,11 @@ impl Containerd {
 
     pub fn import(&self, tar: &Path) {
         let out = self.ctr(&["images", "import", tar.to_str().unwrap()]);
-        assert!(out.status.success(), "import: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// PIDs of shim processes serving this containerd.
@@ -181,10 +235,19 @@ impl Containerd {
     /// terminal, as `ctr -t` needs). `input` is typed once `ready` shows in
     /// the output (at once when `ready` is empty). Returns the output and
     /// ctr's exit code (None: killed after `timeout`).
-    pub fn ctr_on_pty(&self, args: &[&str], (rows, cols): (u16, u16), ready: &str, input: &[u8], timeout: Duration) -> (String, Option<i32>) {
+    pub fn ctr_on_pty(
+        &self,
+        args: &[&str],
+        (rows, cols): (u16, u16),
+        ready: &str,
+        input: &[u8],
+        timeout: Duration,
+    ) -> (String, Option<i32>) {
         let (master, slave) = openpty(rows, cols);
         let mut cmd = self.ctr_cmd(args);
-        cmd.stdin(slave.try_clone().unwrap()).stdout(slave.try_clone().unwrap()).stderr(slave);
+        cmd.stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
         // SAFETY: setsid and TIOCSCTTY between fork and exec, async-signal-safe.
         unsafe {
             cmd.pre_exec(|| {
@@ -237,10 +300,19 @@ impl Containerd {
 /// A pty pair (master with close-on-exec) of the given window size.
 fn openpty(rows: u16, cols: u16) -> (File, File) {
     let (mut m, mut s) = (0, 0);
-    let ws = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
     // SAFETY: openpty(3) with valid out-pointers and a winsize; the fds become ours.
     unsafe {
-        assert_eq!(libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), &ws), 0, "openpty");
+        assert_eq!(
+            libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), &ws),
+            0,
+            "openpty"
+        );
         libc::fcntl(m, libc::F_SETFD, libc::FD_CLOEXEC);
         (File::from_raw_fd(m), File::from_raw_fd(s))
     }
@@ -250,8 +322,12 @@ fn openpty(rows: u16, cols: u16) -> (File, File) {
 pub fn procs_matching(f: impl Fn(&str) -> bool) -> Vec<u32> {
     let mut pids = vec![];
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
         let cmd = String::from_utf8_lossy(&raw).replace('\0', " ");
         if f(&cmd) {
             pids.push(pid);
@@ -263,25 +339,45 @@ pub fn procs_matching(f: impl Fn(&str) -> bool) -> Vec<u32> {
 /// VmRSS of a process in kB.
 pub fn vm_rss_kb(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Pss of a process in kB (`/proc/<pid>/smaps_rollup`).
 pub fn pss_kb(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    s.lines().find(|l| l.starts_with("Pss:"))?.split_whitespace().nth(1)?.parse().ok()
+    s.lines()
+        .find(|l| l.starts_with("Pss:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Number of threads of a process.
 pub fn threads(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find(|l| l.starts_with("Threads:"))?.split_whitespace().nth(1)?.parse().ok()
+    s.lines()
+        .find(|l| l.starts_with("Threads:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// "VmRSS N kB, Pss N kB, N threads" of a process, for test output.
 pub fn mem_summary(pid: u32) -> String {
     let f = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_else(|| "?".into());
-    format!("VmRSS {} kB, Pss {} kB, {} threads", f(vm_rss_kb(pid)), f(pss_kb(pid)), f(threads(pid)))
+    format!(
+        "VmRSS {} kB, Pss {} kB, {} threads",
+        f(vm_rss_kb(pid)),
+        f(pss_kb(pid)),
+        f(threads(pid))
+    )
 }
 
 impl Drop for Containerd {
@@ -293,7 +389,9 @@ impl Drop for Containerd {
         // SAFETY: kill(2) of the containerd we started.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let t0 = Instant::now();
-        while self.child.try_wait().ok().flatten().is_none() && t0.elapsed() < Duration::from_secs(5) {
+        while self.child.try_wait().ok().flatten().is_none()
+            && t0.elapsed() < Duration::from_secs(5)
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.child.kill();
@@ -301,14 +399,23 @@ impl Drop for Containerd {
         // Leftover mounts (snapshots, rootfs) under our dirs, deepest first.
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let prefix = self.dir.0.to_string_lossy().into_owned();
-        let mut ours: Vec<&str> = mounts.lines().filter_map(|l| l.split(' ').nth(4)).filter(|m| m.starts_with(&prefix)).collect();
+        let mut ours: Vec<&str> = mounts
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|m| m.starts_with(&prefix))
+            .collect();
         ours.sort_by_key(|m| std::cmp::Reverse(m.len()));
         for m in ours {
             let _ = Command::new("umount").arg("-l").arg(m).status();
         }
-        let _ = std::fs::remove_dir_all(Path::new("/run/containerd/throttlewatch").join(&self.namespace));
-        for ctrl in ["cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer"] {
-            let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(ctrl).join(&self.namespace));
+        let _ = std::fs::remove_dir_all(
+            Path::new("/run/containerd/throttlewatch").join(&self.namespace),
+        );
+        for ctrl in [
+            "cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer",
+        ] {
+            let _ =
+                std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(ctrl).join(&self.namespace));
         }
     }
 }

@@ -32,17 +32,28 @@ impl PrivateConfig {
         let state_dir = dir.0.join("run");
         let path = dir.0.join("throttlewatch.toml");
         // Tests start their agent themselves unless `extra` says otherwise.
-        let start_agent = if extra.contains("start_agent") { "" } else { "start_agent = false\n" };
+        let start_agent = if extra.contains("start_agent") {
+            ""
+        } else {
+            "start_agent = false\n"
+        };
         let toml = format!(
             "log_dir = {:?}\nsocket = {:?}\nstate_dir = {:?}\nmetrics_addr = \"\"\n{start_agent}{extra}\n",
             log_dir, socket, state_dir
         );
         std::fs::write(&path, toml).unwrap();
-        PrivateConfig { dir, path, log_dir, socket, state_dir }
+        PrivateConfig {
+            dir,
+            path,
+            log_dir,
+            socket,
+            state_dir,
+        }
     }
 
     pub fn log_of(&self, container_id: &str) -> PathBuf {
-        self.log_dir.join(throttlewatch_core::logfmt::log_file_name(container_id))
+        self.log_dir
+            .join(throttlewatch_core::logfmt::log_file_name(container_id))
     }
 
     pub fn hook_log(&self) -> String {
@@ -55,7 +66,9 @@ impl PrivateConfig {
         let mut out = vec![];
         for e in std::fs::read_dir(&self.dir.0).unwrap().flatten() {
             let p = e.path();
-            let ours = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(AGENT_OUTPUT));
+            let ours = p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(AGENT_OUTPUT));
             if p != self.log_dir && p != self.state_dir && p != self.path && !ours {
                 out.push(p);
             }
@@ -112,9 +125,16 @@ impl Agent {
                 return;
             }
             if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("the agent exited ({st}): {}", std::fs::read_to_string(&self.output).unwrap_or_default());
+                panic!(
+                    "the agent exited ({st}): {}",
+                    std::fs::read_to_string(&self.output).unwrap_or_default()
+                );
             }
-            assert!(t.elapsed() < timeout, "the agent did not answer on {} in {timeout:?}", socket.display());
+            assert!(
+                t.elapsed() < timeout,
+                "the agent did not answer on {} in {timeout:?}",
+                socket.display()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -145,13 +165,19 @@ pub struct DetachedAgents {
 
 impl DetachedAgents {
     pub fn new(cfg: &PrivateConfig) -> DetachedAgents {
-        DetachedAgents { config: cfg.path.clone() }
+        DetachedAgents {
+            config: cfg.path.clone(),
+        }
     }
 
     /// Running `throttlewatch ... agent` processes on this configuration,
     /// without the short-lived `agent --detach` launchers.
     pub fn pids(&self) -> Vec<u32> {
-        agent_processes(&self.config).into_iter().filter(|(_, args)| !args.iter().any(|a| a == "--detach")).map(|(p, _)| p).collect()
+        agent_processes(&self.config)
+            .into_iter()
+            .filter(|(_, args)| !args.iter().any(|a| a == "--detach"))
+            .map(|(p, _)| p)
+            .collect()
     }
 
     /// Wait until no `--detach` launcher is left and the agent count is stable.
@@ -170,12 +196,19 @@ impl DetachedAgents {
 
 impl Drop for DetachedAgents {
     fn drop(&mut self) {
-        let pids = agent_processes(&self.config).into_iter().map(|(p, _)| p).collect::<Vec<_>>();
+        let pids = agent_processes(&self.config)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect::<Vec<_>>();
         for p in &pids {
             let _ = kill(Pid::from_raw(*p as i32), Signal::SIGTERM);
         }
         let t = Instant::now();
-        while pids.iter().any(|p| Path::new(&format!("/proc/{p}")).exists()) && t.elapsed() < Duration::from_secs(10) {
+        while pids
+            .iter()
+            .any(|p| Path::new(&format!("/proc/{p}")).exists())
+            && t.elapsed() < Duration::from_secs(10)
+        {
             std::thread::sleep(Duration::from_millis(50));
         }
         for p in pids {
@@ -190,10 +223,19 @@ pub fn agent_processes(config: &Path) -> Vec<(u32, Vec<String>)> {
     let want = config.to_string_lossy();
     let mut out = vec![];
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else { continue };
-        let args: Vec<String> = raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        let is_agent = args.first().is_some_and(|a| a.ends_with("/throttlewatch")) && args.iter().any(|a| a == "agent");
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(raw) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let is_agent = args.first().is_some_and(|a| a.ends_with("/throttlewatch"))
+            && args.iter().any(|a| a == "agent");
         if is_agent && args.iter().any(|a| *a == want) {
             out.push((pid, args));
         }
@@ -206,11 +248,18 @@ pub fn agent_processes(config: &Path) -> Vec<(u32, Vec<String>)> {
 pub fn lock_holder(state_dir: &Path) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::metadata(state_dir.join("agent.lock")).ok()?;
-    let want = format!("{:02x}:{:02x}:{}", libc::major(m.dev()), libc::minor(m.dev()), m.ino());
+    let want = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(m.dev()),
+        libc::minor(m.dev()),
+        m.ino()
+    );
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
     locks.lines().find_map(|l| {
         let f: Vec<&str> = l.split_whitespace().filter(|x| *x != "->").collect();
-        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str())).then(|| f.get(4)?.parse().ok()).flatten()
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()))
+            .then(|| f.get(4)?.parse().ok())
+            .flatten()
     })
 }
 
@@ -244,7 +293,11 @@ impl Dockerd {
 
     fn start_with(cfg: &PrivateConfig, driver: &str) -> Result<Dockerd, String> {
         // Short paths: containerd's sockets live under the exec-root.
-        let dir = Scratch(PathBuf::from(format!("/tmp/twd{}-{}", std::process::id(), crate::unique())));
+        let dir = Scratch(PathBuf::from(format!(
+            "/tmp/twd{}-{}",
+            std::process::id(),
+            crate::unique()
+        )));
         std::fs::create_dir_all(&dir.0).unwrap();
         let socket = dir.0.join("docker.sock");
         let exec_root = dir.0.join("x");
@@ -276,7 +329,14 @@ impl Dockerd {
             .stderr(out)
             .spawn()
             .map_err(|e| format!("dockerd: {e} (apt-get install docker.io)"))?;
-        let mut d = Dockerd { dir, socket, exec_root, cgroup_parent, storage_driver: driver.into(), child };
+        let mut d = Dockerd {
+            dir,
+            socket,
+            exec_root,
+            cgroup_parent,
+            storage_driver: driver.into(),
+            child,
+        };
         let t = Instant::now();
         loop {
             if d.docker(&["version"]).status.success() {
@@ -316,7 +376,10 @@ impl Dockerd {
 
     /// The container's cgroup directory in a v1 controller hierarchy.
     pub fn cgroup_dir(&self, controller: &str, full_id: &str) -> PathBuf {
-        Path::new("/sys/fs/cgroup").join(controller).join(self.cgroup_parent.trim_start_matches('/')).join(full_id)
+        Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join(self.cgroup_parent.trim_start_matches('/'))
+            .join(full_id)
     }
 
     fn containerd_pid(&self) -> Option<i32> {
@@ -337,8 +400,13 @@ impl Drop for Dockerd {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         unmount_below(&self.dir.0);
-        for ctrl in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
-            let _ = std::fs::remove_dir(ctrl.path().join(self.cgroup_parent.trim_start_matches('/')));
+        for ctrl in std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let _ =
+                std::fs::remove_dir(ctrl.path().join(self.cgroup_parent.trim_start_matches('/')));
         }
     }
 }
@@ -347,8 +415,12 @@ impl Drop for Dockerd {
 /// descends into a mounted filesystem.
 pub fn unmount_below(dir: &Path) {
     let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut points: Vec<PathBuf> =
-        mi.lines().filter_map(|l| l.split(' ').nth(4)).map(PathBuf::from).filter(|p| p.starts_with(dir)).collect();
+    let mut points: Vec<PathBuf> = mi
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(dir))
+        .collect();
     points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for p in points {
         let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);

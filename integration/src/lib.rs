@@ -14,7 +14,11 @@ pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
     let p = dir.join(name);
-    assert!(p.exists(), "{} is not built: run `cargo build --workspace --bins` first", p.display());
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build --workspace --bins` first",
+        p.display()
+    );
     p
 }
 
@@ -70,9 +74,18 @@ pub fn burn_in(cg: &throttlewatch_cgroup::TransientCgroup, args: &[&str]) -> std
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("tw-burn");
-    cg.group.add_pid(c.id()).expect("move tw-burn into its cgroup");
-    for t in std::fs::read_dir(format!("/proc/{}/task", c.id())).into_iter().flatten().flatten() {
-        let _ = std::fs::write(cg.group.cpu_dir.join("tasks"), t.file_name().to_string_lossy().as_bytes());
+    cg.group
+        .add_pid(c.id())
+        .expect("move tw-burn into its cgroup");
+    for t in std::fs::read_dir(format!("/proc/{}/task", c.id()))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let _ = std::fs::write(
+            cg.group.cpu_dir.join("tasks"),
+            t.file_name().to_string_lossy().as_bytes(),
+        );
     }
     c
 }

@@ -23,14 +23,22 @@ impl Agent {
             d = dir.0.display()
         );
         std::fs::write(dir.0.join("tw.toml"), cfg).unwrap();
-        let mut a = Agent { dir, child: None, metrics_port };
+        let mut a = Agent {
+            dir,
+            child: None,
+            metrics_port,
+        };
         a.spawn();
         a
     }
 
     fn spawn(&mut self) {
         let child = Command::new(bin("throttlewatch"))
-            .args(["--config", self.dir.0.join("tw.toml").to_str().unwrap(), "agent"])
+            .args([
+                "--config",
+                self.dir.0.join("tw.toml").to_str().unwrap(),
+                "agent",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -78,7 +86,10 @@ fn burner(cg: &TransientCgroup, threads: &str, ms: &str) -> Child {
 fn register(a: &Agent, id: &str, cg: &TransientCgroup, pid: u32) -> Response {
     let mut ann = BTreeMap::new();
     ann.insert("io.kubernetes.pod.namespace".to_string(), "ml".to_string());
-    ann.insert("io.kubernetes.pod.name".to_string(), format!("trainer-{id}"));
+    ann.insert(
+        "io.kubernetes.pod.name".to_string(),
+        format!("trainer-{id}"),
+    );
     a.call(Request::Register(Register {
         container_id: id.into(),
         container_name: format!("name-{id}"),
@@ -124,12 +135,22 @@ fn two_containers_two_logs_metrics_and_clean_unregister() {
     b2.wait().unwrap();
     std::thread::sleep(Duration::from_millis(1200));
     let metrics = http_get(a.metrics_port, "/metrics");
-    assert!(metrics.contains("throttlewatch_freeze_duration_seconds_bucket"), "{metrics}");
-    assert!(metrics.contains("pod=\"trainer-ctr-two\"") && metrics.contains("namespace=\"ml\""), "{metrics}");
+    assert!(
+        metrics.contains("throttlewatch_freeze_duration_seconds_bucket"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("pod=\"trainer-ctr-two\"") && metrics.contains("namespace=\"ml\""),
+        "{metrics}"
+    );
     assert!(metrics.contains("throttlewatch_throttled_periods_total"));
     assert!(metrics.contains("throttlewatch_watched_containers 2"));
     for (id, cg, pid) in [("ctr/one", &c1, b1.id()), ("ctr-two", &c2, b2.id())] {
-        let r = a.call(Request::Unregister { container_id: id.into(), reason: "poststop".into(), exit_code: Some(0) });
+        let r = a.call(Request::Unregister {
+            container_id: id.into(),
+            reason: "poststop".into(),
+            exit_code: Some(0),
+        });
         assert!(r.ok, "{r:?}");
         let path = PathBuf::from(r.log_path.unwrap());
         assert_eq!(path.parent().unwrap(), a.logs(), "log stays in the log dir");
@@ -141,18 +162,38 @@ fn two_containers_two_logs_metrics_and_clean_unregister() {
         let recs = of_type(&log, "throttle");
         assert!(!recs.is_empty());
         for r in recs {
-            assert_eq!(r["cgroup_id"].as_u64().unwrap(), cgid, "no event crosses over");
+            assert_eq!(
+                r["cgroup_id"].as_u64().unwrap(),
+                cgid,
+                "no event crosses over"
+            );
             assert_eq!(r["pid"].as_u64().unwrap(), pid as u64);
         }
         let end = of_type(&log, "end")[0];
-        let (p, k) = (end["probe_throttled_ns"].as_f64().unwrap(), end["kernel_throttled_ns"].as_f64().unwrap());
-        assert!(k > 1e8 && (p - k).abs() / k <= 0.02, "{id}: probe {p} kernel {k}");
-        assert!(!of_type(&log, "cpu_stat").is_empty(), "periodic cpu_stat snapshots");
+        let (p, k) = (
+            end["probe_throttled_ns"].as_f64().unwrap(),
+            end["kernel_throttled_ns"].as_f64().unwrap(),
+        );
+        assert!(
+            k > 1e8 && (p - k).abs() / k <= 0.02,
+            "{id}: probe {p} kernel {k}"
+        );
+        assert!(
+            !of_type(&log, "cpu_stat").is_empty(),
+            "periodic cpu_stat snapshots"
+        );
     }
     let st = a.call(Request::Status);
     assert_eq!(st.watch_map_entries, Some(0), "watch map emptied");
-    assert!(!http_get(a.metrics_port, "/metrics").contains("ctr-two"), "series of ended containers are dropped");
-    let bad = a.call(Request::Register(Register { container_id: "x".into(), cgroup_path: "/no/such/cgroup".into(), ..Default::default() }));
+    assert!(
+        !http_get(a.metrics_port, "/metrics").contains("ctr-two"),
+        "series of ended containers are dropped"
+    );
+    let bad = a.call(Request::Register(Register {
+        container_id: "x".into(),
+        cgroup_path: "/no/such/cgroup".into(),
+        ..Default::default()
+    }));
     assert!(!bad.ok && bad.error.unwrap().contains("/no/such/cgroup"));
 }
 
@@ -161,7 +202,8 @@ fn restart_resumes_the_log() {
     let _l = cpu_lock();
     let mut a = Agent::start(Scratch::new("agentr"), 19478);
     let h = Hierarchies::discover().unwrap();
-    let cg = TransientCgroup::create(&h, &format!("/tw-test-agent-r-{}", std::process::id())).unwrap();
+    let cg =
+        TransientCgroup::create(&h, &format!("/tw-test-agent-r-{}", std::process::id())).unwrap();
     cg.group.set_quota(Some(25_000), 100_000).unwrap();
     let mut b = burner(&cg, "2", "4000");
     assert!(register(&a, "resumer", &cg, b.id()).ok);
@@ -169,18 +211,33 @@ fn restart_resumes_the_log() {
     a.stop(libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(500));
     a.spawn();
-    assert_eq!(a.call(Request::Status).watched, Some(vec!["resumer".to_string()]));
+    assert_eq!(
+        a.call(Request::Status).watched,
+        Some(vec!["resumer".to_string()])
+    );
     b.wait().unwrap();
-    let r = a.call(Request::Unregister { container_id: "resumer".into(), reason: "poststop".into(), exit_code: None });
+    let r = a.call(Request::Unregister {
+        container_id: "resumer".into(),
+        reason: "poststop".into(),
+        exit_code: None,
+    });
     assert!(r.ok);
     let log = read_log(Path::new(&r.log_path.unwrap()));
     assert_eq!(of_type(&log, "start").len(), 1, "no second start");
     let resume = of_type(&log, "resume");
     assert_eq!(resume.len(), 1);
-    assert!(resume[0]["unwatched_throttled_ns"].as_u64().unwrap() > 0, "the gap is accounted: {}", resume[0]);
+    assert!(
+        resume[0]["unwatched_throttled_ns"].as_u64().unwrap() > 0,
+        "the gap is accounted: {}",
+        resume[0]
+    );
     let end = of_type(&log, "end")[0];
-    let p = end["probe_throttled_ns"].as_f64().unwrap() + end["unwatched_throttled_ns"].as_f64().unwrap();
+    let p = end["probe_throttled_ns"].as_f64().unwrap()
+        + end["unwatched_throttled_ns"].as_f64().unwrap();
     let k = end["kernel_throttled_ns"].as_f64().unwrap();
-    assert!((p - k).abs() / k <= 0.03, "probe+unwatched {p} vs kernel {k}: {end}");
+    assert!(
+        (p - k).abs() / k <= 0.03,
+        "probe+unwatched {p} vs kernel {k}: {end}"
+    );
     assert_eq!(log.last().unwrap()["type"], "end");
 }

@@ -9,7 +9,11 @@ use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
 use throttlewatch_integration::{bin, burn_in, cpu_lock, of_type, read_log, Scratch};
 
 fn tw(args: &[&str]) -> Output {
-    Command::new(bin("throttlewatch")).args(args).stdin(Stdio::null()).output().unwrap()
+    Command::new(bin("throttlewatch"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
 }
 
 fn leftovers() -> Vec<String> {
@@ -29,26 +33,73 @@ fn bad_input_is_one_clear_line_with_status_2() {
     let log = d.0.join("never.jsonl");
     let l = log.to_str().unwrap();
     let cases: &[(&[&str], &[&str])] = &[
-        (&["run", "--log", l, "--cpus", "abc", "--", "true"], &["--cpus", "\"abc\"", "expected"]),
-        (&["run", "--log", l, "--cpus", "-1", "--", "true"], &["--cpus", "-1"]),
-        (&["run", "--log", l, "--cpus", "0.5", "--burst", "200ms", "--", "true"], &["--burst", "200ms", "larger than the quota"]),
-        (&["run", "--log", l, "--burst", "5ms", "--", "true"], &["--burst", "needs a quota"]),
-        (&["run", "--log", l, "--burst", "lots", "--cpus", "1", "--", "true"], &["--burst", "lots"]),
-        (&["run", "--log", l, "--cpuset", "0-999", "--", "true"], &["--cpuset", "0-999", "not available"]),
-        (&["run", "--log", l, "--cpuset", "two", "--", "true"], &["--cpuset", "two"]),
-        (&["run", "--log", l, "--", "no-such-command-tw"], &["command not found", "no-such-command-tw"]),
-        (&["run", "--log", "/nonexistent-dir/x.jsonl", "--", "true"], &["--log", "does not exist"]),
-        (&["run", "--log", l, "--threshold", "soon", "--", "true"], &["--threshold", "soon"]),
-        (&["watch", "--log", l, "--cgroup", "/no/such/group"], &["--cgroup", "/no/such/group", "no such cgroup"]),
-        (&["watch", "--log", l, "--pid", "999999999"], &["--pid", "999999999", "no such process"]),
+        (
+            &["run", "--log", l, "--cpus", "abc", "--", "true"],
+            &["--cpus", "\"abc\"", "expected"],
+        ),
+        (
+            &["run", "--log", l, "--cpus", "-1", "--", "true"],
+            &["--cpus", "-1"],
+        ),
+        (
+            &[
+                "run", "--log", l, "--cpus", "0.5", "--burst", "200ms", "--", "true",
+            ],
+            &["--burst", "200ms", "larger than the quota"],
+        ),
+        (
+            &["run", "--log", l, "--burst", "5ms", "--", "true"],
+            &["--burst", "needs a quota"],
+        ),
+        (
+            &[
+                "run", "--log", l, "--burst", "lots", "--cpus", "1", "--", "true",
+            ],
+            &["--burst", "lots"],
+        ),
+        (
+            &["run", "--log", l, "--cpuset", "0-999", "--", "true"],
+            &["--cpuset", "0-999", "not available"],
+        ),
+        (
+            &["run", "--log", l, "--cpuset", "two", "--", "true"],
+            &["--cpuset", "two"],
+        ),
+        (
+            &["run", "--log", l, "--", "no-such-command-tw"],
+            &["command not found", "no-such-command-tw"],
+        ),
+        (
+            &["run", "--log", "/nonexistent-dir/x.jsonl", "--", "true"],
+            &["--log", "does not exist"],
+        ),
+        (
+            &["run", "--log", l, "--threshold", "soon", "--", "true"],
+            &["--threshold", "soon"],
+        ),
+        (
+            &["watch", "--log", l, "--cgroup", "/no/such/group"],
+            &["--cgroup", "/no/such/group", "no such cgroup"],
+        ),
+        (
+            &["watch", "--log", l, "--pid", "999999999"],
+            &["--pid", "999999999", "no such process"],
+        ),
         (&["watch", "--log", l, "--pid", "abc"], &["--pid", "abc"]),
-        (&["watch", "--log", l, "--pid", "1", "--duration", "forever"], &["--duration", "forever"]),
+        (
+            &["watch", "--log", l, "--pid", "1", "--duration", "forever"],
+            &["--duration", "forever"],
+        ),
     ];
     for (args, wants) in cases {
         let o = tw(args);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line, got: {err}");
+        assert_eq!(
+            err.trim().lines().count(),
+            1,
+            "{args:?}: one line, got: {err}"
+        );
         for w in *wants {
             assert!(err.contains(w), "{args:?}: {err:?} should mention {w}");
         }
@@ -63,17 +114,43 @@ fn exit_status_and_signals_pass_through() {
     let d = Scratch::new("cli2");
     let log = d.0.join("x.jsonl");
     let l = log.to_str().unwrap();
-    let o = tw(&["run", "--quiet", "--log", l, "--cpus", "0.5", "--", "sh", "-c", "echo out; exit 7"]);
+    let o = tw(&[
+        "run",
+        "--quiet",
+        "--log",
+        l,
+        "--cpus",
+        "0.5",
+        "--",
+        "sh",
+        "-c",
+        "echo out; exit 7",
+    ]);
     assert_eq!(o.status.code(), Some(7));
-    assert_eq!(String::from_utf8_lossy(&o.stdout), "out\n", "stdout passes through");
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "out\n",
+        "stdout passes through"
+    );
     let end = read_log(&log);
     assert_eq!(of_type(&end, "end")[0]["exit_code"], 7);
-    let o = tw(&["run", "--quiet", "--log", l, "--", "sh", "-c", "kill -TERM $$"]);
+    let o = tw(&[
+        "run",
+        "--quiet",
+        "--log",
+        l,
+        "--",
+        "sh",
+        "-c",
+        "kill -TERM $$",
+    ]);
     assert_eq!(o.status.code(), Some(128 + 15));
 
     // SIGTERM to throttlewatch: the command is stopped, the end record written.
     let child = Command::new(bin("throttlewatch"))
-        .args(["run", "--quiet", "--log", l, "--cpus", "0.2", "--", "sleep", "30"])
+        .args([
+            "run", "--quiet", "--log", l, "--cpus", "0.2", "--", "sleep", "30",
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -92,19 +169,43 @@ fn exit_status_and_signals_pass_through() {
 fn watch_an_existing_cgroup_for_a_duration() {
     let _l = cpu_lock();
     let h = Hierarchies::discover().unwrap();
-    let cg = TransientCgroup::create(&h, &format!("/tw-test-watch-{}", std::process::id())).unwrap();
+    let cg =
+        TransientCgroup::create(&h, &format!("/tw-test-watch-{}", std::process::id())).unwrap();
     cg.group.set_quota(Some(20_000), 100_000).unwrap();
     let mut b = burn_in(&cg, &["--threads", "2", "--ms", "3000"]);
     let d = Scratch::new("watch");
     let log = d.0.join("w.jsonl");
-    let o = tw(&["watch", "--pid", &b.id().to_string(), "--duration", "1500ms", "--json", "--log", log.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = tw(&[
+        "watch",
+        "--pid",
+        &b.id().to_string(),
+        "--duration",
+        "1500ms",
+        "--json",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let err = String::from_utf8_lossy(&o.stderr);
-    let json_lines: Vec<serde_json::Value> = err.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-    assert!(json_lines.iter().any(|v| v["type"] == "throttle"), "--json shows live throttle events");
+    let json_lines: Vec<serde_json::Value> = err
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        json_lines.iter().any(|v| v["type"] == "throttle"),
+        "--json shows live throttle events"
+    );
     assert!(json_lines.iter().any(|v| v["type"] == "end"));
     let v = read_log(&log);
-    assert_eq!(of_type(&v, "start")[0]["cgroup_path"], cg.group.rel.as_str());
+    assert_eq!(
+        of_type(&v, "start")[0]["cgroup_path"],
+        cg.group.rel.as_str()
+    );
     let end = of_type(&v, "end")[0];
     assert_eq!(end["reason"], "duration");
     assert!(end["freezes"].as_u64().unwrap() > 0);
@@ -112,8 +213,22 @@ fn watch_an_existing_cgroup_for_a_duration() {
     b.wait().unwrap();
     // The full path under the mount is accepted too.
     let full = cg.group.cpu_dir.to_str().unwrap().to_string();
-    let o = tw(&["watch", "--cgroup", &full, "--duration", "200ms", "--quiet", "--log", log.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = tw(&[
+        "watch",
+        "--cgroup",
+        &full,
+        "--duration",
+        "200ms",
+        "--quiet",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(Path::new(&log).exists());
 }
 
@@ -132,7 +247,10 @@ fn topology_on_a_fixture_tree() {
     for (i, bus) in ["0000:1a:00.0", "0000:9b:00.0"].iter().enumerate() {
         w(&format!("bus/pci/devices/{bus}/vendor"), "0x10de\n");
         w(&format!("bus/pci/devices/{bus}/class"), "0x030200\n");
-        w(&format!("bus/pci/devices/{bus}/numa_node"), &format!("{i}\n"));
+        w(
+            &format!("bus/pci/devices/{bus}/numa_node"),
+            &format!("{i}\n"),
+        );
     }
     let o = tw(&[
         "topology",
@@ -146,7 +264,12 @@ fn topology_on_a_fixture_tree() {
         "NVIDIA_VISIBLE_DEVICES=1",
         "--json",
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["plan"]["cpus"], "4-7", "GPU 1 sits on node 1: {v}");
     assert_eq!(v["topology"]["gpus"].as_array().unwrap().len(), 2);

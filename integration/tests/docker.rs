@@ -11,7 +11,10 @@ use throttlewatch_integration::daemons::{Agent, Dockerd, PrivateConfig, BUSYBOX_
 use throttlewatch_integration::{cpu_lock, of_type, read_log};
 
 fn read(p: std::path::PathBuf) -> String {
-    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).trim().to_string()
+    std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_string()
 }
 
 #[test]
@@ -23,19 +26,39 @@ fn docker_run_with_throttlewatch_runtime_logs_and_keeps_the_burst() {
     eprintln!("dockerd storage driver: {}", d.storage_driver);
     let busy = "for i in 1 2 3; do (while :; do :; done) & done; sleep 4; kill $(jobs -p); true";
     let o = d.docker(&[
-        "run", "-d", "--network", "none", "--runtime", "throttlewatch", "--cpus", "0.2",
-        "-e", "THROTTLEWATCH_CPU_BURST=10ms", BUSYBOX_IMAGE, "sh", "-c", busy,
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--runtime",
+        "throttlewatch",
+        "--cpus",
+        "0.2",
+        "-e",
+        "THROTTLEWATCH_CPU_BURST=10ms",
+        BUSYBOX_IMAGE,
+        "sh",
+        "-c",
+        busy,
     ]);
     assert!(o.status.success(), "docker run: {}\n{}", text(&o), d.log());
     let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
     let cpu = d.cgroup_dir("cpu", &id);
     assert_eq!(read(cpu.join("cpu.cfs_quota_us")), "20000");
-    assert_eq!(read(cpu.join("cpu.cfs_burst_us")), "10000", "burst from THROTTLEWATCH_CPU_BURST");
+    assert_eq!(
+        read(cpu.join("cpu.cfs_burst_us")),
+        "10000",
+        "burst from THROTTLEWATCH_CPU_BURST"
+    );
 
     let o = d.docker(&["update", "--cpus", "0.3", &id]);
     assert!(o.status.success(), "docker update: {}", text(&o));
     assert_eq!(read(cpu.join("cpu.cfs_quota_us")), "30000");
-    assert_eq!(read(cpu.join("cpu.cfs_burst_us")), "10000", "burst kept across docker update");
+    assert_eq!(
+        read(cpu.join("cpu.cfs_burst_us")),
+        "10000",
+        "burst kept across docker update"
+    );
 
     let o = d.docker(&["wait", &id]);
     assert!(o.status.success(), "docker wait: {}", text(&o));

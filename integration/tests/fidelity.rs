@@ -21,7 +21,11 @@ struct Outcome {
 /// and then ends a timer tick off (seen: one in ~26 short by ~35 ms, 2 % of
 /// a 2.5 s scenario); twice the periods halve what one such episode weighs.
 fn scaled(burn: &[&str]) -> Vec<String> {
-    let scale = if std::env::var_os("THROTTLEWATCH_VM").is_some() { 2 } else { 1 };
+    let scale = if std::env::var_os("THROTTLEWATCH_VM").is_some() {
+        2
+    } else {
+        1
+    };
     let mut out: Vec<String> = burn.iter().map(|s| s.to_string()).collect();
     if let Some(i) = out.iter().position(|a| a == "--ms") {
         if let Some(v) = out.get(i + 1).and_then(|v| v.parse::<u64>().ok()) {
@@ -47,11 +51,19 @@ fn run(args: &[&str], burn: &[&str]) -> Outcome {
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "throttlewatch run failed: {stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().find(|l| l.starts_with("{\"pid\"")).expect("tw-burn output passed through");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("{\"pid\""))
+        .expect("tw-burn output passed through");
     let v: Value = serde_json::from_str(line).unwrap();
     Outcome {
         log: read_log(&log),
-        tids: v["tids"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap()).collect(),
+        tids: v["tids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_i64().unwrap())
+            .collect(),
         pid: v["pid"].as_i64().unwrap(),
         stderr,
     }
@@ -68,15 +80,25 @@ fn assert_fidelity(o: &Outcome, scenario: &str) -> (u64, u64) {
     let e = end(o);
     let probe = e["probe_throttled_ns"].as_u64().unwrap();
     let kernel = e["kernel_throttled_ns"].as_u64().unwrap();
-    assert!(kernel > 100_000_000, "{scenario}: the kernel saw too little throttling to compare: {e}");
+    assert!(
+        kernel > 100_000_000,
+        "{scenario}: the kernel saw too little throttling to compare: {e}"
+    );
     let err = (probe as f64 - kernel as f64).abs() / kernel as f64;
     eprintln!(
         "fidelity {scenario}: probe {probe} ns, kernel {kernel} ns ({}), error {:.3} %{}",
         e["kernel_source"],
         err * 100.0,
-        e["fentry_throttled_ns"].as_u64().map(|f| format!(" (fentry view {f} ns, episodes {})", e["probe_episodes"])).unwrap_or_default()
+        e["fentry_throttled_ns"]
+            .as_u64()
+            .map(|f| format!(" (fentry view {f} ns, episodes {})", e["probe_episodes"]))
+            .unwrap_or_default()
     );
-    assert!(err <= 0.02, "{scenario}: probe {probe} vs kernel {kernel}: error {:.2} % > 2 %", err * 100.0);
+    assert!(
+        err <= 0.02,
+        "{scenario}: probe {probe} vs kernel {kernel}: error {:.2} % > 2 %",
+        err * 100.0
+    );
     assert_eq!(e["lost_events"], 0, "{scenario}: lost events");
     (probe, kernel)
 }
@@ -90,19 +112,33 @@ fn assert_attribution(o: &Outcome, scenario: &str) {
     let mut seen = BTreeSet::new();
     for r in &recs {
         let tid = r["tid"].as_i64().unwrap();
-        assert!(o.tids.contains(&tid) || tid == o.pid, "{scenario}: freeze of tid {tid} not in the workload {:?}", o.tids);
+        assert!(
+            o.tids.contains(&tid) || tid == o.pid,
+            "{scenario}: freeze of tid {tid} not in the workload {:?}",
+            o.tids
+        );
         assert_eq!(r["pid"].as_i64().unwrap(), o.pid, "{scenario}: tgid");
-        assert_eq!(r["cgroup_id"].as_u64().unwrap(), cg, "{scenario}: cgroup id");
+        assert_eq!(
+            r["cgroup_id"].as_u64().unwrap(),
+            cg,
+            "{scenario}: cgroup id"
+        );
         assert!(r["frozen_ns"].as_u64().unwrap() > 0);
         let comm = r["comm"].as_str().unwrap();
         // A new thread carries its parent's name until it names itself.
-        assert!(comm.starts_with("burn-") || comm == "tw-burn", "{scenario}: comm {comm}");
+        assert!(
+            comm.starts_with("burn-") || comm == "tw-burn",
+            "{scenario}: comm {comm}"
+        );
         seen.insert(tid);
     }
     if start["throttle_model"] == "task" {
         // Linux >= 6.18 freezes every thread on its own way to user mode.
         for t in &o.tids {
-            assert!(seen.contains(t), "{scenario}: worker {t} was never seen frozen");
+            assert!(
+                seen.contains(t),
+                "{scenario}: worker {t} was never seen frozen"
+            );
         }
     } else {
         // Dequeue model: only the thread on the CPU is switched out; the
@@ -112,8 +148,16 @@ fn assert_attribution(o: &Outcome, scenario: &str) {
     // Per-thread view and top offenders agree with the records.
     let e = end(o);
     assert_eq!(e["freezes"].as_u64().unwrap() as usize, recs.len());
-    let top: BTreeSet<i64> = e["top_threads"].as_array().unwrap().iter().map(|t| t["tid"].as_i64().unwrap()).collect();
-    assert!(top.iter().all(|t| o.tids.contains(t) || *t == o.pid), "top offenders are workload threads");
+    let top: BTreeSet<i64> = e["top_threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tid"].as_i64().unwrap())
+        .collect();
+    assert!(
+        top.iter().all(|t| o.tids.contains(t) || *t == o.pid),
+        "top offenders are workload threads"
+    );
 }
 
 #[test]
@@ -121,10 +165,14 @@ fn spread_across_cpus_with_an_unwatched_neighbour() {
     let _l = cpu_lock();
     // An unwatched, throttled neighbour in its own cgroup, running the whole time.
     let h = Hierarchies::discover().unwrap();
-    let n = TransientCgroup::create(&h, &format!("/tw-test-neighbour-{}", std::process::id())).unwrap();
+    let n =
+        TransientCgroup::create(&h, &format!("/tw-test-neighbour-{}", std::process::id())).unwrap();
     n.group.set_quota(Some(15_000), 100_000).unwrap();
     let mut neighbour = burn_in(&n, &["--threads", "2", "--ms", "4000"]);
-    let o = run(&["--cpus", "0.5"], &["--threads", "2", "--ms", "2500", "--pin", "spread"]);
+    let o = run(
+        &["--cpus", "0.5"],
+        &["--threads", "2", "--ms", "2500", "--pin", "spread"],
+    );
     let npid = neighbour.id() as i64;
     neighbour.kill().unwrap();
     neighbour.wait().unwrap();
@@ -133,14 +181,21 @@ fn spread_across_cpus_with_an_unwatched_neighbour() {
     assert_fidelity(&o, "spread");
     assert_attribution(&o, "spread");
     for r in of_type(&o.log, "throttle") {
-        assert_ne!(r["pid"].as_i64().unwrap(), npid, "an unwatched cgroup produced a record");
+        assert_ne!(
+            r["pid"].as_i64().unwrap(),
+            npid,
+            "an unwatched cgroup produced a record"
+        );
     }
 }
 
 #[test]
 fn packed_on_one_cpu() {
     let _l = cpu_lock();
-    let o = run(&["--cpus", "0.3"], &["--threads", "3", "--ms", "2500", "--pin", "packed"]);
+    let o = run(
+        &["--cpus", "0.3"],
+        &["--threads", "3", "--ms", "2500", "--pin", "packed"],
+    );
     assert_fidelity(&o, "packed");
     assert_attribution(&o, "packed");
     // Sharing a CPU, per-thread freezes add up to more than the kernel's time.
@@ -151,11 +206,17 @@ fn packed_on_one_cpu() {
 #[test]
 fn unpinned() {
     let _l = cpu_lock();
-    let o = run(&["--quota", "20ms", "--period", "50ms"], &["--threads", "3", "--ms", "2500"]);
+    let o = run(
+        &["--quota", "20ms", "--period", "50ms"],
+        &["--threads", "3", "--ms", "2500"],
+    );
     assert_fidelity(&o, "unpinned");
     assert_attribution(&o, "unpinned");
     let s = of_type(&o.log, "start")[0];
-    assert_eq!((s["quota_us"].as_u64(), s["period_us"].as_u64()), (Some(20_000), Some(50_000)));
+    assert_eq!(
+        (s["quota_us"].as_u64(), s["period_us"].as_u64()),
+        (Some(20_000), Some(50_000))
+    );
 }
 
 #[test]
@@ -165,9 +226,14 @@ fn nested_group_throttled_by_its_parent() {
     let parent = format!("/tw-test-parent-{}", std::process::id());
     let p = TransientCgroup::create(&h, &parent).unwrap();
     p.group.set_quota(Some(40_000), 100_000).unwrap();
-    let o = run(&["--cgroup-parent", &parent], &["--threads", "2", "--ms", "2500", "--pin", "spread"]);
+    let o = run(
+        &["--cgroup-parent", &parent],
+        &["--threads", "2", "--ms", "2500", "--pin", "spread"],
+    );
     let e = end(&o);
-    let want = if std::path::Path::new(&format!("{}/cpu.stat.local", p.group.cpu_dir.display())).exists() {
+    let want = if std::path::Path::new(&format!("{}/cpu.stat.local", p.group.cpu_dir.display()))
+        .exists()
+    {
         "cpu.stat.local"
     } else {
         "ancestor cpu.stat"
@@ -176,10 +242,18 @@ fn nested_group_throttled_by_its_parent() {
     assert_fidelity(&o, "nested");
     assert_attribution(&o, "nested");
     let start = of_type(&o.log, "start")[0];
-    assert_eq!(start["quota_us"], Value::Null, "the child has no quota of its own");
+    assert_eq!(
+        start["quota_us"],
+        Value::Null,
+        "the child has no quota of its own"
+    );
     let rec = of_type(&o.log, "throttle")[0];
     let pid = p.group.id().unwrap();
-    assert_eq!(rec["throttled_cgroup_id"].as_u64().unwrap(), pid, "the parent's run-queue was throttled");
+    assert_eq!(
+        rec["throttled_cgroup_id"].as_u64().unwrap(),
+        pid,
+        "the parent's run-queue was throttled"
+    );
     assert_eq!(rec["throttled_level"].as_u64().unwrap(), 1);
     drop(p);
 }
@@ -191,13 +265,25 @@ fn with_burst() {
         &["--cpus", "0.3", "--burst", "30ms"],
         // Busy phases ask for 2 CPUs against 0.3: throttled even on a loaded
         // machine; idle phases bank quota for the burst.
-        &["--threads", "2", "--ms", "3000", "--spin", "300", "--sleep", "200"],
+        &[
+            "--threads",
+            "2",
+            "--ms",
+            "3000",
+            "--spin",
+            "300",
+            "--sleep",
+            "200",
+        ],
     );
     assert_fidelity(&o, "burst");
     let s = of_type(&o.log, "start")[0];
     assert_eq!(s["burst_us"].as_u64(), Some(30_000));
     let e = end(&o);
-    assert!(e["nr_bursts"].as_u64().unwrap() > 0, "the burst was used: {e}");
+    assert!(
+        e["nr_bursts"].as_u64().unwrap() > 0,
+        "the burst was used: {e}"
+    );
 }
 
 /// The optional fentry/fexit view (throttle_cfs_rq / unthrottle_cfs_rq)
@@ -207,8 +293,14 @@ fn with_burst() {
 #[test]
 fn fentry_view_agrees_with_tp_btf() {
     let _l = cpu_lock();
-    let o = run(&["--cpus", "0.4"], &["--threads", "2", "--ms", "2000", "--pin", "spread"]);
-    let probe = of_type(&o.log, "start")[0]["probe"].as_str().unwrap().to_string();
+    let o = run(
+        &["--cpus", "0.4"],
+        &["--threads", "2", "--ms", "2000", "--pin", "spread"],
+    );
+    let probe = of_type(&o.log, "start")[0]["probe"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let in_vm = std::env::var_os("THROTTLEWATCH_VM").is_some();
     if !probe.contains("fentry") {
         assert!(!in_vm, "fentry must load in the VM lane, got probe {probe}");
@@ -219,7 +311,9 @@ fn fentry_view_agrees_with_tp_btf() {
         return;
     }
     let e = end(&o);
-    let f = e["fentry_throttled_ns"].as_f64().expect("fentry total in the end record");
+    let f = e["fentry_throttled_ns"]
+        .as_f64()
+        .expect("fentry total in the end record");
     let p = e["probe_throttled_ns"].as_f64().unwrap();
     let k = e["kernel_throttled_ns"].as_f64().unwrap();
     eprintln!("fentry view: fentry {f} ns, tp_btf {p} ns, kernel {k} ns");
@@ -238,18 +332,44 @@ fn lost_events_are_counted_and_totals_hold() {
     std::fs::write(&cfg, "ring_buffer_kib = 4\npoll_interval_ms = 3000\n").unwrap();
     let log = dir.0.join("log.jsonl");
     let out = Command::new(bin("throttlewatch"))
-        .args(["--config", cfg.to_str().unwrap(), "run", "--quiet", "--cpus", "0.3", "--log", log.to_str().unwrap(), "--"])
+        .args([
+            "--config",
+            cfg.to_str().unwrap(),
+            "run",
+            "--quiet",
+            "--cpus",
+            "0.3",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+        ])
         .arg(bin("tw-burn"))
         .args(["--threads", "24", "--ms", "2500", "--pin", "packed"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v = read_log(&log);
     let e = of_type(&v, "end")[0];
     let lost = e["lost_events"].as_u64().unwrap();
-    assert!(lost > 0, "a 4 KiB ring drained every 3 s must overflow: {e}");
-    assert_eq!(e["freezes"].as_u64().unwrap() as usize, of_type(&v, "throttle").len());
-    let (p, k) = (e["probe_throttled_ns"].as_f64().unwrap(), e["kernel_throttled_ns"].as_f64().unwrap());
+    assert!(
+        lost > 0,
+        "a 4 KiB ring drained every 3 s must overflow: {e}"
+    );
+    assert_eq!(
+        e["freezes"].as_u64().unwrap() as usize,
+        of_type(&v, "throttle").len()
+    );
+    let (p, k) = (
+        e["probe_throttled_ns"].as_f64().unwrap(),
+        e["kernel_throttled_ns"].as_f64().unwrap(),
+    );
     eprintln!("lost {lost} events; probe {p} kernel {k}");
-    assert!(k > 1e8 && (p - k).abs() / k <= 0.02, "totals do not depend on delivery: probe {p} kernel {k}");
+    assert!(
+        k > 1e8 && (p - k).abs() / k <= 0.02,
+        "totals do not depend on delivery: probe {p} kernel {k}"
+    );
 }

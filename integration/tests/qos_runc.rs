@@ -13,7 +13,10 @@ use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, unique};
 
 fn wrapper(cfg: &PrivateConfig) -> OciCli {
     let mut c = OciCli::new(bin("throttlewatch-runtime"));
-    c.global = vec!["--throttlewatch-config".into(), cfg.path.to_string_lossy().into()];
+    c.global = vec![
+        "--throttlewatch-config".into(),
+        cfg.path.to_string_lossy().into(),
+    ];
     c
 }
 
@@ -21,8 +24,15 @@ fn wrapper(cfg: &PrivateConfig) -> OciCli {
 fn burn_bundle(tag: &str, args: &[&str], quota_us: i64) -> Bundle {
     let mut all = vec!["/tw-burn".to_string()];
     all.extend(args.iter().map(|a| a.to_string()));
-    let opts = ContainerOpts { args: all, ..Default::default() }.quota(quota_us, 100_000);
-    let b = Bundle::new(&format!("tw-{tag}-{}-{}", std::process::id(), unique()), &opts);
+    let opts = ContainerOpts {
+        args: all,
+        ..Default::default()
+    }
+    .quota(quota_us, 100_000);
+    let b = Bundle::new(
+        &format!("tw-{tag}-{}-{}", std::process::id(), unique()),
+        &opts,
+    );
     std::fs::copy(bin("tw-burn"), b.dir().join("rootfs/tw-burn")).unwrap();
     b.edit(|v| {
         let mounts = v["mounts"].as_array_mut().unwrap();
@@ -52,7 +62,11 @@ fn run_to_end(rt: &OciCli, cfg: &PrivateConfig, b: &Bundle) -> Outcome {
     rt.wait_stopped(&b.id, Duration::from_secs(120));
     let stat = g.cpu_stat().unwrap();
     assert!(rt.delete(&b.id).status.success());
-    Outcome { stat, limits, log: read_log(&cfg.log_of(&b.id)) }
+    Outcome {
+        stat,
+        limits,
+        log: read_log(&cfg.log_of(&b.id)),
+    }
 }
 
 #[test]
@@ -66,16 +80,33 @@ fn burst_annotation_cuts_throttling_of_a_bursty_workload() {
     // is always throttled without burst. With a 50 ms burst the idle
     // periods bank enough to cover it. The 350 ms cycle is not a multiple
     // of the period, so no run is locked to a lucky phase.
-    let work = ["--threads", "1", "--ms", "3200", "--spin", "120", "--sleep", "230"];
+    let work = [
+        "--threads",
+        "1",
+        "--ms",
+        "3200",
+        "--spin",
+        "120",
+        "--sleep",
+        "230",
+    ];
     let plain = run_to_end(&rt, &cfg, &burn_bundle("noburst", &work, 50_000));
     let b = burn_bundle("burst", &work, 50_000);
     b.edit(|v| v["annotations"]["throttlewatch.io/cpu-burst"] = json!("100%"));
     let burst = run_to_end(&rt, &cfg, &b);
 
     assert_eq!(plain.limits.burst_us, Some(0));
-    assert_eq!(burst.limits.burst_us, Some(50_000), "100% of the quota in the burst file");
+    assert_eq!(
+        burst.limits.burst_us,
+        Some(50_000),
+        "100% of the quota in the burst file"
+    );
     assert_eq!(plain.stat.nr_bursts, 0);
-    assert!(burst.stat.nr_bursts > 0, "nr_bursts grows: {:?}", burst.stat);
+    assert!(
+        burst.stat.nr_bursts > 0,
+        "nr_bursts grows: {:?}",
+        burst.stat
+    );
     eprintln!(
         "burst: without {:.1} ms throttled in {} periods; with 50ms burst {:.1} ms throttled in {} periods, {} bursts, {:.1} ms burst time",
         plain.stat.throttled_ns as f64 / 1e6,
@@ -93,7 +124,11 @@ fn burst_annotation_cuts_throttling_of_a_bursty_workload() {
     );
     let start = of_type(&burst.log, "start")[0];
     assert_eq!(start["burst_us"], 50_000, "{start}");
-    assert!(start["qos"].to_string().contains("50000") || start["qos"].to_string().contains("50ms"), "{}", start["qos"]);
+    assert!(
+        start["qos"].to_string().contains("50000") || start["qos"].to_string().contains("50ms"),
+        "{}",
+        start["qos"]
+    );
     let end = of_type(&burst.log, "end")[0];
     assert!(end["nr_bursts"].as_u64().unwrap() > 0, "{end}");
 }
@@ -105,16 +140,24 @@ fn cpuset_annotations_land_in_the_cgroup() {
     let _agent = Agent::start(&cfg);
     let rt = wrapper(&cfg);
     let last = std::thread::available_parallelism().unwrap().get() - 1;
-    for (value, want) in [(last.to_string(), last.to_string()), ("numa:0".to_string(), String::new())] {
+    for (value, want) in [
+        (last.to_string(), last.to_string()),
+        ("numa:0".to_string(), String::new()),
+    ] {
         let opts = ContainerOpts::sh("sleep 1").annotation("throttlewatch.io/cpuset", &value);
-        let b = Bundle::new(&format!("tw-cpuset-{}-{}", std::process::id(), unique()), &opts);
+        let b = Bundle::new(
+            &format!("tw-cpuset-{}-{}", std::process::id(), unique()),
+            &opts,
+        );
         let o = rt.run_detached(&b);
         assert!(o.status.success(), "run -d: {}", text(&o));
         let h = Hierarchies::discover().unwrap();
         let g = CpuCgroup::open(&h, &b.cgroup_path).unwrap();
         let cpus = g.limits().unwrap().cpus.unwrap_or_default();
         let want = if want.is_empty() {
-            std::fs::read_to_string("/sys/devices/system/node/node0/cpulist").map(|s| s.trim().to_string()).unwrap_or(cpus.clone())
+            std::fs::read_to_string("/sys/devices/system/node/node0/cpulist")
+                .map(|s| s.trim().to_string())
+                .unwrap_or(cpus.clone())
         } else {
             want
         };
@@ -123,17 +166,29 @@ fn cpuset_annotations_land_in_the_cgroup() {
         assert!(rt.delete(&b.id).status.success());
         let log = read_log(&cfg.log_of(&b.id));
         let start = of_type(&log, "start")[0];
-        assert_eq!(start["cpus"], want.as_str(), "start record lists the cpuset");
+        assert_eq!(
+            start["cpus"],
+            want.as_str(),
+            "start record lists the cpuset"
+        );
     }
     // A CPU that does not exist: the container starts without it, the refusal is named.
     let opts = ContainerOpts::sh("true").annotation("throttlewatch.io/cpuset", "4000");
-    let b = Bundle::new(&format!("tw-cpuset-bad-{}-{}", std::process::id(), unique()), &opts);
+    let b = Bundle::new(
+        &format!("tw-cpuset-bad-{}-{}", std::process::id(), unique()),
+        &opts,
+    );
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "fail-open: {}", text(&o));
     rt.wait_stopped(&b.id, Duration::from_secs(60));
     assert!(rt.delete(&b.id).status.success());
     let hook_log = cfg.hook_log();
-    assert!(hook_log.contains("throttlewatch.io/cpuset=\"4000\""), "hook.log names the value: {hook_log}");
+    assert!(
+        hook_log.contains("throttlewatch.io/cpuset=\"4000\""),
+        "hook.log names the value: {hook_log}"
+    );
     let log = read_log(&cfg.log_of(&b.id));
-    assert!(of_type(&log, "start")[0]["qos"].to_string().contains("4000"));
+    assert!(of_type(&log, "start")[0]["qos"]
+        .to_string()
+        .contains("4000"));
 }

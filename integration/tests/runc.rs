@@ -17,7 +17,10 @@ use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, unique};
 
 fn wrapper(cfg: &PrivateConfig) -> OciCli {
     let mut c = OciCli::new(bin("throttlewatch-runtime"));
-    c.global = vec!["--throttlewatch-config".into(), cfg.path.to_string_lossy().into()];
+    c.global = vec![
+        "--throttlewatch-config".into(),
+        cfg.path.to_string_lossy().into(),
+    ];
     c
 }
 
@@ -39,18 +42,32 @@ fn busy_container(rt: &OciCli, cfg: &PrivateConfig, b: &Bundle) -> (Vec<Value>, 
 /// start … throttle … end, fidelity within 2 % of the kernel; returns the start record.
 fn assert_lifecycle(log: &[Value], cgroup_throttled_ns: u64, what: &str) -> Value {
     assert_eq!(of_type(log, "start").len(), 1, "{what}: one start record");
-    assert_eq!(log.first().unwrap()["type"], "start", "{what}: log begins with start");
-    assert_eq!(log.last().unwrap()["type"], "end", "{what}: log ends with end");
+    assert_eq!(
+        log.first().unwrap()["type"],
+        "start",
+        "{what}: log begins with start"
+    );
+    assert_eq!(
+        log.last().unwrap()["type"],
+        "end",
+        "{what}: log ends with end"
+    );
     let start = of_type(log, "start")[0].clone();
     let end = of_type(log, "end")[0];
     let recs = of_type(log, "throttle");
     assert!(!recs.is_empty(), "{what}: no throttle records");
     for r in &recs {
-        assert_eq!(r["cgroup_id"], start["cgroup_id"], "{what}: throttle record of another cgroup: {r}");
+        assert_eq!(
+            r["cgroup_id"], start["cgroup_id"],
+            "{what}: throttle record of another cgroup: {r}"
+        );
     }
     let probe = end["probe_throttled_ns"].as_u64().unwrap();
     let kernel = end["kernel_throttled_ns"].as_u64().unwrap();
-    assert!(kernel > 100_000_000, "{what}: too little throttling to compare: {end}");
+    assert!(
+        kernel > 100_000_000,
+        "{what}: too little throttling to compare: {end}"
+    );
     let err = |a: u64, b: u64| (a as f64 - b as f64).abs() / b as f64;
     eprintln!(
         "{what}: probe {probe} ns, end.kernel {kernel} ns, cgroup cpu.stat {cgroup_throttled_ns} ns, error {:.3} % / {:.3} %, {} throttle records",
@@ -58,8 +75,14 @@ fn assert_lifecycle(log: &[Value], cgroup_throttled_ns: u64, what: &str) -> Valu
         err(probe, cgroup_throttled_ns) * 100.0,
         recs.len()
     );
-    assert!(err(probe, kernel) <= 0.02, "{what}: probe {probe} vs kernel {kernel}");
-    assert!(err(probe, cgroup_throttled_ns) <= 0.02, "{what}: probe {probe} vs cpu.stat {cgroup_throttled_ns}");
+    assert!(
+        err(probe, kernel) <= 0.02,
+        "{what}: probe {probe} vs kernel {kernel}"
+    );
+    assert!(
+        err(probe, cgroup_throttled_ns) <= 0.02,
+        "{what}: probe {probe} vs cpu.stat {cgroup_throttled_ns}"
+    );
     assert_eq!(end["reason"], "delete", "{what}: end written at delete");
     start
 }
@@ -70,11 +93,18 @@ fn runc_container_logs_start_throttle_end_within_2_percent() {
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
     let rt = wrapper(&cfg);
-    let b = Bundle::new(&id("fid"), &ContainerOpts::busy(3, 3).quota(30_000, 100_000));
+    let b = Bundle::new(
+        &id("fid"),
+        &ContainerOpts::busy(3, 3).quota(30_000, 100_000),
+    );
     let (log, kernel) = busy_container(&rt, &cfg, &b);
     let start = assert_lifecycle(&log, kernel, "runc 0.3 CPU, 3 threads");
     assert_eq!(start["container_id"], b.id.as_str());
-    assert!(cfg.stray_files().is_empty(), "written outside the log dir: {:?}", cfg.stray_files());
+    assert!(
+        cfg.stray_files().is_empty(),
+        "written outside the log dir: {:?}",
+        cfg.stray_files()
+    );
 }
 
 #[test]
@@ -99,9 +129,18 @@ fn two_containers_get_two_logs_and_no_event_crosses_over() {
     let sa = assert_lifecycle(&results[0].0, results[0].1, "container a");
     let sb = assert_lifecycle(&results[1].0, results[1].1, "container b");
     assert_ne!(sa["cgroup_id"], sb["cgroup_id"]);
-    let pids = |log: &[Value]| of_type(log, "throttle").iter().map(|r| r["pid"].as_u64().unwrap()).collect::<BTreeSet<_>>();
+    let pids = |log: &[Value]| {
+        of_type(log, "throttle")
+            .iter()
+            .map(|r| r["pid"].as_u64().unwrap())
+            .collect::<BTreeSet<_>>()
+    };
     let (pa, pb) = (pids(&results[0].0), pids(&results[1].0));
-    assert!(pa.is_disjoint(&pb), "pids in both logs: {:?}", pa.intersection(&pb).collect::<Vec<_>>());
+    assert!(
+        pa.is_disjoint(&pb),
+        "pids in both logs: {:?}",
+        pa.intersection(&pb).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -110,7 +149,10 @@ fn agent_restart_continues_the_log_without_a_second_start() {
     let cfg = PrivateConfig::new("");
     let agent = Agent::start(&cfg);
     let rt = wrapper(&cfg);
-    let b = Bundle::new(&id("restart"), &ContainerOpts::busy(3, 6).quota(30_000, 100_000));
+    let b = Bundle::new(
+        &id("restart"),
+        &ContainerOpts::busy(3, 6).quota(30_000, 100_000),
+    );
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d: {}", text(&o));
     std::thread::sleep(Duration::from_millis(1500));
@@ -124,17 +166,26 @@ fn agent_restart_continues_the_log_without_a_second_start() {
     assert!(!of_type(&log, "resume").is_empty(), "a resume record");
     let end = of_type(&log, "end");
     assert_eq!(end.len(), 1);
-    assert!(end[0]["lost_events"].is_u64(), "lost events recorded: {}", end[0]);
+    assert!(
+        end[0]["lost_events"].is_u64(),
+        "lost events recorded: {}",
+        end[0]
+    );
     let k = end[0]["kernel_throttled_ns"].as_u64().unwrap();
     eprintln!("restart: end {} vs cpu.stat {kernel}", end[0]);
-    assert!((k as f64 - kernel as f64).abs() / kernel as f64 <= 0.02, "kernel total from the original start");
+    assert!(
+        (k as f64 - kernel as f64).abs() / kernel as f64 <= 0.02,
+        "kernel total from the original start"
+    );
 }
 
 #[test]
 fn burst_annotation_is_written_and_update_keeps_it() {
     let cfg = PrivateConfig::new("");
     let rt = wrapper(&cfg);
-    let opts = ContainerOpts::default().quota(30_000, 100_000).annotation("throttlewatch.io/cpu-burst", "20ms");
+    let opts = ContainerOpts::default()
+        .quota(30_000, 100_000)
+        .annotation("throttlewatch.io/cpu-burst", "20ms");
     let b = Bundle::new(&id("burst"), &opts);
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d: {}", text(&o));
@@ -142,7 +193,11 @@ fn burst_annotation_is_written_and_update_keeps_it() {
     let o = rt.run(&["update", "--cpu-quota", "50000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
     assert_eq!(b.read_cgroup("cpu", "cpu.cfs_quota_us"), "50000");
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "20000", "burst kept across update");
+    assert_eq!(
+        b.read_cgroup("cpu", "cpu.cfs_burst_us"),
+        "20000",
+        "burst kept across update"
+    );
     // A quota below the burst: runc's write succeeds and the burst is clamped.
     let o = rt.run(&["update", "--cpu-quota", "15000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
@@ -162,18 +217,54 @@ fn malformed_config_json_fail_open_and_fail_closed() {
         let b = Bundle::new(&id("badjson"), &ContainerOpts::default());
         std::fs::write(b.config_path(), "{\"ociVersion\": \"1.0.2\", \"process\": ").unwrap();
         let log = b.dir().join("runc-log.json");
-        let o = rt.run(&["--log", log.to_str().unwrap(), "--log-format", "json", "run", "-d", "--bundle", b.dir().to_str().unwrap(), &b.id]);
+        let o = rt.run(&[
+            "--log",
+            log.to_str().unwrap(),
+            "--log-format",
+            "json",
+            "run",
+            "-d",
+            "--bundle",
+            b.dir().to_str().unwrap(),
+            &b.id,
+        ]);
         let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert!(!o.status.success(), "{mode}: runc cannot run a broken config: {}", text(&o));
-        assert!(err.contains("throttlewatch-runtime:") && err.contains("config.json") && err.contains("not valid JSON"), "{mode}: {err}");
-        let ours: Vec<Value> = std::fs::read_to_string(&log).unwrap().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-        let line = ours.iter().find(|v| v["msg"].as_str().is_some_and(|m| m.starts_with("throttlewatch-runtime:"))).expect("our line in --log");
+        assert!(
+            !o.status.success(),
+            "{mode}: runc cannot run a broken config: {}",
+            text(&o)
+        );
+        assert!(
+            err.contains("throttlewatch-runtime:")
+                && err.contains("config.json")
+                && err.contains("not valid JSON"),
+            "{mode}: {err}"
+        );
+        let ours: Vec<Value> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let line = ours
+            .iter()
+            .find(|v| {
+                v["msg"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("throttlewatch-runtime:"))
+            })
+            .expect("our line in --log");
         assert_eq!(line["level"], "error");
         assert!(line["time"].is_string());
         let runc_ran = ours.len() > 1 || err.lines().count() > 1;
         match mode {
-            "open" => assert!(runc_ran && err.contains("fail-open"), "open: runc reports its own error too: {err}"),
-            _ => assert!(err.contains("fail-closed: create refused") && !runc_ran, "closed: runc not run: {err}"),
+            "open" => assert!(
+                runc_ran && err.contains("fail-open"),
+                "open: runc reports its own error too: {err}"
+            ),
+            _ => assert!(
+                err.contains("fail-closed: create refused") && !runc_ran,
+                "closed: runc not run: {err}"
+            ),
         }
     }
 }
@@ -190,23 +281,43 @@ fn bad_annotations_start_the_container_and_are_named() {
         .annotation("throttlewatch.io/threshold", "99s");
     let b = Bundle::new(&id("badann"), &opts);
     let o = rt.run_detached(&b);
-    assert!(o.status.success(), "fail-open: the container starts: {}", text(&o));
+    assert!(
+        o.status.success(),
+        "fail-open: the container starts: {}",
+        text(&o)
+    );
     assert_eq!(rt.status(&b.id).as_deref(), Some("running"));
     let hook_log = cfg.hook_log();
-    for want in ["throttlewatch.io/cpu-burst=\"abc\": expected", "throttlewatch.io/cpu-brust=\"1ms\"", "throttlewatch.io/threshold=\"99s\""] {
+    for want in [
+        "throttlewatch.io/cpu-burst=\"abc\": expected",
+        "throttlewatch.io/cpu-brust=\"1ms\"",
+        "throttlewatch.io/threshold=\"99s\"",
+    ] {
         assert!(hook_log.contains(want), "hook.log lacks {want}: {hook_log}");
     }
     assert!(rt.delete(&b.id).status.success() || rt.run(&["delete", "-f", &b.id]).status.success());
     let log = read_log(&cfg.log_of(&b.id));
     let refused = of_type(&log, "start")[0]["qos"]["refused_text"].to_string();
-    assert!(refused.contains("cpu-burst") && refused.contains("abc") && refused.contains("cpu-brust"), "{refused}");
+    assert!(
+        refused.contains("cpu-burst") && refused.contains("abc") && refused.contains("cpu-brust"),
+        "{refused}"
+    );
 
     let cfg = PrivateConfig::new("fail_mode = \"closed\"");
     let rt = wrapper(&cfg);
     let b = Bundle::new(&id("badann-closed"), &opts);
     let o = rt.run_detached(&b);
-    assert!(!o.status.success(), "fail-closed: create refused: {}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("throttlewatch.io/cpu-burst=\\\"abc\\\"") || String::from_utf8_lossy(&o.stderr).contains("throttlewatch.io/cpu-burst=\"abc\""), "{}", text(&o));
+    assert!(
+        !o.status.success(),
+        "fail-closed: create refused: {}",
+        text(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("throttlewatch.io/cpu-burst=\\\"abc\\\"")
+            || String::from_utf8_lossy(&o.stderr).contains("throttlewatch.io/cpu-burst=\"abc\""),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -218,11 +329,19 @@ fn weird_ids_keep_the_log_inside_the_log_dir() {
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d a..b: {}", text(&o));
     assert!(rt.run(&["delete", "-f", "a..b"]).status.success());
-    assert!(cfg.log_dir.join("a%2E%2Eb.jsonl").is_file(), "{:?}", std::fs::read_dir(&cfg.log_dir).unwrap().collect::<Vec<_>>());
+    assert!(
+        cfg.log_dir.join("a%2E%2Eb.jsonl").is_file(),
+        "{:?}",
+        std::fs::read_dir(&cfg.log_dir).unwrap().collect::<Vec<_>>()
+    );
     // runc itself refuses an id with '/': nothing is created anywhere.
     let b = Bundle::new("../escape", &ContainerOpts::default());
     let o = rt.run_detached(&b);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("invalid"), "{}", text(&o));
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("invalid"),
+        "{}",
+        text(&o)
+    );
     assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
     assert!(!cfg.dir.0.parent().unwrap().join("escape.jsonl").exists());
 }
@@ -234,14 +353,23 @@ fn missing_agent_still_starts_the_container() {
     let b = Bundle::new(&id("noagent"), &ContainerOpts::default());
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(cfg.hook_log().contains("no agent answers on") && cfg.hook_log().contains("start_agent = false"), "{}", cfg.hook_log());
+    assert!(
+        cfg.hook_log().contains("no agent answers on")
+            && cfg.hook_log().contains("start_agent = false"),
+        "{}",
+        cfg.hook_log()
+    );
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
 
     let cfg = PrivateConfig::new("start_agent = false\nfail_mode = \"closed\"");
     let rt = wrapper(&cfg);
     let b = Bundle::new(&id("noagent-closed"), &ContainerOpts::default());
     let o = rt.run_detached(&b);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no agent answers"), "{}", text(&o));
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no agent answers"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]
@@ -255,12 +383,22 @@ fn garbage_on_the_hook_stdin() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        child.stdin.take().unwrap().write_all(b"\x00garbage{{").unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"\x00garbage{{")
+            .unwrap();
         let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(code), "{mode}: {err}");
-        assert!(err.starts_with("throttlewatch-hook: stdin: expected the OCI state JSON"), "{mode}: {err}");
-        assert!(cfg.hook_log().contains("stdin: expected the OCI state JSON"));
+        assert!(
+            err.starts_with("throttlewatch-hook: stdin: expected the OCI state JSON"),
+            "{mode}: {err}"
+        );
+        assert!(cfg
+            .hook_log()
+            .contains("stdin: expected the OCI state JSON"));
         assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
     }
 }
@@ -268,9 +406,19 @@ fn garbage_on_the_hook_stdin() {
 /// A short container's log: `start` first, `end` (written at delete) last.
 fn assert_start_to_end(cfg: &PrivateConfig, b: &Bundle) {
     let log = read_log(&cfg.log_of(&b.id));
-    assert_eq!(log.first().map(|r| r["type"].clone()), Some("start".into()), "{}: {log:?}", b.id);
+    assert_eq!(
+        log.first().map(|r| r["type"].clone()),
+        Some("start".into()),
+        "{}: {log:?}",
+        b.id
+    );
     assert_eq!(of_type(&log, "start")[0]["container_id"], b.id.as_str());
-    assert_eq!(log.last().map(|r| r["type"].clone()), Some("end".into()), "{}: {log:?}", b.id);
+    assert_eq!(
+        log.last().map(|r| r["type"].clone()),
+        Some("end".into()),
+        "{}: {log:?}",
+        b.id
+    );
     assert_eq!(of_type(&log, "end")[0]["reason"], "delete");
 }
 
@@ -279,15 +427,27 @@ fn hook_starts_the_agent_when_none_answers() {
     let _cpu = cpu_lock(); // loading the probe is CPU work: keep it away from the fidelity tests
     let cfg = PrivateConfig::new("start_agent = true");
     let agents = DetachedAgents::new(&cfg);
-    assert!(agents.pids().is_empty(), "an agent on a fresh private config: {:?}", agents.pids());
+    assert!(
+        agents.pids().is_empty(),
+        "an agent on a fresh private config: {:?}",
+        agents.pids()
+    );
     let rt = wrapper(&cfg);
     let b = Bundle::new(&id("autostart"), &ContainerOpts::sh("sleep 1"));
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d: {}", text(&o));
     let pids = agents.settle(Duration::from_secs(10));
     assert_eq!(pids.len(), 1, "one agent started: {pids:?}");
-    assert_eq!(lock_holder(&cfg.state_dir), Some(pids[0]), "the started agent holds the lock");
-    assert!(!cfg.hook_log().contains("not watched"), "{}", cfg.hook_log());
+    assert_eq!(
+        lock_holder(&cfg.state_dir),
+        Some(pids[0]),
+        "the started agent holds the lock"
+    );
+    assert!(
+        !cfg.hook_log().contains("not watched"),
+        "{}",
+        cfg.hook_log()
+    );
     rt.wait_stopped(&b.id, Duration::from_secs(30));
     let o = rt.delete(&b.id);
     assert!(o.status.success(), "delete: {}", text(&o));
@@ -313,13 +473,22 @@ fn concurrent_creates_start_only_one_agent() {
         let hb = s.spawn(|| rt.run_detached(&b));
         (ha.join().unwrap(), hb.join().unwrap())
     });
-    assert!(oa.status.success() && ob.status.success(), "run -d: {}\n{}", text(&oa), text(&ob));
+    assert!(
+        oa.status.success() && ob.status.success(),
+        "run -d: {}\n{}",
+        text(&oa),
+        text(&ob)
+    );
     let pids = agents.settle(Duration::from_secs(10));
     assert_eq!(pids.len(), 1, "the lock lets one agent run: {pids:?}");
     assert_eq!(lock_holder(&cfg.state_dir), Some(pids[0]));
     // Both containers were registered with that agent (the loser of the
     // start race waited for the winner instead of giving up).
-    assert!(!cfg.hook_log().contains("not watched"), "{}", cfg.hook_log());
+    assert!(
+        !cfg.hook_log().contains("not watched"),
+        "{}",
+        cfg.hook_log()
+    );
     for x in [&a, &b] {
         assert!(rt.run(&["delete", "-f", &x.id]).status.success());
         assert_start_to_end(&cfg, x);
@@ -332,7 +501,9 @@ fn update_without_a_burst_record_derives_it_from_the_bundle() {
     let rt = wrapper(&cfg);
     let record = |id: &str| cfg.state_dir.join("bursts").join(format!("{id}.json"));
     // From an annotation.
-    let opts = ContainerOpts::default().quota(30_000, 100_000).annotation("throttlewatch.io/cpu-burst", "20ms");
+    let opts = ContainerOpts::default()
+        .quota(30_000, 100_000)
+        .annotation("throttlewatch.io/cpu-burst", "20ms");
     let b = Bundle::new(&id("norecord"), &opts);
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d: {}", text(&o));
@@ -342,16 +513,29 @@ fn update_without_a_burst_record_derives_it_from_the_bundle() {
     let o = rt.run(&["update", "--cpu-quota", "15000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
     assert_eq!(b.read_cgroup("cpu", "cpu.cfs_quota_us"), "15000");
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "15000", "burst derived again, clamped to the quota");
-    assert!(record(&b.id).is_file(), "the derived record is kept for the next update");
+    assert_eq!(
+        b.read_cgroup("cpu", "cpu.cfs_burst_us"),
+        "15000",
+        "burst derived again, clamped to the quota"
+    );
+    assert!(
+        record(&b.id).is_file(),
+        "the derived record is kept for the next update"
+    );
     std::fs::remove_file(record(&b.id)).unwrap();
     let o = rt.run(&["update", "--cpu-quota", "50000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "20000", "the request, not the last clamped value");
+    assert_eq!(
+        b.read_cgroup("cpu", "cpu.cfs_burst_us"),
+        "20000",
+        "the request, not the last clamped value"
+    );
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
 
     // From the environment (Docker 20.10 has no annotations).
-    let opts = ContainerOpts::default().quota(20_000, 100_000).env("THROTTLEWATCH_CPU_BURST=10ms");
+    let opts = ContainerOpts::default()
+        .quota(20_000, 100_000)
+        .env("THROTTLEWATCH_CPU_BURST=10ms");
     let b = Bundle::new(&id("norecord-env"), &opts);
     assert!(rt.run_detached(&b).status.success());
     std::fs::remove_file(record(&b.id)).unwrap();
@@ -362,7 +546,10 @@ fn update_without_a_burst_record_derives_it_from_the_bundle() {
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
 
     // No burst asked for: update passes through and writes no record.
-    let b = Bundle::new(&id("norecord-none"), &ContainerOpts::default().quota(20_000, 100_000));
+    let b = Bundle::new(
+        &id("norecord-none"),
+        &ContainerOpts::default().quota(20_000, 100_000),
+    );
     assert!(rt.run_detached(&b).status.success());
     let o = rt.run(&["update", "--cpu-quota", "40000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));

@@ -27,13 +27,24 @@ fn agent_call(cfg: &PrivateConfig, r: Request) -> Response {
 fn register(cfg: &PrivateConfig, cid: &str, cg: &TransientCgroup) {
     let r = agent_call(
         cfg,
-        Request::Register(Register { container_id: cid.into(), cgroup_path: cg.group.rel.clone(), ..Default::default() }),
+        Request::Register(Register {
+            container_id: cid.into(),
+            cgroup_path: cg.group.rel.clone(),
+            ..Default::default()
+        }),
     );
     assert!(r.ok, "register {cid}: {r:?}");
 }
 
 fn unregister(cfg: &PrivateConfig, cid: &str) -> Vec<Value> {
-    let r = agent_call(cfg, Request::Unregister { container_id: cid.into(), reason: "exit".into(), exit_code: None });
+    let r = agent_call(
+        cfg,
+        Request::Unregister {
+            container_id: cid.into(),
+            reason: "exit".into(),
+            exit_code: None,
+        },
+    );
     assert!(r.ok, "unregister {cid}: {r:?}");
     read_log(&cfg.log_of(cid))
 }
@@ -50,14 +61,26 @@ fn burn(cg: &TransientCgroup, args: &[&str]) -> (Child, u32, Vec<u32>) {
     }
     let mut c = cmd.spawn().expect("tw-burn");
     let mut line = String::new();
-    BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("tw-burn said {line:?}: {e}"));
-    let tids = v["tids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    BufReader::new(c.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v: Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("tw-burn said {line:?}: {e}"));
+    let tids = v["tids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
     (c, v["pid"].as_u64().unwrap() as u32, tids)
 }
 
 fn transient(h: &Hierarchies, tag: &str) -> TransientCgroup {
-    TransientCgroup::create(h, &format!("/tw-test/runq-{tag}-{}-{}", std::process::id(), unique())).unwrap()
+    TransientCgroup::create(
+        h,
+        &format!("/tw-test/runq-{tag}-{}-{}", std::process::id(), unique()),
+    )
+    .unwrap()
 }
 
 fn end(log: &[Value]) -> &Value {
@@ -90,17 +113,38 @@ fn two_cgroups_on_one_cpu_queue_without_throttling() {
         let e = end(&log);
         let rq = &e["runq"];
         eprintln!("competing {tag}: end.runq {rq}");
-        assert!(!of_type(&log, "runq").is_empty(), "{tag}: runq records every interval");
+        assert!(
+            !of_type(&log, "runq").is_empty(),
+            "{tag}: runq records every interval"
+        );
         assert!(u(rq, "count") > 50, "{tag}: run-queue waits: {rq}");
-        assert!(u(rq, "p50_ns") > 0 && u(rq, "p99_ns") >= u(rq, "p50_ns") && u(rq, "max_ns") >= u(rq, "p99_ns"), "{tag}: {rq}");
+        assert!(
+            u(rq, "p50_ns") > 0
+                && u(rq, "p99_ns") >= u(rq, "p50_ns")
+                && u(rq, "max_ns") >= u(rq, "p99_ns"),
+            "{tag}: {rq}"
+        );
         // Four CPU-bound threads on CPU 0: they wait for each other for
         // whole time slices (milliseconds), not microseconds.
         assert!(u(rq, "p99_ns") > 1_000_000, "{tag}: {rq}");
-        assert!(u(rq, "total_ns") > 500_000_000, "{tag}: about half of 2 x 2.5 s is queueing: {rq}");
-        assert!(u(rq, "preempted_by_other") > 0, "{tag}: preempted by the other container: {rq}");
-        assert!(u(rq, "preempted_by_same") > 0, "{tag}: preempted by its own other thread: {rq}");
+        assert!(
+            u(rq, "total_ns") > 500_000_000,
+            "{tag}: about half of 2 x 2.5 s is queueing: {rq}"
+        );
+        assert!(
+            u(rq, "preempted_by_other") > 0,
+            "{tag}: preempted by the other container: {rq}"
+        );
+        assert!(
+            u(rq, "preempted_by_same") > 0,
+            "{tag}: preempted by its own other thread: {rq}"
+        );
         assert_eq!(u(rq, "excluded_thaws"), 0, "{tag}");
-        assert_eq!((u(e, "freezes"), u(e, "probe_throttled_ns")), (0, 0), "{tag}: no throttling without a quota: {e}");
+        assert_eq!(
+            (u(e, "freezes"), u(e, "probe_throttled_ns")),
+            (0, 0),
+            "{tag}: no throttling without a quota: {e}"
+        );
     }
 }
 
@@ -111,7 +155,10 @@ fn run_delay(pid: u32) -> u64 {
         .flatten()
         .map(|t| {
             let s = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
-            s.split_whitespace().nth(1).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
         })
         .sum()
 }
@@ -138,7 +185,10 @@ fn quota_freezes_are_not_run_queue_latency() {
     let _ = c.wait();
     let e = end(&log);
     let rq = &e["runq"];
-    let mut freezes: Vec<u64> = of_type(&log, "throttle").iter().map(|r| u(r, "frozen_ns")).collect();
+    let mut freezes: Vec<u64> = of_type(&log, "throttle")
+        .iter()
+        .map(|r| u(r, "frozen_ns"))
+        .collect();
     freezes.sort_unstable();
     assert!(freezes.len() >= 10, "throttled: {e}");
     let median_freeze = freezes[freezes.len() / 2];
@@ -152,13 +202,24 @@ fn quota_freezes_are_not_run_queue_latency() {
     assert!(u(rq, "count") > 0, "{rq}");
     // Queueing is bounded by other tasks' slices (a few ms, ~25 ms on a
     // busy host); a freeze lasts the rest of the period (~80 ms here).
-    assert!(u(rq, "p99_ns") * 2 < median_freeze, "runq p99 {} must be far below the typical freeze {median_freeze}", u(rq, "p99_ns"));
-    assert!(u(rq, "max_ns") < median_freeze, "no freeze counted as queueing: {rq}");
+    assert!(
+        u(rq, "p99_ns") * 2 < median_freeze,
+        "runq p99 {} must be far below the typical freeze {median_freeze}",
+        u(rq, "p99_ns")
+    );
+    assert!(
+        u(rq, "max_ns") < median_freeze,
+        "no freeze counted as queueing: {rq}"
+    );
     // A frozen thread starts no run-queue wait (its switch-out is throttled,
     // not runnable): waits that still end in a thaw are rare and dropped.
     assert!(u(rq, "excluded_thaws") * 10 <= u(rq, "count"), "{rq}");
     let err = (kernel_delay as f64 - (runq_total + frozen) as f64).abs() / kernel_delay as f64;
-    assert!(err <= 0.05, "runq {runq_total} + frozen {frozen} vs run_delay {kernel_delay}: {:.1} %", err * 100.0);
+    assert!(
+        err <= 0.05,
+        "runq {runq_total} + frozen {frozen} vs run_delay {kernel_delay}: {:.1} %",
+        err * 100.0
+    );
 }
 
 #[test]
@@ -167,7 +228,10 @@ fn runc_container_gets_an_ordered_cold_start() {
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
     let mut rt = OciCli::new(bin("throttlewatch-runtime"));
-    rt.global = vec!["--throttlewatch-config".into(), cfg.path.to_string_lossy().into()];
+    rt.global = vec![
+        "--throttlewatch-config".into(),
+        cfg.path.to_string_lossy().into(),
+    ];
     // The entrypoint sleeps (a switch-out), then burns well over 10 ms of CPU itself.
     let script = "sleep 0.05; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; sleep 1";
     let b = Bundle::new(&id("cold"), &ContainerOpts::sh(script));
@@ -185,14 +249,26 @@ fn runc_container_gets_an_ordered_cold_start() {
     assert_eq!(u(cs, "cpu_target_ns"), 10_000_000);
     assert_eq!(cs["comm"], "sh");
     let stages = cs["stages"].as_array().unwrap();
-    let names: Vec<&str> = stages.iter().map(|s| s["stage"].as_str().unwrap()).collect();
-    assert_eq!(names, ["create", "init", "hook", "exec", "first_run", "cpu"]);
+    let names: Vec<&str> = stages
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["create", "init", "hook", "exec", "first_run", "cpu"]
+    );
     let at: Vec<u64> = stages.iter().map(|s| u(s, "unix_ns")).collect();
     assert!(at.windows(2).all(|w| w[0] <= w[1]), "stages in order: {cs}");
-    let since: Vec<i64> = stages.iter().map(|s| s["since_create_ns"].as_i64().unwrap()).collect();
+    let since: Vec<i64> = stages
+        .iter()
+        .map(|s| s["since_create_ns"].as_i64().unwrap())
+        .collect();
     assert_eq!(since[0], 0);
     let wall = t0.elapsed().as_nanos() as i64;
-    assert!(since[3] < 5_000_000_000 && since[5] < wall, "plausible: exec within seconds, all within the test: {cs}");
+    assert!(
+        since[3] < 5_000_000_000 && since[5] < wall,
+        "plausible: exec within seconds, all within the test: {cs}"
+    );
     // 10 ms of CPU take at least 10 ms after the exec.
     assert!(at[5] - at[3] >= 10_000_000, "{cs}");
 }

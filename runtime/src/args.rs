@@ -15,10 +15,27 @@ const GLOBAL_VALUE_FLAGS: [&str; 5] = ["root", "log", "log-format", "criu", "roo
 /// Subcommand flags that take a value, for `create`, `run` and `update`
 /// (so that a value is never mistaken for the container id).
 const SUB_VALUE_FLAGS: [&str; 21] = [
-    "bundle", "b", "console-socket", "pid-file", "preserve-fds", "resources", "r", "blkio-weight",
-    "cpu-period", "cpu-quota", "cpu-rt-period", "cpu-rt-runtime", "cpu-share", "cpuset-cpus",
-    "cpuset-mems", "kernel-memory", "kernel-memory-tcp", "memory", "memory-reservation",
-    "memory-swap", "pids-limit",
+    "bundle",
+    "b",
+    "console-socket",
+    "pid-file",
+    "preserve-fds",
+    "resources",
+    "r",
+    "blkio-weight",
+    "cpu-period",
+    "cpu-quota",
+    "cpu-rt-period",
+    "cpu-rt-runtime",
+    "cpu-share",
+    "cpuset-cpus",
+    "cpuset-mems",
+    "kernel-memory",
+    "kernel-memory-tcp",
+    "memory",
+    "memory-reservation",
+    "memory-swap",
+    "pids-limit",
 ];
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -70,7 +87,9 @@ impl RuncArgs {
                             Some(v) => Some(v.to_string()),
                             None => {
                                 i += 1;
-                                args.get(i).inspect(|v| r.argv.push((*v).clone())).map(|v| v.to_string_lossy().into_owned())
+                                args.get(i)
+                                    .inspect(|v| r.argv.push((*v).clone()))
+                                    .map(|v| v.to_string_lossy().into_owned())
                             }
                         };
                         match name {
@@ -102,13 +121,20 @@ impl RuncArgs {
 
     /// Whether a boolean subcommand flag (`--force`, `-f`) is present.
     pub fn has_sub_flag(&self, names: &[&str]) -> bool {
-        self.sub_args().iter().map(|a| a.to_string_lossy()).take_while(|a| a != "--").any(|a| {
-            flag_name(&a).is_some_and(|(n, v)| names.contains(&n) && v.is_none_or(|v| v == "true"))
-        })
+        self.sub_args()
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .take_while(|a| a != "--")
+            .any(|a| {
+                flag_name(&a)
+                    .is_some_and(|(n, v)| names.contains(&n) && v.is_none_or(|v| v == "true"))
+            })
     }
 
     fn sub_args(&self) -> &[OsString] {
-        self.subcommand_at.map(|i| &self.argv[i + 1..]).unwrap_or_default()
+        self.subcommand_at
+            .map(|i| &self.argv[i + 1..])
+            .unwrap_or_default()
     }
 
     /// The value of a subcommand flag (`--bundle X`, `-b=X`, ...).
@@ -183,8 +209,19 @@ mod tests {
     #[test]
     fn containerd_create_line() {
         let r = p(&[
-            "--root", "/run/containerd/runc/moby", "--log", "/b/log.json", "--log-format", "json", "--systemd-cgroup",
-            "create", "--bundle", "/b", "--pid-file", "/b/init.pid", "abc",
+            "--root",
+            "/run/containerd/runc/moby",
+            "--log",
+            "/b/log.json",
+            "--log-format",
+            "json",
+            "--systemd-cgroup",
+            "create",
+            "--bundle",
+            "/b",
+            "--pid-file",
+            "/b/init.pid",
+            "abc",
         ]);
         assert_eq!(r.subcommand(), Some("create"));
         assert_eq!(r.root, Some(PathBuf::from("/run/containerd/runc/moby")));
@@ -198,7 +235,10 @@ mod tests {
     #[test]
     fn equals_and_single_dash_forms() {
         let r = p(&["-root=/r", "--log=/l", "run", "-d", "-b=/x", "id"]);
-        assert_eq!((r.root.clone().unwrap(), r.log.clone().unwrap()), (PathBuf::from("/r"), PathBuf::from("/l")));
+        assert_eq!(
+            (r.root.clone().unwrap(), r.log.clone().unwrap()),
+            (PathBuf::from("/r"), PathBuf::from("/l"))
+        );
         assert_eq!(r.subcommand(), Some("run"));
         assert_eq!(r.bundle().unwrap(), PathBuf::from("/x"));
         assert_eq!(r.container_id(), Some(OsStr::new("id")));
@@ -206,13 +246,28 @@ mod tests {
 
     #[test]
     fn our_flag_is_removed_and_the_rest_untouched() {
-        let r = p(&["--throttlewatch-config", "/etc/tw.toml", "--root", "/r", "update", "--resources", "-", "c1"]);
+        let r = p(&[
+            "--throttlewatch-config",
+            "/etc/tw.toml",
+            "--root",
+            "/r",
+            "update",
+            "--resources",
+            "-",
+            "c1",
+        ]);
         assert_eq!(r.config, Some(PathBuf::from("/etc/tw.toml")));
-        let want: Vec<OsString> = ["--root", "/r", "update", "--resources", "-", "c1"].iter().map(OsString::from).collect();
+        let want: Vec<OsString> = ["--root", "/r", "update", "--resources", "-", "c1"]
+            .iter()
+            .map(OsString::from)
+            .collect();
         assert_eq!(r.argv, want);
         assert_eq!(r.container_id(), Some(OsStr::new("c1")));
         let r = p(&["--throttlewatch-config=/x", "state", "c"]);
-        assert_eq!((r.config.clone().unwrap(), r.subcommand()), (PathBuf::from("/x"), Some("state")));
+        assert_eq!(
+            (r.config.clone().unwrap(), r.subcommand()),
+            (PathBuf::from("/x"), Some("state"))
+        );
     }
 
     #[test]
@@ -222,7 +277,10 @@ mod tests {
         assert_eq!(r.bundle().unwrap(), std::env::current_dir().unwrap());
         let r = p(&["--root", "/r", "delete", "-f", "c"]);
         assert!(r.has_sub_flag(&["force", "f"]));
-        assert_eq!(r.global_args(), [OsString::from("--root"), OsString::from("/r")]);
+        assert_eq!(
+            r.global_args(),
+            [OsString::from("--root"), OsString::from("/r")]
+        );
         assert!(!p(&["delete", "c"]).has_sub_flag(&["force", "f"]));
         let r = p(&["update", "--cpu-quota", "30000", "c"]);
         assert_eq!(r.container_id(), Some(OsStr::new("c")));

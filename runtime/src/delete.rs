@@ -20,18 +20,39 @@ pub const REASON: &str = "delete";
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) {
-    let Some(id) = args.container_id().map(|i| i.to_string_lossy().into_owned()) else { return };
+    let Some(id) = args
+        .container_id()
+        .map(|i| i.to_string_lossy().into_owned())
+    else {
+        return;
+    };
     if !cfg.socket.exists() {
         return;
     }
-    if !args.has_sub_flag(&["force", "f"]) && status(runtime, args, &id).as_deref() != Some("stopped") {
+    if !args.has_sub_flag(&["force", "f"])
+        && status(runtime, args, &id).as_deref() != Some("stopped")
+    {
         return; // a running container: runc refuses the delete, the log goes on
     }
-    let req = Request::Unregister { container_id: id.clone(), reason: REASON.into(), exit_code: None };
+    let req = Request::Unregister {
+        container_id: id.clone(),
+        reason: REASON.into(),
+        exit_code: None,
+    };
     match call(&cfg.socket, &req, CALL_TIMEOUT) {
-        Ok(r) if r.ok || r.error.as_deref().is_some_and(|e| e.contains("not watched")) => {}
-        Ok(r) => log.warning(&format!("the agent could not end the log of {id:?}: {}", r.error.unwrap_or_default())),
-        Err(e) => log.warning(&format!("agent on {}: {e}; the end record of {id:?} is left to the poststop hook", cfg.socket.display())),
+        Ok(r)
+            if r.ok
+                || r.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("not watched")) => {}
+        Ok(r) => log.warning(&format!(
+            "the agent could not end the log of {id:?}: {}",
+            r.error.unwrap_or_default()
+        )),
+        Err(e) => log.warning(&format!(
+            "agent on {}: {e}; the end record of {id:?} is left to the poststop hook",
+            cfg.socket.display()
+        )),
     }
 }
 

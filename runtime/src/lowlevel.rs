@@ -14,7 +14,9 @@ pub const DEFAULT_RUNTIMES: [&str; 2] = ["runc", "crun"];
 /// `runtime` from the configuration (a path, or a name looked up in PATH),
 /// else the first of runc, crun in PATH. Never this wrapper itself.
 pub fn resolve(cfg: &Config) -> Result<PathBuf, String> {
-    let me = std::env::current_exe().ok().and_then(|p| p.canonicalize().ok());
+    let me = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.canonicalize().ok());
     let not_me = |p: &Path| p.canonicalize().ok() != me;
     if !cfg.runtime.is_empty() {
         let p = if cfg.runtime.contains('/') {
@@ -24,8 +26,15 @@ pub fn resolve(cfg: &Config) -> Result<PathBuf, String> {
         };
         return match p {
             Some(p) if not_me(&p) => Ok(p),
-            Some(p) => Err(format!("runtime = {:?} is this wrapper ({}); name the low-level runtime", cfg.runtime, p.display())),
-            None => Err(format!("runtime = {:?}: no such executable (a path, or a name in PATH)", cfg.runtime)),
+            Some(p) => Err(format!(
+                "runtime = {:?} is this wrapper ({}); name the low-level runtime",
+                cfg.runtime,
+                p.display()
+            )),
+            None => Err(format!(
+                "runtime = {:?}: no such executable (a path, or a name in PATH)",
+                cfg.runtime
+            )),
         };
     }
     DEFAULT_RUNTIMES
@@ -71,10 +80,19 @@ mod tests {
 
     #[test]
     fn configured_runtime_must_exist() {
-        let cfg = Config { runtime: "/nonexistent/runc".into(), ..Config::default() };
+        let cfg = Config {
+            runtime: "/nonexistent/runc".into(),
+            ..Config::default()
+        };
         let e = resolve(&cfg).unwrap_err();
-        assert!(e.contains("/nonexistent/runc") && e.contains("no such executable"), "{e}");
-        let cfg = Config { runtime: "/bin/true".into(), ..Config::default() };
+        assert!(
+            e.contains("/nonexistent/runc") && e.contains("no such executable"),
+            "{e}"
+        );
+        let cfg = Config {
+            runtime: "/bin/true".into(),
+            ..Config::default()
+        };
         assert_eq!(resolve(&cfg).unwrap(), PathBuf::from("/bin/true"));
     }
 }

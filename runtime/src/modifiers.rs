@@ -56,7 +56,9 @@ pub const MODIFIERS: [(&str, SpecModifier); 4] = [
 pub fn modify_bundle(bundle: &Path, cfg: &Config) -> anyhow::Result<Modified> {
     let ctx = ModifyContext {
         hook_path: default_hook_path()?,
-        config_path: std::env::var_os(ENV_CONFIG).filter(|v| !v.is_empty()).map(PathBuf::from),
+        config_path: std::env::var_os(ENV_CONFIG)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
         cfg: cfg.clone(),
     };
     modify_bundle_with(bundle, &ctx)
@@ -74,7 +76,10 @@ pub fn modify_bundle_with(bundle: &Path, ctx: &ModifyContext) -> anyhow::Result<
 
 pub fn apply_modifiers(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Result<Vec<String>> {
     if !spec.is_object() {
-        bail!("expected a JSON object (an OCI runtime spec), got {}", kind(spec));
+        bail!(
+            "expected a JSON object (an OCI runtime spec), got {}",
+            kind(spec)
+        );
     }
     let mut changes = vec![];
     for (name, m) in MODIFIERS {
@@ -93,7 +98,10 @@ pub fn default_hook_path() -> anyhow::Result<PathBuf> {
         return Ok(p.clone());
     }
     throttlewatch_hook::agent::find_in_path(HOOK_BINARY).ok_or_else(|| {
-        anyhow!("{HOOK_BINARY} not found next to {} nor in PATH", exe.display())
+        anyhow!(
+            "{HOOK_BINARY} not found next to {} nor in PATH",
+            exe.display()
+        )
     })
 }
 
@@ -109,26 +117,39 @@ pub fn kind(v: &Value) -> &'static str {
 }
 
 /// `spec[key]` as an object, created when absent; an error naming the field otherwise.
-pub fn object_at<'a>(parent: &'a mut Value, key: &str, field: &str) -> anyhow::Result<&'a mut Map<String, Value>> {
-    let obj = parent.as_object_mut().ok_or_else(|| anyhow!("\"{field}\" has a non-object parent"))?;
+pub fn object_at<'a>(
+    parent: &'a mut Value,
+    key: &str,
+    field: &str,
+) -> anyhow::Result<&'a mut Map<String, Value>> {
+    let obj = parent
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("\"{field}\" has a non-object parent"))?;
     let v = obj.entry(key).or_insert_with(|| json!({}));
     if v.is_null() {
         *v = json!({});
     }
     let k = kind(v);
-    v.as_object_mut().ok_or_else(|| anyhow!("\"{field}\" is {k}; expected an object"))
+    v.as_object_mut()
+        .ok_or_else(|| anyhow!("\"{field}\" is {k}; expected an object"))
 }
 
 /// The object at a path of keys (`["linux", "resources", "cpu"]`), created
 /// level by level when absent.
-pub fn object_path<'a>(spec: &'a mut Value, keys: &[&str]) -> anyhow::Result<&'a mut Map<String, Value>> {
+pub fn object_path<'a>(
+    spec: &'a mut Value,
+    keys: &[&str],
+) -> anyhow::Result<&'a mut Map<String, Value>> {
     let mut cur = spec;
     for (i, k) in keys.iter().enumerate() {
         let field = keys[..=i].join(".");
         object_at(cur, k, &field)?;
-        cur = cur.get_mut(*k).ok_or_else(|| anyhow!("\"{field}\" vanished"))?;
+        cur = cur
+            .get_mut(*k)
+            .ok_or_else(|| anyhow!("\"{field}\" vanished"))?;
     }
-    cur.as_object_mut().ok_or_else(|| anyhow!("\"{}\" is not an object", keys.join(".")))
+    cur.as_object_mut()
+        .ok_or_else(|| anyhow!("\"{}\" is not an object", keys.join(".")))
 }
 
 fn hook_entry(stage: Stage, ctx: &ModifyContext) -> Value {
@@ -141,12 +162,18 @@ fn hook_entry(stage: Stage, ctx: &ModifyContext) -> Value {
 }
 
 fn is_our_hook(h: &Value, ctx: &ModifyContext) -> bool {
-    let Some(p) = h.get("path").and_then(Value::as_str) else { return false };
+    let Some(p) = h.get("path").and_then(Value::as_str) else {
+        return false;
+    };
     Path::new(p) == ctx.hook_path || Path::new(p).file_name().is_some_and(|n| n == HOOK_BINARY)
 }
 
 /// Exactly one entry of ours in `hooks.<stage>`, with the current arguments.
-fn ensure_hook(spec: &mut Value, ctx: &ModifyContext, stage: Stage) -> anyhow::Result<Option<String>> {
+fn ensure_hook(
+    spec: &mut Value,
+    ctx: &ModifyContext,
+    stage: Stage,
+) -> anyhow::Result<Option<String>> {
     let hooks = object_at(spec, "hooks", "hooks")?;
     let field = format!("hooks.{stage}");
     let list = hooks.entry(stage.as_str()).or_insert_with(|| json!([]));
@@ -154,9 +181,13 @@ fn ensure_hook(spec: &mut Value, ctx: &ModifyContext, stage: Stage) -> anyhow::R
         *list = json!([]);
     }
     let k = kind(list);
-    let list = list.as_array_mut().ok_or_else(|| anyhow!("\"{field}\" is {k}; expected an array of hooks"))?;
+    let list = list
+        .as_array_mut()
+        .ok_or_else(|| anyhow!("\"{field}\" is {k}; expected an array of hooks"))?;
     let want = hook_entry(stage, ctx);
-    let ours: Vec<usize> = (0..list.len()).filter(|i| is_our_hook(&list[*i], ctx)).collect();
+    let ours: Vec<usize> = (0..list.len())
+        .filter(|i| is_our_hook(&list[*i], ctx))
+        .collect();
     if ours.len() == 1 && list[ours[0]] == want {
         return Ok(None);
     }
@@ -164,10 +195,17 @@ fn ensure_hook(spec: &mut Value, ctx: &ModifyContext, stage: Stage) -> anyhow::R
         list.remove(*i);
     }
     list.push(want);
-    Ok(Some(format!("{field}: {} {}", ctx.hook_path.display(), stage)))
+    Ok(Some(format!(
+        "{field}: {} {}",
+        ctx.hook_path.display(),
+        stage
+    )))
 }
 
-pub fn add_create_runtime_hook(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Result<Option<String>> {
+pub fn add_create_runtime_hook(
+    spec: &mut Value,
+    ctx: &ModifyContext,
+) -> anyhow::Result<Option<String>> {
     ensure_hook(spec, ctx, Stage::CreateRuntime)
 }
 
@@ -180,7 +218,11 @@ pub fn add_poststop_hook(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Resul
 /// (an earlier pass over the same bundle) is kept.
 pub fn stamp_create_time(spec: &mut Value, _ctx: &ModifyContext) -> anyhow::Result<Option<String>> {
     let ann = object_at(spec, "annotations", "annotations")?;
-    if ann.get(ANNOTATION_CREATED_NS).and_then(Value::as_str).is_some_and(|v| v.parse::<u64>().is_ok()) {
+    if ann
+        .get(ANNOTATION_CREATED_NS)
+        .and_then(Value::as_str)
+        .is_some_and(|v| v.parse::<u64>().is_ok())
+    {
         return Ok(None);
     }
     let now = throttlewatch_core::logfmt::now_unix_ns().to_string();
@@ -199,15 +241,24 @@ fn read_spec(path: &Path) -> anyhow::Result<(Value, File)> {
             _ => anyhow!("{}: {e}", path.display()),
         })?;
     let mut buf = Vec::new();
-    f.read_to_end(&mut buf).with_context(|| path.display().to_string())?;
-    let v = serde_json::from_slice(&buf).map_err(|e| anyhow!("{}: not valid JSON: {e}", path.display()))?;
+    f.read_to_end(&mut buf)
+        .with_context(|| path.display().to_string())?;
+    let v = serde_json::from_slice(&buf)
+        .map_err(|e| anyhow!("{}: not valid JSON: {e}", path.display()))?;
     Ok((v, f))
 }
 
 fn write_spec(path: &Path, spec: &Value, orig: &File) -> anyhow::Result<()> {
-    let meta = orig.metadata().with_context(|| path.display().to_string())?;
-    let dir = path.parent().ok_or_else(|| anyhow!("{} has no directory", path.display()))?;
-    let tmp = dir.join(format!(".{CONFIG_JSON}.throttlewatch-{}", std::process::id()));
+    let meta = orig
+        .metadata()
+        .with_context(|| path.display().to_string())?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| anyhow!("{} has no directory", path.display()))?;
+    let tmp = dir.join(format!(
+        ".{CONFIG_JSON}.throttlewatch-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_file(&tmp);
     let res = (|| -> std::io::Result<()> {
         let mut f = OpenOptions::new()

@@ -13,7 +13,11 @@ fn ctx() -> ModifyContext {
 fn bundle(config: &str) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join(CONFIG_JSON), config).unwrap();
-    std::fs::set_permissions(d.path().join(CONFIG_JSON), std::fs::Permissions::from_mode(0o604)).unwrap();
+    std::fs::set_permissions(
+        d.path().join(CONFIG_JSON),
+        std::fs::Permissions::from_mode(0o604),
+    )
+    .unwrap();
     d
 }
 
@@ -23,8 +27,10 @@ fn read(d: &tempfile::TempDir) -> Value {
 
 #[test]
 fn adds_hooks_once_and_keeps_unknown_fields() {
-    let d = bundle(r#"{"ociVersion":"1.0.2","process":{"args":["sh"]},"x-vendor":{"keep":[1,2]},
-        "hooks":{"createRuntime":[{"path":"/other/hook"}]}}"#);
+    let d = bundle(
+        r#"{"ociVersion":"1.0.2","process":{"args":["sh"]},"x-vendor":{"keep":[1,2]},
+        "hooks":{"createRuntime":[{"path":"/other/hook"}]}}"#,
+    );
     let m = modify_bundle_with(d.path(), &ctx()).unwrap();
     assert_eq!(m.changes.len(), 3, "{m:?}"); // two hooks and the create-time annotation
     let v = read(&d);
@@ -33,13 +39,28 @@ fn adds_hooks_once_and_keeps_unknown_fields() {
     assert_eq!(cr.len(), 2);
     assert_eq!(cr[0]["path"], "/other/hook");
     assert_eq!(cr[1]["path"], "/usr/local/bin/throttlewatch-hook");
-    assert_eq!(cr[1]["args"], json!(["throttlewatch-hook", "createRuntime", "--config", "/etc/tw.toml"]));
+    assert_eq!(
+        cr[1]["args"],
+        json!([
+            "throttlewatch-hook",
+            "createRuntime",
+            "--config",
+            "/etc/tw.toml"
+        ])
+    );
     assert_eq!(v["hooks"]["poststop"][0]["args"][1], "poststop");
     // Idempotent: a second pass changes nothing and does not rewrite.
     let before = std::fs::read(d.path().join(CONFIG_JSON)).unwrap();
-    assert!(modify_bundle_with(d.path(), &ctx()).unwrap().changes.is_empty());
+    assert!(modify_bundle_with(d.path(), &ctx())
+        .unwrap()
+        .changes
+        .is_empty());
     assert_eq!(std::fs::read(d.path().join(CONFIG_JSON)).unwrap(), before);
-    let mode = std::fs::metadata(d.path().join(CONFIG_JSON)).unwrap().permissions().mode() & 0o777;
+    let mode = std::fs::metadata(d.path().join(CONFIG_JSON))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
     assert_eq!(mode, 0o604);
     // No temporary file left behind.
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
@@ -47,41 +68,61 @@ fn adds_hooks_once_and_keeps_unknown_fields() {
 
 #[test]
 fn stale_entry_of_ours_is_replaced_not_duplicated() {
-    let d = bundle(r#"{"hooks":{"poststop":[{"path":"/old/throttlewatch-hook","args":["x"]},{"path":"/old/throttlewatch-hook"}]}}"#);
+    let d = bundle(
+        r#"{"hooks":{"poststop":[{"path":"/old/throttlewatch-hook","args":["x"]},{"path":"/old/throttlewatch-hook"}]}}"#,
+    );
     modify_bundle_with(d.path(), &ctx()).unwrap();
     let v = read(&d);
     assert_eq!(v["hooks"]["poststop"].as_array().unwrap().len(), 1);
-    assert_eq!(v["hooks"]["poststop"][0]["path"], "/usr/local/bin/throttlewatch-hook");
+    assert_eq!(
+        v["hooks"]["poststop"][0]["path"],
+        "/usr/local/bin/throttlewatch-hook"
+    );
 }
 
 #[test]
 fn malformed_config_is_a_clear_error() {
     let d = bundle("{\"ociVersion\": ");
     let e = format!("{:#}", modify_bundle_with(d.path(), &ctx()).unwrap_err());
-    assert!(e.contains("config.json") && e.contains("not valid JSON"), "{e}");
+    assert!(
+        e.contains("config.json") && e.contains("not valid JSON"),
+        "{e}"
+    );
     let d = bundle(r#"{"hooks":{"createRuntime":"nope"}}"#);
     let e = format!("{:#}", modify_bundle_with(d.path(), &ctx()).unwrap_err());
-    assert!(e.contains("\"hooks.createRuntime\" is a string; expected an array"), "{e}");
+    assert!(
+        e.contains("\"hooks.createRuntime\" is a string; expected an array"),
+        "{e}"
+    );
     let d = bundle("[1]");
     let e = format!("{:#}", modify_bundle_with(d.path(), &ctx()).unwrap_err());
     assert!(e.contains("expected a JSON object"), "{e}");
     // The broken file is left as it was.
-    assert_eq!(std::fs::read_to_string(d.path().join(CONFIG_JSON)).unwrap(), "[1]");
+    assert_eq!(
+        std::fs::read_to_string(d.path().join(CONFIG_JSON)).unwrap(),
+        "[1]"
+    );
 }
 
 #[test]
 fn symlinked_config_is_refused() {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("elsewhere.json"), "{}").unwrap();
-    std::os::unix::fs::symlink(d.path().join("elsewhere.json"), d.path().join(CONFIG_JSON)).unwrap();
+    std::os::unix::fs::symlink(d.path().join("elsewhere.json"), d.path().join(CONFIG_JSON))
+        .unwrap();
     let e = format!("{:#}", modify_bundle_with(d.path(), &ctx()).unwrap_err());
     assert!(e.contains("symlink"), "{e}");
-    assert_eq!(std::fs::read_to_string(d.path().join("elsewhere.json")).unwrap(), "{}");
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("elsewhere.json")).unwrap(),
+        "{}"
+    );
 }
 
 #[test]
 fn explicit_cpuset_becomes_resources() {
-    let d = bundle(r#"{"annotations":{"throttlewatch.io/cpuset":"0"},"linux":{"resources":{"cpu":{"quota":20000}}}}"#);
+    let d = bundle(
+        r#"{"annotations":{"throttlewatch.io/cpuset":"0"},"linux":{"resources":{"cpu":{"quota":20000}}}}"#,
+    );
     let m = modify_bundle_with(d.path(), &ctx()).unwrap();
     let v = read(&d);
     assert_eq!(v["linux"]["resources"]["cpu"]["cpus"], "0", "{m:?}");
@@ -95,7 +136,13 @@ fn explicit_cpuset_becomes_resources() {
 #[test]
 fn no_config_path_means_no_config_arg() {
     let d = bundle("{}");
-    let c = ModifyContext { config_path: None, ..ctx() };
+    let c = ModifyContext {
+        config_path: None,
+        ..ctx()
+    };
     modify_bundle_with(d.path(), &c).unwrap();
-    assert_eq!(read(&d)["hooks"]["createRuntime"][0]["args"], json!(["throttlewatch-hook", "createRuntime"]));
+    assert_eq!(
+        read(&d)["hooks"]["createRuntime"][0]["args"],
+        json!(["throttlewatch-hook", "createRuntime"])
+    );
 }

@@ -18,7 +18,10 @@ pub struct RuncLog {
 
 impl RuncLog {
     pub fn new(path: Option<PathBuf>, format: Option<&str>) -> RuncLog {
-        RuncLog { path, json: format == Some("json") }
+        RuncLog {
+            path,
+            json: format == Some("json"),
+        }
     }
 
     pub fn error(&self, msg: &str) {

@@ -25,21 +25,37 @@ pub fn cpuset_resources(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Result
         return Ok(None);
     };
     let (req, _) = throttlewatch_hook::qos::request(&ctx.cfg, &bundle);
-    if req.exclusive || !matches!(req.cpuset, Some(CpusetTarget::List(_)) | Some(CpusetTarget::Numa(_))) {
+    if req.exclusive
+        || !matches!(
+            req.cpuset,
+            Some(CpusetTarget::List(_)) | Some(CpusetTarget::Numa(_))
+        )
+    {
         return Ok(None);
     }
     let Ok(topo) = Topology::discover(Path::new("/sys"), Path::new("/proc")) else {
         return Ok(None);
     };
     let (quota, period) = bundle.cpu_quota();
-    let p = plan(&req, &topo, None, "", &CpuList::default(), quota, period.unwrap_or(100_000), bundle.env());
+    let p = plan(
+        &req,
+        &topo,
+        None,
+        "",
+        &CpuList::default(),
+        quota,
+        period.unwrap_or(100_000),
+        bundle.env(),
+    );
     if !p.refused.is_empty() {
         return Ok(None);
     }
     let cpu = object_path(spec, &["linux", "resources", "cpu"])?;
     let mut changed = vec![];
     for (key, val) in [("cpus", p.cpus.as_ref()), ("mems", p.mems.as_ref())] {
-        let Some(val) = val.map(|v| v.to_string()) else { continue };
+        let Some(val) = val.map(|v| v.to_string()) else {
+            continue;
+        };
         if cpu.get(key).and_then(Value::as_str) != Some(val.as_str()) {
             cpu.insert(key.to_string(), json!(val));
             changed.push(format!("linux.resources.cpu.{key} = {val}"));

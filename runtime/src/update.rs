@@ -22,12 +22,21 @@ use crate::lowlevel;
 use crate::runlog::RuncLog;
 
 pub fn update(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) -> i32 {
-    let id = args.container_id().map(|i| i.to_string_lossy().into_owned());
-    let record = match id.as_deref().map(|id| burst_record::load(&cfg.state_dir, id)) {
+    let id = args
+        .container_id()
+        .map(|i| i.to_string_lossy().into_owned());
+    let record = match id
+        .as_deref()
+        .map(|id| burst_record::load(&cfg.state_dir, id))
+    {
         Some(Ok(Some(r))) => Some(r),
-        Some(Ok(None)) => id.as_deref().and_then(|id| derive_record(runtime, args, cfg, id, log)),
+        Some(Ok(None)) => id
+            .as_deref()
+            .and_then(|id| derive_record(runtime, args, cfg, id, log)),
         Some(Err(e)) => {
-            log.warning(&format!("cannot read the recorded burst: {e}; the burst may be lost by this update"));
+            log.warning(&format!(
+                "cannot read the recorded burst: {e}; the burst may be lost by this update"
+            ));
             None
         }
         None => None,
@@ -46,7 +55,10 @@ pub fn update(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) -> i
     };
     if let (Some(rec), Some(g)) = (&record, &group) {
         if let Err(e) = restore(rec, g, cfg) {
-            log.error(&format!("container {:?}: cannot restore the CFS burst after update: {e}", rec.container_id));
+            log.error(&format!(
+                "container {:?}: cannot restore the CFS burst after update: {e}",
+                rec.container_id
+            ));
             if code == 0 && cfg.fail_mode == FailMode::Closed {
                 return 1;
             }
@@ -58,12 +70,28 @@ pub fn update(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) -> i
 /// The burst record of a container that has none: its bundle (from the
 /// runtime's `state`) asks for a burst in its annotations or environment,
 /// and its init process gives the cgroup. None when it asks for none.
-fn derive_record(runtime: &Path, args: &RuncArgs, cfg: &Config, id: &str, log: &RuncLog) -> Option<BurstRecord> {
+fn derive_record(
+    runtime: &Path,
+    args: &RuncArgs,
+    cfg: &Config,
+    id: &str,
+    log: &RuncLog,
+) -> Option<BurstRecord> {
     let state = lowlevel::state(runtime, args.global_args(), id)?;
     let bundle = Path::new(state["bundle"].as_str()?);
-    let pid = state["pid"].as_u64().filter(|p| *p > 0 && *p <= u32::MAX as u64)? as u32;
-    let spec = BundleSpec::load(bundle).map_err(|e| log.warning(&format!("no burst record for {id:?} and {e}"))).ok()?;
-    derive_from_spec(cfg, id, &spec, |mode| cpu_cgroup_of_pid(Path::new("/proc"), pid, mode).ok(), log)
+    let pid = state["pid"]
+        .as_u64()
+        .filter(|p| *p > 0 && *p <= u32::MAX as u64)? as u32;
+    let spec = BundleSpec::load(bundle)
+        .map_err(|e| log.warning(&format!("no burst record for {id:?} and {e}")))
+        .ok()?;
+    derive_from_spec(
+        cfg,
+        id,
+        &spec,
+        |mode| cpu_cgroup_of_pid(Path::new("/proc"), pid, mode).ok(),
+        log,
+    )
 }
 
 /// The record for `spec`'s burst request; `cgroup_of` gives the cgroup path
@@ -77,9 +105,13 @@ pub fn derive_from_spec(
 ) -> Option<BurstRecord> {
     let (req, _) = throttlewatch_hook::qos::request(cfg, spec);
     let burst = req.burst?;
-    let h = Hierarchies::discover().map_err(|e| log.warning(&format!("cgroup hierarchies: {e}"))).ok()?;
+    let h = Hierarchies::discover()
+        .map_err(|e| log.warning(&format!("cgroup hierarchies: {e}")))
+        .ok()?;
     let Some(cgroup_path) = cgroup_of(h.mode) else {
-        log.warning(&format!("container {id:?}: no cgroup for its init process; its burst is not restored"));
+        log.warning(&format!(
+            "container {id:?}: no cgroup for its init process; its burst is not restored"
+        ));
         return None;
     };
     Some(BurstRecord {
@@ -93,9 +125,16 @@ pub fn derive_from_spec(
 }
 
 fn open_group(rec: &BurstRecord, log: &RuncLog) -> Option<CpuCgroup> {
-    let h = Hierarchies::discover().map_err(|e| log.warning(&format!("cgroup hierarchies: {e}"))).ok()?;
+    let h = Hierarchies::discover()
+        .map_err(|e| log.warning(&format!("cgroup hierarchies: {e}")))
+        .ok()?;
     CpuCgroup::open(&h, &rec.cgroup_path)
-        .map_err(|e| log.warning(&format!("container {:?}: {e}; its burst is not restored", rec.container_id)))
+        .map_err(|e| {
+            log.warning(&format!(
+                "container {:?}: {e}; its burst is not restored",
+                rec.container_id
+            ))
+        })
         .ok()
 }
 
@@ -105,8 +144,12 @@ pub fn restore(rec: &BurstRecord, g: &CpuCgroup, cfg: &Config) -> Result<u64, St
     let Some(us) = rec.burst_for_quota(limits.quota_us) else {
         return Ok(0); // no quota: nothing to burst
     };
-    g.set_burst(us).map_err(|e| format!("{} = {us}: {e}", g.burst_file().display()))?;
-    let new = BurstRecord { applied_us: us, ..rec.clone() };
+    g.set_burst(us)
+        .map_err(|e| format!("{} = {us}: {e}", g.burst_file().display()))?;
+    let new = BurstRecord {
+        applied_us: us,
+        ..rec.clone()
+    };
     burst_record::save(&cfg.state_dir, &new).map_err(|e| e.to_string())?;
     Ok(us)
 }
@@ -121,12 +164,20 @@ mod tests {
     #[test]
     fn restore_clamps_to_the_new_quota() {
         let d = tempfile::tempdir().unwrap();
-        let h = Hierarchies { mode: CgroupMode::V1, cpu: d.path().join("cpu"), cpuset: None, extra_v1: vec![] };
+        let h = Hierarchies {
+            mode: CgroupMode::V1,
+            cpu: d.path().join("cpu"),
+            cpuset: None,
+            extra_v1: vec![],
+        };
         let g = CpuCgroup::at(&h, "/tw/c");
         std::fs::create_dir_all(&g.cpu_dir).unwrap();
         std::fs::write(g.cpu_dir.join("cpu.cfs_quota_us"), "15000").unwrap();
         std::fs::write(g.cpu_dir.join("cpu.cfs_period_us"), "100000").unwrap();
-        let cfg = Config { state_dir: d.path().join("state"), ..Config::default() };
+        let cfg = Config {
+            state_dir: d.path().join("state"),
+            ..Config::default()
+        };
         let rec = BurstRecord {
             v: RECORD_VERSION,
             container_id: "c".into(),
@@ -136,8 +187,17 @@ mod tests {
             applied_us: 20_000,
         };
         assert_eq!(restore(&rec, &g, &cfg).unwrap(), 15_000);
-        assert_eq!(std::fs::read_to_string(g.cpu_dir.join("cpu.cfs_burst_us")).unwrap(), "15000");
-        assert_eq!(burst_record::load(&cfg.state_dir, "c").unwrap().unwrap().applied_us, 15_000);
+        assert_eq!(
+            std::fs::read_to_string(g.cpu_dir.join("cpu.cfs_burst_us")).unwrap(),
+            "15000"
+        );
+        assert_eq!(
+            burst_record::load(&cfg.state_dir, "c")
+                .unwrap()
+                .unwrap()
+                .applied_us,
+            15_000
+        );
     }
 
     #[test]
@@ -145,19 +205,46 @@ mod tests {
         let cfg = Config::default();
         let log = RuncLog::default();
         let spec = |ann: &[(&str, &str)], env: &[&str]| BundleSpec {
-            annotations: ann.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            process: Some(throttlewatch_hook::spec::Process { env: env.iter().map(|s| s.to_string()).collect() }),
+            annotations: ann
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            process: Some(throttlewatch_hook::spec::Process {
+                env: env.iter().map(|s| s.to_string()).collect(),
+            }),
             ..Default::default()
         };
         let s = spec(&[("throttlewatch.io/cpu-burst", "20ms")], &[]);
         let r = derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &log).unwrap();
-        assert_eq!((r.request, r.cgroup_path.as_str(), r.container_id.as_str()), (BurstRequest::Micros(20_000), "/tw/c", "c"));
+        assert_eq!(
+            (r.request, r.cgroup_path.as_str(), r.container_id.as_str()),
+            (BurstRequest::Micros(20_000), "/tw/c", "c")
+        );
         assert_eq!(r.burst_for_quota(Some(15_000)), Some(15_000));
         let s = spec(&[], &["PATH=/bin", "THROTTLEWATCH_CPU_BURST=10ms"]);
-        assert_eq!(derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &log).unwrap().request, BurstRequest::Micros(10_000));
+        assert_eq!(
+            derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &log)
+                .unwrap()
+                .request,
+            BurstRequest::Micros(10_000)
+        );
         // No request, a refused value, or no cgroup: no record.
-        assert!(derive_from_spec(&cfg, "c", &spec(&[], &["PATH=/bin"]), |_| Some("/x".into()), &log).is_none());
-        assert!(derive_from_spec(&cfg, "c", &spec(&[("throttlewatch.io/cpu-burst", "abc")], &[]), |_| Some("/x".into()), &log).is_none());
+        assert!(derive_from_spec(
+            &cfg,
+            "c",
+            &spec(&[], &["PATH=/bin"]),
+            |_| Some("/x".into()),
+            &log
+        )
+        .is_none());
+        assert!(derive_from_spec(
+            &cfg,
+            "c",
+            &spec(&[("throttlewatch.io/cpu-burst", "abc")], &[]),
+            |_| Some("/x".into()),
+            &log
+        )
+        .is_none());
         assert!(derive_from_spec(&cfg, "c", &s, |_| None, &log).is_none());
     }
 }

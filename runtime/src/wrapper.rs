@@ -18,13 +18,19 @@ use crate::{delete, lowlevel, update};
 pub fn main(args: Vec<OsString>) -> i32 {
     let mut t = Phases::start(crate::runlog::NAME);
     let args = RuncArgs::parse(&args);
-    t.name(&format!("{} {}", crate::runlog::NAME, args.subcommand().unwrap_or("-")));
+    t.name(&format!(
+        "{} {}",
+        crate::runlog::NAME,
+        args.subcommand().unwrap_or("-")
+    ));
     let log = RuncLog::new(args.log.clone(), args.log_format.as_deref());
     let config_path = config_path(&args);
     let (cfg, cfg_ok) = match Config::load(config_path.as_deref()) {
         Ok(c) => (c, true),
         Err(e) => {
-            log.error(&format!("{e}; passing through to the low-level runtime unchanged"));
+            log.error(&format!(
+                "{e}; passing through to the low-level runtime unchanged"
+            ));
             (Config::default(), false)
         }
     };
@@ -41,7 +47,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("create") | Some("run") if cfg_ok => {
             if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
                 match cfg.fail_mode {
-                    FailMode::Open => log.error(&format!("{e:#} (fail-open: creating the container unchanged)")),
+                    FailMode::Open => log.error(&format!(
+                        "{e:#} (fail-open: creating the container unchanged)"
+                    )),
                     FailMode::Closed => {
                         log.error(&format!("{e:#} (fail-closed: create refused)"));
                         return 1;
@@ -63,16 +71,26 @@ pub fn main(args: Vec<OsString>) -> i32 {
 /// `--throttlewatch-config`, else $THROTTLEWATCH_CONFIG; absolute, since the
 /// hook runs in another directory.
 fn config_path(args: &RuncArgs) -> Option<PathBuf> {
-    let p = args
-        .config
-        .clone()
-        .or_else(|| std::env::var_os(ENV_CONFIG).filter(|v| !v.is_empty()).map(PathBuf::from))?;
+    let p = args.config.clone().or_else(|| {
+        std::env::var_os(ENV_CONFIG)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })?;
     Some(std::path::absolute(&p).unwrap_or(p))
 }
 
-fn modify(args: &RuncArgs, cfg: &Config, config_path: Option<PathBuf>, t: &mut Phases) -> anyhow::Result<()> {
+fn modify(
+    args: &RuncArgs,
+    cfg: &Config,
+    config_path: Option<PathBuf>,
+    t: &mut Phases,
+) -> anyhow::Result<()> {
     let bundle = args.bundle()?;
-    let ctx = ModifyContext { hook_path: default_hook_path()?, config_path, cfg: cfg.clone() };
+    let ctx = ModifyContext {
+        hook_path: default_hook_path()?,
+        config_path,
+        cfg: cfg.clone(),
+    };
     t.mark("hook_path");
     modify_bundle_with(&bundle, &ctx)?;
     t.mark("modify");

@@ -18,10 +18,24 @@ pub fn end_before_delete(cfg: &Config, id: &str, exit_code: Option<i32>) {
     if !cfg.socket.exists() {
         return;
     }
-    let req = Request::Unregister { container_id: id.to_string(), reason: REASON.into(), exit_code };
+    let req = Request::Unregister {
+        container_id: id.to_string(),
+        reason: REASON.into(),
+        exit_code,
+    };
     match call(&cfg.socket, &req, CALL_TIMEOUT) {
-        Ok(r) if r.ok || r.error.as_deref().is_some_and(|e| e.contains("not watched")) => {}
-        Ok(r) => warn!("{id}: the agent could not end the log: {}", r.error.unwrap_or_default()),
-        Err(e) => warn!("{id}: agent on {}: {e}; the end record is left to the poststop hook", cfg.socket.display()),
+        Ok(r)
+            if r.ok
+                || r.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("not watched")) => {}
+        Ok(r) => warn!(
+            "{id}: the agent could not end the log: {}",
+            r.error.unwrap_or_default()
+        ),
+        Err(e) => warn!(
+            "{id}: agent on {}: {e}; the end record is left to the poststop hook",
+            cfg.socket.display()
+        ),
     }
 }

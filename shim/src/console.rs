@@ -26,7 +26,11 @@ pub struct ConsoleSocket {
 impl ConsoleSocket {
     pub fn new() -> std::io::Result<ConsoleSocket> {
         static SEQ: AtomicU32 = AtomicU32::new(0);
-        let name = format!("tw-pty-{}-{}.sock", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let name = format!(
+            "tw-pty-{}-{}.sock",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
         let path = std::env::temp_dir().join(name);
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path)?;
@@ -49,7 +53,10 @@ impl ConsoleSocket {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    return Err(std::io::Error::new(e.kind(), "runc did not connect to the console socket"));
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        "runc did not connect to the console socket",
+                    ));
                 }
                 Err(e) => return Err(e),
             }
@@ -59,16 +66,29 @@ impl ConsoleSocket {
         let mut name = [0u8; 256]; // runc sends the pty's name as the payload
         let mut iov = [IoSliceMut::new(&mut name)];
         let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-        let msg = recvmsg::<()>(stream.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        let msg = recvmsg::<()>(
+            stream.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )?;
         let mut fds: Vec<OwnedFd> = vec![];
         for c in msg.cmsgs()? {
             if let ControlMessageOwned::ScmRights(raw) = c {
                 // SAFETY: descriptors just received are ours alone.
-                fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
             }
         }
         let master = fds.into_iter().next();
-        master.map(File::from).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, "no descriptor in runc's message"))
+        master.map(File::from).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "no descriptor in runc's message",
+            )
+        })
     }
 }
 
@@ -124,7 +144,11 @@ impl Drop for Console {
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
-    std::thread::Builder::new().name(name.into()).stack_size(COPY_STACK).spawn(f).map(drop)
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(COPY_STACK)
+        .spawn(f)
+        .map(drop)
 }
 
 /// master → stdout until the last slave descriptor closes (EIO); then the
@@ -156,8 +180,16 @@ fn copy_in(mut input: File, mut master: File, stop: File) {
     let mut buf = [0u8; 8192];
     loop {
         let mut fds = [
-            libc::pollfd { fd: input.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: input.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stop.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: poll(2) on two valid descriptors.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
@@ -193,19 +225,36 @@ mod tests {
         let sock = ConsoleSocket::new().unwrap();
         let (mut master, mut slave) = (0, 0);
         // SAFETY: openpty with valid out-pointers.
-        assert_eq!(unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) }, 0);
+        assert_eq!(
+            unsafe {
+                libc::openpty(
+                    &mut master,
+                    &mut slave,
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                )
+            },
+            0
+        );
         let c = std::os::unix::net::UnixStream::connect(sock.path()).unwrap();
         let fds = [master];
         let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
         let iov = [std::io::IoSlice::new(b"/dev/pts/x")];
-        nix::sys::socket::sendmsg::<()>(c.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None).unwrap();
+        nix::sys::socket::sendmsg::<()>(c.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
+            .unwrap();
         let got = sock.receive(Duration::from_secs(2)).unwrap();
         // SAFETY: closing the descriptors openpty gave us (the master was duplicated by sending).
         unsafe { libc::close(master) };
         let (devnull, rx) = (File::create("/dev/null").unwrap(), None);
         let console = Console::start(got, rx, devnull).unwrap();
         console.resize(101, 33).unwrap();
-        let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+        let mut ws = libc::winsize {
+            ws_row: 0,
+            ws_col: 0,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
         // SAFETY: TIOCGWINSZ into a valid winsize.
         assert_eq!(unsafe { libc::ioctl(slave, libc::TIOCGWINSZ, &mut ws) }, 0);
         assert_eq!((ws.ws_row, ws.ws_col), (33, 101));

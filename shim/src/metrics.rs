@@ -1,7 +1,9 @@
 //! `runc events --stats` JSON → containerd's cgroup v1 `Metrics` protobuf
 //! (what `ctr task metrics` and the CRI stats read).
 
-use containerd_shim::protos::cgroups::metrics::{CPUStat, CPUUsage, MemoryEntry, MemoryStat, Metrics, PidsStat, Throttle};
+use containerd_shim::protos::cgroups::metrics::{
+    CPUStat, CPUUsage, MemoryEntry, MemoryStat, Metrics, PidsStat, Throttle,
+};
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::{Message, MessageField};
 use serde_json::Value;
@@ -13,7 +15,13 @@ fn u(v: &Value) -> u64 {
 }
 
 fn entry(v: &Value) -> MessageField<MemoryEntry> {
-    MessageField::some(MemoryEntry { usage: u(&v["usage"]), max: u(&v["max"]), limit: u(&v["limit"]), failcnt: u(&v["failcnt"]), ..Default::default() })
+    MessageField::some(MemoryEntry {
+        usage: u(&v["usage"]),
+        max: u(&v["max"]),
+        limit: u(&v["limit"]),
+        failcnt: u(&v["failcnt"]),
+        ..Default::default()
+    })
 }
 
 pub fn metrics(data: &Value) -> Metrics {
@@ -22,7 +30,10 @@ pub fn metrics(data: &Value) -> Metrics {
         total: u(&cpu["usage"]["total"]),
         kernel: u(&cpu["usage"]["kernel"]),
         user: u(&cpu["usage"]["user"]),
-        per_cpu: cpu["usage"]["percpu"].as_array().map(|a| a.iter().map(u).collect()).unwrap_or_default(),
+        per_cpu: cpu["usage"]["percpu"]
+            .as_array()
+            .map(|a| a.iter().map(u).collect())
+            .unwrap_or_default(),
         ..Default::default()
     };
     let t = &cpu["throttling"];
@@ -42,16 +53,28 @@ pub fn metrics(data: &Value) -> Metrics {
         ..Default::default()
     };
     Metrics {
-        cpu: MessageField::some(CPUStat { usage: MessageField::some(usage), throttling: MessageField::some(throttling), ..Default::default() }),
+        cpu: MessageField::some(CPUStat {
+            usage: MessageField::some(usage),
+            throttling: MessageField::some(throttling),
+            ..Default::default()
+        }),
         memory: MessageField::some(memory),
-        pids: MessageField::some(PidsStat { current: u(&data["pids"]["current"]), limit: u(&data["pids"]["limit"]), ..Default::default() }),
+        pids: MessageField::some(PidsStat {
+            current: u(&data["pids"]["current"]),
+            limit: u(&data["pids"]["limit"]),
+            ..Default::default()
+        }),
         ..Default::default()
     }
 }
 
 pub fn metrics_any(data: &Value) -> Result<Any, String> {
     let value = metrics(data).write_to_bytes().map_err(|e| e.to_string())?;
-    Ok(Any { type_url: METRICS_TYPE_URL.into(), value, ..Default::default() })
+    Ok(Any {
+        type_url: METRICS_TYPE_URL.into(),
+        value,
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]

@@ -43,12 +43,22 @@ impl Runc {
     /// Run to completion; stdout is returned, a failure carries stderr (or runc's log).
     /// `stdio`: create/exec hand the container's files to runc, which passes
     /// them on to the container process; errors then come from runc's log.
-    fn run(&self, mut cmd: Command, input: Option<&[u8]>, stdio: Option<Stdio3>, log: Option<&Path>) -> Result<Vec<u8>, String> {
+    fn run(
+        &self,
+        mut cmd: Command,
+        input: Option<&[u8]>,
+        stdio: Option<Stdio3>,
+        log: Option<&Path>,
+    ) -> Result<Vec<u8>, String> {
         let sub = monitor_subscribe(Topic::Pid).map_err(|e| e.to_string())?;
         match stdio {
             Some(s) => cmd.stdin(s.stdin).stdout(s.stdout).stderr(s.stderr),
             None => cmd
-                .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+                .stdin(if input.is_some() {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),
         };
@@ -76,11 +86,21 @@ impl Runc {
     }
 
     /// `console`: the console socket of a process with a terminal.
-    pub fn create(&self, id: &str, bundle: &Path, stdio: Stdio3, console: Option<&Path>) -> Result<u32, String> {
+    pub fn create(
+        &self,
+        id: &str,
+        bundle: &Path,
+        stdio: Stdio3,
+        console: Option<&Path>,
+    ) -> Result<u32, String> {
         let log = bundle.join("log.json");
         let pid_file = bundle.join("init.pid");
         let mut cmd = self.command(Some(&log));
-        cmd.arg("create").arg("--bundle").arg(bundle).arg("--pid-file").arg(&pid_file);
+        cmd.arg("create")
+            .arg("--bundle")
+            .arg(bundle)
+            .arg("--pid-file")
+            .arg(&pid_file);
         if let Some(socket) = console {
             cmd.arg("--console-socket").arg(socket);
         }
@@ -96,18 +116,31 @@ impl Runc {
     }
 
     /// `runc exec --detach`: the process is reparented to the shim, which reaps it.
-    pub fn exec(&self, id: &str, bundle: &Path, exec_id: &str, process_json: &[u8], stdio: Stdio3, console: Option<&Path>) -> Result<u32, String> {
+    pub fn exec(
+        &self,
+        id: &str,
+        bundle: &Path,
+        exec_id: &str,
+        process_json: &[u8],
+        stdio: Stdio3,
+        console: Option<&Path>,
+    ) -> Result<u32, String> {
         let spec = bundle.join(format!("{exec_id}.json"));
         let pid_file = bundle.join(format!("{exec_id}.pid"));
         std::fs::write(&spec, process_json).map_err(|e| format!("{}: {e}", spec.display()))?;
         let log = bundle.join("log.json");
         let mut cmd = self.command(Some(&log));
-        cmd.args(["exec", "--detach", "--process"]).arg(&spec).arg("--pid-file").arg(&pid_file);
+        cmd.args(["exec", "--detach", "--process"])
+            .arg(&spec)
+            .arg("--pid-file")
+            .arg(&pid_file);
         if let Some(socket) = console {
             cmd.arg("--console-socket").arg(socket);
         }
         cmd.arg(id);
-        let r = self.run(cmd, None, Some(stdio), Some(&log)).and_then(|_| read_pid(&pid_file));
+        let r = self
+            .run(cmd, None, Some(stdio), Some(&log))
+            .and_then(|_| read_pid(&pid_file));
         let _ = std::fs::remove_file(&spec);
         let _ = std::fs::remove_file(&pid_file);
         r
@@ -137,7 +170,9 @@ impl Runc {
         let mut cmd = self.command(None);
         cmd.args(["ps", "--format", "json", id]);
         let out = self.run(cmd, None, None, None)?;
-        serde_json::from_slice::<Option<Vec<u32>>>(&out).map(|v| v.unwrap_or_default()).map_err(|e| e.to_string())
+        serde_json::from_slice::<Option<Vec<u32>>>(&out)
+            .map(|v| v.unwrap_or_default())
+            .map_err(|e| e.to_string())
     }
 
     /// `runc update --resources -` with the LinuxResources JSON containerd sent.
@@ -159,7 +194,9 @@ impl Runc {
 
 fn read_pid(path: &Path) -> Result<u32, String> {
     let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    s.trim().parse().map_err(|e| format!("{}: {e}", path.display()))
+    s.trim()
+        .parse()
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// The last `error` message in runc's JSON log, as " (msg)".
@@ -181,7 +218,11 @@ mod tests {
     fn log_error_is_extracted() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("log.json");
-        std::fs::write(&p, "{\"level\":\"info\",\"msg\":\"x\"}\n{\"level\":\"error\",\"msg\":\"no such file\"}\n").unwrap();
+        std::fs::write(
+            &p,
+            "{\"level\":\"info\",\"msg\":\"x\"}\n{\"level\":\"error\",\"msg\":\"no such file\"}\n",
+        )
+        .unwrap();
         assert_eq!(last_log_error(&p), " (no such file)");
     }
 }

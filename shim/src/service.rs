@@ -32,8 +32,11 @@ pub const RUNTIME_ID: &str = "io.containerd.throttlewatch.v2";
 
 /// Spec annotations that put containers into one shim, first match wins
 /// (the runc shim's list, ours first).
-pub const GROUP_ANNOTATIONS: [&str; 3] =
-    ["io.containerd.throttlewatch.v2.group", "io.containerd.runc.v2.group", "io.kubernetes.cri.sandbox-id"];
+pub const GROUP_ANNOTATIONS: [&str; 3] = [
+    "io.containerd.throttlewatch.v2.group",
+    "io.containerd.runc.v2.group",
+    "io.kubernetes.cri.sandbox-id",
+];
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -47,7 +50,10 @@ pub fn main() -> i32 {
         }
     };
     if flags.version {
-        println!("containerd-shim-throttlewatch-v2 {} ({RUNTIME_ID})", env!("CARGO_PKG_VERSION"));
+        println!(
+            "containerd-shim-throttlewatch-v2 {} ({RUNTIME_ID})",
+            env!("CARGO_PKG_VERSION")
+        );
         return 0;
     }
     if flags.namespace.is_empty() {
@@ -80,7 +86,12 @@ fn load_config() -> Config {
 /// The grouping key of a bundle's spec (cwd is the bundle on `start`).
 pub fn group_of(spec_json: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(spec_json).ok()?;
-    GROUP_ANNOTATIONS.iter().find_map(|k| v["annotations"][*k].as_str().filter(|s| !s.is_empty()).map(String::from))
+    GROUP_ANNOTATIONS.iter().find_map(|k| {
+        v["annotations"][*k]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+    })
 }
 
 fn socket_path(address: &str) -> &str {
@@ -116,11 +127,18 @@ fn start(flags: &Flags) -> Result<(), BoxError> {
 fn delete(flags: &Flags) -> Result<(), BoxError> {
     reap_children()?; // runc's exit status arrives through the reaper
     let cfg = load_config();
-    let runc = Runc { binary: runc_binary(&cfg), root: runc_root(&flags.namespace) };
+    let runc = Runc {
+        binary: runc_binary(&cfg),
+        root: runc_root(&flags.namespace),
+    };
     if let Err(e) = runc.delete(&flags.id) {
         eprintln!("{RUNTIME_ID}: cleanup of {}: {e}", flags.id);
     }
-    let bundle = if flags.bundle.is_empty() { std::env::current_dir()? } else { flags.bundle.clone().into() };
+    let bundle = if flags.bundle.is_empty() {
+        std::env::current_dir()?
+    } else {
+        flags.bundle.clone().into()
+    };
     let rootfs = bundle.join("rootfs");
     let _ = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0);
     let resp = api::DeleteResponse {
@@ -168,19 +186,32 @@ fn reap_children() -> std::io::Result<()> {
 /// Publish events in order, off the request threads, straight through
 /// containerd's Events service (`RemotePublisher::publish` would pack them
 /// with protobuf reflection, which costs heap).
-fn publish_events(address: &str, namespace: String, rx: mpsc::Receiver<Event>) -> Result<(), BoxError> {
-    let address = if address.contains("://") { address.to_string() } else { format!("unix://{address}") };
+fn publish_events(
+    address: &str,
+    namespace: String,
+    rx: mpsc::Receiver<Event>,
+) -> Result<(), BoxError> {
+    let address = if address.contains("://") {
+        address.to_string()
+    } else {
+        format!("unix://{address}")
+    };
     let client = EventsClient::new(ttrpc::Client::connect(&address)?);
     std::thread::spawn(move || {
         for (topic, ev) in rx {
             let envelope = Envelope {
-                timestamp: MessageField::some(containerd_shim::util::timestamp().unwrap_or_default()),
+                timestamp: MessageField::some(
+                    containerd_shim::util::timestamp().unwrap_or_default(),
+                ),
                 namespace: namespace.clone(),
                 topic: topic.into(),
                 event: MessageField::some(ev),
                 ..Default::default()
             };
-            let req = ForwardRequest { envelope: MessageField::some(envelope), ..Default::default() };
+            let req = ForwardRequest {
+                envelope: MessageField::some(envelope),
+                ..Default::default()
+            };
             if let Err(e) = client.forward(Context::default(), &req) {
                 warn!("publish {topic}: {e}");
             }
@@ -222,7 +253,10 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
     }
     reap_children()?;
     let cfg = load_config();
-    let runc = Runc { binary: runc_binary(&cfg), root: runc_root(&flags.namespace) };
+    let runc = Runc {
+        binary: runc_binary(&cfg),
+        root: runc_root(&flags.namespace),
+    };
     let (tx, rx) = mpsc::channel();
     let ttrpc_address = std::env::var("TTRPC_ADDRESS").map_err(|_| "TTRPC_ADDRESS is not set")?;
     publish_events(&ttrpc_address, flags.namespace.clone(), rx)?;
@@ -236,7 +270,10 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
     };
     let mut methods = containerd_shim::protos::create_task(task.clone());
     for (name, m) in containerd_shim::protos::create_task(task) {
-        methods.insert(name.replace("/containerd.task.v3.", "/containerd.task.v2."), m);
+        methods.insert(
+            name.replace("/containerd.task.v3.", "/containerd.task.v2."),
+            m,
+        );
     }
     // One idle worker per connection: a busy one (a blocking Wait) makes the
     // pool start another, and a worker finding one idle already exits.
@@ -253,7 +290,10 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
     exit.wait();
     server.shutdown();
     let path = socket_path(&flags.socket);
-    if std::fs::metadata(path).map(|m| m.file_type().is_socket()).unwrap_or(false) {
+    if std::fs::metadata(path)
+        .map(|m| m.file_type().is_socket())
+        .unwrap_or(false)
+    {
         let _ = std::fs::remove_file(path);
     }
     Ok(())

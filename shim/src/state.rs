@@ -22,7 +22,11 @@ pub type Shared = Arc<(Mutex<State>, Condvar)>;
 /// built without protobuf reflection: the reflection tables of the event
 /// protos cost the shim ~0.4 MB of heap once built.
 pub fn event<M: Message>(m: &M) -> Any {
-    Any { type_url: format!("containerd.events.{}", M::NAME), value: m.write_to_bytes().unwrap_or_default(), ..Default::default() }
+    Any {
+        type_url: format!("containerd.events.{}", M::NAME),
+        value: m.write_to_bytes().unwrap_or_default(),
+        ..Default::default()
+    }
 }
 
 pub fn now() -> Timestamp {
@@ -69,7 +73,10 @@ pub fn on_exit(state: &Shared, tx: &mpsc::Sender<Event>, pid: u32, code: u32) {
             if c.init.pid == pid && c.init.status != Status::STOPPED {
                 return Some((cid.clone(), String::new()));
             }
-            c.execs.iter().find(|(_, p)| p.pid == pid && p.status != Status::STOPPED).map(|(e, _)| (cid.clone(), e.clone()))
+            c.execs
+                .iter()
+                .find(|(_, p)| p.pid == pid && p.status != Status::STOPPED)
+                .map(|(e, _)| (cid.clone(), e.clone()))
         })
     };
     match found {
@@ -84,18 +91,45 @@ pub fn on_exit(state: &Shared, tx: &mpsc::Sender<Event>, pid: u32, code: u32) {
     }
 }
 
-pub fn apply_exit(state: &Shared, tx: &mpsc::Sender<Event>, cid: &str, eid: &str, pid: u32, code: u32, at: Timestamp) {
+pub fn apply_exit(
+    state: &Shared,
+    tx: &mpsc::Sender<Event>,
+    cid: &str,
+    eid: &str,
+    pid: u32,
+    code: u32,
+    at: Timestamp,
+) {
     let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(c) = st.containers.get_mut(cid) else { return };
-    let p = if eid.is_empty() { Some(&mut c.init) } else { c.execs.get_mut(eid) };
+    let Some(c) = st.containers.get_mut(cid) else {
+        return;
+    };
+    let p = if eid.is_empty() {
+        Some(&mut c.init)
+    } else {
+        c.execs.get_mut(eid)
+    };
     let Some(p) = p else { return };
     p.status = Status::STOPPED;
     p.exit_status = code;
     p.exited_at = Some(at.clone());
-    info!("{cid}{}{eid}: pid {pid} exited with {code}", if eid.is_empty() { "" } else { "/" });
-    let id = if eid.is_empty() { cid.to_string() } else { eid.to_string() };
-    let ev = TaskExit { container_id: cid.into(), id, pid, exit_status: code, exited_at: MessageField::some(at), ..Default::default() };
+    info!(
+        "{cid}{}{eid}: pid {pid} exited with {code}",
+        if eid.is_empty() { "" } else { "/" }
+    );
+    let id = if eid.is_empty() {
+        cid.to_string()
+    } else {
+        eid.to_string()
+    };
+    let ev = TaskExit {
+        container_id: cid.into(),
+        id,
+        pid,
+        exit_status: code,
+        exited_at: MessageField::some(at),
+        ..Default::default()
+    };
     let _ = tx.send((topics::TASK_EXIT_EVENT_TOPIC, event(&ev)));
     state.1.notify_all();
 }
-

@@ -31,15 +31,30 @@ pub struct Stdio3 {
 
 impl Stdio3 {
     /// containerd's fifos, and our writer on the stdin fifo (if there is one).
-    pub fn open(stdin: &str, stdout: &str, stderr: &str) -> std::io::Result<(Stdio3, Option<File>)> {
+    pub fn open(
+        stdin: &str,
+        stdout: &str,
+        stderr: &str,
+    ) -> std::io::Result<(Stdio3, Option<File>)> {
         let (stdin, keeper) = open_input(stdin)?;
-        Ok((Stdio3 { stdin, stdout: open_output(stdout)?, stderr: open_output(stderr)? }, keeper))
+        Ok((
+            Stdio3 {
+                stdin,
+                stdout: open_output(stdout)?,
+                stderr: open_output(stderr)?,
+            },
+            keeper,
+        ))
     }
 
     /// runc's own stdio when the process gets a terminal.
     pub fn null() -> std::io::Result<Stdio3> {
         let w = || OpenOptions::new().write(true).open("/dev/null");
-        Ok(Stdio3 { stdin: File::open("/dev/null")?, stdout: w()?, stderr: w()? })
+        Ok(Stdio3 {
+            stdin: File::open("/dev/null")?,
+            stdout: w()?,
+            stderr: w()?,
+        })
     }
 }
 
@@ -63,8 +78,16 @@ pub fn open_input(path: &str) -> std::io::Result<(File, Option<File>)> {
     let with = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{path}: {e}"));
     // O_NONBLOCK: the open does not wait for a writer; then a writer of our
     // own opens at once, since a reader exists.
-    let r = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(with)?;
-    let w = OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(with)?;
+    let r = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(with)?;
+    let w = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(with)?;
     clear_nonblock(&r)?;
     Ok((r, Some(w)))
 }
@@ -77,11 +100,18 @@ pub fn open_output(path: &str) -> std::io::Result<File> {
     let with = |e: std::io::Error| std::io::Error::new(e.kind(), format!("{path}: {e}"));
     // A reader is normally there already (containerd opens its end first);
     // without one, O_RDWR keeps the open from blocking.
-    let f = match OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(path) {
+    let f = match OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+    {
         Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
-            OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(with)?
-        }
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(with)?,
         Err(e) => return Err(with(e)),
     };
     clear_nonblock(&f)?;
@@ -106,9 +136,16 @@ impl ProcIo {
         run: impl FnOnce(Stdio3, Option<&Path>) -> Result<u32, String>,
     ) -> Result<(u32, ProcIo), String> {
         if !terminal {
-            let (stdio, keeper) = Stdio3::open(stdin, stdout, stderr).map_err(|e| format!("open stdio: {e}"))?;
+            let (stdio, keeper) =
+                Stdio3::open(stdin, stdout, stderr).map_err(|e| format!("open stdio: {e}"))?;
             let pid = run(stdio, None)?;
-            return Ok((pid, ProcIo { stdin_keeper: Mutex::new(keeper), console: None }));
+            return Ok((
+                pid,
+                ProcIo {
+                    stdin_keeper: Mutex::new(keeper),
+                    console: None,
+                },
+            ));
         }
         // Open the fifos first: a failure then leaves no process behind.
         let (input, keeper) = open_input(stdin).map_err(|e| format!("open stdin: {e}"))?;
@@ -116,15 +153,27 @@ impl ProcIo {
         let socket = ConsoleSocket::new().map_err(|e| format!("console socket: {e}"))?;
         let stdio = Stdio3::null().map_err(|e| format!("open /dev/null: {e}"))?;
         let pid = run(stdio, Some(socket.path()))?;
-        let master = socket.receive(CONSOLE_TIMEOUT).map_err(|e| format!("receive the pty master from runc: {e}"))?;
+        let master = socket
+            .receive(CONSOLE_TIMEOUT)
+            .map_err(|e| format!("receive the pty master from runc: {e}"))?;
         let input = if stdin.is_empty() { None } else { Some(input) };
-        let console = Console::start(master, input, output).map_err(|e| format!("console copy: {e}"))?;
-        Ok((pid, ProcIo { stdin_keeper: Mutex::new(keeper), console: Some(console) }))
+        let console =
+            Console::start(master, input, output).map_err(|e| format!("console copy: {e}"))?;
+        Ok((
+            pid,
+            ProcIo {
+                stdin_keeper: Mutex::new(keeper),
+                console: Some(console),
+            },
+        ))
     }
 
     /// CloseIO(stdin): the process sees EOF once containerd's writer is closed.
     pub fn close_stdin(&self) {
-        self.stdin_keeper.lock().unwrap_or_else(|e| e.into_inner()).take();
+        self.stdin_keeper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
     }
 
     /// ResizePty; a process without a terminal ignores it (as in the runc shim).
@@ -173,7 +222,10 @@ mod tests {
         });
         let mut got = String::new();
         r.read_to_string(&mut got).unwrap();
-        assert_eq!(got, "hi\n", "read waited for the late writer, then EOF after CloseIO");
+        assert_eq!(
+            got, "hi\n",
+            "read waited for the late writer, then EOF after CloseIO"
+        );
         late.join().unwrap();
     }
 

@@ -7,7 +7,9 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use containerd_shim::api::{self, Status};
 use containerd_shim::monitor::{monitor_subscribe, Subject, Topic};
-use containerd_shim::protos::events::task::{TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskIO, TaskStart};
+use containerd_shim::protos::events::task::{
+    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskIO, TaskStart,
+};
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::{Message, MessageField};
 use containerd_shim::protos::topics;
@@ -34,11 +36,19 @@ fn err(code: Code, msg: impl ToString) -> ttrpc::Error {
 }
 
 fn not_found(id: &str) -> ttrpc::Error {
-    err(Code::NOT_FOUND, format!("container or process {id} not found"))
+    err(
+        Code::NOT_FOUND,
+        format!("container or process {id} not found"),
+    )
 }
 
 impl TaskService {
-    pub fn new(runc: Runc, cfg: Config, events: mpsc::Sender<Event>, exit: Arc<ExitSignal>) -> TaskService {
+    pub fn new(
+        runc: Runc,
+        cfg: Config,
+        events: mpsc::Sender<Event>,
+        exit: Arc<ExitSignal>,
+    ) -> TaskService {
         let state: Shared = Arc::default();
         let sub = monitor_subscribe(Topic::All).expect("monitor subscribe");
         let (st, tx) = (state.clone(), events.clone());
@@ -49,7 +59,13 @@ impl TaskService {
                 }
             }
         });
-        TaskService { state, runc, cfg, events: Mutex::new(events), exit }
+        TaskService {
+            state,
+            runc,
+            cfg,
+            events: Mutex::new(events),
+            exit,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -57,30 +73,52 @@ impl TaskService {
     }
 
     fn publish<M: Message>(&self, topic: &'static str, ev: M) {
-        let _ = self.events.lock().unwrap_or_else(|e| e.into_inner()).send((topic, event(&ev)));
+        let _ = self
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send((topic, event(&ev)));
     }
 
     /// Apply an exit that arrived before the pid was known.
     fn claim(&self, cid: &str, exec_id: &str, pid: u32) {
         let mut st = self.lock();
-        let Some(pos) = st.unclaimed.iter().rposition(|u| u.0 == pid) else { return };
+        let Some(pos) = st.unclaimed.iter().rposition(|u| u.0 == pid) else {
+            return;
+        };
         let (_, code, at) = st.unclaimed.remove(pos).unwrap_or_default();
         drop(st);
-        let tx = self.events.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let tx = self
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         apply_exit(&self.state, &tx, cid, exec_id, pid, code, at);
     }
 }
 
 impl Task for TaskService {
-    fn create(&self, _ctx: &TtrpcContext, req: api::CreateTaskRequest) -> TtrpcResult<api::CreateTaskResponse> {
+    fn create(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::CreateTaskRequest,
+    ) -> TtrpcResult<api::CreateTaskResponse> {
         let bundle = PathBuf::from(&req.bundle);
         if self.lock().containers.contains_key(&req.id) {
-            return Err(err(Code::ALREADY_EXISTS, format!("container {} already exists", req.id)));
+            return Err(err(
+                Code::ALREADY_EXISTS,
+                format!("container {} already exists", req.id),
+            ));
         }
         let rootfs = bundle.join("rootfs");
         for m in &req.rootfs {
-            containerd_shim::mount::mount_rootfs(Some(&m.type_), Some(&m.source), &m.options, &rootfs)
-                .map_err(|e| err(Code::INTERNAL, format!("mount rootfs: {e}")))?;
+            containerd_shim::mount::mount_rootfs(
+                Some(&m.type_),
+                Some(&m.source),
+                &m.options,
+                &rootfs,
+            )
+            .map_err(|e| err(Code::INTERNAL, format!("mount rootfs: {e}")))?;
         }
         let unmount = || {
             if !req.rootfs.is_empty() {
@@ -88,17 +126,29 @@ impl Task for TaskService {
             }
         };
         match throttlewatch_runtime::modifiers::modify_bundle(&bundle, &self.cfg) {
-            Ok(m) if !m.changes.is_empty() => info!("{}: spec modified: {}", req.id, m.changes.join(", ")),
+            Ok(m) if !m.changes.is_empty() => {
+                info!("{}: spec modified: {}", req.id, m.changes.join(", "))
+            }
             Ok(_) => {}
             Err(e) if self.cfg.fail_mode == FailMode::Closed => {
                 unmount();
-                return Err(err(Code::FAILED_PRECONDITION, format!("throttlewatch spec modifiers: {e:#}")));
+                return Err(err(
+                    Code::FAILED_PRECONDITION,
+                    format!("throttlewatch spec modifiers: {e:#}"),
+                ));
             }
-            Err(e) => warn!("{}: spec modifiers failed, continuing without them (fail_mode=open): {e:#}", req.id),
+            Err(e) => warn!(
+                "{}: spec modifiers failed, continuing without them (fail_mode=open): {e:#}",
+                req.id
+            ),
         }
-        let created = ProcIo::launch(&req.stdin, &req.stdout, &req.stderr, req.terminal, |stdio, console| {
-            self.runc.create(&req.id, &bundle, stdio, console)
-        });
+        let created = ProcIo::launch(
+            &req.stdin,
+            &req.stdout,
+            &req.stderr,
+            req.terminal,
+            |stdio, console| self.runc.create(&req.id, &bundle, stdio, console),
+        );
         let (pid, io) = match created {
             Ok(r) => r,
             Err(e) => {
@@ -116,60 +166,137 @@ impl Task for TaskService {
             io: Some(Arc::new(io)),
             ..Default::default()
         };
-        let c = Container { bundle: bundle.clone(), mounted_rootfs: !req.rootfs.is_empty(), init, execs: HashMap::new() };
+        let c = Container {
+            bundle: bundle.clone(),
+            mounted_rootfs: !req.rootfs.is_empty(),
+            init,
+            execs: HashMap::new(),
+        };
         self.lock().containers.insert(req.id.clone(), c);
         self.claim(&req.id, "", pid);
-        let io = TaskIO { stdin: req.stdin, stdout: req.stdout, stderr: req.stderr, ..Default::default() };
-        let ev = TaskCreate { container_id: req.id, bundle: req.bundle, rootfs: req.rootfs, io: MessageField::some(io), pid, ..Default::default() };
+        let io = TaskIO {
+            stdin: req.stdin,
+            stdout: req.stdout,
+            stderr: req.stderr,
+            ..Default::default()
+        };
+        let ev = TaskCreate {
+            container_id: req.id,
+            bundle: req.bundle,
+            rootfs: req.rootfs,
+            io: MessageField::some(io),
+            pid,
+            ..Default::default()
+        };
         self.publish(topics::TASK_CREATE_EVENT_TOPIC, ev);
-        Ok(api::CreateTaskResponse { pid, ..Default::default() })
+        Ok(api::CreateTaskResponse {
+            pid,
+            ..Default::default()
+        })
     }
 
-    fn start(&self, _ctx: &TtrpcContext, req: api::StartRequest) -> TtrpcResult<api::StartResponse> {
+    fn start(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::StartRequest,
+    ) -> TtrpcResult<api::StartResponse> {
         let (bundle, exec) = {
             let st = self.lock();
-            let c = st.containers.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+            let c = st
+                .containers
+                .get(&req.id)
+                .ok_or_else(|| not_found(&req.id))?;
             let exec = if req.exec_id.is_empty() {
                 None
             } else {
-                Some(c.execs.get(&req.exec_id).ok_or_else(|| not_found(&req.exec_id))?.clone())
+                Some(
+                    c.execs
+                        .get(&req.exec_id)
+                        .ok_or_else(|| not_found(&req.exec_id))?
+                        .clone(),
+                )
             };
             (c.bundle.clone(), exec)
         };
         let Some(p) = exec else {
-            self.runc.start(&req.id).map_err(|e| err(Code::INTERNAL, e))?;
+            self.runc
+                .start(&req.id)
+                .map_err(|e| err(Code::INTERNAL, e))?;
             let mut st = self.lock();
-            let c = st.containers.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
+            let c = st
+                .containers
+                .get_mut(&req.id)
+                .ok_or_else(|| not_found(&req.id))?;
             if c.init.status == Status::CREATED {
                 c.init.status = Status::RUNNING;
             }
             let pid = c.init.pid;
             drop(st);
-            self.publish(topics::TASK_START_EVENT_TOPIC, TaskStart { container_id: req.id, pid, ..Default::default() });
-            return Ok(api::StartResponse { pid, ..Default::default() });
+            self.publish(
+                topics::TASK_START_EVENT_TOPIC,
+                TaskStart {
+                    container_id: req.id,
+                    pid,
+                    ..Default::default()
+                },
+            );
+            return Ok(api::StartResponse {
+                pid,
+                ..Default::default()
+            });
         };
-        let (pid, io) = ProcIo::launch(&p.stdin, &p.stdout, &p.stderr, p.terminal, |stdio, console| {
-            self.runc.exec(&req.id, &bundle, &req.exec_id, &p.spec, stdio, console)
-        })
+        let (pid, io) = ProcIo::launch(
+            &p.stdin,
+            &p.stdout,
+            &p.stderr,
+            p.terminal,
+            |stdio, console| {
+                self.runc
+                    .exec(&req.id, &bundle, &req.exec_id, &p.spec, stdio, console)
+            },
+        )
         .map_err(|e| err(Code::INTERNAL, e))?;
-        if let Some(e) = self.lock().containers.get_mut(&req.id).and_then(|c| c.execs.get_mut(&req.exec_id)) {
+        if let Some(e) = self
+            .lock()
+            .containers
+            .get_mut(&req.id)
+            .and_then(|c| c.execs.get_mut(&req.exec_id))
+        {
             e.pid = pid;
             e.status = Status::RUNNING;
             e.io = Some(Arc::new(io));
         }
         self.claim(&req.id, &req.exec_id, pid);
-        let ev = TaskExecStarted { container_id: req.id, exec_id: req.exec_id, pid, ..Default::default() };
+        let ev = TaskExecStarted {
+            container_id: req.id,
+            exec_id: req.exec_id,
+            pid,
+            ..Default::default()
+        };
         self.publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, ev);
-        Ok(api::StartResponse { pid, ..Default::default() })
+        Ok(api::StartResponse {
+            pid,
+            ..Default::default()
+        })
     }
 
     fn exec(&self, _ctx: &TtrpcContext, req: api::ExecProcessRequest) -> TtrpcResult<api::Empty> {
         let mut st = self.lock();
-        let c = st.containers.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
+        let c = st
+            .containers
+            .get_mut(&req.id)
+            .ok_or_else(|| not_found(&req.id))?;
         if c.execs.contains_key(&req.exec_id) {
-            return Err(err(Code::ALREADY_EXISTS, format!("exec {} already exists", req.exec_id)));
+            return Err(err(
+                Code::ALREADY_EXISTS,
+                format!("exec {} already exists", req.exec_id),
+            ));
         }
-        let spec = req.spec.as_ref().map(|a| a.value.clone()).unwrap_or_default();
+        let spec = req
+            .spec
+            .as_ref()
+            .map(|a| a.value.clone())
+            .unwrap_or_default();
         let p = Process {
             status: Status::CREATED,
             stdin: req.stdin,
@@ -181,7 +308,11 @@ impl Task for TaskService {
         };
         c.execs.insert(req.exec_id.clone(), p);
         drop(st);
-        let ev = TaskExecAdded { container_id: req.id, exec_id: req.exec_id, ..Default::default() };
+        let ev = TaskExecAdded {
+            container_id: req.id,
+            exec_id: req.exec_id,
+            ..Default::default()
+        };
         self.publish(topics::TASK_EXEC_ADDED_EVENT_TOPIC, ev);
         Ok(api::Empty::new())
     }
@@ -192,7 +323,9 @@ impl Task for TaskService {
             return Err(err(Code::NOT_FOUND, "process already finished"));
         }
         if req.exec_id.is_empty() {
-            self.runc.kill(&req.id, req.signal, req.all).map_err(|e| err(Code::NOT_FOUND, e))?;
+            self.runc
+                .kill(&req.id, req.signal, req.all)
+                .map_err(|e| err(Code::NOT_FOUND, e))?;
         } else if p.pid > 0 {
             // SAFETY: plain kill(2) of a pid this shim reaps.
             if unsafe { libc::kill(p.pid as i32, req.signal as i32) } != 0 {
@@ -202,34 +335,61 @@ impl Task for TaskService {
         Ok(api::Empty::new())
     }
 
-    fn delete(&self, _ctx: &TtrpcContext, req: api::DeleteRequest) -> TtrpcResult<api::DeleteResponse> {
+    fn delete(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::DeleteRequest,
+    ) -> TtrpcResult<api::DeleteResponse> {
         if !req.exec_id.is_empty() {
             let mut st = self.lock();
-            let c = st.containers.get_mut(&req.id).ok_or_else(|| not_found(&req.id))?;
-            let p = c.execs.get(&req.exec_id).ok_or_else(|| not_found(&req.exec_id))?;
+            let c = st
+                .containers
+                .get_mut(&req.id)
+                .ok_or_else(|| not_found(&req.id))?;
+            let p = c
+                .execs
+                .get(&req.exec_id)
+                .ok_or_else(|| not_found(&req.exec_id))?;
             if p.status == Status::RUNNING {
-                return Err(err(Code::FAILED_PRECONDITION, format!("exec {} is still running", req.exec_id)));
+                return Err(err(
+                    Code::FAILED_PRECONDITION,
+                    format!("exec {} is still running", req.exec_id),
+                ));
             }
             let p = c.execs.remove(&req.exec_id).unwrap_or_default();
-            return Ok(api::DeleteResponse { pid: p.pid, exit_status: p.exit_status, exited_at: p.exited_at.into(), ..Default::default() });
+            return Ok(api::DeleteResponse {
+                pid: p.pid,
+                exit_status: p.exit_status,
+                exited_at: p.exited_at.into(),
+                ..Default::default()
+            });
         }
         let (bundle, mounted, exit_code) = {
             let st = self.lock();
-            let c = st.containers.get(&req.id).ok_or_else(|| not_found(&req.id))?;
+            let c = st
+                .containers
+                .get(&req.id)
+                .ok_or_else(|| not_found(&req.id))?;
             let code = (c.init.status == Status::STOPPED).then_some(c.init.exit_status as i32);
             (c.bundle.clone(), c.mounted_rootfs, code)
         };
         // The log's `end` record while cpu.stat still exists (runc delete
         // removes the cgroup before its poststop hook runs).
         crate::agent::end_before_delete(&self.cfg, &req.id, exit_code);
-        self.runc.delete(&req.id).map_err(|e| err(Code::INTERNAL, e))?;
+        self.runc
+            .delete(&req.id)
+            .map_err(|e| err(Code::INTERNAL, e))?;
         if mounted {
             let rootfs = bundle.join("rootfs");
             if let Err(e) = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0) {
                 warn!("{}: unmount rootfs: {e}", req.id);
             }
         }
-        let c = self.lock().containers.remove(&req.id).ok_or_else(|| not_found(&req.id))?;
+        let c = self
+            .lock()
+            .containers
+            .remove(&req.id)
+            .ok_or_else(|| not_found(&req.id))?;
         let p = c.init;
         let at = p.exited_at.clone().unwrap_or_else(now);
         let ev = TaskDelete {
@@ -241,29 +401,60 @@ impl Task for TaskService {
             ..Default::default()
         };
         self.publish(topics::TASK_DELETE_EVENT_TOPIC, ev);
-        Ok(api::DeleteResponse { pid: p.pid, exit_status: p.exit_status, exited_at: MessageField::some(at), ..Default::default() })
+        Ok(api::DeleteResponse {
+            pid: p.pid,
+            exit_status: p.exit_status,
+            exited_at: MessageField::some(at),
+            ..Default::default()
+        })
     }
 
     fn wait(&self, _ctx: &TtrpcContext, req: api::WaitRequest) -> TtrpcResult<api::WaitResponse> {
         let mut st = self.lock();
         loop {
-            let c = st.containers.get(&req.id).ok_or_else(|| not_found(&req.id))?;
-            let p = if req.exec_id.is_empty() { Some(&c.init) } else { c.execs.get(&req.exec_id) };
+            let c = st
+                .containers
+                .get(&req.id)
+                .ok_or_else(|| not_found(&req.id))?;
+            let p = if req.exec_id.is_empty() {
+                Some(&c.init)
+            } else {
+                c.execs.get(&req.exec_id)
+            };
             let p = p.ok_or_else(|| not_found(&req.exec_id))?;
             if p.status == Status::STOPPED {
-                return Ok(api::WaitResponse { exit_status: p.exit_status, exited_at: p.exited_at.clone().into(), ..Default::default() });
+                return Ok(api::WaitResponse {
+                    exit_status: p.exit_status,
+                    exited_at: p.exited_at.clone().into(),
+                    ..Default::default()
+                });
             }
             st = self.state.1.wait(st).unwrap_or_else(|e| e.into_inner());
         }
     }
 
-    fn state(&self, _ctx: &TtrpcContext, req: api::StateRequest) -> TtrpcResult<api::StateResponse> {
+    fn state(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::StateRequest,
+    ) -> TtrpcResult<api::StateResponse> {
         let st = self.lock();
-        let c = st.containers.get(&req.id).ok_or_else(|| not_found(&req.id))?;
-        let p = if req.exec_id.is_empty() { Some(&c.init) } else { c.execs.get(&req.exec_id) };
+        let c = st
+            .containers
+            .get(&req.id)
+            .ok_or_else(|| not_found(&req.id))?;
+        let p = if req.exec_id.is_empty() {
+            Some(&c.init)
+        } else {
+            c.execs.get(&req.exec_id)
+        };
         let p = p.ok_or_else(|| not_found(&req.exec_id))?;
         Ok(api::StateResponse {
-            id: if req.exec_id.is_empty() { req.id.clone() } else { req.exec_id.clone() },
+            id: if req.exec_id.is_empty() {
+                req.id.clone()
+            } else {
+                req.exec_id.clone()
+            },
             exec_id: req.exec_id.clone(),
             bundle: c.bundle.to_string_lossy().into_owned(),
             pid: p.pid,
@@ -280,26 +471,60 @@ impl Task for TaskService {
     fn pids(&self, _ctx: &TtrpcContext, req: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
         self.process(&req.id, "")?;
         let pids = self.runc.ps(&req.id).map_err(|e| err(Code::INTERNAL, e))?;
-        let processes = pids.into_iter().map(|pid| containerd_shim::protos::types::task::ProcessInfo { pid, ..Default::default() }).collect();
-        Ok(api::PidsResponse { processes, ..Default::default() })
+        let processes = pids
+            .into_iter()
+            .map(|pid| containerd_shim::protos::types::task::ProcessInfo {
+                pid,
+                ..Default::default()
+            })
+            .collect();
+        Ok(api::PidsResponse {
+            processes,
+            ..Default::default()
+        })
     }
 
     fn update(&self, _ctx: &TtrpcContext, req: api::UpdateTaskRequest) -> TtrpcResult<api::Empty> {
         self.process(&req.id, "")?;
-        let json = req.resources.as_ref().map(|a| a.value.clone()).unwrap_or_default();
-        self.runc.update(&req.id, &json).map_err(|e| err(Code::INTERNAL, e))?;
+        let json = req
+            .resources
+            .as_ref()
+            .map(|a| a.value.clone())
+            .unwrap_or_default();
+        self.runc
+            .update(&req.id, &json)
+            .map_err(|e| err(Code::INTERNAL, e))?;
         Ok(api::Empty::new())
     }
 
-    fn stats(&self, _ctx: &TtrpcContext, req: api::StatsRequest) -> TtrpcResult<api::StatsResponse> {
+    fn stats(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::StatsRequest,
+    ) -> TtrpcResult<api::StatsResponse> {
         self.process(&req.id, "")?;
-        let data = self.runc.stats(&req.id).map_err(|e| err(Code::INTERNAL, e))?;
+        let data = self
+            .runc
+            .stats(&req.id)
+            .map_err(|e| err(Code::INTERNAL, e))?;
         let stats: Any = metrics_any(&data).map_err(|e| err(Code::INTERNAL, e))?;
-        Ok(api::StatsResponse { stats: MessageField::some(stats), ..Default::default() })
+        Ok(api::StatsResponse {
+            stats: MessageField::some(stats),
+            ..Default::default()
+        })
     }
 
-    fn connect(&self, _ctx: &TtrpcContext, req: api::ConnectRequest) -> TtrpcResult<api::ConnectResponse> {
-        let task_pid = self.lock().containers.get(&req.id).map(|c| c.init.pid).unwrap_or(0);
+    fn connect(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::ConnectRequest,
+    ) -> TtrpcResult<api::ConnectResponse> {
+        let task_pid = self
+            .lock()
+            .containers
+            .get(&req.id)
+            .map(|c| c.init.pid)
+            .unwrap_or(0);
         Ok(api::ConnectResponse {
             shim_pid: std::process::id(),
             task_pid,
@@ -328,10 +553,15 @@ impl Task for TaskService {
         Ok(api::Empty::new())
     }
 
-    fn resize_pty(&self, _ctx: &TtrpcContext, req: api::ResizePtyRequest) -> TtrpcResult<api::Empty> {
+    fn resize_pty(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::ResizePtyRequest,
+    ) -> TtrpcResult<api::Empty> {
         let p = self.process(&req.id, &req.exec_id)?;
         if let Some(io) = p.io {
-            io.resize(req.width, req.height).map_err(|e| err(Code::INTERNAL, format!("resize pty: {e}")))?;
+            io.resize(req.width, req.height)
+                .map_err(|e| err(Code::INTERNAL, format!("resize pty: {e}")))?;
         }
         Ok(api::Empty::new())
     }
@@ -344,6 +574,9 @@ impl TaskService {
         if exec_id.is_empty() {
             return Ok(c.init.clone());
         }
-        c.execs.get(exec_id).cloned().ok_or_else(|| not_found(exec_id))
+        c.execs
+            .get(exec_id)
+            .cloned()
+            .ok_or_else(|| not_found(exec_id))
     }
 }

@@ -19,14 +19,20 @@ fn pin(cpu: usize) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let get = |k: &str, d: &str| -> String {
-        args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| d.to_string())
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+            .unwrap_or_else(|| d.to_string())
     };
     let threads: usize = get("--threads", "2").parse().expect("--threads");
     let ms: u64 = get("--ms", "2000").parse().expect("--ms");
     let mode = get("--pin", "none");
     let spin: u64 = get("--spin", "0").parse().expect("--spin");
     let sleep: u64 = get("--sleep", "0").parse().expect("--sleep");
-    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let barrier = Arc::new(Barrier::new(threads + 1));
     let (tx, rx) = std::sync::mpsc::channel();
     let deadline = Instant::now() + Duration::from_millis(ms);
