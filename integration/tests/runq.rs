@@ -103,7 +103,11 @@ fn two_cgroups_on_one_cpu_queue_without_throttling() {
     let (ida, idb) = (id("a"), id("b"));
     register(&cfg, &ida, &a);
     register(&cfg, &idb, &b);
+    // b starts half a second after a: while both run, group scheduling
+    // alternates the groups (preempted by the other container); while one
+    // runs alone, its threads preempt each other (by the same container).
     let (mut ca, ..) = burn(&a, &["--threads", "2", "--ms", "2500", "--pin", "packed"]);
+    std::thread::sleep(Duration::from_millis(500));
     let (mut cb, ..) = burn(&b, &["--threads", "2", "--ms", "2500", "--pin", "packed"]);
     ca.wait().unwrap();
     cb.wait().unwrap();
@@ -227,11 +231,7 @@ fn runc_container_gets_an_ordered_cold_start() {
     let _cpu = cpu_lock();
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
-    let mut rt = OciCli::new(bin("throttlewatch-runtime"));
-    rt.global = vec![
-        "--throttlewatch-config".into(),
-        cfg.path.to_string_lossy().into(),
-    ];
+    let rt = OciCli::throttlewatch(&cfg);
     // The entrypoint sleeps (a switch-out), then burns well over 10 ms of CPU itself.
     let script = "sleep 0.05; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; sleep 1";
     let b = Bundle::new(&id("cold"), &ContainerOpts::sh(script));
