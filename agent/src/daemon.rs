@@ -186,10 +186,18 @@ struct Agent {
     engine: Engine,
     state: StateDir,
     metrics: Arc<Mutex<Metrics>>,
-    labels: HashMap<u64, ContainerLabels>,
-    exported: HashMap<u64, throttlewatch_cgroup::CpuStat>,
-    exported_probe: HashMap<u64, u64>,
+    /// Per watched cgroup: what the agent keeps beside the engine's session.
+    containers: HashMap<u64, Watched>,
     exported_lost: u64,
+}
+
+struct Watched {
+    labels: ContainerLabels,
+    /// Persisted with the session's baseline so a restarted agent resumes.
+    register: Register,
+    /// Counters last exported to the metrics (deltas are added).
+    exported: Option<throttlewatch_cgroup::CpuStat>,
+    exported_probe_ns: u64,
 }
 
 /// What the registration tells about the container's cold start; the CPU
@@ -251,9 +259,7 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         engine,
         state,
         metrics,
-        labels: HashMap::new(),
-        exported: HashMap::new(),
-        exported_probe: HashMap::new(),
+        containers: HashMap::new(),
         exported_lost: 0,
     };
     agent.restore();
@@ -292,7 +298,7 @@ impl Agent {
                 self.persist_all();
                 eprintln!(
                     "throttlewatch agent: stopping; {} container logs will resume",
-                    self.labels.len()
+                    self.containers.len()
                 );
                 let _ = std::fs::remove_file(&self.cfg.socket);
                 return;
@@ -309,8 +315,8 @@ impl Agent {
                 let runq = self.engine.snapshot_all();
                 if let Ok(m) = self.metrics.lock() {
                     for (id, r) in &runq {
-                        if let Some(l) = self.labels.get(id) {
-                            m.observe_runq(l, r);
+                        if let Some(c) = self.containers.get(id) {
+                            m.observe_runq(&c.labels, r);
                         }
                     }
                 }
@@ -320,17 +326,19 @@ impl Agent {
 
     fn pump(&mut self) {
         let m = self.metrics.clone();
-        let labels = &self.labels;
+        let containers = &self.containers;
         self.engine.pump(&mut |s, ns, _| {
-            if let (Ok(m), Some(l)) = (m.lock(), labels.get(&s.cgroup_id)) {
-                m.freeze_seconds.get_or_create(l).observe(ns as f64 / 1e9);
+            if let (Ok(m), Some(c)) = (m.lock(), containers.get(&s.cgroup_id)) {
+                m.freeze_seconds
+                    .get_or_create(&c.labels)
+                    .observe(ns as f64 / 1e9);
             }
         });
         let cold = self.engine.take_cold_starts();
         if let Ok(m) = self.metrics.lock() {
             for (id, c) in &cold {
-                if let Some(l) = self.labels.get(id) {
-                    m.observe_cold_start(l, c);
+                if let Some(w) = self.containers.get(id) {
+                    m.observe_cold_start(&w.labels, c);
                 }
             }
         }
@@ -389,10 +397,18 @@ impl Agent {
             cold_start: Some(cold_start_spec(&r)),
         };
         let id = self.engine.watch(spec, g).map_err(|e| e.to_string())?;
-        self.labels.insert(id, labels);
-        self.persist(id, &r);
+        self.containers.insert(
+            id,
+            Watched {
+                labels,
+                register: r,
+                exported: None,
+                exported_probe_ns: 0,
+            },
+        );
+        self.persist(id);
         if let Ok(m) = self.metrics.lock() {
-            m.watched.set(self.labels.len() as i64);
+            m.watched.set(self.containers.len() as i64);
         }
         Ok(Response {
             log_path: Some(log_path.display().to_string()),
@@ -419,12 +435,10 @@ impl Agent {
     }
 
     fn forget(&mut self, id: u64) {
-        if let (Some(l), Ok(m)) = (self.labels.remove(&id), self.metrics.lock()) {
-            m.forget(&l);
-            m.watched.set(self.labels.len() as i64);
+        if let (Some(c), Ok(m)) = (self.containers.remove(&id), self.metrics.lock()) {
+            m.forget(&c.labels);
+            m.watched.set(self.containers.len() as i64);
         }
-        self.exported.remove(&id);
-        self.exported_probe.remove(&id);
     }
 
     /// Containers whose cgroup vanished without a poststop (killed runtime).
@@ -442,10 +456,11 @@ impl Agent {
         }
     }
 
-    fn persist(&self, id: u64, r: &Register) {
-        let Some(s) = self.engine.session(id) else {
+    fn persist(&self, id: u64) {
+        let (Some(s), Some(c)) = (self.engine.session(id), self.containers.get(&id)) else {
             return;
         };
+        let r = &c.register;
         let p = Persisted {
             register: r.clone(),
             log_path: s.spec.log_path.clone(),
@@ -458,11 +473,8 @@ impl Agent {
     }
 
     fn persist_all(&self) {
-        let saved = self.state.load_all();
-        for p in saved {
-            if let Some(id) = self.engine.find(&p.register.container_id) {
-                self.persist(id, &p.register);
-            }
+        for id in self.containers.keys() {
+            self.persist(*id);
         }
     }
 
@@ -506,13 +518,14 @@ impl Agent {
             .inc_by(lost.saturating_sub(self.exported_lost));
         self.exported_lost = lost;
         for (id, s) in self.engine.sessions() {
-            let Some(l) = self.labels.get(id) else {
+            let Some(c) = self.containers.get_mut(id) else {
                 continue;
             };
             let Ok(now) = s.cgroup.cpu_stat() else {
                 continue;
             };
-            let prev = self.exported.insert(*id, now).unwrap_or(now);
+            let l = &c.labels;
+            let prev = c.exported.replace(now).unwrap_or(now);
             let d = now.since(&prev);
             m.kernel_throttled_seconds
                 .get_or_create(l)
@@ -526,7 +539,7 @@ impl Agent {
                 .get_or_create(l)
                 .inc_by(d.burst_ns as f64 / 1e9);
             let probe = self.engine.probe().episode_totals(*id).total_ns;
-            let pp = self.exported_probe.insert(*id, probe).unwrap_or(probe);
+            let pp = std::mem::replace(&mut c.exported_probe_ns, probe);
             m.throttled_seconds
                 .get_or_create(l)
                 .inc_by(probe.saturating_sub(pp) as f64 / 1e9);

@@ -44,21 +44,18 @@ impl Engine {
     /// Start watching a container: open its log, then add its cgroup to the
     /// watch map. Returns the cgroup id.
     pub fn watch(&mut self, spec: SessionSpec, cgroup: CpuCgroup) -> anyhow::Result<u64> {
-        let desc = self.probe.description();
-        let info = StartInfo {
-            model: self.probe.model().as_str(),
-            probe: &desc,
-            fentry_now: None,
-            lost_now: self.probe.lost_events(),
-            episodes_now: throttlewatch_bpf::EpisodeTotals::default(),
-        };
         let id = cgroup.id()?;
         if self.sessions.contains_key(&id) {
             anyhow::bail!("cgroup {} (id {id}) is already watched", cgroup.rel);
         }
-        let mut info = info;
-        info.episodes_now = self.probe.episode_totals(id);
-        info.fentry_now = self.probe.fentry_totals(id);
+        let desc = self.probe.description();
+        let info = StartInfo {
+            model: self.probe.model().as_str(),
+            probe: &desc,
+            fentry_now: self.probe.fentry_totals(id),
+            lost_now: self.probe.lost_events(),
+            episodes_now: self.probe.episode_totals(id),
+        };
         let cold = spec.cold_start.clone().filter(|_| spec.resume.is_none());
         let mut s = Session::open(spec, cgroup, info)?;
         self.probe.watch(id)?;

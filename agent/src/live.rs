@@ -107,3 +107,40 @@ impl LivePrinter {
         let _ = writeln!(err, "  log: {}", log.display());
     }
 }
+
+/// The loop body `run` and `watch` share: drain the ring buffer onto the
+/// terminal, snapshot and flush the logs on schedule, sleep until the next poll.
+pub struct LiveLoop {
+    pub printer: LivePrinter,
+    snap_every: std::time::Duration,
+    last_snap: std::time::Instant,
+    poll: std::time::Duration,
+}
+
+impl LiveLoop {
+    pub fn new(cfg: &throttlewatch_core::config::Config, out: &crate::cli::OutputArgs) -> LiveLoop {
+        LiveLoop {
+            printer: LivePrinter::new(out.json, out.quiet),
+            snap_every: std::time::Duration::from_secs(cfg.snapshot_interval_s.max(1)),
+            last_snap: std::time::Instant::now(),
+            poll: cfg.poll_interval(),
+        }
+    }
+
+    pub fn drain(&self, engine: &mut crate::engine::Engine) {
+        engine.pump(&mut |s, _, t| {
+            if let Some(t) = t {
+                self.printer.freeze(&s.spec.container_id, t)
+            }
+        });
+    }
+
+    pub fn housekeep(&mut self, engine: &mut crate::engine::Engine) {
+        if self.last_snap.elapsed() >= self.snap_every {
+            engine.snapshot_all();
+            engine.flush_all();
+            self.last_snap = std::time::Instant::now();
+        }
+        std::thread::sleep(self.poll);
+    }
+}

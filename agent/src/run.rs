@@ -13,7 +13,7 @@ use throttlewatch_core::CpuList;
 
 use crate::cli::{OutputArgs, RunArgs};
 use crate::engine::{probe_options, Engine};
-use crate::live::LivePrinter;
+use crate::live::LiveLoop;
 use crate::session::SessionSpec;
 use crate::{signals, CliError};
 
@@ -283,16 +283,10 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
         }
     };
     let cpid = child.id() as i32;
-    let printer = LivePrinter::new(a.out.json, a.out.quiet);
-    let snap_every = Duration::from_secs(cfg.snapshot_interval_s.max(1));
-    let mut last_snap = Instant::now();
+    let mut live = LiveLoop::new(cfg, &a.out);
     let mut forwarded: Option<(i32, Instant)> = None;
     let status = loop {
-        engine.pump(&mut |s, _, t| {
-            if let Some(t) = t {
-                printer.freeze(&s.spec.container_id, t)
-            }
-        });
+        live.drain(&mut engine);
         if let Ok(Some(st)) = child.try_wait() {
             break st;
         }
@@ -309,12 +303,7 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
                 _ => {}
             }
         }
-        if last_snap.elapsed() >= snap_every {
-            engine.snapshot_all();
-            engine.flush_all();
-            last_snap = Instant::now();
-        }
-        std::thread::sleep(cfg.poll_interval());
+        live.housekeep(&mut engine);
     };
     let (code, reason) = match (status.code(), status.signal()) {
         (Some(c), _) => (
@@ -332,7 +321,8 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
     let end = engine.finish(id, reason, Some(code)).map(|(e, _)| e);
     cg.remove();
     if let Some(end) = end {
-        printer.summary(&format!("{:?} exited {code}", a.cmd[0]), &end, &log);
+        live.printer
+            .summary(&format!("{:?} exited {code}", a.cmd[0]), &end, &log);
     }
     Ok(code)
 }

@@ -91,8 +91,6 @@ pub struct Session {
     baseline_episodes: EpisodeTotals,
     baseline_fentry: Option<EpisodeTotals>,
     source: KernelSource,
-    #[allow(dead_code)]
-    started_mono: u64,
     started_unix_ns: u64,
     lost_at_start: u64,
     /// Totals carried over from before an agent restart.
@@ -202,7 +200,6 @@ impl Session {
             baseline_episodes: info.episodes_now,
             baseline_fentry: info.fentry_now,
             source,
-            started_mono: Clock::monotonic_ns(),
             started_unix_ns: if carried.started_unix_ns > 0 {
                 carried.started_unix_ns
             } else {

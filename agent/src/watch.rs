@@ -2,7 +2,7 @@
 //! the duration ends or the cgroup goes away.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use throttlewatch_cgroup::{proc::cpu_cgroup_of_pid, CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
@@ -10,7 +10,7 @@ use throttlewatch_core::units::parse_duration;
 
 use crate::cli::WatchArgs;
 use crate::engine::{probe_options, Engine};
-use crate::live::LivePrinter;
+use crate::live::LiveLoop;
 use crate::run::{log_path, threshold_ns};
 use crate::session::SessionSpec;
 use crate::{signals, CliError};
@@ -72,16 +72,10 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
         .watch(spec, g.clone())
         .map_err(|e| CliError::fail(e.to_string()))?;
     signals::install();
-    let printer = LivePrinter::new(a.out.json, a.out.quiet);
+    let mut live = LiveLoop::new(cfg, &a.out);
     let started = Instant::now();
-    let snap_every = Duration::from_secs(cfg.snapshot_interval_s.max(1));
-    let mut last_snap = Instant::now();
     let reason = loop {
-        engine.pump(&mut |s, _, t| {
-            if let Some(t) = t {
-                printer.freeze(&s.spec.container_id, t)
-            }
-        });
+        live.drain(&mut engine);
         if signals::received().is_some() {
             break "signal";
         }
@@ -91,16 +85,12 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
         if !g.exists() {
             break "cgroup-removed";
         }
-        if last_snap.elapsed() >= snap_every {
-            engine.snapshot_all();
-            engine.flush_all();
-            last_snap = Instant::now();
-        }
-        std::thread::sleep(cfg.poll_interval());
+        live.housekeep(&mut engine);
     };
     engine.snapshot_all();
     if let Some((end, _)) = engine.finish(id, reason, None) {
-        printer.summary(&format!("watching {name} ended ({reason})"), &end, &log);
+        live.printer
+            .summary(&format!("watching {name} ended ({reason})"), &end, &log);
     }
     Ok(0)
 }

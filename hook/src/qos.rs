@@ -28,19 +28,9 @@ pub struct QosOutcome {
     pub burst: Option<BurstRecord>,
 }
 
-/// The configuration's `[qos]` table as the qos crate's policy.
-pub fn policy(cfg: &Config) -> Policy {
-    let list = &cfg.qos.allowed_annotations;
-    Policy {
-        allowed_keys: (!list.is_empty()).then(|| list.clone()),
-        max_burst_percent: cfg.qos.max_burst_percent,
-        allow_exclusive: cfg.qos.allow_exclusive,
-    }
-}
-
 /// Parse what the container asks for (annotations win over the environment).
 pub fn request(cfg: &Config, spec: &BundleSpec) -> (QosRequest, Vec<Refusal>) {
-    parse_request(&spec.annotations, spec.env(), &policy(cfg))
+    parse_request(&spec.annotations, spec.env(), &Policy::from(&cfg.qos))
 }
 
 fn no_topology() -> Topology {

@@ -426,3 +426,16 @@ pub fn unmount_below(dir: &Path) {
         let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);
     }
 }
+
+impl crate::bundle::OciCli {
+    /// `throttlewatch-runtime` with the private config, as dockerd or
+    /// containerd would call it.
+    pub fn throttlewatch(cfg: &PrivateConfig) -> crate::bundle::OciCli {
+        let mut c = crate::bundle::OciCli::new(crate::bin("throttlewatch-runtime"));
+        c.global = vec![
+            "--throttlewatch-config".into(),
+            cfg.path.to_string_lossy().into(),
+        ];
+        c
+    }
+}

@@ -11,15 +11,6 @@ use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, unique};
 
-fn wrapper(cfg: &PrivateConfig) -> OciCli {
-    let mut c = OciCli::new(bin("throttlewatch-runtime"));
-    c.global = vec![
-        "--throttlewatch-config".into(),
-        cfg.path.to_string_lossy().into(),
-    ];
-    c
-}
-
 /// A bundle that runs the host-built `tw-burn` (host libraries bound read-only).
 fn burn_bundle(tag: &str, args: &[&str], quota_us: i64) -> Bundle {
     let mut all = vec!["/tw-burn".to_string()];
@@ -74,7 +65,7 @@ fn burst_annotation_cuts_throttling_of_a_bursty_workload() {
     let _l = cpu_lock();
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     // One thread: 120 ms busy, 230 ms idle, under 0.5 CPU (50 ms per 100 ms
     // period). A busy phase spans at most two periods, 100 ms of quota: it
     // is always throttled without burst. With a 50 ms burst the idle
@@ -138,7 +129,7 @@ fn cpuset_annotations_land_in_the_cgroup() {
     let _l = cpu_lock();
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let last = std::thread::available_parallelism().unwrap().get() - 1;
     for (value, want) in [
         (last.to_string(), last.to_string()),

@@ -15,15 +15,6 @@ use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{lock_holder, Agent, DetachedAgents, PrivateConfig};
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, unique};
 
-fn wrapper(cfg: &PrivateConfig) -> OciCli {
-    let mut c = OciCli::new(bin("throttlewatch-runtime"));
-    c.global = vec![
-        "--throttlewatch-config".into(),
-        cfg.path.to_string_lossy().into(),
-    ];
-    c
-}
-
 fn id(tag: &str) -> String {
     format!("tw-{tag}-{}-{}", std::process::id(), unique())
 }
@@ -92,7 +83,7 @@ fn runc_container_logs_start_throttle_end_within_2_percent() {
     let _cpu = cpu_lock();
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let b = Bundle::new(
         &id("fid"),
         &ContainerOpts::busy(3, 3).quota(30_000, 100_000),
@@ -112,7 +103,7 @@ fn two_containers_get_two_logs_and_no_event_crosses_over() {
     let _cpu = cpu_lock();
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let a = Bundle::new(&id("a"), &ContainerOpts::busy(2, 3).quota(20_000, 100_000));
     let b = Bundle::new(&id("b"), &ContainerOpts::busy(2, 3).quota(30_000, 100_000));
     for x in [&a, &b] {
@@ -148,7 +139,7 @@ fn agent_restart_continues_the_log_without_a_second_start() {
     let _cpu = cpu_lock();
     let cfg = PrivateConfig::new("");
     let agent = Agent::start(&cfg);
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let b = Bundle::new(
         &id("restart"),
         &ContainerOpts::busy(3, 6).quota(30_000, 100_000),
@@ -182,7 +173,7 @@ fn agent_restart_continues_the_log_without_a_second_start() {
 #[test]
 fn burst_annotation_is_written_and_update_keeps_it() {
     let cfg = PrivateConfig::new("");
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let opts = ContainerOpts::default()
         .quota(30_000, 100_000)
         .annotation("throttlewatch.io/cpu-burst", "20ms");
@@ -213,7 +204,7 @@ fn burst_annotation_is_written_and_update_keeps_it() {
 fn malformed_config_json_fail_open_and_fail_closed() {
     for mode in ["open", "closed"] {
         let cfg = PrivateConfig::new(&format!("fail_mode = {mode:?}"));
-        let rt = wrapper(&cfg);
+        let rt = OciCli::throttlewatch(&cfg);
         let b = Bundle::new(&id("badjson"), &ContainerOpts::default());
         std::fs::write(b.config_path(), "{\"ociVersion\": \"1.0.2\", \"process\": ").unwrap();
         let log = b.dir().join("runc-log.json");
@@ -273,7 +264,7 @@ fn malformed_config_json_fail_open_and_fail_closed() {
 fn bad_annotations_start_the_container_and_are_named() {
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let opts = ContainerOpts::default()
         .quota(30_000, 100_000)
         .annotation("throttlewatch.io/cpu-burst", "abc")
@@ -304,7 +295,7 @@ fn bad_annotations_start_the_container_and_are_named() {
     );
 
     let cfg = PrivateConfig::new("fail_mode = \"closed\"");
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let b = Bundle::new(&id("badann-closed"), &opts);
     let o = rt.run_detached(&b);
     assert!(
@@ -324,7 +315,7 @@ fn bad_annotations_start_the_container_and_are_named() {
 fn weird_ids_keep_the_log_inside_the_log_dir() {
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let b = Bundle::new("a..b", &ContainerOpts::default());
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d a..b: {}", text(&o));
@@ -349,7 +340,7 @@ fn weird_ids_keep_the_log_inside_the_log_dir() {
 #[test]
 fn missing_agent_still_starts_the_container() {
     let cfg = PrivateConfig::new("start_agent = false");
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let b = Bundle::new(&id("noagent"), &ContainerOpts::default());
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "{}", text(&o));
@@ -362,7 +353,7 @@ fn missing_agent_still_starts_the_container() {
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
 
     let cfg = PrivateConfig::new("start_agent = false\nfail_mode = \"closed\"");
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let b = Bundle::new(&id("noagent-closed"), &ContainerOpts::default());
     let o = rt.run_detached(&b);
     assert!(
@@ -432,7 +423,7 @@ fn hook_starts_the_agent_when_none_answers() {
         "an agent on a fresh private config: {:?}",
         agents.pids()
     );
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let b = Bundle::new(&id("autostart"), &ContainerOpts::sh("sleep 1"));
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d: {}", text(&o));
@@ -465,7 +456,7 @@ fn concurrent_creates_start_only_one_agent() {
     let _cpu = cpu_lock();
     let cfg = PrivateConfig::new("start_agent = true");
     let agents = DetachedAgents::new(&cfg);
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let a = Bundle::new(&id("race-a"), &ContainerOpts::default());
     let b = Bundle::new(&id("race-b"), &ContainerOpts::default());
     let (oa, ob) = std::thread::scope(|s| {
@@ -498,7 +489,7 @@ fn concurrent_creates_start_only_one_agent() {
 #[test]
 fn update_without_a_burst_record_derives_it_from_the_bundle() {
     let cfg = PrivateConfig::new("");
-    let rt = wrapper(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
     let record = |id: &str| cfg.state_dir.join("bursts").join(format!("{id}.json"));
     // From an annotation.
     let opts = ContainerOpts::default()

@@ -292,7 +292,8 @@ static __always_inline int on_freeze(struct task_struct *prev, bool direct)
 		return 0;
 	now = bpf_ktime_get_ns();
 	cpu = bpf_get_smp_processor_id();
-	clock_offset = (__s64)now - (__s64)BPF_CORE_READ(prev, se.cfs_rq, rq, clock);
+	if (!tw_task_based_throttle()) /* only the dequeue model's walk uses it */
+		clock_offset = (__s64)now - (__s64)BPF_CORE_READ(prev, se.cfs_rq, rq, clock);
 	throttled_rq(prev, &tid_cg, &level, &tg);
 	open_episode(cg, cpu, now, tg);
 
