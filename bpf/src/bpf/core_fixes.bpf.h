@@ -22,6 +22,7 @@ struct cfs_rq___tw {
 	bool throttled: 1;
 	int throttle_count;
 	u64 throttled_clock;
+	s64 runtime_remaining;
 } __attribute__((preserve_access_index));
 
 /* Linux 5.14 renamed task_struct.state to __state ("sched: Change
@@ -59,6 +60,16 @@ static __always_inline bool tw_cfs_rq_throttled(struct cfs_rq *rq)
 static __always_inline u64 tw_cfs_rq_throttled_clock(struct cfs_rq *rq)
 {
 	return BPF_CORE_READ((struct cfs_rq___tw *)rq, throttled_clock);
+}
+
+/* Quota this CPU may still spend (negative: overdrawn). A bandwidth timer
+ * run that unthrottles a run-queue first tops this up above zero
+ * (distribute_cfs_runtime(); since 6.2 remote CPUs then unthrottle from an
+ * IPI, "sched: Async unthrottling for cfs bandwidth"), so a run-queue still
+ * throttled with nothing left after a run was not unthrottled by it. */
+static __always_inline s64 tw_cfs_rq_runtime_remaining(struct cfs_rq *rq)
+{
+	return BPF_CORE_READ((struct cfs_rq___tw *)rq, runtime_remaining);
 }
 
 static __always_inline int tw_cfs_rq_throttle_count(struct cfs_rq *rq)

@@ -20,6 +20,14 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by user space before load. */
 const volatile __u32 ringbuf_wakeup_bytes = 0; /* 0: never wake the reader */
 const volatile __u32 nr_cpus = 1; /* possible CPUs, for the timer-time scan */
+/* Dequeue model only: the addresses of sched_cfs_period_timer() and
+ * sched_cfs_slack_timer() (from kallsyms, 0 when unknown). A timer run with
+ * one of them is a group's bandwidth timer, so a watched group is followed
+ * from its first timer run, before any of its threads was switched out
+ * throttled (a run-queue can be throttled at enqueue, e.g. when a thread is
+ * pinned onto a CPU whose runtime is spent). */
+const volatile __u64 period_timer_fn = 0;
+const volatile __u64 slack_timer_fn = 0;
 
 #include "watched.bpf.h"
 
@@ -89,6 +97,8 @@ __u64 nr_open = 0;
 __u64 nr_tracked = 0;
 /* Events the ring buffer could not take. */
 __u64 lost_events = 0;
+/* timer runs that left a watched episode's run-queue throttled (diagnostic) */
+__u64 timer_runs_still_throttled = 0;
 
 static __always_inline __u64 tg_cgroup_id(struct task_group *tg)
 {
@@ -168,11 +178,12 @@ static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now, __u64 t
 		if (!ep)
 			return;
 	}
-	if (ep->open_ns)
+	/* The timer walk on one CPU and a switch-out on another can race to
+	 * open the same episode: one wins. */
+	if (ep->open_ns || !__sync_bool_compare_and_swap(&ep->open_ns, 0, now))
 		return;
 	ep->tg = tg;
 	ep->seen_ns = 0;
-	ep->open_ns = now;
 	if (tg) {
 		struct timer_runs fresh = { .cg = cg }, *runs;
 		if (!bpf_map_update_elem(&bandwidth_timers, &tg, &fresh, BPF_NOEXIST))
@@ -209,11 +220,11 @@ static __always_inline __u64 unthrottled_at(__u64 tgp, __u64 open, __u64 seen, _
 	if (runs) {
 		for (i = 0; i < TW_TIMER_RUNS; i++) {
 			t = runs->period_ns[i];
-			if (t > open && t >= seen && t <= now && (!best || t < best))
+			if (t > open && t > seen && t <= now && (!best || t < best))
 				best = t;
 		}
 		t = runs->slack_ns;
-		if (t > open && t >= seen && t <= now && (!best || t < best))
+		if (t > open && t > seen && t <= now && (!best || t < best))
 			best = t;
 		if (best)
 			return best;
@@ -221,27 +232,16 @@ static __always_inline __u64 unthrottled_at(__u64 tgp, __u64 open, __u64 seen, _
 	period = BPF_CORE_READ(tg, cfs_bandwidth.period);
 	expires = BPF_CORE_READ(tg, cfs_bandwidth.period_timer.node.expires);
 	t = (__u64)(expires - period);
-	if (period > 0 && expires > period && t > open && t <= now)
+	if (period > 0 && expires > period && t > open && t > seen && t <= now)
 		return t;
 	return now;
 }
 
-/* Close the episode of (cg, cpu) if one is open and began no later than
- * `not_after` (a thread frozen in an earlier episode must not end a later one). */
-static __always_inline void close_episode(__u64 cg, __u32 cpu, __u64 not_after, __u64 now)
+/* The episode opened at `open` ended at `now`: count it, report it. */
+static __always_inline void end_episode(struct tw_episode *ep, __u64 cg, __u32 cpu, __u64 open, __u64 now)
 {
-	struct tw_episode_key key = { .cgroup_id = cg, .cpu = cpu };
 	struct tw_event ev = {};
-	struct tw_episode *ep;
-	__u64 open;
 
-	ep = bpf_map_lookup_elem(&episodes, &key);
-	if (!ep)
-		return;
-	open = ep->open_ns;
-	if (!open || open > not_after || now < open)
-		return;
-	now = unthrottled_at(ep->tg, open, ep->seen_ns, now);
 	if (!__sync_bool_compare_and_swap(&ep->open_ns, open, 0))
 		return;
 	__sync_fetch_and_add(&ep->total_ns, now - open);
@@ -255,6 +255,23 @@ static __always_inline void close_episode(__u64 cg, __u32 cpu, __u64 not_after, 
 	ev.end_ns = now;
 	ev.cgroup_id = cg;
 	emit(&ev);
+}
+
+/* Close the episode of (cg, cpu) if one is open and began no later than
+ * `not_after` (a thread frozen in an earlier episode must not end a later one). */
+static __always_inline void close_episode(__u64 cg, __u32 cpu, __u64 not_after, __u64 now)
+{
+	struct tw_episode_key key = { .cgroup_id = cg, .cpu = cpu };
+	struct tw_episode *ep;
+	__u64 open;
+
+	ep = bpf_map_lookup_elem(&episodes, &key);
+	if (!ep)
+		return;
+	open = ep->open_ns;
+	if (!open || open > not_after || now < open)
+		return;
+	end_episode(ep, cg, cpu, open, unthrottled_at(ep->tg, open, ep->seen_ns, now));
 }
 
 static __always_inline struct frozen *frozen_get(struct task_struct *t, bool direct, bool create)
@@ -279,6 +296,18 @@ static __always_inline struct frozen *frozen_get(struct task_struct *t, bool dir
  * CLOCK_MONOTONIC. At a switch the rq clock was just updated by
  * __schedule(), so the difference is exact to a few microseconds. */
 __s64 clock_offset = 0;
+
+/* Dequeue model: a first offset for run-queues that the timer walk finds
+ * throttled before any freeze was seen (any switch will do: __schedule()
+ * has just updated the rq clock). */
+static __always_inline void first_clock_offset(struct task_struct *prev)
+{
+	struct rq *rq = BPF_CORE_READ(prev, se.cfs_rq, rq);
+	__u64 clk = rq ? BPF_CORE_READ(rq, clock) : 0;
+
+	if (clk)
+		clock_offset = (__s64)bpf_ktime_get_ns() - (__s64)clk;
+}
 
 /* Slow path: `prev` is being frozen. */
 static __always_inline int on_freeze(struct task_struct *prev, bool direct)
@@ -372,6 +401,8 @@ static __always_inline int handle_switch(struct task_struct *prev, struct task_s
 	}
 	if (frozen)
 		on_freeze(prev, direct);
+	else if (!clock_offset && !tw_task_based_throttle())
+		first_clock_offset(prev);
 	if (nr_frozen || nr_open)
 		thawed = on_thaw(next, direct);
 	if (direct)
@@ -445,18 +476,89 @@ static __always_inline void scan_run_queues(__u64 tgp, __u64 cg, __u64 now)
 	}
 }
 
+/* At the end of a timer run, for each open episode of the group:
+ *  - its run-queue is still throttled with no runtime handed to it: this
+ *    run did not end it (a slack-timer run, or a period run with too little
+ *    quota for every CPU); marking it keeps a later close from ending the
+ *    episode at this run's stamp;
+ *  - dequeue model: its run-queue was unthrottled by this run. The kernel
+ *    stopped its clock at rq_clock() inside unthrottle_cfs_rq(), which
+ *    updated the rq clock first; that clock only moves forward after, so
+ *    it bounds the unthrottle from above as the callback's end does. The
+ *    earlier of the two is used: under emulation the callback can stall
+ *    for milliseconds after the unthrottle (seen: 4.7 ms with the host
+ *    busy), and the rq clock of a CPU that stayed idle is exact. */
+static __always_inline void settle_after_timer_run(__u64 tgp, __u64 cg, __u64 now)
+{
+	struct task_group *tg = (void *)tgp;
+	struct cfs_rq **rqs = BPF_CORE_READ(tg, cfs_rq);
+	struct tw_episode_key key = { .cgroup_id = cg };
+	struct tw_episode *ep;
+	struct cfs_rq *rq;
+	__u64 open, end, lower;
+	__s64 clk;
+	__u32 i;
+
+	if (!rqs)
+		return;
+	for (i = 0; i < TW_MAX_SCAN_CPUS; i++) {
+		if (i >= nr_cpus)
+			break;
+		key.cpu = i;
+		ep = bpf_map_lookup_elem(&episodes, &key);
+		if (!ep || !ep->open_ns)
+			continue;
+		rq = NULL;
+		bpf_probe_read_kernel(&rq, sizeof(rq), &rqs[i]);
+		if (!rq)
+			continue;
+		if (tw_cfs_rq_throttled(rq)) {
+			if (tw_cfs_rq_runtime_remaining(rq) <= 0) {
+				ep->seen_ns = now;
+				__sync_fetch_and_add(&timer_runs_still_throttled, 1);
+			}
+			continue;
+		}
+		if (tw_task_based_throttle() || !clock_offset)
+			continue;
+		/* The unthrottle came after the episode opened and after this
+		 * run began (seen_ns, stamped at its start). */
+		open = ep->open_ns;
+		lower = ep->seen_ns > open ? ep->seen_ns : open;
+		end = now;
+		clk = (__s64)BPF_CORE_READ(rq, rq, clock) + clock_offset;
+		if (clk > 0 && (__u64)clk > lower && (__u64)clk < end)
+			end = (__u64)clk;
+		if (end > open)
+			end_episode(ep, cg, i, open, end);
+	}
+}
+
 /* At the start of a timer run the run-queues are walked (still throttled,
  * or already unthrottled by an earlier run); at its end the run is
  * recorded: the kernel unthrottles at the end of the callback
  * (distribute_cfs_runtime() is its last step), so the exit is the closer
  * stamp where the callback is slow (seen under emulation: ~1 ms). */
-static __always_inline int record_timer_run(__u64 timer, bool at_exit)
+/* A bandwidth timer of a watched group not followed yet: follow it. */
+static __always_inline struct timer_runs *follow_timer(__u64 tg)
+{
+	struct timer_runs fresh = {};
+
+	fresh.cg = tg_cgroup_id((struct task_group *)tg);
+	if (!bpf_map_lookup_elem(&watched, &fresh.cg))
+		return NULL;
+	if (!bpf_map_update_elem(&bandwidth_timers, &tg, &fresh, BPF_NOEXIST))
+		__sync_fetch_and_add(&nr_tracked, 1);
+	return bpf_map_lookup_elem(&bandwidth_timers, &tg);
+}
+
+static __always_inline int record_timer_run(__u64 timer, __u64 fn, bool at_exit)
 {
 	__u64 base, tg, t;
 	struct timer_runs *runs;
 	bool slack = false;
 
-	if (!nr_open && !nr_tracked)
+	if (!nr_open && !nr_tracked && !period_timer_fn)
 		return 0;
 	base = timer - bpf_core_field_offset(struct task_group, cfs_bandwidth);
 	tg = base - bpf_core_field_offset(struct cfs_bandwidth, period_timer);
@@ -466,6 +568,15 @@ static __always_inline int record_timer_run(__u64 timer, bool at_exit)
 		runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
 		slack = true;
 	}
+	if (!runs && fn && !at_exit) {
+		if (fn == period_timer_fn) {
+			tg = base - bpf_core_field_offset(struct cfs_bandwidth, period_timer);
+			slack = false;
+			runs = follow_timer(tg);
+		} else if (fn == slack_timer_fn) {
+			runs = follow_timer(tg);
+		}
+	}
 	if (!runs)
 		return 0;
 	t = bpf_ktime_get_ns();
@@ -474,6 +585,8 @@ static __always_inline int record_timer_run(__u64 timer, bool at_exit)
 			scan_run_queues(tg, runs->cg, t);
 		return 0;
 	}
+	if (runs->cg)
+		settle_after_timer_run(tg, runs->cg, t);
 	if (slack) {
 		runs->slack_ns = t;
 	} else {
@@ -486,25 +599,26 @@ static __always_inline int record_timer_run(__u64 timer, bool at_exit)
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(tw_hrtimer_btf, struct hrtimer *timer)
 {
-	return record_timer_run((__u64)timer, false);
+	return record_timer_run((__u64)timer, period_timer_fn ? (__u64)timer->function : 0, false);
 }
 
 SEC("raw_tp/hrtimer_expire_entry")
 int BPF_PROG(tw_hrtimer_raw, struct hrtimer *timer)
 {
-	return record_timer_run((__u64)timer, false);
+	return record_timer_run((__u64)timer,
+				period_timer_fn ? (__u64)BPF_CORE_READ(timer, function) : 0, false);
 }
 
 SEC("tp_btf/hrtimer_expire_exit")
 int BPF_PROG(tw_hrtimer_exit_btf, struct hrtimer *timer)
 {
-	return record_timer_run((__u64)timer, true);
+	return record_timer_run((__u64)timer, 0, true);
 }
 
 SEC("raw_tp/hrtimer_expire_exit")
 int BPF_PROG(tw_hrtimer_exit_raw, struct hrtimer *timer)
 {
-	return record_timer_run((__u64)timer, true);
+	return record_timer_run((__u64)timer, 0, true);
 }
 
 /* Make the skeleton emit the run-queue / cold-start ABI types too. */

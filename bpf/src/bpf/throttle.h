@@ -74,8 +74,9 @@ struct tw_episode {
 	__u64 tg;
 	__u64 total_ns;
 	__u64 count;
-	/* the last bandwidth timer run at whose start the run-queue was still
-	 * throttled: the unthrottle is that run or a later one */
+	/* the last bandwidth timer run that did not unthrottle the run-queue
+	 * (seen throttled at its start, or still throttled with no runtime at
+	 * its end): the unthrottle is a later run, or that run's end */
 	__u64 seen_ns;
 };
 
