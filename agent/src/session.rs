@@ -239,6 +239,7 @@ impl Session {
             cgroup_id: ev.cgroup_id,
             throttled_cgroup_id: ev.throttled_cgroup_id,
             throttled_level: ev.throttled_level,
+            queued: ev.queued,
         };
         if let Some(log) = self.log.as_mut() {
             if let Err(e) = log.write(Record::Throttle(rec.clone())) {

@@ -5,6 +5,7 @@ use crate::skel::types::tw_event;
 pub const KIND_FREEZE: u32 = 1;
 pub const KIND_EPISODE: u32 = 2;
 pub const KIND_COLDSTART: u32 = 3;
+pub const KIND_FREEZE_QUEUED: u32 = 4;
 
 /// One thread frozen by CFS bandwidth control.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +25,10 @@ pub struct FreezeEvent {
     /// The cgroup whose run-queue was throttled, and its depth.
     pub throttled_cgroup_id: u64,
     pub throttled_level: u32,
+    /// Dequeue model (before 6.18): the thread was waiting on the run-queue
+    /// when its group was throttled, not switched out throttled; the freeze
+    /// is the part of its wait the throttle episode covered.
+    pub queued: bool,
 }
 
 impl FreezeEvent {
@@ -97,7 +102,7 @@ impl Event {
             .map(|c| *c as u8)
             .collect();
         match e.kind {
-            KIND_FREEZE => Some(Event::Freeze(FreezeEvent {
+            KIND_FREEZE | KIND_FREEZE_QUEUED => Some(Event::Freeze(FreezeEvent {
                 tid: e.tid,
                 tgid: e.tgid,
                 comm: String::from_utf8_lossy(&comm).into_owned(),
@@ -109,6 +114,7 @@ impl Event {
                 task_cgroup_id: e.task_cgroup_id,
                 throttled_cgroup_id: e.throttled_cgroup_id,
                 throttled_level: e.throttled_level,
+                queued: e.kind == KIND_FREEZE_QUEUED,
             })),
             KIND_EPISODE => Some(Event::Episode(EpisodeEvent {
                 cgroup_id: e.cgroup_id,

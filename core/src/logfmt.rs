@@ -134,6 +134,10 @@ pub struct Throttle {
     pub cgroup_id: u64,
     pub throttled_cgroup_id: u64,
     pub throttled_level: u32,
+    /// Dequeue model: waiting on the run-queue when the group was throttled
+    /// (never switched out throttled); absent (false) otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queued: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -334,6 +338,14 @@ mod tests {
                 pid: 5,
                 comm: "w".into(),
                 frozen_ns: 80_000_000,
+                ..Default::default()
+            }),
+            Record::Throttle(Throttle {
+                tid: 8,
+                pid: 5,
+                comm: "q".into(),
+                frozen_ns: 60_000_000,
+                queued: true,
                 ..Default::default()
             }),
             Record::CpuStat(CpuStatSnapshot {

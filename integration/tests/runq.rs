@@ -4,6 +4,7 @@
 //! quota the run-queue latency does not contain the freezes, and queueing
 //! plus freezes add up to the kernel's own run_delay.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
@@ -169,15 +170,45 @@ fn run_delay(pid: u32) -> u64 {
 
 #[test]
 fn quota_freezes_are_not_run_queue_latency() {
+    quota_scenario("quota", &["--threads", "2", "--pin", "spread"]);
+}
+
+/// Three threads on one CPU: before 6.18 the two waiting behind the running
+/// one are frozen without a switch (the whole run-queue is dequeued); their
+/// waits must not count as queueing, and they get `queued` freeze records.
+#[test]
+fn queued_threads_frozen_with_their_run_queue() {
+    let log = quota_scenario("queued", &["--threads", "3", "--pin", "packed"]);
+    let start = of_type(&log, "start")[0];
+    let recs = of_type(&log, "throttle");
+    let queued = recs.iter().filter(|r| r["queued"] == true).count();
+    eprintln!(
+        "queued: model {}, {} freeze records, {queued} queued",
+        start["throttle_model"],
+        recs.len()
+    );
+    if start["throttle_model"] == "runqueue" {
+        assert!(queued > 0, "no queued freezes on the dequeue model");
+    } else {
+        assert_eq!(queued, 0, "the task model switches every thread out");
+    }
+}
+
+/// A quota'd busy workload watched by the agent: freezes are not queueing,
+/// every worker is seen frozen, and run-queue waits + freezes add up to the
+/// kernel's per-thread run_delay. Returns the log.
+fn quota_scenario(tag: &str, burn_args: &[&str]) -> Vec<Value> {
     let _cpu = cpu_lock();
     let cfg = PrivateConfig::new("snapshot_interval_s = 1");
     let _agent = Agent::start(&cfg);
     let h = Hierarchies::discover().unwrap();
-    let g = transient(&h, "quota");
+    let g = transient(&h, tag);
     g.group.set_quota(Some(20_000), 100_000).unwrap();
-    let cid = id("quota");
+    let cid = id(tag);
     register(&cfg, &cid, &g);
-    let (mut c, pid, tids) = burn(&g, &["--threads", "2", "--ms", "60000", "--pin", "spread"]);
+    let mut args = burn_args.to_vec();
+    args.extend(["--ms", "60000"]);
+    let (mut c, pid, tids) = burn(&g, &args);
     std::thread::sleep(Duration::from_millis(3000));
     // Stop the workload, let frozen threads thaw into the stop, then read
     // the kernel's per-thread run_delay (it includes throttled time).
@@ -194,36 +225,53 @@ fn quota_freezes_are_not_run_queue_latency() {
         .map(|r| u(r, "frozen_ns"))
         .collect();
     freezes.sort_unstable();
-    assert!(freezes.len() >= 10, "throttled: {e}");
+    assert!(freezes.len() >= 10, "{tag}: throttled: {e}");
+    let frozen_tids: BTreeSet<u64> = of_type(&log, "throttle")
+        .iter()
+        .map(|r| u(r, "tid"))
+        .collect();
+    for t in &tids {
+        assert!(
+            frozen_tids.contains(&(*t as u64)),
+            "{tag}: worker {t} never seen frozen: {frozen_tids:?}"
+        );
+    }
     let median_freeze = freezes[freezes.len() / 2];
     let (runq_total, frozen) = (u(rq, "total_ns"), u(e, "frozen_ns"));
     eprintln!(
-        "quota: {} threads, median freeze {median_freeze} ns, runq {rq}, frozen {frozen} ns, runq+frozen {} ns, kernel run_delay {kernel_delay} ns",
+        "{tag}: {} threads, median freeze {median_freeze} ns, runq {rq}, frozen {frozen} ns, runq+frozen {} ns, kernel run_delay {kernel_delay} ns",
         tids.len(),
         runq_total + frozen
     );
     assert!(u(e, "probe_throttled_ns") > 0);
     assert!(u(rq, "count") > 0, "{rq}");
-    // Queueing is bounded by other tasks' slices (a few ms, ~25 ms on a
-    // busy host); a freeze lasts the rest of the period (~80 ms here).
+    // Queueing is bounded by other tasks' slices (a few ms; tens of ms now
+    // and then on a busy host or under emulation, where a stalled vCPU looks
+    // like a long wait); a freeze lasts the rest of the period (~80 ms here).
+    // Were freezes counted as queueing, the typical wait would be a freeze
+    // and the queueing total would rival the frozen total.
     assert!(
-        u(rq, "p99_ns") * 2 < median_freeze,
-        "runq p99 {} must be far below the typical freeze {median_freeze}",
-        u(rq, "p99_ns")
+        u(rq, "p50_ns") * 4 < median_freeze,
+        "{tag}: runq p50 {} must be far below the typical freeze {median_freeze}",
+        u(rq, "p50_ns")
     );
     assert!(
-        u(rq, "max_ns") < median_freeze,
-        "no freeze counted as queueing: {rq}"
+        runq_total * 3 < frozen,
+        "{tag}: run-queue total {runq_total} ns against {frozen} ns frozen: freezes counted as queueing?"
     );
     // A frozen thread starts no run-queue wait (its switch-out is throttled,
     // not runnable): waits that still end in a thaw are rare and dropped.
-    assert!(u(rq, "excluded_thaws") * 10 <= u(rq, "count"), "{rq}");
+    assert!(
+        u(rq, "excluded_thaws") * 10 <= u(rq, "count"),
+        "{tag}: {rq}"
+    );
     let err = (kernel_delay as f64 - (runq_total + frozen) as f64).abs() / kernel_delay as f64;
     assert!(
         err <= 0.05,
-        "runq {runq_total} + frozen {frozen} vs run_delay {kernel_delay}: {:.1} %",
+        "{tag}: runq {runq_total} + frozen {frozen} vs run_delay {kernel_delay}: {:.1} %",
         err * 100.0
     );
+    log
 }
 
 #[test]

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 # Test executables by target name, from cargo's own build plan.
 exes=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
-want = {"load", "fidelity", "qos_runc"}
+want = {"load", "fidelity", "qos_runc", "runq"}
 for line in sys.stdin:
     try:
         m = json.loads(line)

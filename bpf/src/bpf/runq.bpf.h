@@ -43,6 +43,13 @@ struct tw_task {
 	__u64 wait_cg;	/* the cgroup the wait is charged to */
 	__u64 cs_cg;	/* cold start this thread counts for, 0: none */
 	__u64 cs_last_in; /* when it last switched in (0: not on a CPU) */
+	/* dequeue model: the throttle episodes of (wait_cg, wait_cpu) when
+	 * the wait began (cumulative total and count, the open one's start) */
+	__u64 ep_total0;
+	__u64 ep_count0;
+	__u64 ep_open0;
+	__u32 wait_cpu;
+	__u32 pad;
 };
 
 struct {
@@ -130,12 +137,23 @@ static __always_inline __u32 log2_slot(__u64 v)
 	return r < TW_RUNQ_SLOTS ? r : TW_RUNQ_SLOTS - 1;
 }
 
-static __always_inline void start_wait(struct tw_task *ts, __u64 cg, __u64 now)
+static __always_inline void start_wait(struct tw_task *ts, __u64 cg, __u32 cpu, __u64 now)
 {
 	if (ts->wait_ns)
 		return;
 	ts->wait_ns = now;
 	ts->wait_cg = cg;
+	if (!tw_task_based_throttle()) {
+		/* Dequeue model: the episodes of the run-queue it waits on, so
+		 * the switch-in can tell how much of the wait was a freeze. */
+		struct tw_episode_key key = { .cgroup_id = cg, .cpu = cpu };
+		struct tw_episode *ep = bpf_map_lookup_elem(&episodes, &key);
+
+		ts->wait_cpu = cpu;
+		ts->ep_total0 = ep ? ep->total_ns : 0;
+		ts->ep_count0 = ep ? ep->count : 0;
+		ts->ep_open0 = ep ? ep->open_ns : 0;
+	}
 	__sync_fetch_and_add(&nr_waiting, 1);
 }
 
@@ -150,9 +168,13 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	ts = task_cached(p);
 	if (!ts || !ts->cg || ts->wait_ns)
 		return 0;
-	if (tw_cfs_rq_throttle_count(BPF_CORE_READ(p, se.cfs_rq)) > 0)
+	/* 6.18: it will be frozen on its own way to user mode and switched
+	 * out throttled. Dequeue model: the wait starts now; the part of it
+	 * that the episode covers is told apart at the switch-in. */
+	if (tw_task_based_throttle() &&
+	    tw_cfs_rq_throttle_count(BPF_CORE_READ(p, se.cfs_rq)) > 0)
 		return 0;
-	start_wait(ts, ts->cg, bpf_ktime_get_ns());
+	start_wait(ts, ts->cg, p->thread_info.cpu, bpf_ktime_get_ns());
 	return 0;
 }
 
@@ -188,7 +210,7 @@ static __always_inline void on_preempt(struct task_struct *prev, struct task_str
 	if (!ts || !ts->cg)
 		return;
 	cg = ts->cg;
-	start_wait(ts, cg, now);
+	start_wait(ts, cg, bpf_get_smp_processor_id(), now);
 	h = bpf_map_lookup_elem(&runq_hist, &cg);
 	if (!h)
 		return;
@@ -205,12 +227,59 @@ static __always_inline void on_preempt(struct task_struct *prev, struct task_str
 		h->preempt_host++;
 }
 
+/* Dequeue model: how much of the wait [w, now] of `next` was its group's
+ * run-queue throttled? Episodes that ended during the wait, less the part
+ * before w of one that was open when it began. A thread queued behind the
+ * running one is frozen with the whole run-queue without being switched
+ * out: this reports that freeze (start_ns: the first throttle in the wait,
+ * or the wait's start; end_ns - start_ns: the throttled time). */
+static __always_inline __u64 queued_freeze(struct task_struct *next, struct tw_task *ts, __u64 w, __u64 now)
+{
+	struct tw_episode_key key = { .cgroup_id = ts->wait_cg, .cpu = ts->wait_cpu };
+	struct tw_event ev = {};
+	struct tw_episode *ep;
+	struct task_group *tg;
+	__u64 frozen, from, before = 0;
+
+	ep = bpf_map_lookup_elem(&episodes, &key);
+	if (!ep || ep->count == ts->ep_count0 || ep->total_ns <= ts->ep_total0)
+		return 0;
+	frozen = ep->total_ns - ts->ep_total0;
+	if (ts->ep_open0 && ts->ep_open0 < w)
+		before = w - ts->ep_open0;
+	if (frozen <= before)
+		return 0;
+	frozen -= before;
+	if (frozen > now - w)
+		frozen = now - w;
+	from = w;
+	if (!ts->ep_open0 && ep->count == ts->ep_count0 + 1 && ep->last_open_ns > w)
+		from = ep->last_open_ns;
+	tg = (void *)ep->tg;
+	ev.kind = TW_EV_FREEZE_QUEUED;
+	ev.tid = next->pid;
+	ev.tgid = next->tgid;
+	ev.cpu_out = ts->wait_cpu;
+	ev.cpu_in = bpf_get_smp_processor_id();
+	ev.start_ns = from;
+	ev.end_ns = from + frozen;
+	ev.cgroup_id = ts->wait_cg;
+	ev.task_cgroup_id = tg_cgroup_id(BPF_CORE_READ(next, se.cfs_rq, tg));
+	if (tg) {
+		ev.throttled_cgroup_id = tg_cgroup_id(tg);
+		ev.throttled_level = BPF_CORE_READ(tg, css.cgroup, level);
+	}
+	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), next->comm);
+	emit(&ev);
+	return frozen;
+}
+
 /* `next` switches in: end its wait, if any. `thawed`: it was frozen. */
 static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __u64 now)
 {
 	struct tw_task *ts;
 	struct tw_runq *h;
-	__u64 w, lat, cg;
+	__u64 w, lat, cg, frozen = 0;
 
 	ts = bpf_task_storage_get(&tw_tasks, next, 0, 0);
 	if (!ts || !ts->wait_ns)
@@ -219,14 +288,18 @@ static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __
 	cg = ts->wait_cg;
 	ts->wait_ns = 0;
 	__sync_fetch_and_sub(&nr_waiting, 1);
+	if (!thawed && !tw_task_based_throttle() && now > w)
+		frozen = queued_freeze(next, ts, w, now);
 	h = bpf_map_lookup_elem(&runq_hist, &cg);
 	if (!h)
 		return;
-	if (thawed || now < w) {
+	/* A wait that ended in a thaw was a freeze; a queued thread's wait
+	 * counts without the part its group was throttled. */
+	if (thawed || now < w || now - w <= frozen) {
 		h->excluded++;
 		return;
 	}
-	lat = now - w;
+	lat = now - w - frozen;
 	h->slots[log2_slot(lat)]++;
 	h->count++;
 	h->total_ns += lat;

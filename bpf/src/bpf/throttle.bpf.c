@@ -242,8 +242,12 @@ static __always_inline void end_episode(struct tw_episode *ep, __u64 cg, __u32 c
 {
 	struct tw_event ev = {};
 
-	if (!__sync_bool_compare_and_swap(&ep->open_ns, open, 0))
+	/* `open` is the value the caller read: a closer on another CPU may
+	 * have ended this episode since (then open_ns no longer matches). */
+	if (!open || !__sync_bool_compare_and_swap(&ep->open_ns, open, 0))
 		return;
+	ep->last_open_ns = open;
+	ep->last_end_ns = now;
 	__sync_fetch_and_add(&ep->total_ns, now - open);
 	__sync_fetch_and_add(&ep->count, 1);
 	__sync_fetch_and_sub(&nr_open, 1);
@@ -506,7 +510,10 @@ static __always_inline void settle_after_timer_run(__u64 tgp, __u64 cg, __u64 no
 			break;
 		key.cpu = i;
 		ep = bpf_map_lookup_elem(&episodes, &key);
-		if (!ep || !ep->open_ns)
+		if (!ep)
+			continue;
+		open = ep->open_ns;
+		if (!open)
 			continue;
 		rq = NULL;
 		bpf_probe_read_kernel(&rq, sizeof(rq), &rqs[i]);
@@ -523,7 +530,6 @@ static __always_inline void settle_after_timer_run(__u64 tgp, __u64 cg, __u64 no
 			continue;
 		/* The unthrottle came after the episode opened and after this
 		 * run began (seen_ns, stamped at its start). */
-		open = ep->open_ns;
 		lower = ep->seen_ns > open ? ep->seen_ns : open;
 		end = now;
 		clk = (__s64)BPF_CORE_READ(rq, rq, clock) + clock_offset;

@@ -4,7 +4,7 @@
 #ifndef __THROTTLEWATCH_THROTTLE_H
 #define __THROTTLEWATCH_THROTTLE_H
 
-#define TW_ABI_VERSION 2
+#define TW_ABI_VERSION 3
 #define TW_COMM_LEN 16
 /* How far up the cgroup tree a frozen task's group is matched against the
  * watch map, and how far the throttled run-queue is searched. */
@@ -21,6 +21,12 @@ enum tw_event_kind {
 	 * tid/tgid/comm of the entrypoint, cpu_out = the stage, end_ns = when,
 	 * start_ns = the process's creation (task start_time) on TW_CS_EXEC. */
 	TW_EV_COLDSTART = 3,
+	/* Dequeue model (before 6.18) only: a thread that was waiting on the
+	 * run-queue (preempted, or woken) when its group was throttled there.
+	 * It was never switched out throttled: it is recorded when it switches
+	 * back in, frozen for the part of its wait that the episode covers
+	 * (start_ns..end_ns). Same fields as TW_EV_FREEZE. */
+	TW_EV_FREEZE_QUEUED = 4,
 };
 
 enum tw_coldstart_stage {
@@ -78,6 +84,9 @@ struct tw_episode {
 	 * (seen throttled at its start, or still throttled with no runtime at
 	 * its end): the unthrottle is a later run, or that run's end */
 	__u64 seen_ns;
+	/* the last episode that ended, for threads that waited through it */
+	__u64 last_open_ns;
+	__u64 last_end_ns;
 };
 
 /* Run-queue latency per watched cgroup, one per CPU (BPF_MAP_TYPE_PERCPU_HASH,
