@@ -8,6 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use containerd_shim::protos::protobuf::well_known_types::any::Any;
+use containerd_shim::protos::protobuf::MessageField;
+use containerd_shim::protos::shim::shim::UpdateTaskRequest;
+use containerd_shim::protos::shim::shim_ttrpc::TaskClient;
+use containerd_shim::protos::ttrpc;
+use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
+use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::protocol::{call, Request};
 use throttlewatch_integration::containerd::{
     build_busybox_image, mem_summary, vm_rss_kb, Containerd, IMAGE_NAME, SHIM_RUNTIME,
@@ -611,4 +618,115 @@ fn throttled_container_log_agrees_with_cpu_stat() {
         "agent still watches: {:?}",
         agent.watched()
     );
+}
+
+/// The task's status and init pid as `ctr task ls` shows them.
+fn task_row(s: &Setup, id: &str) -> Option<(u32, String)> {
+    let out = s.ctd.ctr(&["task", "ls"]);
+    text(&out.stdout).lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() >= 3 && f[0] == id).then(|| (f[1].parse().unwrap_or(0), f[2].to_string()))
+    })
+}
+
+/// `Update` straight to the shim over its ttrpc socket, the way containerd
+/// sends it (LinuxResources as JSON in an Any).
+fn shim_update(s: &Setup, id: &str, resources: &str) -> Result<(), String> {
+    let bundle = s
+        .ctd
+        .dir
+        .0
+        .join("state/io.containerd.runtime.v2.task")
+        .join(&s.ctd.namespace)
+        .join(id);
+    let addr = std::fs::read_to_string(bundle.join("address"))
+        .map_err(|e| format!("{}/address: {e}", bundle.display()))?;
+    let client = ttrpc::Client::connect(addr.trim()).map_err(|e| e.to_string())?;
+    let req = UpdateTaskRequest {
+        id: id.into(),
+        resources: MessageField::some(Any {
+            type_url: "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources".into(),
+            value: resources.as_bytes().to_vec(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    TaskClient::new(client)
+        .update(ttrpc::context::with_timeout(10_000_000_000), &req)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn shim_pause_resume_and_update_keep_the_burst() {
+    let s = setup();
+    let ctr = |a: &[&str]| s.ctd.ctr(a);
+    let out = ctr(&[
+        "run",
+        "-d",
+        "--runtime",
+        SHIM_RUNTIME,
+        "--cpu-quota",
+        "50000",
+        "--cpu-period",
+        "100000",
+        "--env",
+        "THROTTLEWATCH_CPU_BURST=20ms",
+        IMAGE_NAME,
+        "upd1",
+        "sleep",
+        "1000",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        s.ctd.log()
+    );
+    let (pid, status) = task_row(&s, "upd1").expect("task listed");
+    assert_eq!(status, "RUNNING");
+    let h = Hierarchies::discover().unwrap();
+    let g = CpuCgroup::open(
+        &h,
+        &cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode).unwrap(),
+    )
+    .unwrap();
+    let limits = || {
+        let l = g.limits().unwrap();
+        (l.quota_us, l.burst_us)
+    };
+    assert_eq!(limits(), (Some(50_000), Some(20_000)), "burst from the env");
+
+    // Pause and resume: the cgroup freezer, the status containerd sees.
+    let out = ctr(&["task", "pause", "upd1"]);
+    assert!(out.status.success(), "pause: {}", text(&out.stderr));
+    assert_eq!(task_row(&s, "upd1").unwrap().1, "PAUSED");
+    let out = ctr(&["task", "pause", "upd1"]);
+    assert!(!out.status.success(), "pausing a paused task must fail");
+    let out = ctr(&["task", "resume", "upd1"]);
+    assert!(out.status.success(), "resume: {}", text(&out.stderr));
+    assert_eq!(task_row(&s, "upd1").unwrap().1, "RUNNING");
+    let out = ctr(&["task", "exec", "--exec-id", "e1", "upd1", "echo", "thawed"]);
+    assert_eq!(text(&out.stdout), "thawed\n", "{}", text(&out.stderr));
+
+    // An update (Kubernetes in-place resize) through the shim: runc alone
+    // leaves the burst at 0; the shim clamps it to a smaller quota and
+    // restores the request when the quota grows again.
+    shim_update(&s, "upd1", r#"{"cpu":{"quota":15000,"period":100000}}"#).unwrap();
+    assert_eq!(
+        limits(),
+        (Some(15_000), Some(15_000)),
+        "clamped to the quota"
+    );
+    shim_update(&s, "upd1", r#"{"cpu":{"quota":60000,"period":100000}}"#).unwrap();
+    assert_eq!(limits(), (Some(60_000), Some(20_000)), "the request again");
+
+    let out = ctr(&["task", "kill", "-s", "SIGKILL", "upd1"]);
+    assert!(out.status.success(), "kill: {}", text(&out.stderr));
+    wait_until("the task to stop", Duration::from_secs(5), || {
+        task_row(&s, "upd1").is_some_and(|r| r.1 == "STOPPED")
+    });
+    assert!(ctr(&["task", "delete", "upd1"]).status.success());
+    assert!(ctr(&["containers", "rm", "upd1"]).status.success());
+    let _ = &s.tw;
 }

@@ -21,31 +21,22 @@ use crate::args::RuncArgs;
 use crate::lowlevel;
 use crate::runlog::RuncLog;
 
+/// Where warnings go: the wrapper's runc log, or the shim's log.
+pub type Warn<'a> = &'a mut dyn FnMut(&str);
+
 pub fn update(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) -> i32 {
-    let id = args
+    let mut warn = |m: &str| log.warning(m);
+    let held = args
         .container_id()
-        .map(|i| i.to_string_lossy().into_owned());
-    let record = match id
-        .as_deref()
-        .map(|id| burst_record::load(&cfg.state_dir, id))
-    {
-        Some(Ok(Some(r))) => Some(r),
-        Some(Ok(None)) => id
-            .as_deref()
-            .and_then(|id| derive_record(runtime, args, cfg, id, log)),
-        Some(Err(e)) => {
-            log.warning(&format!(
-                "cannot read the recorded burst: {e}; the burst may be lost by this update"
-            ));
-            None
-        }
-        None => None,
-    };
-    let group = record.as_ref().and_then(|r| open_group(r, log));
-    if let Some(g) = &group {
-        // A burst above the new quota would make the kernel refuse the quota.
-        let _ = g.set_burst(0);
-    }
+        .map(|i| i.to_string_lossy().into_owned())
+        .and_then(|id| {
+            HeldBurst::take(
+                cfg,
+                &id,
+                |w| derive_record(runtime, args, cfg, &id, w),
+                &mut warn,
+            )
+        });
     let code = match lowlevel::run_child(runtime, &args.argv) {
         Ok(c) => c,
         Err(e) => {
@@ -53,18 +44,61 @@ pub fn update(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) -> i
             127
         }
     };
-    if let (Some(rec), Some(g)) = (&record, &group) {
-        if let Err(e) = restore(rec, g, cfg) {
-            log.error(&format!(
-                "container {:?}: cannot restore the CFS burst after update: {e}",
-                rec.container_id
-            ));
+    if let Some(h) = held {
+        if let Err(e) = h.restore(cfg) {
+            log.error(&e);
             if code == 0 && cfg.fail_mode == FailMode::Closed {
                 return 1;
             }
         }
     }
     code
+}
+
+/// A container's CFS burst, held across a low-level `update`: runc clears
+/// what it does not know, and a burst above the new quota would make the
+/// kernel refuse the quota. Used by the wrapper and by the shim.
+#[derive(Debug)]
+pub struct HeldBurst {
+    record: BurstRecord,
+    group: CpuCgroup,
+}
+
+impl HeldBurst {
+    /// Before the update: the container's burst record (or, without one,
+    /// what `derive` finds in its bundle), its cgroup; the burst is cleared.
+    /// None when the container has no burst or its cgroup is gone.
+    pub fn take(
+        cfg: &Config,
+        id: &str,
+        derive: impl FnOnce(Warn) -> Option<BurstRecord>,
+        warn: Warn,
+    ) -> Option<HeldBurst> {
+        let record = match burst_record::load(&cfg.state_dir, id) {
+            Ok(Some(r)) => r,
+            Ok(None) => derive(&mut *warn)?,
+            Err(e) => {
+                warn(&format!(
+                    "cannot read the recorded burst: {e}; the burst may be lost by this update"
+                ));
+                return None;
+            }
+        };
+        let group = open_group(&record, warn)?;
+        let _ = group.set_burst(0);
+        Some(HeldBurst { record, group })
+    }
+
+    /// After the update: the burst again, clamped to the new quota, and
+    /// recorded. Returns the burst written (µs).
+    pub fn restore(self, cfg: &Config) -> Result<u64, String> {
+        restore(&self.record, &self.group, cfg).map_err(|e| {
+            format!(
+                "container {:?}: cannot restore the CFS burst after update: {e}",
+                self.record.container_id
+            )
+        })
+    }
 }
 
 /// The burst record of a container that has none: its bundle (from the
@@ -75,22 +109,33 @@ fn derive_record(
     args: &RuncArgs,
     cfg: &Config,
     id: &str,
-    log: &RuncLog,
+    warn: Warn,
 ) -> Option<BurstRecord> {
     let state = lowlevel::state(runtime, args.global_args(), id)?;
     let bundle = Path::new(state["bundle"].as_str()?);
     let pid = state["pid"]
         .as_u64()
         .filter(|p| *p > 0 && *p <= u32::MAX as u64)? as u32;
+    derive_for_bundle(cfg, id, bundle, pid, warn)
+}
+
+/// The burst record for the container of `bundle` whose init is `pid`.
+pub fn derive_for_bundle(
+    cfg: &Config,
+    id: &str,
+    bundle: &Path,
+    pid: u32,
+    warn: Warn,
+) -> Option<BurstRecord> {
     let spec = BundleSpec::load(bundle)
-        .map_err(|e| log.warning(&format!("no burst record for {id:?} and {e}")))
+        .map_err(|e| warn(&format!("no burst record for {id:?} and {e}")))
         .ok()?;
     derive_from_spec(
         cfg,
         id,
         &spec,
         |mode| cpu_cgroup_of_pid(Path::new("/proc"), pid, mode).ok(),
-        log,
+        warn,
     )
 }
 
@@ -101,15 +146,15 @@ pub fn derive_from_spec(
     id: &str,
     spec: &BundleSpec,
     cgroup_of: impl FnOnce(throttlewatch_cgroup::CgroupMode) -> Option<String>,
-    log: &RuncLog,
+    warn: Warn,
 ) -> Option<BurstRecord> {
     let (req, _) = throttlewatch_hook::qos::request(cfg, spec);
     let burst = req.burst?;
     let h = Hierarchies::discover()
-        .map_err(|e| log.warning(&format!("cgroup hierarchies: {e}")))
+        .map_err(|e| warn(&format!("cgroup hierarchies: {e}")))
         .ok()?;
     let Some(cgroup_path) = cgroup_of(h.mode) else {
-        log.warning(&format!(
+        warn(&format!(
             "container {id:?}: no cgroup for its init process; its burst is not restored"
         ));
         return None;
@@ -124,13 +169,13 @@ pub fn derive_from_spec(
     })
 }
 
-fn open_group(rec: &BurstRecord, log: &RuncLog) -> Option<CpuCgroup> {
+fn open_group(rec: &BurstRecord, warn: Warn) -> Option<CpuCgroup> {
     let h = Hierarchies::discover()
-        .map_err(|e| log.warning(&format!("cgroup hierarchies: {e}")))
+        .map_err(|e| warn(&format!("cgroup hierarchies: {e}")))
         .ok()?;
     CpuCgroup::open(&h, &rec.cgroup_path)
         .map_err(|e| {
-            log.warning(&format!(
+            warn(&format!(
                 "container {:?}: {e}; its burst is not restored",
                 rec.container_id
             ))
@@ -203,7 +248,7 @@ mod tests {
     #[test]
     fn record_derived_from_annotation_or_environment() {
         let cfg = Config::default();
-        let log = RuncLog::default();
+        let mut quiet = |_: &str| {};
         let spec = |ann: &[(&str, &str)], env: &[&str]| BundleSpec {
             annotations: ann
                 .iter()
@@ -215,7 +260,7 @@ mod tests {
             ..Default::default()
         };
         let s = spec(&[("throttlewatch.io/cpu-burst", "20ms")], &[]);
-        let r = derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &log).unwrap();
+        let r = derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &mut quiet).unwrap();
         assert_eq!(
             (r.request, r.cgroup_path.as_str(), r.container_id.as_str()),
             (BurstRequest::Micros(20_000), "/tw/c", "c")
@@ -223,7 +268,7 @@ mod tests {
         assert_eq!(r.burst_for_quota(Some(15_000)), Some(15_000));
         let s = spec(&[], &["PATH=/bin", "THROTTLEWATCH_CPU_BURST=10ms"]);
         assert_eq!(
-            derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &log)
+            derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &mut quiet)
                 .unwrap()
                 .request,
             BurstRequest::Micros(10_000)
@@ -234,7 +279,7 @@ mod tests {
             "c",
             &spec(&[], &["PATH=/bin"]),
             |_| Some("/x".into()),
-            &log
+            &mut quiet
         )
         .is_none());
         assert!(derive_from_spec(
@@ -242,9 +287,9 @@ mod tests {
             "c",
             &spec(&[("throttlewatch.io/cpu-burst", "abc")], &[]),
             |_| Some("/x".into()),
-            &log
+            &mut quiet
         )
         .is_none());
-        assert!(derive_from_spec(&cfg, "c", &s, |_| None, &log).is_none());
+        assert!(derive_from_spec(&cfg, "c", &s, |_| None, &mut quiet).is_none());
     }
 }

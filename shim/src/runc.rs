@@ -175,6 +175,13 @@ impl Runc {
             .map_err(|e| e.to_string())
     }
 
+    /// `runc pause` / `runc resume` (the cgroup freezer).
+    pub fn pause(&self, id: &str, pause: bool) -> Result<(), String> {
+        let mut cmd = self.command(None);
+        cmd.args([if pause { "pause" } else { "resume" }, id]);
+        self.run(cmd, None, None, None).map(drop)
+    }
+
     /// `runc update --resources -` with the LinuxResources JSON containerd sent.
     pub fn update(&self, id: &str, resources_json: &[u8]) -> Result<(), String> {
         let mut cmd = self.command(None);

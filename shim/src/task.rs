@@ -8,7 +8,8 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use containerd_shim::api::{self, Status};
 use containerd_shim::monitor::{monitor_subscribe, Subject, Topic};
 use containerd_shim::protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskIO, TaskStart,
+    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskIO, TaskPaused, TaskResumed,
+    TaskStart,
 };
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::{Message, MessageField};
@@ -17,6 +18,8 @@ use containerd_shim::protos::ttrpc::{self, Code};
 use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
 use log::{info, warn};
 use throttlewatch_core::config::{Config, FailMode};
+
+use throttlewatch_runtime::update::{derive_for_bundle, HeldBurst};
 
 use crate::metrics::metrics_any;
 use crate::runc::Runc;
@@ -485,15 +488,59 @@ impl Task for TaskService {
     }
 
     fn update(&self, _ctx: &TtrpcContext, req: api::UpdateTaskRequest) -> TtrpcResult<api::Empty> {
-        self.process(&req.id, "")?;
+        let init = self.process(&req.id, "")?;
+        let bundle = self
+            .lock()
+            .containers
+            .get(&req.id)
+            .map(|c| c.bundle.clone());
         let json = req
             .resources
             .as_ref()
             .map(|a| a.value.clone())
             .unwrap_or_default();
-        self.runc
-            .update(&req.id, &json)
-            .map_err(|e| err(Code::INTERNAL, e))?;
+        // runc clears a CFS burst it does not know: hold it across the update.
+        let mut warn = |m: &str| warn!("{m}");
+        let held = HeldBurst::take(
+            &self.cfg,
+            &req.id,
+            |w| bundle.and_then(|b| derive_for_bundle(&self.cfg, &req.id, &b, init.pid, w)),
+            &mut warn,
+        );
+        let res = self.runc.update(&req.id, &json);
+        if let Some(h) = held {
+            if let Err(e) = h.restore(&self.cfg) {
+                warn!("{e}");
+                if res.is_ok() && self.cfg.fail_mode == FailMode::Closed {
+                    return Err(err(Code::INTERNAL, e));
+                }
+            }
+        }
+        res.map_err(|e| err(Code::INTERNAL, e))?;
+        Ok(api::Empty::new())
+    }
+
+    fn pause(&self, _ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
+        self.set_paused(&req.id, true)?;
+        self.publish(
+            topics::TASK_PAUSED_EVENT_TOPIC,
+            TaskPaused {
+                container_id: req.id,
+                ..Default::default()
+            },
+        );
+        Ok(api::Empty::new())
+    }
+
+    fn resume(&self, _ctx: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<api::Empty> {
+        self.set_paused(&req.id, false)?;
+        self.publish(
+            topics::TASK_RESUMED_EVENT_TOPIC,
+            TaskResumed {
+                container_id: req.id,
+                ..Default::default()
+            },
+        );
         Ok(api::Empty::new())
     }
 
@@ -568,6 +615,31 @@ impl Task for TaskService {
 }
 
 impl TaskService {
+    /// Freeze or thaw a running container (runc pause / resume).
+    fn set_paused(&self, id: &str, pause: bool) -> TtrpcResult<()> {
+        let (from, to) = if pause {
+            (Status::RUNNING, Status::PAUSED)
+        } else {
+            (Status::PAUSED, Status::RUNNING)
+        };
+        let p = self.process(id, "")?;
+        if p.status != from {
+            return Err(err(
+                Code::FAILED_PRECONDITION,
+                format!("container {id} is {:?}, not {from:?}", p.status),
+            ));
+        }
+        self.runc
+            .pause(id, pause)
+            .map_err(|e| err(Code::INTERNAL, e))?;
+        if let Some(c) = self.lock().containers.get_mut(id) {
+            if c.init.status == from {
+                c.init.status = to;
+            }
+        }
+        Ok(())
+    }
+
     fn process(&self, id: &str, exec_id: &str) -> TtrpcResult<Process> {
         let st = self.lock();
         let c = st.containers.get(id).ok_or_else(|| not_found(id))?;
