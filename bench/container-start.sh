@@ -100,9 +100,13 @@ now_ns() { date +%s%N; }
 # one KIND ID: restore the bundle, time `run -d`, delete; prints microseconds.
 one() {
     kind=$1; id=$2
-    cp "$W/pristine.json" "$B/config.json"
-    if [ "$kind" = plain ]; then
-        set -- "$RUNC" --root "$ROOTS/root-plain"
+    case $kind in
+        hooktrue) cp "$W/hooktrue.json" "$B/config.json" ;;
+        hookonly) cp "$W/modified.json" "$B/config.json" ;;
+        *) cp "$W/pristine.json" "$B/config.json" ;;
+    esac
+    if [ "$kind" != tw ]; then
+        set -- "$RUNC" --root "$ROOTS/root-$kind"
     else
         set -- "$TW_BIN_DIR/throttlewatch-runtime" --throttlewatch-config "$W/tw.toml" --root "$ROOTS/root-tw"
     fi
@@ -115,9 +119,27 @@ one() {
 
 : >"$W/plain"; : >"$W/tw"
 one plain warm-p >/dev/null; one tw warm-t >/dev/null
+# TW_BENCH_BREAKDOWN=1 adds two runs per round with plain runc, to split
+# the overhead: `hooktrue` (a createRuntime hook that is /bin/true: what
+# any OCI hook costs) and `hookonly` (the config.json the wrapper wrote:
+# our hook, without the wrapper's exec and edit).
+kinds="tw plain"
+if [ "${TW_BENCH_BREAKDOWN:-0}" = 1 ]; then
+    cp "$B/config.json" "$W/modified.json" # as the warm-up's wrapper left it
+    python3 - "$W/pristine.json" "$W/hooktrue.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.setdefault("hooks", {})["createRuntime"] = [{"path": "/bin/true", "args": ["true"]}]
+json.dump(c, open(sys.argv[2], "w"))
+PY
+    : >"$W/hooktrue"; : >"$W/hookonly"
+    one hooktrue warm-h >/dev/null; one hookonly warm-o >/dev/null
+    kinds="tw plain hooktrue hookonly"
+fi
 n=1
 while [ $n -le "$ROUNDS" ]; do
-    if [ $((n % 2)) -eq 0 ]; then order="plain tw"; else order="tw plain"; fi
+    # rotate the order round by round
+    order=$(echo $kinds | awk -v r=$n '{ for (i = 0; i < NF; i++) printf "%s ", $(((i + r) % NF) + 1) }')
     for k in $order; do one "$k" "b$k$n" >>"$W/$k"; done
     n=$((n + 1))
 done
@@ -133,6 +155,12 @@ echo "ratio of medians (wrapper/plain): $(awk "BEGIN{printf \"%.3f\", $mt/$mp}")
 # the per-round differences is steadier than the difference of the medians.
 paste "$W/tw" "$W/plain" | awk '{print $1 - $2}' >"$W/diff"
 echo "paired: median per-round overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff")/1000}") ms ($(awk "BEGIN{printf \"%.3f\", 1 + $(median "$W/diff")/$mp}") x the plain median)"
+if [ -s "$W/hooktrue" ]; then
+    for k in hooktrue hookonly; do
+        paste "$W/$k" "$W/plain" | awk '{print $1 - $2}' >"$W/diff-$k"
+        echo "breakdown: runc + $k: median $(awk "BEGIN{printf \"%.1f\", $(median "$W/$k")/1000}") ms, paired overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-$k")/1000}") ms"
+    done
+fi
 if [ -s "$W/timing" ]; then
     # "NAME SUBCOMMAND total=Nus phase=Nus ..." lines: the median of each phase, per program.
     echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING):"
