@@ -564,23 +564,30 @@ static __always_inline int record_timer_run(__u64 timer, __u64 fn, bool at_exit)
 	struct timer_runs *runs;
 	bool slack = false;
 
-	if (!nr_open && !nr_tracked && !period_timer_fn)
-		return 0;
 	base = timer - bpf_core_field_offset(struct task_group, cfs_bandwidth);
-	tg = base - bpf_core_field_offset(struct cfs_bandwidth, period_timer);
-	runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
-	if (!runs) {
-		tg = base - bpf_core_field_offset(struct cfs_bandwidth, slack_timer);
-		runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
-		slack = true;
-	}
-	if (!runs && fn && !at_exit) {
+	if (period_timer_fn) {
+		/* The callback says which timer this is: any other hrtimer
+		 * costs one load and two compares. */
 		if (fn == period_timer_fn) {
 			tg = base - bpf_core_field_offset(struct cfs_bandwidth, period_timer);
-			slack = false;
-			runs = follow_timer(tg);
 		} else if (fn == slack_timer_fn) {
+			tg = base - bpf_core_field_offset(struct cfs_bandwidth, slack_timer);
+			slack = true;
+		} else {
+			return 0;
+		}
+		runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
+		if (!runs && !at_exit)
 			runs = follow_timer(tg);
+	} else {
+		if (!nr_open && !nr_tracked)
+			return 0;
+		tg = base - bpf_core_field_offset(struct cfs_bandwidth, period_timer);
+		runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
+		if (!runs) {
+			tg = base - bpf_core_field_offset(struct cfs_bandwidth, slack_timer);
+			runs = bpf_map_lookup_elem(&bandwidth_timers, &tg);
+			slack = true;
 		}
 	}
 	if (!runs)
@@ -618,13 +625,14 @@ int BPF_PROG(tw_hrtimer_raw, struct hrtimer *timer)
 SEC("tp_btf/hrtimer_expire_exit")
 int BPF_PROG(tw_hrtimer_exit_btf, struct hrtimer *timer)
 {
-	return record_timer_run((__u64)timer, 0, true);
+	return record_timer_run((__u64)timer, period_timer_fn ? (__u64)timer->function : 0, true);
 }
 
 SEC("raw_tp/hrtimer_expire_exit")
 int BPF_PROG(tw_hrtimer_exit_raw, struct hrtimer *timer)
 {
-	return record_timer_run((__u64)timer, 0, true);
+	return record_timer_run((__u64)timer,
+				period_timer_fn ? (__u64)BPF_CORE_READ(timer, function) : 0, true);
 }
 
 /* Make the skeleton emit the run-queue / cold-start ABI types too. */
