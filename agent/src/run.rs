@@ -211,6 +211,9 @@ fn procs_files(g: &CpuCgroup) -> Vec<CString> {
 }
 
 pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
+    // Before the probe loads (slow on a busy or emulated machine): a signal
+    // from then on still removes the cgroup and writes the `end` record.
+    signals::install();
     let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
     let limits = parse_limits(a, root_cpus(&h).as_ref())?;
     let threshold = threshold_ns(&a.out, cfg)?;
@@ -251,7 +254,12 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
     let id = engine
         .watch(spec, cg.group.clone())
         .map_err(|e| CliError::fail(e.to_string()))?;
-    signals::install();
+    if let Some(sig) = signals::received() {
+        // Stopped while setting up: the command never runs.
+        engine.finish(id, "signal", None);
+        cg.remove();
+        return Ok(128 + sig);
+    }
 
     let procs = procs_files(&cg.group);
     let mut cmd = std::process::Command::new(&prog);

@@ -44,6 +44,9 @@ pub fn target(h: &Hierarchies, a: &WatchArgs) -> Result<CpuCgroup, CliError> {
 }
 
 pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
+    // Before the probe loads (slow on a busy or emulated machine): a signal
+    // from then on still ends the watch with an `end` record.
+    signals::install();
     let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
     let duration = match &a.duration {
         Some(d) => {
@@ -71,7 +74,6 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
     let id = engine
         .watch(spec, g.clone())
         .map_err(|e| CliError::fail(e.to_string()))?;
-    signals::install();
     let mut live = LiveLoop::new(cfg, &a.out);
     let started = Instant::now();
     let reason = loop {

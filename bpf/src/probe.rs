@@ -162,47 +162,11 @@ fn bump_memlock() {
     }
 }
 
-/// Addresses of kernel text symbols, in the order asked; None where absent
-/// or hidden (kptr_restrict shows zeros).
-fn kallsyms(path: &std::path::Path, names: &[&str]) -> Vec<Option<u64>> {
-    let mut found = vec![None; names.len()];
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return found;
-    };
-    for line in text.lines() {
-        let mut f = line.split_ascii_whitespace();
-        let (Some(addr), Some(kind), Some(name)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        if !matches!(kind, "t" | "T") {
-            continue;
-        }
-        if let Some(i) = names.iter().position(|n| *n == name) {
-            if found[i].is_none() {
-                found[i] = u64::from_str_radix(addr, 16).ok().filter(|a| *a != 0);
-            }
-            if found.iter().all(Option::is_some) {
-                break;
-            }
-        }
-    }
-    found
-}
-
 impl ThrottleProbe {
     pub fn load(opts: &ProbeOptions) -> Result<ThrottleProbe, ProbeError> {
         route_libbpf_messages();
         bump_memlock();
         let model = ThrottleModel::detect();
-        // Dequeue model: tell the bandwidth timers apart from other hrtimers.
-        let timer_fns = if model == ThrottleModel::RunQueue {
-            kallsyms(
-                std::path::Path::new("/proc/kallsyms"),
-                &["sched_cfs_period_timer", "sched_cfs_slack_timer"],
-            )
-        } else {
-            vec![None, None]
-        };
         // The skeleton borrows its object for its whole life; the probe is
         // loaded once per process, so the object is leaked on purpose.
         let obj: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
@@ -214,10 +178,6 @@ impl ThrottleProbe {
                 ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
                 ro.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
                 ro.runq_enabled = runq;
-                if let (Some(p), Some(sl)) = (timer_fns[0], timer_fns[1]) {
-                    ro.period_timer_fn = p;
-                    ro.slack_timer_fn = sl;
-                }
             }
             if opts.ringbuf_bytes > 0 {
                 open.maps
@@ -644,36 +604,4 @@ pub(crate) fn episode_key(cgroup_id: u64, cpu: u32) -> Vec<u8> {
     let p = (&k as *const tw_episode_key).cast::<u8>();
     // SAFETY: reading the bytes of a POD value.
     unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<tw_episode_key>()) }.to_vec()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::kallsyms;
-
-    #[test]
-    fn kallsyms_finds_text_symbols_and_ignores_hidden_ones() {
-        let dir = std::env::temp_dir().join(format!("tw-kallsyms-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("kallsyms");
-        std::fs::write(
-            &p,
-            "ffffffff81000000 T _stext\n\
-             ffffffff813c4e70 t sched_cfs_slack_timer\n\
-             ffffffff82000000 d sched_cfs_period_timer\n\
-             ffffffff813c4f30 t sched_cfs_period_timer\n\
-             ffffffffc0000000 t foo\t[mod]\n",
-        )
-        .unwrap();
-        let got = kallsyms(
-            &p,
-            &["sched_cfs_period_timer", "sched_cfs_slack_timer", "nope"],
-        );
-        assert_eq!(
-            got,
-            vec![Some(0xffffffff813c4f30), Some(0xffffffff813c4e70), None]
-        );
-        std::fs::write(&p, "0000000000000000 t sched_cfs_period_timer\n").unwrap();
-        assert_eq!(kallsyms(&p, &["sched_cfs_period_timer"]), vec![None]);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 }

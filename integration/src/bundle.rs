@@ -175,39 +175,51 @@ impl Bundle {
         std::fs::write(self.config_path(), serde_json::to_vec_pretty(&v).unwrap()).unwrap();
     }
 
-    /// The container's directory in a v1 controller hierarchy (`cpu`, `cpuset`).
-    pub fn cgroup_dir(&self, controller: &str) -> PathBuf {
-        Path::new(CGROUP_ROOT)
-            .join(controller)
-            .join(self.cgroup_path.trim_start_matches('/'))
+    /// The container's cpu cgroup, in whatever layout the host has (v1 or v2).
+    pub fn group(&self) -> throttlewatch_cgroup::CpuCgroup {
+        let h = throttlewatch_cgroup::Hierarchies::discover().expect("cgroup hierarchies");
+        throttlewatch_cgroup::CpuCgroup::at(&h, &self.cgroup_path)
     }
 
-    pub fn read_cgroup(&self, controller: &str, file: &str) -> String {
-        let p = self.cgroup_dir(controller).join(file);
-        std::fs::read_to_string(&p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-            .trim()
-            .to_string()
+    fn limits(&self) -> throttlewatch_cgroup::CpuLimits {
+        let g = self.group();
+        g.limits()
+            .unwrap_or_else(|e| panic!("{}: {e}", g.cpu_dir.display()))
     }
 
-    /// `throttled_time` of the container's cpu.stat, ns.
+    /// The CFS quota (µs) as the kernel has it; None: no quota.
+    pub fn quota_us(&self) -> Option<u64> {
+        self.limits().quota_us
+    }
+
+    /// The CFS burst (µs): `cpu.cfs_burst_us` (v1) or `cpu.max.burst` (v2).
+    pub fn burst_us(&self) -> u64 {
+        self.limits()
+            .burst_us
+            .expect("this kernel has a CFS burst file")
+    }
+
+    /// Throttled time of the container's `cpu.stat`, ns (v1 `throttled_time`,
+    /// v2 `throttled_usec`).
     pub fn throttled_ns(&self) -> u64 {
-        let s = self.read_cgroup("cpu", "cpu.stat");
-        s.lines()
-            .find_map(|l| l.strip_prefix("throttled_time "))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
+        let g = self.group();
+        g.cpu_stat()
+            .unwrap_or_else(|e| panic!("{}: {e}", g.cpu_dir.display()))
+            .throttled_ns
     }
 }
 
 impl Drop for Bundle {
     fn drop(&mut self) {
+        let rel = self.cgroup_path.trim_start_matches('/');
+        // v2: one tree; v1: one per controller.
+        let _ = std::fs::remove_dir(Path::new(CGROUP_ROOT).join(rel));
         for ctrl in std::fs::read_dir(CGROUP_ROOT)
             .into_iter()
             .flatten()
             .flatten()
         {
-            let _ = std::fs::remove_dir(ctrl.path().join(self.cgroup_path.trim_start_matches('/')));
+            let _ = std::fs::remove_dir(ctrl.path().join(rel));
         }
     }
 }

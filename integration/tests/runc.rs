@@ -180,20 +180,16 @@ fn burst_annotation_is_written_and_update_keeps_it() {
     let b = Bundle::new(&id("burst"), &opts);
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d: {}", text(&o));
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "20000");
+    assert_eq!(b.burst_us(), 20_000);
     let o = rt.run(&["update", "--cpu-quota", "50000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_quota_us"), "50000");
-    assert_eq!(
-        b.read_cgroup("cpu", "cpu.cfs_burst_us"),
-        "20000",
-        "burst kept across update"
-    );
+    assert_eq!(b.quota_us(), Some(50_000));
+    assert_eq!(b.burst_us(), 20_000, "burst kept across update");
     // A quota below the burst: runc's write succeeds and the burst is clamped.
     let o = rt.run(&["update", "--cpu-quota", "15000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_quota_us"), "15000");
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "15000");
+    assert_eq!(b.quota_us(), Some(15_000));
+    assert_eq!(b.burst_us(), 15_000);
     // The spec holds our hooks exactly once.
     let spec = b.config();
     assert_eq!(spec["hooks"]["createRuntime"].as_array().unwrap().len(), 1);
@@ -498,15 +494,15 @@ fn update_without_a_burst_record_derives_it_from_the_bundle() {
     let b = Bundle::new(&id("norecord"), &opts);
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d: {}", text(&o));
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "20000");
+    assert_eq!(b.burst_us(), 20_000);
     std::fs::remove_file(record(&b.id)).expect("the hook recorded the burst");
     // A quota below the burst: without clearing it first the kernel refuses the quota.
     let o = rt.run(&["update", "--cpu-quota", "15000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_quota_us"), "15000");
+    assert_eq!(b.quota_us(), Some(15_000));
     assert_eq!(
-        b.read_cgroup("cpu", "cpu.cfs_burst_us"),
-        "15000",
+        b.burst_us(),
+        15_000,
         "burst derived again, clamped to the quota"
     );
     assert!(
@@ -517,8 +513,8 @@ fn update_without_a_burst_record_derives_it_from_the_bundle() {
     let o = rt.run(&["update", "--cpu-quota", "50000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
     assert_eq!(
-        b.read_cgroup("cpu", "cpu.cfs_burst_us"),
-        "20000",
+        b.burst_us(),
+        20_000,
         "the request, not the last clamped value"
     );
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
@@ -532,8 +528,8 @@ fn update_without_a_burst_record_derives_it_from_the_bundle() {
     std::fs::remove_file(record(&b.id)).unwrap();
     let o = rt.run(&["update", "--cpu-quota", "40000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_quota_us"), "40000");
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "10000");
+    assert_eq!(b.quota_us(), Some(40_000));
+    assert_eq!(b.burst_us(), 10_000);
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
 
     // No burst asked for: update passes through and writes no record.
@@ -544,7 +540,7 @@ fn update_without_a_burst_record_derives_it_from_the_bundle() {
     assert!(rt.run_detached(&b).status.success());
     let o = rt.run(&["update", "--cpu-quota", "40000", &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
-    assert_eq!(b.read_cgroup("cpu", "cpu.cfs_burst_us"), "0");
+    assert_eq!(b.burst_us(), 0);
     assert!(!record(&b.id).exists());
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
 }

@@ -68,6 +68,9 @@ mount -t bpf -o mode=0700 bpf "$H/sys/fs/bpf" || die "mount bpffs"
 mount -t tracefs tracefs "$H/sys/kernel/tracing" || die "mount tracefs"
 mount -t debugfs debugfs "$H/sys/kernel/debug" 2>/dev/null || true
 
+# Loopback up: the agent serves metrics on 127.0.0.1.
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up 2>/dev/null || die "loopback up"
+
 # Delegate every controller the root offers (cpu and cpuset included) to
 # children, as systemd does on a pure-v2 host.
 ctrls=""

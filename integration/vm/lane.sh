@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The VM lane of the test suite: the root tests that matter for a different
 # kernel and cgroup layout, run inside a Linux 6.1 guest with pure cgroup v2
-# (dequeue-based throttling, fentry available). One boot runs them all.
+# (dequeue-based throttling, fentry available). One boot runs them all;
+# docker and containerd stay on the host lane (no image store in the guest).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # Test executables by target name, from cargo's own build plan.
 exes=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
-want = {"load", "fidelity", "qos_runc", "runq"}
+want = {"load", "fidelity", "qos_runc", "runq", "runc", "cli", "agent"}
 for line in sys.stdin:
     try:
         m = json.loads(line)

@@ -20,14 +20,6 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 /* Set by user space before load. */
 const volatile __u32 ringbuf_wakeup_bytes = 0; /* 0: never wake the reader */
 const volatile __u32 nr_cpus = 1; /* possible CPUs, for the timer-time scan */
-/* Dequeue model only: the addresses of sched_cfs_period_timer() and
- * sched_cfs_slack_timer() (from kallsyms, 0 when unknown). A timer run with
- * one of them is a group's bandwidth timer, so a watched group is followed
- * from its first timer run, before any of its threads was switched out
- * throttled (a run-queue can be throttled at enqueue, e.g. when a thread is
- * pinned onto a CPU whose runtime is spent). */
-const volatile __u64 period_timer_fn = 0;
-const volatile __u64 slack_timer_fn = 0;
 
 #include "watched.bpf.h"
 
@@ -97,6 +89,16 @@ __u64 nr_open = 0;
 __u64 nr_tracked = 0;
 /* Events the ring buffer could not take. */
 __u64 lost_events = 0;
+/* Dequeue model only: the callbacks of every task group's bandwidth timers
+ * (sched_cfs_period_timer() and sched_cfs_slack_timer(), which
+ * init_cfs_bandwidth() sets for every group, the root included), read from
+ * the first switched-out task's group. A timer run with one of them is a
+ * group's bandwidth timer, so a watched group is followed from its first
+ * timer run, before any of its threads was switched out throttled (a
+ * run-queue can be throttled at enqueue, e.g. when a thread is pinned onto
+ * a CPU whose runtime is spent). 0 until learnt. */
+__u64 period_timer_fn = 0;
+__u64 slack_timer_fn = 0;
 /* timer runs that left a watched episode's run-queue throttled (diagnostic) */
 __u64 timer_runs_still_throttled = 0;
 
@@ -301,16 +303,32 @@ static __always_inline struct frozen *frozen_get(struct task_struct *t, bool dir
  * __schedule(), so the difference is exact to a few microseconds. */
 __s64 clock_offset = 0;
 
-/* Dequeue model: a first offset for run-queues that the timer walk finds
- * throttled before any freeze was seen (any switch will do: __schedule()
- * has just updated the rq clock). */
-static __always_inline void first_clock_offset(struct task_struct *prev)
+/* Dequeue model, the first switches after load: an offset for run-queues
+ * that the timer walk finds throttled before any freeze was seen (any
+ * switch will do: __schedule() has just updated the rq clock), and the
+ * bandwidth timers' callbacks. */
+static __always_inline void learn_at_switch(struct task_struct *prev)
 {
-	struct rq *rq = BPF_CORE_READ(prev, se.cfs_rq, rq);
-	__u64 clk = rq ? BPF_CORE_READ(rq, clock) : 0;
+	struct cfs_rq *cfs = BPF_CORE_READ(prev, se.cfs_rq);
+	struct task_group *tg;
+	struct rq *rq;
+	__u64 clk, p, sl;
 
-	if (clk)
+	if (!cfs)
+		return;
+	rq = BPF_CORE_READ(cfs, rq);
+	clk = rq ? BPF_CORE_READ(rq, clock) : 0;
+	if (clk && !clock_offset)
 		clock_offset = (__s64)bpf_ktime_get_ns() - (__s64)clk;
+	tg = BPF_CORE_READ(cfs, tg);
+	if (!tg || period_timer_fn)
+		return;
+	p = (__u64)BPF_CORE_READ(tg, cfs_bandwidth.period_timer.function);
+	sl = (__u64)BPF_CORE_READ(tg, cfs_bandwidth.slack_timer.function);
+	if (p && sl && p != sl) {
+		slack_timer_fn = sl;
+		period_timer_fn = p;
+	}
 }
 
 /* Slow path: `prev` is being frozen. */
@@ -405,8 +423,8 @@ static __always_inline int handle_switch(struct task_struct *prev, struct task_s
 	}
 	if (frozen)
 		on_freeze(prev, direct);
-	else if (!clock_offset && !tw_task_based_throttle())
-		first_clock_offset(prev);
+	else if (!tw_task_based_throttle() && (!clock_offset || !period_timer_fn))
+		learn_at_switch(prev);
 	if (nr_frozen || nr_open)
 		thawed = on_thaw(next, direct);
 	if (direct)
