@@ -355,7 +355,10 @@ impl Session {
             fentry_throttled_ns: fentry
                 .zip(self.baseline_fentry)
                 .map(|(now, base)| now.total_ns.saturating_sub(base.total_ns))
-                .filter(|_| self.spec.resume.is_none()),
+                // The fentry view keys episodes by the throttled run-queue's
+                // own group: a group throttled by an ancestor's quota is not
+                // in it (absent, not 0).
+                .filter(|_| self.spec.resume.is_none() && self.source == KernelSource::CpuStat),
             kernel_throttled_ns: self.kernel_throttled_ns(&now, local.as_ref()),
             kernel_source: self.source().as_str().into(),
             nr_periods: d.nr_periods,
