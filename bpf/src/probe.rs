@@ -554,6 +554,18 @@ impl ThrottleProbe {
             .unwrap_or(0)
     }
 
+    /// Dequeue model: the bandwidth timers' callbacks (period, slack) the
+    /// kernel side learnt from the first switches; (0, 0) before that and
+    /// on the task model, which does not need them.
+    pub fn bandwidth_timer_callbacks(&self) -> (u64, u64) {
+        self.skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map(|b| (b.period_timer_fn, b.slack_timer_fn))
+            .unwrap_or((0, 0))
+    }
+
     /// Bandwidth timer runs that left a watched, throttled run-queue
     /// throttled (node-wide; slack runs, or too little quota for every CPU).
     pub fn timer_runs_still_throttled(&self) -> u64 {

@@ -60,3 +60,41 @@ fn runq_and_cold_start_load_with_tp_btf() {
     p.unwatch(4242).unwrap();
     assert!(p.runq_totals(4242).is_none());
 }
+
+/// Before 6.18 the probe tells the CFS bandwidth timers from other hrtimers
+/// by their callbacks, read from a task group at the first switches: they
+/// must be the kernel's sched_cfs_period_timer / sched_cfs_slack_timer.
+#[test]
+fn bandwidth_timer_callbacks_are_the_kernels() {
+    let p = ThrottleProbe::load(&ProbeOptions::default()).expect("load");
+    // A few switches of our own.
+    for _ in 0..20 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let got = p.bandwidth_timer_callbacks();
+    if p.model() == ThrottleModel::Task {
+        assert_eq!(
+            got,
+            (0, 0),
+            "the task model does not follow timers this way"
+        );
+        return;
+    }
+    let syms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let addr = |name: &str| {
+        syms.lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() >= 3 && f[2] == name).then(|| u64::from_str_radix(f[0], 16).unwrap())
+            })
+            .unwrap_or_else(|| panic!("{name} not in /proc/kallsyms"))
+    };
+    assert_eq!(
+        got,
+        (
+            addr("sched_cfs_period_timer"),
+            addr("sched_cfs_slack_timer")
+        ),
+        "learnt callbacks (period, slack)"
+    );
+}
