@@ -83,6 +83,37 @@ fn burner(cg: &TransientCgroup, threads: &str, ms: &str) -> Child {
     burn_in(cg, &["--threads", threads, "--ms", ms])
 }
 
+/// Wait for a burner to finish its run (seconds); fail with the cgroup's
+/// state rather than hang when it does not (seen once in the VM lane: a
+/// quota'd burner never finished after an agent restart).
+fn wait_burner(b: &mut Child, cg: &TransientCgroup) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(st) = b.try_wait().unwrap() {
+            assert!(st.success(), "tw-burn: {st}");
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            let stat =
+                |f: &str| std::fs::read_to_string(cg.group.cpu_dir.join(f)).unwrap_or_default();
+            let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", b.id()))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|t| std::fs::read_to_string(t.path().join("stat")).unwrap_or_default())
+                .collect();
+            let _ = b.kill();
+            panic!(
+                "tw-burn {} still running after 60 s; cpu.stat:\n{}\nthreads:\n{}",
+                b.id(),
+                stat("cpu.stat"),
+                threads.join("")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn register(a: &Agent, id: &str, cg: &TransientCgroup, pid: u32) -> Response {
     let mut ann = BTreeMap::new();
     ann.insert("io.kubernetes.pod.namespace".to_string(), "ml".to_string());
@@ -131,8 +162,8 @@ fn two_containers_two_logs_metrics_and_clean_unregister() {
     assert!(register(&a, "ctr-two", &c2, b2.id()).ok);
     let st = a.call(Request::Status);
     assert_eq!(st.watch_map_entries, Some(2));
-    b1.wait().unwrap();
-    b2.wait().unwrap();
+    wait_burner(&mut b1, &c1);
+    wait_burner(&mut b2, &c2);
     std::thread::sleep(Duration::from_millis(1200));
     let metrics = http_get(a.metrics_port, "/metrics");
     assert!(
@@ -215,7 +246,7 @@ fn restart_resumes_the_log() {
         a.call(Request::Status).watched,
         Some(vec!["resumer".to_string()])
     );
-    b.wait().unwrap();
+    wait_burner(&mut b, &cg);
     let r = a.call(Request::Unregister {
         container_id: "resumer".into(),
         reason: "poststop".into(),
