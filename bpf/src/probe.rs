@@ -208,6 +208,10 @@ impl ThrottleProbe {
             open.progs.tw_cgroup_attach_btf.set_autoload(runq);
             open.progs.tw_exec_btf.set_autoload(runq);
             open.progs.tw_fork_btf.set_autoload(runq);
+            // Only the dequeue model needs to follow waiting tasks across CPUs.
+            open.progs
+                .tw_migrate_btf
+                .set_autoload(runq && model == ThrottleModel::RunQueue);
             open.load().map_err(ProbeError::Load)
         };
         let leak = || -> &'static mut MaybeUninit<OpenObject> {
@@ -300,6 +304,14 @@ impl ThrottleProbe {
                 links.push(p.attach().map_err(|source| ProbeError::Attach {
                     prog: "runq",
                     source,
+                })?);
+            }
+            if model == ThrottleModel::RunQueue {
+                links.push(skel.progs.tw_migrate_btf.attach().map_err(|source| {
+                    ProbeError::Attach {
+                        prog: "runq (sched_migrate_task)",
+                        source,
+                    }
                 })?);
             }
         }

@@ -48,6 +48,8 @@ struct tw_task {
 	__u64 ep_total0;
 	__u64 ep_count0;
 	__u64 ep_open0;
+	__u64 seg_ns;		/* when that snapshot was taken */
+	__u64 frozen_acc;	/* throttled part of the wait on earlier CPUs */
 	__u32 wait_cpu;
 	__u32 pad;
 };
@@ -137,6 +139,44 @@ static __always_inline __u32 log2_slot(__u64 v)
 	return r < TW_RUNQ_SLOTS ? r : TW_RUNQ_SLOTS - 1;
 }
 
+/* Dequeue model: the episodes of the run-queue a waiting task is on, so the
+ * switch-in can tell how much of the wait was a freeze. */
+static __always_inline void snapshot_wait(struct tw_task *ts, __u32 cpu, __u64 now)
+{
+	struct tw_episode_key key = { .cgroup_id = ts->wait_cg, .cpu = cpu };
+	struct tw_episode *ep = bpf_map_lookup_elem(&episodes, &key);
+
+	ts->wait_cpu = cpu;
+	ts->seg_ns = now;
+	ts->ep_total0 = ep ? ep->total_ns : 0;
+	ts->ep_count0 = ep ? ep->count : 0;
+	ts->ep_open0 = ep ? ep->open_ns : 0;
+}
+
+/* Dequeue model: the throttled part of the wait since the last snapshot:
+ * episodes of that run-queue that ended since, less the part before the
+ * snapshot of one that was open then. */
+static __always_inline __u64 wait_covered(struct tw_task *ts, __u64 now, struct tw_episode **epp)
+{
+	struct tw_episode_key key = { .cgroup_id = ts->wait_cg, .cpu = ts->wait_cpu };
+	struct tw_episode *ep;
+	__u64 frozen, before = 0;
+
+	ep = bpf_map_lookup_elem(&episodes, &key);
+	*epp = ep;
+	if (!ep || ep->count == ts->ep_count0 || ep->total_ns <= ts->ep_total0)
+		return 0;
+	frozen = ep->total_ns - ts->ep_total0;
+	if (ts->ep_open0 && ts->ep_open0 < ts->seg_ns)
+		before = ts->seg_ns - ts->ep_open0;
+	if (frozen <= before)
+		return 0;
+	frozen -= before;
+	if (now > ts->seg_ns && frozen > now - ts->seg_ns)
+		frozen = now - ts->seg_ns;
+	return frozen;
+}
+
 static __always_inline void start_wait(struct tw_task *ts, __u64 cg, __u32 cpu, __u64 now)
 {
 	if (ts->wait_ns)
@@ -144,17 +184,31 @@ static __always_inline void start_wait(struct tw_task *ts, __u64 cg, __u32 cpu, 
 	ts->wait_ns = now;
 	ts->wait_cg = cg;
 	if (!tw_task_based_throttle()) {
-		/* Dequeue model: the episodes of the run-queue it waits on, so
-		 * the switch-in can tell how much of the wait was a freeze. */
-		struct tw_episode_key key = { .cgroup_id = cg, .cpu = cpu };
-		struct tw_episode *ep = bpf_map_lookup_elem(&episodes, &key);
-
-		ts->wait_cpu = cpu;
-		ts->ep_total0 = ep ? ep->total_ns : 0;
-		ts->ep_count0 = ep ? ep->count : 0;
-		ts->ep_open0 = ep ? ep->open_ns : 0;
+		ts->frozen_acc = 0;
+		snapshot_wait(ts, cpu, now);
 	}
 	__sync_fetch_and_add(&nr_waiting, 1);
+}
+
+/* Dequeue model: a waiting watched task moves to another CPU (load
+ * balancing, or an affinity change such as a thread pinning itself): keep
+ * what was throttled on the old run-queue, follow the new one. */
+SEC("tp_btf/sched_migrate_task")
+int BPF_PROG(tw_migrate_btf, struct task_struct *p, int dest_cpu)
+{
+	struct tw_episode *ep;
+	struct tw_task *ts;
+	__u64 now;
+
+	if (!runq_enabled || !nr_waiting || tw_task_based_throttle())
+		return 0;
+	ts = bpf_task_storage_get(&tw_tasks, p, 0, 0);
+	if (!ts || !ts->wait_ns || ts->wait_cpu == (__u32)dest_cpu)
+		return 0;
+	now = bpf_ktime_get_ns();
+	ts->frozen_acc += wait_covered(ts, now, &ep);
+	snapshot_wait(ts, (__u32)dest_cpu, now);
+	return 0;
 }
 
 /* Wakeups: a watched task starts waiting, unless its hierarchy is throttled
@@ -228,34 +282,28 @@ static __always_inline void on_preempt(struct task_struct *prev, struct task_str
 }
 
 /* Dequeue model: how much of the wait [w, now] of `next` was its group's
- * run-queue throttled? Episodes that ended during the wait, less the part
- * before w of one that was open when it began. A thread queued behind the
- * running one is frozen with the whole run-queue without being switched
- * out: this reports that freeze (start_ns: the first throttle in the wait,
- * or the wait's start; end_ns - start_ns: the throttled time). */
+ * run-queue throttled? A thread queued behind the running one is frozen
+ * with the whole run-queue without being switched out: this reports that
+ * freeze (start_ns: the throttle in the wait when there was just one on one
+ * CPU, else the wait's start; end_ns - start_ns: the throttled time). */
 static __always_inline __u64 queued_freeze(struct task_struct *next, struct tw_task *ts, __u64 w, __u64 now)
 {
-	struct tw_episode_key key = { .cgroup_id = ts->wait_cg, .cpu = ts->wait_cpu };
 	struct tw_event ev = {};
 	struct tw_episode *ep;
-	struct task_group *tg;
-	__u64 frozen, from, before = 0;
+	struct task_group *tg = 0;
+	__u64 frozen, from;
 
-	ep = bpf_map_lookup_elem(&episodes, &key);
-	if (!ep || ep->count == ts->ep_count0 || ep->total_ns <= ts->ep_total0)
+	frozen = ts->frozen_acc + wait_covered(ts, now, &ep);
+	if (!frozen)
 		return 0;
-	frozen = ep->total_ns - ts->ep_total0;
-	if (ts->ep_open0 && ts->ep_open0 < w)
-		before = w - ts->ep_open0;
-	if (frozen <= before)
-		return 0;
-	frozen -= before;
 	if (frozen > now - w)
 		frozen = now - w;
 	from = w;
-	if (!ts->ep_open0 && ep->count == ts->ep_count0 + 1 && ep->last_open_ns > w)
+	if (ep && !ts->frozen_acc && !ts->ep_open0 && ep->count == ts->ep_count0 + 1 &&
+	    ep->last_open_ns > w)
 		from = ep->last_open_ns;
-	tg = (void *)ep->tg;
+	if (ep)
+		tg = (void *)ep->tg;
 	ev.kind = TW_EV_FREEZE_QUEUED;
 	ev.tid = next->pid;
 	ev.tgid = next->tgid;
