@@ -221,13 +221,6 @@ impl Engine {
             self.probe.fentry_totals(id),
         );
         end.runq = runq;
-        tracing::debug!(
-            timer_runs_still_throttled = self.probe.timer_runs_still_throttled(),
-            "{}: probe {} ns, fentry {:?}",
-            s.spec.container_id,
-            end.probe_throttled_ns,
-            end.fentry_throttled_ns
-        );
         if let Err(e) = s.finish(&end) {
             tracing::warn!("{}: finishing log: {e}", s.spec.log_path.display());
         }

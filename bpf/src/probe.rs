@@ -185,33 +185,28 @@ impl ThrottleProbe {
                     .set_max_entries(opts.ringbuf_bytes.next_power_of_two().max(4096))
                     .map_err(ProbeError::Load)?;
             }
-            open.progs
-                .tw_switch_btf
-                .set_autoload(kind == ProbeKind::TpBtf);
-            open.progs
-                .tw_switch_raw
-                .set_autoload(kind == ProbeKind::RawTp);
-            open.progs
-                .tw_hrtimer_btf
-                .set_autoload(kind == ProbeKind::TpBtf);
-            open.progs
-                .tw_hrtimer_raw
-                .set_autoload(kind == ProbeKind::RawTp);
-            open.progs
-                .tw_hrtimer_exit_btf
-                .set_autoload(kind == ProbeKind::TpBtf);
-            open.progs
-                .tw_hrtimer_exit_raw
-                .set_autoload(kind == ProbeKind::RawTp);
-            open.progs.tw_wakeup_btf.set_autoload(runq);
-            open.progs.tw_wakeup_new_btf.set_autoload(runq);
-            open.progs.tw_cgroup_attach_btf.set_autoload(runq);
-            open.progs.tw_exec_btf.set_autoload(runq);
-            open.progs.tw_fork_btf.set_autoload(runq);
-            // Only the dequeue model needs to follow waiting tasks across CPUs.
-            open.progs
-                .tw_migrate_btf
-                .set_autoload(runq && model == ThrottleModel::RunQueue);
+            let btf = kind == ProbeKind::TpBtf;
+            let p = &mut open.progs;
+            for (prog, on) in [
+                (&mut p.tw_switch_btf, btf),
+                (&mut p.tw_switch_raw, !btf),
+                (&mut p.tw_hrtimer_btf, btf),
+                (&mut p.tw_hrtimer_raw, !btf),
+                (&mut p.tw_hrtimer_exit_btf, btf),
+                (&mut p.tw_hrtimer_exit_raw, !btf),
+                (&mut p.tw_wakeup_btf, runq),
+                (&mut p.tw_wakeup_new_btf, runq),
+                (&mut p.tw_cgroup_attach_btf, runq),
+                (&mut p.tw_exec_btf, runq),
+                (&mut p.tw_fork_btf, runq),
+                // Only the dequeue model follows waiting tasks across CPUs.
+                (
+                    &mut p.tw_migrate_btf,
+                    runq && model == ThrottleModel::RunQueue,
+                ),
+            ] {
+                prog.set_autoload(on);
+            }
             open.load().map_err(ProbeError::Load)
         };
         let leak = || -> &'static mut MaybeUninit<OpenObject> {
@@ -576,17 +571,6 @@ impl ThrottleProbe {
             .as_deref()
             .map(|b| (b.period_timer_fn, b.slack_timer_fn))
             .unwrap_or((0, 0))
-    }
-
-    /// Bandwidth timer runs that left a watched, throttled run-queue
-    /// throttled (node-wide; slack runs, or too little quota for every CPU).
-    pub fn timer_runs_still_throttled(&self) -> u64 {
-        self.skel
-            .maps
-            .bss_data
-            .as_deref()
-            .map(|b| b.timer_runs_still_throttled)
-            .unwrap_or(0)
     }
 
     /// The kernel-side episode totals of a cgroup, summed over CPUs. They do

@@ -521,27 +521,11 @@ impl Task for TaskService {
     }
 
     fn pause(&self, _ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
-        self.set_paused(&req.id, true)?;
-        self.publish(
-            topics::TASK_PAUSED_EVENT_TOPIC,
-            TaskPaused {
-                container_id: req.id,
-                ..Default::default()
-            },
-        );
-        Ok(api::Empty::new())
+        self.set_paused(req.id, true)
     }
 
     fn resume(&self, _ctx: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<api::Empty> {
-        self.set_paused(&req.id, false)?;
-        self.publish(
-            topics::TASK_RESUMED_EVENT_TOPIC,
-            TaskResumed {
-                container_id: req.id,
-                ..Default::default()
-            },
-        );
-        Ok(api::Empty::new())
+        self.set_paused(req.id, false)
     }
 
     fn stats(
@@ -615,14 +599,14 @@ impl Task for TaskService {
 }
 
 impl TaskService {
-    /// Freeze or thaw a running container (runc pause / resume).
-    fn set_paused(&self, id: &str, pause: bool) -> TtrpcResult<()> {
+    /// Freeze or thaw a running container (runc pause / resume), and say so.
+    fn set_paused(&self, id: String, pause: bool) -> TtrpcResult<api::Empty> {
         let (from, to) = if pause {
             (Status::RUNNING, Status::PAUSED)
         } else {
             (Status::PAUSED, Status::RUNNING)
         };
-        let p = self.process(id, "")?;
+        let p = self.process(&id, "")?;
         if p.status != from {
             return Err(err(
                 Code::FAILED_PRECONDITION,
@@ -630,14 +614,27 @@ impl TaskService {
             ));
         }
         self.runc
-            .pause(id, pause)
+            .pause(&id, pause)
             .map_err(|e| err(Code::INTERNAL, e))?;
-        if let Some(c) = self.lock().containers.get_mut(id) {
+        if let Some(c) = self.lock().containers.get_mut(&id) {
             if c.init.status == from {
                 c.init.status = to;
             }
         }
-        Ok(())
+        if pause {
+            let ev = TaskPaused {
+                container_id: id,
+                ..Default::default()
+            };
+            self.publish(topics::TASK_PAUSED_EVENT_TOPIC, ev);
+        } else {
+            let ev = TaskResumed {
+                container_id: id,
+                ..Default::default()
+            };
+            self.publish(topics::TASK_RESUMED_EVENT_TOPIC, ev);
+        }
+        Ok(api::Empty::new())
     }
 
     fn process(&self, id: &str, exec_id: &str) -> TtrpcResult<Process> {

@@ -99,8 +99,6 @@ __u64 lost_events = 0;
  * a CPU whose runtime is spent). 0 until learnt. */
 __u64 period_timer_fn = 0;
 __u64 slack_timer_fn = 0;
-/* timer runs that left a watched episode's run-queue throttled (diagnostic) */
-__u64 timer_runs_still_throttled = 0;
 
 static __always_inline __u64 tg_cgroup_id(struct task_group *tg)
 {
@@ -450,52 +448,32 @@ struct tw_event _tw_event_abi = {};
 /* Records when the CFS bandwidth timers of groups with open episodes run.
  * Fires for every hrtimer expiry on the node (a few thousand a second, not
  * per context switch) and returns at once while no episode is open. */
-/* At each period (or slack) timer run of a throttled group with watched episodes,
- * walk its per-CPU run-queues:
- *  - an open episode whose run-queue is no longer throttled ended at the
- *    first timer run after it opened (no thread of the group came back to
- *    that CPU to end it);
- *  - dequeue model (before 6.18) only: a run-queue throttled with no
- *    thread switched out — throttled at enqueue or pick time while the
- *    group's threads were waiting, e.g. after a migration — opens its
- *    episode at the kernel's own throttle stamp. */
 #define TW_MAX_SCAN_CPUS 512
-static __always_inline void scan_run_queues(__u64 tgp, __u64 cg, __u64 now)
-{
-	struct task_group *tg = (void *)tgp;
-	struct cfs_rq **rqs = BPF_CORE_READ(tg, cfs_rq);
-	struct tw_episode_key key = { .cgroup_id = cg };
-	struct tw_episode *ep;
-	struct cfs_rq *rq;
-	bool throttled;
-	__s64 start;
-	__u32 i;
 
-	if (!rqs)
+/* Start of a timer run, one CPU: an open episode whose run-queue is no
+ * longer throttled ended at the first run after it opened (no thread of the
+ * group had to come back to that CPU); one still throttled was not ended
+ * before this run. Dequeue model only: a throttled run-queue without an
+ * episode (throttled at enqueue or pick time, no thread switched out) opens
+ * one at the kernel's own throttle stamp. */
+static __always_inline void at_run_start(struct tw_episode *ep, struct cfs_rq *rq, __u64 cg, __u32 cpu,
+					 __u64 open, __u64 now, __u64 tgp)
+{
+	bool throttled = tw_cfs_rq_throttled(rq);
+	__s64 start;
+
+	if (open) {
+		if (!throttled)
+			close_episode(cg, cpu, open, now);
+		else
+			ep->seen_ns = now;
 		return;
-	for (i = 0; i < TW_MAX_SCAN_CPUS; i++) {
-		if (i >= nr_cpus)
-			break;
-		rq = NULL;
-		bpf_probe_read_kernel(&rq, sizeof(rq), &rqs[i]);
-		if (!rq)
-			continue;
-		throttled = tw_cfs_rq_throttled(rq);
-		key.cpu = i;
-		ep = bpf_map_lookup_elem(&episodes, &key);
-		if (ep && ep->open_ns) {
-			if (!throttled)
-				close_episode(cg, i, ep->open_ns, now);
-			else
-				ep->seen_ns = now;
-			continue;
-		}
-		if (!throttled || tw_task_based_throttle() || !clock_offset)
-			continue;
-		start = (__s64)tw_cfs_rq_throttled_clock(rq) + clock_offset;
-		if (start > 0 && (__u64)start < now)
-			open_episode(cg, i, (__u64)start, tgp);
 	}
+	if (!throttled || tw_task_based_throttle() || !clock_offset)
+		return;
+	start = (__s64)tw_cfs_rq_throttled_clock(rq) + clock_offset;
+	if (start > 0 && (__u64)start < now)
+		open_episode(cg, cpu, (__u64)start, tgp);
 }
 
 /* At the end of a timer run, for each open episode of the group:
@@ -510,15 +488,40 @@ static __always_inline void scan_run_queues(__u64 tgp, __u64 cg, __u64 now)
  *    earlier of the two is used: under emulation the callback can stall
  *    for milliseconds after the unthrottle (seen: 4.7 ms with the host
  *    busy), and the rq clock of a CPU that stayed idle is exact. */
-static __always_inline void settle_after_timer_run(__u64 tgp, __u64 cg, __u64 now)
+static __always_inline void at_run_end(struct tw_episode *ep, struct cfs_rq *rq, __u64 cg, __u32 cpu,
+				       __u64 open, __u64 now)
+{
+	__u64 end, lower;
+	__s64 clk;
+
+	if (tw_cfs_rq_throttled(rq)) {
+		if (tw_cfs_rq_runtime_remaining(rq) <= 0)
+			ep->seen_ns = now;
+		return;
+	}
+	if (tw_task_based_throttle() || !clock_offset)
+		return;
+	/* The unthrottle came after the episode opened and after this run
+	 * began (seen_ns, stamped at its start). */
+	lower = ep->seen_ns > open ? ep->seen_ns : open;
+	end = now;
+	clk = (__s64)BPF_CORE_READ(rq, rq, clock) + clock_offset;
+	if (clk > 0 && (__u64)clk > lower && (__u64)clk < end)
+		end = (__u64)clk;
+	if (end > open)
+		end_episode(ep, cg, cpu, open, end);
+}
+
+/* Walk the throttled group's per-CPU run-queues at the start or the end of
+ * one of its timer runs (the end only looks at open episodes). */
+static __always_inline void walk_run_queues(__u64 tgp, __u64 cg, __u64 now, bool at_exit)
 {
 	struct task_group *tg = (void *)tgp;
 	struct cfs_rq **rqs = BPF_CORE_READ(tg, cfs_rq);
 	struct tw_episode_key key = { .cgroup_id = cg };
 	struct tw_episode *ep;
 	struct cfs_rq *rq;
-	__u64 open, end, lower;
-	__s64 clk;
+	__u64 open;
 	__u32 i;
 
 	if (!rqs)
@@ -528,41 +531,20 @@ static __always_inline void settle_after_timer_run(__u64 tgp, __u64 cg, __u64 no
 			break;
 		key.cpu = i;
 		ep = bpf_map_lookup_elem(&episodes, &key);
-		if (!ep)
-			continue;
-		open = ep->open_ns;
-		if (!open)
+		open = ep ? ep->open_ns : 0;
+		if (at_exit && !open)
 			continue;
 		rq = NULL;
 		bpf_probe_read_kernel(&rq, sizeof(rq), &rqs[i]);
 		if (!rq)
 			continue;
-		if (tw_cfs_rq_throttled(rq)) {
-			if (tw_cfs_rq_runtime_remaining(rq) <= 0) {
-				ep->seen_ns = now;
-				__sync_fetch_and_add(&timer_runs_still_throttled, 1);
-			}
-			continue;
-		}
-		if (tw_task_based_throttle() || !clock_offset)
-			continue;
-		/* The unthrottle came after the episode opened and after this
-		 * run began (seen_ns, stamped at its start). */
-		lower = ep->seen_ns > open ? ep->seen_ns : open;
-		end = now;
-		clk = (__s64)BPF_CORE_READ(rq, rq, clock) + clock_offset;
-		if (clk > 0 && (__u64)clk > lower && (__u64)clk < end)
-			end = (__u64)clk;
-		if (end > open)
-			end_episode(ep, cg, i, open, end);
+		if (!at_exit)
+			at_run_start(ep, rq, cg, i, open, now, tgp);
+		else if (ep)
+			at_run_end(ep, rq, cg, i, open, now);
 	}
 }
 
-/* At the start of a timer run the run-queues are walked (still throttled,
- * or already unthrottled by an earlier run); at its end the run is
- * recorded: the kernel unthrottles at the end of the callback
- * (distribute_cfs_runtime() is its last step), so the exit is the closer
- * stamp where the callback is slow (seen under emulation: ~1 ms). */
 /* A bandwidth timer of a watched group not followed yet: follow it. */
 static __always_inline struct timer_runs *follow_timer(__u64 tg)
 {
@@ -576,6 +558,10 @@ static __always_inline struct timer_runs *follow_timer(__u64 tg)
 	return bpf_map_lookup_elem(&bandwidth_timers, &tg);
 }
 
+/* At the start and at the end of a timer run the run-queues are walked; at
+ * its end the run is also recorded: the kernel unthrottles at the end of the
+ * callback (distribute_cfs_runtime() is its last step), so the exit is the
+ * closer stamp where the callback is slow (seen under emulation: ~1 ms). */
 static __always_inline int record_timer_run(__u64 timer, __u64 fn, bool at_exit)
 {
 	__u64 base, tg, t;
@@ -611,13 +597,10 @@ static __always_inline int record_timer_run(__u64 timer, __u64 fn, bool at_exit)
 	if (!runs)
 		return 0;
 	t = bpf_ktime_get_ns();
-	if (!at_exit) {
-		if (runs->cg)
-			scan_run_queues(tg, runs->cg, t);
-		return 0;
-	}
 	if (runs->cg)
-		settle_after_timer_run(tg, runs->cg, t);
+		walk_run_queues(tg, runs->cg, t, at_exit);
+	if (!at_exit)
+		return 0;
 	if (slack) {
 		runs->slack_ns = t;
 	} else {
