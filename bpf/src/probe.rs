@@ -212,6 +212,22 @@ impl ThrottleProbe {
         let leak = || -> &'static mut MaybeUninit<OpenObject> {
             Box::leak(Box::new(MaybeUninit::uninit()))
         };
+        // The throttle probe alone: tp_btf, else the raw_tp flavour.
+        let throttle_only = |obj: &'static mut MaybeUninit<OpenObject>| match try_kind(
+            ProbeKind::TpBtf,
+            false,
+            obj,
+        ) {
+            Ok(s) => Ok((s, ProbeKind::TpBtf, false)),
+            Err(e) => {
+                tracing::warn!("tp_btf/sched_switch did not load ({e}); falling back to raw_tp");
+                Ok::<_, ProbeError>((
+                    try_kind(ProbeKind::RawTp, false, leak())?,
+                    ProbeKind::RawTp,
+                    false,
+                ))
+            }
+        };
         let mut runq_error = None;
         let (mut skel, kind, runq) = if opts.force_raw_tp {
             runq_error = Some("raw_tp: needs tp_btf (task local storage)".to_string());
@@ -222,38 +238,14 @@ impl ThrottleProbe {
             )
         } else if opts.no_runq {
             runq_error = Some("disabled".to_string());
-            match try_kind(ProbeKind::TpBtf, false, obj) {
-                Ok(s) => (s, ProbeKind::TpBtf, false),
-                Err(e) => {
-                    tracing::warn!(
-                        "tp_btf/sched_switch did not load ({e}); falling back to raw_tp"
-                    );
-                    (
-                        try_kind(ProbeKind::RawTp, false, leak())?,
-                        ProbeKind::RawTp,
-                        false,
-                    )
-                }
-            }
+            throttle_only(obj)?
         } else {
             match try_kind(ProbeKind::TpBtf, true, obj) {
                 Ok(s) => (s, ProbeKind::TpBtf, true),
                 Err(e) => {
                     tracing::warn!("run-queue latency / cold-start programs did not load ({e}); throttling only");
                     runq_error = Some(e.to_string());
-                    match try_kind(ProbeKind::TpBtf, false, leak()) {
-                        Ok(s) => (s, ProbeKind::TpBtf, false),
-                        Err(e) => {
-                            tracing::warn!(
-                                "tp_btf/sched_switch did not load ({e}); falling back to raw_tp"
-                            );
-                            (
-                                try_kind(ProbeKind::RawTp, false, leak())?,
-                                ProbeKind::RawTp,
-                                false,
-                            )
-                        }
-                    }
+                    throttle_only(leak())?
                 }
             }
         };
