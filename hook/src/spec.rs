@@ -14,6 +14,23 @@ pub const CONFIG_JSON: &str = "config.json";
 /// config.json files above this size are refused (real ones are a few KiB).
 pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
+/// Annotations by which CRI runtimes mark a pod's sandbox (pause)
+/// container: (key, value). containerd's CRI plugin and CRI-O.
+pub const POD_SANDBOX_MARKERS: [(&str, &str); 2] = [
+    ("io.kubernetes.cri.container-type", "sandbox"),
+    ("io.kubernetes.cri-o.ContainerType", "sandbox"),
+];
+
+/// Whether annotations (looked up by `get`) mark a pod sandbox container.
+/// It runs no workload (`pause` sleeps), so throttlewatch leaves it alone:
+/// no hooks, no QoS, no log. The pod's containers carry the sandbox's id
+/// and names in their own annotations.
+pub fn is_pod_sandbox<'a>(get: impl Fn(&str) -> Option<&'a str>) -> bool {
+    POD_SANDBOX_MARKERS
+        .iter()
+        .any(|(k, v)| get(k).is_some_and(|x| x == *v))
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct BundleSpec {
     #[serde(default)]
@@ -108,6 +125,11 @@ impl BundleSpec {
         (quota, cpu.and_then(|c| c.period))
     }
 
+    /// See [`is_pod_sandbox`].
+    pub fn is_pod_sandbox(&self) -> bool {
+        is_pod_sandbox(|k| self.annotations.get(k).map(String::as_str))
+    }
+
     /// A display name from well-known annotations (Kubernetes, nerdctl).
     pub fn container_name(&self) -> String {
         const KEYS: [&str; 3] = [
@@ -139,6 +161,17 @@ mod tests {
         assert_eq!(s.env(), ["A=1".to_string()]);
         assert_eq!(s.cpu_quota(), (Some(30_000), Some(100_000)));
         assert_eq!(s.annotations["throttlewatch.io/cpu-burst"], "20ms");
+    }
+
+    #[test]
+    fn pod_sandboxes_are_recognised() {
+        let spec = |ann: &str| -> BundleSpec {
+            serde_json::from_str(&format!(r#"{{"annotations":{{{ann}}}}}"#)).unwrap()
+        };
+        assert!(spec(r#""io.kubernetes.cri.container-type":"sandbox""#).is_pod_sandbox());
+        assert!(spec(r#""io.kubernetes.cri-o.ContainerType":"sandbox""#).is_pod_sandbox());
+        assert!(!spec(r#""io.kubernetes.cri.container-type":"container""#).is_pod_sandbox());
+        assert!(!spec("").is_pod_sandbox());
     }
 
     #[test]

@@ -45,6 +45,9 @@ fn on_create(
     t: &mut Phases,
 ) -> anyhow::Result<()> {
     let spec = BundleSpec::load(&st.bundle).map_err(|e| anyhow!(e))?;
+    if spec.is_pod_sandbox() {
+        return Ok(()); // the pause container: no workload, no QoS, no log
+    }
     // Connect now: the agent accepts while the cgroup is written below.
     let early = (qos::request(cfg, &spec).0.watch != Some(false))
         .then(|| agent::EarlyConnection::open(cfg));
@@ -120,4 +123,42 @@ fn on_poststop(cfg: &Config, rep: &mut Reporter, st: &OciState) {
         }
     }
     burst_record::remove(&cfg.state_dir, &st.id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Stage;
+
+    /// The pause container is passed over before anything else is read (a
+    /// workload container without a pid fails at the pid).
+    #[test]
+    fn create_passes_over_a_pod_sandbox() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            log_dir: d.path().join("logs"),
+            socket: d.path().join("none.sock"),
+            state_dir: d.path().join("state"),
+            start_agent: false,
+            ..Config::default()
+        };
+        let args = HookArgs {
+            stage: Stage::CreateRuntime,
+            config: None,
+        };
+        let state = format!(r#"{{"id":"c1","bundle":{:?}}}"#, d.path());
+        let run = |kind: &str| {
+            std::fs::write(
+                d.path().join("config.json"),
+                format!(r#"{{"annotations":{{"io.kubernetes.cri.container-type":"{kind}"}}}}"#),
+            )
+            .unwrap();
+            let mut rep = Reporter::new(&cfg, args.stage);
+            let mut t = Phases::start("test");
+            run_stage(&args, &cfg, &mut rep, state.as_bytes(), &mut t)
+        };
+        run("sandbox").unwrap();
+        let e = run("container").unwrap_err();
+        assert!(format!("{e:#}").contains("no pid"), "{e:#}");
+    }
 }

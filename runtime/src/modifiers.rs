@@ -81,6 +81,9 @@ pub fn apply_modifiers(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Result<
             kind(spec)
         );
     }
+    if is_pod_sandbox(spec) {
+        return Ok(vec![]); // the pause container stays as the CRI made it
+    }
     let mut changes = vec![];
     for (name, m) in MODIFIERS {
         if let Some(c) = m(spec, ctx).with_context(|| format!("modifier {name:?}"))? {
@@ -88,6 +91,13 @@ pub fn apply_modifiers(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Result<
         }
     }
     Ok(changes)
+}
+
+/// A pod's sandbox (pause) container, by its CRI annotations: it runs no
+/// workload, so it gets no hooks (no QoS, no log).
+pub fn is_pod_sandbox(spec: &Value) -> bool {
+    let ann = spec.get("annotations");
+    throttlewatch_hook::spec::is_pod_sandbox(|k| ann?.get(k)?.as_str())
 }
 
 /// `throttlewatch-hook` next to this executable, else in PATH.

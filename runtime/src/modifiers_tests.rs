@@ -146,3 +146,22 @@ fn no_config_path_means_no_config_arg() {
         json!(["throttlewatch-hook", "createRuntime"])
     );
 }
+
+#[test]
+fn pod_sandbox_is_left_untouched() {
+    let text = r#"{"annotations":{"io.kubernetes.cri.container-type":"sandbox","throttlewatch.io/cpu-burst":"20ms"},"process":{"args":["/pause"]}}"#;
+    let d = bundle(text);
+    let m = modify_bundle_with(d.path(), &ctx()).unwrap();
+    assert!(m.changes.is_empty(), "{m:?}");
+    assert_eq!(
+        std::fs::read_to_string(d.path().join(CONFIG_JSON)).unwrap(),
+        text
+    );
+    // The pod's workload containers still get the hooks.
+    let d = bundle(r#"{"annotations":{"io.kubernetes.cri.container-type":"container"}}"#);
+    modify_bundle_with(d.path(), &ctx()).unwrap();
+    assert_eq!(
+        read(&d)["hooks"]["createRuntime"].as_array().unwrap().len(),
+        1
+    );
+}
