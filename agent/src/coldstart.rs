@@ -17,7 +17,67 @@ pub const DEFAULT_CPU_TARGET: Duration = Duration::from_millis(10);
 /// A cold start not complete after this long is written as it is.
 pub const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
 
-pub const STAGES: [&str; 6] = ["create", "init", "hook", "exec", "first_run", "cpu"];
+/// The stages of a cold start, in the order of the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The runtime wrapper's `create` (stamped into the spec).
+    Create,
+    /// The container's init process was created.
+    Init,
+    /// The createRuntime hook ran.
+    Hook,
+    /// The entrypoint's exec (kernel).
+    Exec,
+    /// Its first switch-in after the exec (kernel).
+    FirstRun,
+    /// It had its CPU target (kernel).
+    Cpu,
+}
+
+impl Stage {
+    pub const ALL: [Stage; 6] = [
+        Stage::Create,
+        Stage::Init,
+        Stage::Hook,
+        Stage::Exec,
+        Stage::FirstRun,
+        Stage::Cpu,
+    ];
+
+    /// The name in the log's `stages` and the metrics' `kind` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Create => "create",
+            Stage::Init => "init",
+            Stage::Hook => "hook",
+            Stage::Exec => "exec",
+            Stage::FirstRun => "first_run",
+            Stage::Cpu => "cpu",
+        }
+    }
+
+    /// The stage a kernel event reports.
+    fn of_event(s: ColdStartStage) -> Stage {
+        match s {
+            ColdStartStage::Exec => Stage::Exec,
+            ColdStartStage::FirstRun => Stage::FirstRun,
+            ColdStartStage::Cpu => Stage::Cpu,
+        }
+    }
+}
+
+/// When each stage was seen, Unix ns.
+#[derive(Debug, Clone, Default)]
+struct Timeline([Option<u64>; Stage::ALL.len()]);
+
+impl Timeline {
+    fn get(&self, s: Stage) -> Option<u64> {
+        self.0[s as usize]
+    }
+    fn set(&mut self, s: Stage, unix_ns: Option<u64>) {
+        self.0[s as usize] = unix_ns;
+    }
+}
 
 /// What is known before the kernel reports anything.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -33,8 +93,7 @@ pub struct ColdStartSpec {
 #[derive(Debug, Clone)]
 pub struct ColdStartTracker {
     spec: ColdStartSpec,
-    /// Unix ns per stage, in STAGES order.
-    at: [Option<u64>; 6],
+    at: Timeline,
     pid: Option<u32>,
     comm: String,
     armed_mono: u64,
@@ -43,10 +102,10 @@ pub struct ColdStartTracker {
 
 impl ColdStartTracker {
     pub fn new(spec: ColdStartSpec, armed_mono: u64) -> ColdStartTracker {
-        let mut at = [None; 6];
-        at[0] = spec.created_unix_ns;
-        at[1] = spec.init_pid.and_then(proc_start_unix_ns);
-        at[2] = spec.hook_unix_ns;
+        let mut at = Timeline::default();
+        at.set(Stage::Create, spec.created_unix_ns);
+        at.set(Stage::Init, spec.init_pid.and_then(proc_start_unix_ns));
+        at.set(Stage::Hook, spec.hook_unix_ns);
         ColdStartTracker {
             spec,
             at,
@@ -62,23 +121,21 @@ impl ColdStartTracker {
         if self.written {
             return None;
         }
-        match ev.stage {
-            ColdStartStage::Exec => {
-                self.at[3] = Some(clock.to_unix_ns(ev.at_ns));
-                self.pid = Some(ev.tgid);
-                self.comm = ev.comm.clone();
-                // The exec'd process is the container's init: its start_time
-                // is exact where /proc's starttime has clock-tick resolution.
-                if ev.ref_ns > 0
-                    && (self.spec.init_pid.is_none() || self.spec.init_pid == Some(ev.tgid))
-                {
-                    self.at[1] = Some(clock.to_unix_ns(ev.ref_ns));
-                }
+        let stage = Stage::of_event(ev.stage);
+        self.at.set(stage, Some(clock.to_unix_ns(ev.at_ns)));
+        if stage == Stage::Exec {
+            self.pid = Some(ev.tgid);
+            self.comm = ev.comm.clone();
+            // The exec'd process is the container's init: its start_time
+            // is exact where /proc's starttime has clock-tick resolution.
+            if ev.ref_ns > 0
+                && (self.spec.init_pid.is_none() || self.spec.init_pid == Some(ev.tgid))
+            {
+                self.at.set(Stage::Init, Some(clock.to_unix_ns(ev.ref_ns)));
             }
-            ColdStartStage::FirstRun => self.at[4] = Some(clock.to_unix_ns(ev.at_ns)),
-            ColdStartStage::Cpu => self.at[5] = Some(clock.to_unix_ns(ev.at_ns)),
         }
-        if self.at[3..].iter().all(Option::is_some) {
+        let kernel_stages = [Stage::Exec, Stage::FirstRun, Stage::Cpu];
+        if kernel_stages.iter().all(|s| self.at.get(*s).is_some()) {
             return Some(self.record(None));
         }
         None
@@ -87,10 +144,6 @@ impl ColdStartTracker {
     /// Whether it is time to give up waiting for the kernel stages.
     pub fn expired(&self, mono_ns: u64) -> bool {
         !self.written && mono_ns.saturating_sub(self.armed_mono) > GIVE_UP_AFTER.as_nanos() as u64
-    }
-
-    pub fn is_written(&self) -> bool {
-        self.written
     }
 
     /// The record as it stands (watching ends, or give up); None once written.
@@ -103,19 +156,18 @@ impl ColdStartTracker {
 
     fn record(&mut self, note: Option<String>) -> ColdStart {
         self.written = true;
-        let create = self.at[0];
-        let stages: Vec<logfmt::ColdStartStage> = STAGES
+        let create = self.at.get(Stage::Create);
+        let stages: Vec<logfmt::ColdStartStage> = Stage::ALL
             .iter()
-            .zip(self.at.iter())
-            .filter_map(|(name, at)| {
-                at.map(|t| logfmt::ColdStartStage {
-                    stage: name.to_string(),
+            .filter_map(|s| {
+                self.at.get(*s).map(|t| logfmt::ColdStartStage {
+                    stage: s.name().to_string(),
                     unix_ns: t,
                     since_create_ns: create.map(|c| t as i64 - c as i64),
                 })
             })
             .collect();
-        let complete = stages.len() == STAGES.len();
+        let complete = stages.len() == Stage::ALL.len();
         ColdStart {
             pid: self.pid,
             comm: self.comm.clone(),
@@ -186,7 +238,7 @@ mod tests {
         let r = t.on_event(&ev(ColdStartStage::Cpu, 300), &clock).unwrap();
         assert!(r.complete && r.note.is_none());
         let names: Vec<&str> = r.stages.iter().map(|s| s.stage.as_str()).collect();
-        assert_eq!(names, STAGES);
+        assert_eq!(names, Stage::ALL.map(Stage::name));
         assert_eq!(
             r.stages[1].since_create_ns,
             Some(40),

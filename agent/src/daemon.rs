@@ -2,7 +2,6 @@
 //! session per registered container, a root-only unix socket for the hook,
 //! Prometheus metrics, and state that survives a restart.
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -13,13 +12,17 @@ use std::time::{Duration, Instant};
 
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
-use throttlewatch_core::logfmt::log_file_name;
+use throttlewatch_core::logfmt::{log_file_name, LogWriter, Record};
 use throttlewatch_core::protocol::{self, Register, Request, Response, MAX_REQUEST_BYTES};
+use throttlewatch_qos::Key;
 
 use crate::coldstart::ColdStartSpec;
 use crate::engine::{probe_options, Engine};
-use crate::metrics::{ContainerLabels, Metrics};
-use crate::session::SessionSpec;
+use crate::labels::ContainerLabels;
+use crate::metrics::Metrics;
+use crate::output::Output;
+use crate::reading::Due;
+use crate::spec::SessionSpec;
 use crate::state::{Persisted, StateDir};
 use crate::{signals, CliError};
 
@@ -92,7 +95,7 @@ fn mkdir(p: &Path, mode: u32) -> Result<(), CliError> {
 
 /// Hold `<state_dir>/agent.lock` for the life of the process: one agent per node.
 fn lock(state_dir: &Path) -> Result<Option<std::fs::File>, CliError> {
-    let p = state_dir.join("agent.lock");
+    let p = throttlewatch_core::StateDir::new(state_dir).agent_lock();
     let f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -183,21 +186,10 @@ fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
 struct Agent {
     cfg: Config,
     h: Hierarchies,
+    /// Every watched container is a session of the engine.
     engine: Engine,
     state: StateDir,
     metrics: Arc<Mutex<Metrics>>,
-    /// Per watched cgroup: what the agent keeps beside the engine's session.
-    containers: HashMap<u64, Watched>,
-    exported_lost: u64,
-}
-
-struct Watched {
-    labels: ContainerLabels,
-    /// Persisted with the session's baseline so a restarted agent resumes.
-    register: Register,
-    /// Counters last exported to the metrics (deltas are added).
-    exported: Option<throttlewatch_cgroup::CpuStat>,
-    exported_probe_ns: u64,
 }
 
 /// What the registration tells about the container's cold start; the CPU
@@ -205,16 +197,15 @@ struct Watched {
 fn cold_start_spec(r: &Register) -> ColdStartSpec {
     let target = r
         .annotations
-        .get(protocol::ANNOTATION_COLD_START_CPU)
+        .get(&Key::ColdStartCpu.annotation())
         .and_then(|v| {
-            match throttlewatch_core::units::parse_duration(protocol::ANNOTATION_COLD_START_CPU, v)
-            {
+            match throttlewatch_core::units::parse_duration(&Key::ColdStartCpu.annotation(), v) {
                 Ok(d) if !d.is_zero() => Some(d),
                 Ok(_) | Err(_) => {
                     tracing::warn!(
                         "{}: {}={v:?}: expected a duration such as 10ms; using the default",
                         r.container_id,
-                        protocol::ANNOTATION_COLD_START_CPU
+                        Key::ColdStartCpu.annotation()
                     );
                     None
                 }
@@ -234,8 +225,10 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
     mkdir(&cfg.log_dir, 0o750)?;
     let Some(_lock) = lock(&cfg.state_dir)? else {
         eprintln!(
-            "throttlewatch agent: another agent holds {}/agent.lock; exiting",
-            cfg.state_dir.display()
+            "throttlewatch agent: another agent holds {}; exiting",
+            throttlewatch_core::StateDir::new(&cfg.state_dir)
+                .agent_lock()
+                .display()
         );
         return Ok(0);
     };
@@ -259,8 +252,6 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         engine,
         state,
         metrics,
-        containers: HashMap::new(),
-        exported_lost: 0,
     };
     agent.restore();
     let listener = bind(&cfg.socket)?;
@@ -291,55 +282,41 @@ impl Agent {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
-            self.pump();
             if signals::received().is_some() {
                 // Containers keep running: flush and persist, never `end`.
                 self.engine.suspend();
                 self.persist_all();
                 eprintln!(
                     "throttlewatch agent: stopping; {} container logs will resume",
-                    self.containers.len()
+                    self.engine.sessions().count()
                 );
                 let _ = std::fs::remove_file(&self.cfg.socket);
                 return;
             }
-            if last_tick.elapsed() >= Duration::from_secs(1) {
+            let due = if last_snap.elapsed() >= snap_every {
+                Due::Snapshot
+            } else if last_tick.elapsed() >= Duration::from_secs(1) {
+                Due::Tick
+            } else {
+                Due::Events
+            };
+            let outputs = self.engine.poll(due);
+            self.observe(&outputs);
+            if due >= Due::Tick {
                 last_tick = Instant::now();
-                self.reap_gone();
-                self.update_metrics();
-                self.engine.flush_all();
-                self.persist_all();
-            }
-            if last_snap.elapsed() >= snap_every {
-                last_snap = Instant::now();
-                let runq = self.engine.snapshot_all();
-                if let Ok(m) = self.metrics.lock() {
-                    for (id, r) in &runq {
-                        if let Some(c) = self.containers.get(id) {
-                            m.observe_runq(&c.labels, r);
-                        }
-                    }
+                if due == Due::Snapshot {
+                    last_snap = last_tick;
                 }
+                self.reap_gone();
+                self.persist_all();
             }
         }
     }
 
-    fn pump(&mut self) {
-        let m = self.metrics.clone();
-        let containers = &self.containers;
-        self.engine.pump(&mut |s, ns, _| {
-            if let (Ok(m), Some(c)) = (m.lock(), containers.get(&s.cgroup_id)) {
-                m.freeze_seconds
-                    .get_or_create(&c.labels)
-                    .observe(ns as f64 / 1e9);
-            }
-        });
-        let cold = self.engine.take_cold_starts();
+    fn observe(&self, outputs: &[Output]) {
         if let Ok(m) = self.metrics.lock() {
-            for (id, c) in &cold {
-                if let Some(w) = self.containers.get(id) {
-                    m.observe_cold_start(&w.labels, c);
-                }
+            for o in outputs {
+                m.observe(o);
             }
         }
     }
@@ -351,13 +328,13 @@ impl Agent {
                 container_id,
                 reason,
                 exit_code,
-            } => self.unregister(&container_id, &reason, exit_code),
+            } => self.unregister(&container_id, reason.as_str(), exit_code),
             Request::Status => Response {
                 ok: true,
                 watched: Some(
                     self.engine
                         .sessions()
-                        .map(|(_, s)| s.spec.container_id.clone())
+                        .map(|(_, s)| s.spec.container_id().to_string())
                         .collect(),
                 ),
                 watch_map_entries: Some(self.engine.probe().watched_count()),
@@ -374,8 +351,11 @@ impl Agent {
                 r.container_id
             ));
         }
-        if let Some(id) = self.engine.find(&r.container_id) {
-            let s = self.engine.session(id).expect("found");
+        if let Some(s) = self
+            .engine
+            .find(&r.container_id)
+            .and_then(|id| self.engine.session(id))
+        {
             return Ok(Response {
                 log_path: Some(s.spec.log_path.display().to_string()),
                 ..Response::ok()
@@ -386,30 +366,18 @@ impl Agent {
         let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations);
         let log_path: PathBuf = self.cfg.log_dir.join(log_file_name(&r.container_id));
         let spec = SessionSpec {
-            container_id: r.container_id.clone(),
-            container_name: r.container_name.clone(),
+            labels: Arc::new(labels),
             pid: r.pid,
-            labels: labels.as_map(),
             qos: r.qos.clone(),
             threshold_ns: r.threshold_ns.unwrap_or_else(|| self.cfg.threshold_ns()),
             log_path: log_path.clone(),
             resume: resume.map(|p| p.baseline.clone()),
             cold_start: Some(cold_start_spec(&r)),
+            register: Some(r),
         };
         let id = self.engine.watch(spec, g).map_err(|e| e.to_string())?;
-        self.containers.insert(
-            id,
-            Watched {
-                labels,
-                register: r,
-                exported: None,
-                exported_probe_ns: 0,
-            },
-        );
         self.persist(id);
-        if let Ok(m) = self.metrics.lock() {
-            m.watched.set(self.containers.len() as i64);
-        }
+        self.count_watched();
         Ok(Response {
             log_path: Some(log_path.display().to_string()),
             ..Response::ok()
@@ -421,51 +389,54 @@ impl Agent {
             self.state.remove(container_id);
             return Response::err(format!("container {container_id:?} is not watched"));
         };
-        self.update_metrics();
-        let log = self
-            .engine
-            .finish(id, reason, exit_code)
-            .map(|(_, s)| s.spec.log_path.display().to_string());
-        self.state.remove(container_id);
-        self.forget(id);
+        let log = self.end(id, reason, exit_code);
         Response {
-            log_path: log,
+            log_path: log.map(|p| p.display().to_string()),
             ..Response::ok()
         }
     }
 
-    fn forget(&mut self, id: u64) {
-        if let (Some(c), Ok(m)) = (self.containers.remove(&id), self.metrics.lock()) {
-            m.forget(&c.labels);
-            m.watched.set(self.containers.len() as i64);
+    /// End a session: `end` written, state and metrics forgotten. Returns its log.
+    fn end(&mut self, id: u64, reason: &str, exit_code: Option<i32>) -> Option<PathBuf> {
+        let f = self.engine.finish(id, reason, exit_code)?;
+        self.observe(&f.outputs);
+        self.state.remove(f.spec.container_id());
+        if let Ok(m) = self.metrics.lock() {
+            m.forget(&f.spec.labels);
+        }
+        self.count_watched();
+        Some(f.spec.log_path)
+    }
+
+    fn count_watched(&self) {
+        if let Ok(m) = self.metrics.lock() {
+            m.watched.set(self.engine.sessions().count() as i64);
         }
     }
 
     /// Containers whose cgroup vanished without a poststop (killed runtime).
     fn reap_gone(&mut self) {
-        let gone: Vec<(u64, String)> = self
+        let gone: Vec<u64> = self
             .engine
             .sessions()
             .filter(|(_, s)| !s.cgroup.exists())
-            .map(|(id, s)| (*id, s.spec.container_id.clone()))
+            .map(|(id, _)| *id)
             .collect();
-        for (id, cid) in gone {
-            self.engine.finish(id, "cgroup-removed", None);
-            self.state.remove(&cid);
-            self.forget(id);
+        for id in gone {
+            self.end(id, "cgroup-removed", None);
         }
     }
 
     fn persist(&self, id: u64) {
-        let (Some(s), Some(c)) = (self.engine.session(id), self.containers.get(&id)) else {
+        let Some(s) = self.engine.session(id) else {
             return;
         };
-        let r = &c.register;
+        let Some(r) = &s.spec.register else { return };
         let p = Persisted {
             register: r.clone(),
             log_path: s.spec.log_path.clone(),
             cgroup_id: id,
-            baseline: s.baseline(self.engine.probe().episode_totals(id)),
+            baseline: s.baseline(),
         };
         if let Err(e) = self.state.save(&p) {
             tracing::warn!("persisting {}: {e}", r.container_id);
@@ -473,7 +444,7 @@ impl Agent {
     }
 
     fn persist_all(&self) {
-        for id in self.containers.keys() {
+        for (id, _) in self.engine.sessions() {
             self.persist(*id);
         }
     }
@@ -493,56 +464,11 @@ impl Agent {
                 continue;
             }
             // Ended while no agent ran: close the log with what is known.
-            if let Ok(mut w) = throttlewatch_core::logfmt::LogWriter::open(&p.log_path, true) {
-                let end = throttlewatch_core::logfmt::End {
-                    reason: "ended-while-agent-down".into(),
-                    probe_throttled_ns: p.baseline.probe_ns,
-                    probe_episodes: p.baseline.probe_episodes,
-                    freezes: p.baseline.freezes,
-                    frozen_ns: p.baseline.frozen_ns,
-                    unwatched_throttled_ns: p.baseline.unwatched_ns,
-                    kernel_source: "unavailable (cgroup removed)".into(),
-                    ..Default::default()
-                };
-                let _ = w.write(throttlewatch_core::logfmt::Record::End(end));
+            if let Ok(mut w) = LogWriter::open(&p.log_path, true) {
+                let _ = w.write(Record::End(p.baseline.ended_while_agent_down()));
                 let _ = w.finish();
             }
             self.state.remove(&cid);
-        }
-    }
-
-    fn update_metrics(&mut self) {
-        let Ok(m) = self.metrics.lock() else { return };
-        let lost = self.engine.probe().lost_events();
-        m.lost_events
-            .inc_by(lost.saturating_sub(self.exported_lost));
-        self.exported_lost = lost;
-        for (id, s) in self.engine.sessions() {
-            let Some(c) = self.containers.get_mut(id) else {
-                continue;
-            };
-            let Ok(now) = s.cgroup.cpu_stat() else {
-                continue;
-            };
-            let l = &c.labels;
-            let prev = c.exported.replace(now).unwrap_or(now);
-            let d = now.since(&prev);
-            m.kernel_throttled_seconds
-                .get_or_create(l)
-                .inc_by(d.throttled_ns as f64 / 1e9);
-            m.periods.get_or_create(l).inc_by(d.nr_periods as f64);
-            m.throttled_periods
-                .get_or_create(l)
-                .inc_by(d.nr_throttled as f64);
-            m.bursts.get_or_create(l).inc_by(d.nr_bursts as f64);
-            m.burst_seconds
-                .get_or_create(l)
-                .inc_by(d.burst_ns as f64 / 1e9);
-            let probe = self.engine.probe().episode_totals(*id).total_ns;
-            let pp = std::mem::replace(&mut c.exported_probe_ns, probe);
-            m.throttled_seconds
-                .get_or_create(l)
-                .inc_by(probe.saturating_sub(pp) as f64 / 1e9);
         }
     }
 }

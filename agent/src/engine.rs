@@ -1,15 +1,19 @@
-//! The event loop's state: the node-wide probe and the sessions it feeds.
+//! The event loop's state: the node-wide probe and one session per watched
+//! cgroup (the only per-container map). Each poll drains the kernel's
+//! events, hands every session its reading, and returns the outputs that
+//! the metrics and the live printer consume.
 
 use std::collections::HashMap;
 
 use throttlewatch_bpf::{Event, ProbeError, ProbeOptions, ThrottleProbe};
 use throttlewatch_cgroup::CpuCgroup;
-use throttlewatch_core::logfmt::{ColdStart, End, Record, Runq, Throttle};
+use throttlewatch_core::logfmt::End;
 
 use crate::clock::Clock;
-use crate::coldstart::ColdStartTracker;
-use crate::runq::RunqTracker;
-use crate::session::{Session, SessionSpec, StartInfo};
+use crate::output::Output;
+use crate::reading::{Due, ProbeTotals, Reading};
+use crate::session::{Opening, ProbeFacts, Session};
+use crate::spec::SessionSpec;
 
 /// Probe options from the configuration.
 pub fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
@@ -21,19 +25,35 @@ pub fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
 
 pub struct Engine {
     probe: ThrottleProbe,
+    facts: ProbeFacts,
     sessions: HashMap<u64, Session>,
     clock: Clock,
-    /// Cold-start records written since the last `take_cold_starts` (metrics).
-    cold_starts: Vec<(u64, ColdStart)>,
+    /// The node-wide lost-event count at the last `LostEvents` output.
+    exported_lost: u64,
+}
+
+/// A session that ended: its `end` record (written) and the last outputs.
+pub struct Finished {
+    pub end: End,
+    pub spec: SessionSpec,
+    /// Everything the final drain and the end produced, for every session.
+    pub outputs: Vec<Output>,
 }
 
 impl Engine {
     pub fn load(opts: &ProbeOptions) -> Result<Engine, ProbeError> {
+        let probe = ThrottleProbe::load(opts)?;
+        let facts = ProbeFacts {
+            model: probe.model(),
+            description: probe.description(),
+            runq: probe.runq_available(),
+        };
         Ok(Engine {
-            probe: ThrottleProbe::load(opts)?,
+            probe,
+            facts,
             sessions: HashMap::new(),
             clock: Clock::new(),
-            cold_starts: vec![],
+            exported_lost: 0,
         })
     }
 
@@ -48,124 +68,85 @@ impl Engine {
         if self.sessions.contains_key(&id) {
             anyhow::bail!("cgroup {} (id {id}) is already watched", cgroup.rel);
         }
-        let desc = self.probe.description();
-        let info = StartInfo {
-            model: self.probe.model().as_str(),
-            probe: &desc,
-            fentry_now: self.probe.fentry_totals(id),
-            lost_now: self.probe.lost_events(),
-            episodes_now: self.probe.episode_totals(id),
+        let totals = ProbeTotals::read(&self.probe, id);
+        let cold_start_armed = match spec.cold_start.as_ref().filter(|_| spec.resume.is_none()) {
+            None => false,
+            Some(c) => self
+                .probe
+                .arm_cold_start(id, c.cpu_target_ns)
+                .unwrap_or_else(|e| {
+                    tracing::warn!("cold start of {}: {e}", spec.container_id());
+                    false
+                }),
         };
-        let cold = spec.cold_start.clone().filter(|_| spec.resume.is_none());
-        let mut s = Session::open(spec, cgroup, info)?;
-        self.probe.watch(id)?;
-        let mono = Clock::monotonic_ns();
-        s.runq = self
-            .probe
-            .runq_totals(id)
-            .map(|t| RunqTracker::new(t, mono));
-        if let Some(c) = cold {
-            match self.probe.arm_cold_start(id, c.cpu_target_ns) {
-                Ok(true) => s.cold = Some(ColdStartTracker::new(c, mono)),
-                Ok(false) => {}
-                Err(e) => tracing::warn!("cold start of {}: {e}", s.spec.container_id),
+        let opening = Opening {
+            facts: &self.facts,
+            totals,
+            cold_start_armed,
+        };
+        let started = Session::open(spec, cgroup, opening)
+            .map_err(anyhow::Error::from)
+            .and_then(|s| Ok(self.probe.watch(id).map(|_| s)?));
+        match started {
+            Ok(s) => {
+                self.sessions.insert(id, s);
+                Ok(id)
+            }
+            Err(e) => {
+                self.probe.cold_start_finished(id);
+                Err(e)
             }
         }
-        self.sessions.insert(id, s);
-        Ok(id)
     }
 
-    /// Drain the ring buffer into the sessions; `live` sees every freeze
-    /// (its duration) and the record written for it, if any.
-    pub fn pump(&mut self, live: &mut dyn FnMut(&Session, u64, Option<&Throttle>)) -> usize {
-        let events = self.probe.poll();
-        let n = events.len();
-        for ev in events {
-            match ev {
-                Event::Freeze(f) => {
-                    if let Some(s) = self.sessions.get_mut(&f.cgroup_id) {
-                        let rec = s.on_freeze(&f, &self.clock);
-                        live(s, f.frozen_ns(), rec.as_ref());
-                    }
-                }
-                Event::ColdStart(c) => {
-                    let Some(s) = self.sessions.get_mut(&c.cgroup_id) else {
-                        continue;
-                    };
-                    let Some(rec) = s.cold.as_mut().and_then(|t| t.on_event(&c, &self.clock))
-                    else {
-                        continue;
-                    };
-                    self.cold_starts.push((c.cgroup_id, rec.clone()));
-                    s.write(Record::ColdStart(rec));
-                    self.probe.cold_start_finished(c.cgroup_id);
-                }
-                Event::Episode(_) => {}
+    /// Drain the kernel's events into the sessions; from `Due::Tick` on,
+    /// every session also reads the totals.
+    pub fn poll(&mut self, due: Due) -> Vec<Output> {
+        let mut readings: HashMap<u64, Reading> = HashMap::new();
+        for ev in self.probe.poll() {
+            let id = match &ev {
+                Event::Freeze(f) => f.cgroup_id,
+                Event::ColdStart(c) => c.cgroup_id,
+            };
+            if self.sessions.contains_key(&id) {
+                readings.entry(id).or_default().events.push(ev);
             }
         }
-        n
-    }
-
-    /// Cold-start records written since the last call.
-    pub fn take_cold_starts(&mut self) -> Vec<(u64, ColdStart)> {
-        std::mem::take(&mut self.cold_starts)
-    }
-
-    /// Write what is known of a cold start that is still pending.
-    fn flush_cold_start(probe: &ThrottleProbe, id: u64, s: &mut Session, why: &str) {
-        if let Some(rec) = s.cold.as_mut().and_then(|t| t.finish(why)) {
-            s.write(Record::ColdStart(rec));
-        }
-        probe.cold_start_finished(id);
-    }
-
-    pub fn flush_all(&mut self) {
-        for s in self.sessions.values_mut() {
-            s.flush();
-        }
-    }
-
-    /// `cpu_stat` and `runq` records for every session; returns the `runq` ones.
-    pub fn snapshot_all(&mut self) -> Vec<(u64, Runq)> {
-        let mono = Clock::monotonic_ns();
         let mut out = vec![];
-        for (id, s) in self.sessions.iter_mut() {
-            s.snapshot(self.probe.episode_totals(*id));
-            if let (Some(t), Some(now)) = (s.runq.as_mut(), self.probe.runq_totals(*id)) {
-                let rec = t.interval(now, mono);
-                out.push((*id, rec.clone()));
-                s.write(Record::Runq(rec));
+        if due >= Due::Tick {
+            for (id, s) in self.sessions.iter() {
+                let r = readings.entry(*id).or_default();
+                r.totals = Some(ProbeTotals::read(&self.probe, s.cgroup_id));
+                r.snapshot = due == Due::Snapshot;
             }
-            if s.cold.as_ref().is_some_and(|c| c.expired(mono)) {
-                let why = format!(
-                    "not complete {}s after the hook",
-                    crate::coldstart::GIVE_UP_AFTER.as_secs()
-                );
-                Self::flush_cold_start(&self.probe, *id, s, &why);
+            let lost = self.probe.lost_events();
+            let count = lost.saturating_sub(std::mem::replace(&mut self.exported_lost, lost));
+            out.push(Output::LostEvents { count });
+        }
+        for (id, r) in readings {
+            let s = self
+                .sessions
+                .get_mut(&id)
+                .expect("readings are for sessions");
+            let before = out.len();
+            s.feed(r, &self.clock, &mut out);
+            if out[before..]
+                .iter()
+                .any(|o| matches!(o, Output::ColdStart { .. }))
+            {
+                self.probe.cold_start_finished(id);
             }
         }
-        self.probe.next_runq_interval();
+        if due == Due::Snapshot {
+            self.probe.next_runq_interval();
+        }
         out
     }
 
-    /// Run-queue latency over the whole watch of a session.
-    fn runq_total(&self, id: u64, s: &Session) -> Option<Runq> {
-        let now = self.probe.runq_totals(id)?;
-        Some(s.runq.as_ref()?.total(now, Clock::monotonic_ns()))
-    }
-
-    /// Persistable state of every session.
-    pub fn baselines(&self) -> Vec<(u64, crate::session::Baseline)> {
-        self.sessions
-            .iter()
-            .map(|(id, s)| (*id, s.baseline(self.probe.episode_totals(*id))))
-            .collect()
-    }
-
-    /// Flush logs without ending sessions (agent stopping while containers run).
+    /// Drain and flush the logs without ending sessions (agent stopping
+    /// while containers run); the totals are read for the last persist.
     pub fn suspend(&mut self) {
-        self.pump(&mut |_, _, _| {});
-        self.flush_all();
+        self.poll(Due::Tick);
     }
 
     pub fn session(&self, id: u64) -> Option<&Session> {
@@ -179,60 +160,19 @@ impl Engine {
     pub fn find(&self, container_id: &str) -> Option<u64> {
         self.sessions
             .iter()
-            .find(|(_, s)| s.spec.container_id == container_id)
+            .find(|(_, s)| s.spec.container_id() == container_id)
             .map(|(id, _)| *id)
     }
 
-    /// The `end` record as it would be now, without ending.
-    pub fn summary(&self, id: u64, reason: &str) -> Option<End> {
-        let s = self.sessions.get(&id)?;
-        let mut end = s.summary(
-            reason,
-            None,
-            self.probe.episode_totals(id),
-            self.probe.lost_events(),
-            self.probe.fentry_totals(id),
-        );
-        end.runq = self.runq_total(id, s);
-        Some(end)
-    }
-
     /// Stop watching: final drain, `end` record, log closed, watch-map entry removed.
-    pub fn finish(
-        &mut self,
-        id: u64,
-        reason: &str,
-        exit_code: Option<i32>,
-    ) -> Option<(End, Session)> {
-        self.pump(&mut |_, _, _| {});
-        let mut s = self.sessions.remove(&id)?;
-        Self::flush_cold_start(
-            &self.probe,
-            id,
-            &mut s,
-            "watching ended before the entrypoint had its CPU target",
-        );
-        let runq = self.runq_total(id, &s);
-        let mut end = s.summary(
-            reason,
-            exit_code,
-            self.probe.episode_totals(id),
-            self.probe.lost_events(),
-            self.probe.fentry_totals(id),
-        );
-        end.runq = runq;
-        if let Err(e) = s.finish(&end) {
-            tracing::warn!("{}: finishing log: {e}", s.spec.log_path.display());
-        }
+    pub fn finish(&mut self, id: u64, reason: &str, exit_code: Option<i32>) -> Option<Finished> {
+        let mut outputs = self.poll(Due::Events);
+        let s = self.sessions.remove(&id)?;
+        let spec = s.spec.clone();
+        let totals = ProbeTotals::read(&self.probe, id);
+        let end = s.finish(totals, reason, exit_code, &mut outputs);
+        self.probe.cold_start_finished(id);
         let _ = self.probe.unwatch(id);
-        Some((end, s))
-    }
-
-    /// End every session (agent shutdown).
-    pub fn finish_all(&mut self, reason: &str) -> Vec<(End, Session)> {
-        let ids: Vec<u64> = self.sessions.keys().copied().collect();
-        ids.into_iter()
-            .filter_map(|id| self.finish(id, reason, None))
-            .collect()
+        Some(Finished { end, spec, outputs })
     }
 }

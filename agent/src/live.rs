@@ -6,6 +6,10 @@ use std::time::Duration;
 use throttlewatch_core::logfmt::{End, Throttle};
 use throttlewatch_core::units::format_duration;
 
+use crate::engine::Engine;
+use crate::output::Output;
+use crate::reading::Due;
+
 pub struct LivePrinter {
     pub json: bool,
     pub quiet: bool,
@@ -18,6 +22,20 @@ impl LivePrinter {
             json,
             quiet,
             started_unix_ns: throttlewatch_core::logfmt::now_unix_ns(),
+        }
+    }
+
+    /// Print what the terminal shows of a poll's outputs: the freezes that were logged.
+    pub fn outputs(&self, outputs: &[Output]) {
+        for o in outputs {
+            if let Output::Freeze {
+                container,
+                record: Some(t),
+                ..
+            } = o
+            {
+                self.freeze(&container.container_id, t);
+            }
         }
     }
 
@@ -127,20 +145,34 @@ impl LiveLoop {
         }
     }
 
-    pub fn drain(&self, engine: &mut crate::engine::Engine) {
-        engine.pump(&mut |s, _, t| {
-            if let Some(t) = t {
-                self.printer.freeze(&s.spec.container_id, t)
-            }
-        });
+    /// One poll: the events, and the snapshot when it is due.
+    pub fn poll(&mut self, engine: &mut Engine) {
+        let due = if self.last_snap.elapsed() >= self.snap_every {
+            self.last_snap = std::time::Instant::now();
+            Due::Snapshot
+        } else {
+            Due::Events
+        };
+        self.printer.outputs(&engine.poll(due));
     }
 
-    pub fn housekeep(&mut self, engine: &mut crate::engine::Engine) {
-        if self.last_snap.elapsed() >= self.snap_every {
-            engine.snapshot_all();
-            engine.flush_all();
-            self.last_snap = std::time::Instant::now();
-        }
+    pub fn sleep(&self) {
         std::thread::sleep(self.poll);
+    }
+
+    /// The last snapshot, the end of the watch, and its summary on the terminal.
+    pub fn finish(
+        &self,
+        engine: &mut Engine,
+        id: u64,
+        reason: &str,
+        exit_code: Option<i32>,
+        what: &str,
+    ) {
+        self.printer.outputs(&engine.poll(Due::Snapshot));
+        if let Some(f) = engine.finish(id, reason, exit_code) {
+            self.printer.outputs(&f.outputs);
+            self.printer.summary(what, &f.end, &f.spec.log_path);
+        }
     }
 }

@@ -1,7 +1,6 @@
 //! Prometheus metrics (prometheus-client), labelled per container with the
 //! Kubernetes names where the OCI annotations carry them.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
@@ -14,56 +13,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ContainerLabels {
-    pub container_id: String,
-    pub container_name: String,
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-}
-
-/// Annotation keys that name the Kubernetes objects (kubelet/dockershim and CRI containerd).
-const NAMESPACE_KEYS: [&str; 2] = [
-    "io.kubernetes.pod.namespace",
-    "io.kubernetes.cri.sandbox-namespace",
-];
-const POD_KEYS: [&str; 2] = ["io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"];
-const CONTAINER_KEYS: [&str; 2] = [
-    "io.kubernetes.container.name",
-    "io.kubernetes.cri.container-name",
-];
-
-impl ContainerLabels {
-    pub fn new(id: &str, name: &str, annotations: &BTreeMap<String, String>) -> ContainerLabels {
-        let pick = |keys: &[&str]| {
-            keys.iter()
-                .find_map(|k| annotations.get(*k))
-                .cloned()
-                .unwrap_or_default()
-        };
-        ContainerLabels {
-            container_id: id.into(),
-            container_name: name.into(),
-            namespace: pick(&NAMESPACE_KEYS),
-            pod: pick(&POD_KEYS),
-            container: pick(&CONTAINER_KEYS),
-        }
-    }
-
-    /// The label subset written into the log's `start` record.
-    pub fn as_map(&self) -> BTreeMap<String, String> {
-        [
-            ("k8s_namespace", &self.namespace),
-            ("k8s_pod", &self.pod),
-            ("k8s_container", &self.container),
-        ]
-        .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
-    }
-}
+pub use crate::labels::ContainerLabels;
+use crate::output::Output;
 
 /// A container and one of a few fixed kinds (`by` of a preemption, `stage` of a cold start).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -117,108 +68,93 @@ fn freeze_histogram() -> Histogram {
     )
 }
 
+/// A metric registered under `name`.
+fn reg<M: prometheus_client::registry::Metric + Default + Clone>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+) -> M {
+    let m = M::default();
+    r.register(name, help, m.clone());
+    m
+}
+
 impl Metrics {
+    /// Registration order is the exposition order.
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("throttlewatch");
+        let mut r = Registry::with_prefix("throttlewatch");
         let freeze_seconds = Family::<ContainerLabels, Histogram>::new_with_constructor(
             freeze_histogram as fn() -> Histogram,
         );
-        let m = Metrics {
-            freeze_seconds: freeze_seconds.clone(),
-            throttled_seconds: FCounter::default(),
-            kernel_throttled_seconds: FCounter::default(),
-            periods: FCounter::default(),
-            throttled_periods: FCounter::default(),
-            bursts: FCounter::default(),
-            burst_seconds: FCounter::default(),
-            lost_events: Counter::default(),
-            watched: Gauge::default(),
-            runq_waits: FCounter::default(),
-            runq_wait_seconds: FCounter::default(),
-            runq_p50_seconds: FGauge::default(),
-            runq_p99_seconds: FGauge::default(),
-            runq_max_seconds: FGauge::default(),
-            runq_preemptions: Family::default(),
-            cold_start_seconds: Family::default(),
-            registry: Registry::default(),
-        };
-        registry.register(
+        r.register(
             "freeze_duration_seconds",
             "Per-thread throttle freezes (switched out throttled until switched back in)",
+            freeze_seconds.clone(),
+        );
+        Metrics {
             freeze_seconds,
-        );
-        registry.register(
-            "throttled_seconds",
-            "Throttled time seen by the probe ((cgroup, CPU) episodes)",
-            m.throttled_seconds.clone(),
-        );
-        registry.register(
-            "kernel_throttled_seconds",
-            "Throttled time by the kernel's cpu.stat",
-            m.kernel_throttled_seconds.clone(),
-        );
-        registry.register(
-            "periods",
-            "CFS bandwidth periods (cpu.stat nr_periods)",
-            m.periods.clone(),
-        );
-        registry.register(
-            "throttled_periods",
-            "Periods in which the group was throttled (cpu.stat nr_throttled)",
-            m.throttled_periods.clone(),
-        );
-        registry.register(
-            "bursts",
-            "Periods in which burst was used (cpu.stat nr_bursts)",
-            m.bursts.clone(),
-        );
-        registry.register(
-            "burst_seconds",
-            "Time spent over quota thanks to burst",
-            m.burst_seconds.clone(),
-        );
-        registry.register(
-            "lost_events",
-            "Events the kernel could not deliver (ring buffer full), node-wide",
-            m.lost_events.clone(),
-        );
-        registry.register(
-            "watched_containers",
-            "Containers being watched",
-            m.watched.clone(),
-        );
-        registry.register("runq_waits", "Run-queue waits of watched threads (wakeup or preemption to switch-in; freezes excluded)", m.runq_waits.clone());
-        registry.register(
-            "runq_wait_seconds",
-            "Time watched threads waited in the run queue (freezes excluded)",
-            m.runq_wait_seconds.clone(),
-        );
-        registry.register(
-            "runq_latency_p50_seconds",
-            "Run-queue latency p50 over the last snapshot interval",
-            m.runq_p50_seconds.clone(),
-        );
-        registry.register(
-            "runq_latency_p99_seconds",
-            "Run-queue latency p99 over the last snapshot interval",
-            m.runq_p99_seconds.clone(),
-        );
-        registry.register(
-            "runq_latency_max_seconds",
-            "Longest run-queue wait over the last snapshot interval",
-            m.runq_max_seconds.clone(),
-        );
-        registry.register(
-            "runq_preemptions",
-            "Watched threads switched out runnable, by kind of preemptor (same, other, host)",
-            m.runq_preemptions.clone(),
-        );
-        registry.register(
-            "cold_start_seconds",
-            "Cold-start stages, seconds after the runtime's create, by stage",
-            m.cold_start_seconds.clone(),
-        );
-        Metrics { registry, ..m }
+            throttled_seconds: reg(&mut r, "throttled_seconds", "Throttled time seen by the probe ((cgroup, CPU) episodes)"),
+            kernel_throttled_seconds: reg(&mut r, "kernel_throttled_seconds", "Throttled time by the kernel's cpu.stat"),
+            periods: reg(&mut r, "periods", "CFS bandwidth periods (cpu.stat nr_periods)"),
+            throttled_periods: reg(&mut r, "throttled_periods", "Periods in which the group was throttled (cpu.stat nr_throttled)"),
+            bursts: reg(&mut r, "bursts", "Periods in which burst was used (cpu.stat nr_bursts)"),
+            burst_seconds: reg(&mut r, "burst_seconds", "Time spent over quota thanks to burst"),
+            lost_events: reg(&mut r, "lost_events", "Events the kernel could not deliver (ring buffer full), node-wide"),
+            watched: reg(&mut r, "watched_containers", "Containers being watched"),
+            runq_waits: reg(&mut r, "runq_waits", "Run-queue waits of watched threads (wakeup or preemption to switch-in; freezes excluded)"),
+            runq_wait_seconds: reg(&mut r, "runq_wait_seconds", "Time watched threads waited in the run queue (freezes excluded)"),
+            runq_p50_seconds: reg(&mut r, "runq_latency_p50_seconds", "Run-queue latency p50 over the last snapshot interval"),
+            runq_p99_seconds: reg(&mut r, "runq_latency_p99_seconds", "Run-queue latency p99 over the last snapshot interval"),
+            runq_max_seconds: reg(&mut r, "runq_latency_max_seconds", "Longest run-queue wait over the last snapshot interval"),
+            runq_preemptions: reg(&mut r, "runq_preemptions", "Watched threads switched out runnable, by kind of preemptor (same, other, host)"),
+            cold_start_seconds: reg(&mut r, "cold_start_seconds", "Cold-start stages, seconds after the runtime's create, by stage"),
+            registry: r,
+        }
+    }
+
+    /// The one way metrics are fed: what the engine's poll returned.
+    pub fn observe(&self, o: &Output) {
+        match o {
+            Output::Freeze {
+                container,
+                frozen_ns,
+                ..
+            } => self
+                .freeze_seconds
+                .get_or_create(container)
+                .observe(*frozen_ns as f64 / 1e9),
+            Output::ColdStart { container, record } => self.observe_cold_start(container, record),
+            Output::Runq { container, record } => self.observe_runq(container, record),
+            Output::Counters {
+                container,
+                kernel,
+                probe_throttled_ns,
+            } => self.observe_counters(container, kernel, *probe_throttled_ns),
+            Output::LostEvents { count } => {
+                self.lost_events.inc_by(*count);
+            }
+        }
+    }
+
+    fn observe_counters(
+        &self,
+        l: &ContainerLabels,
+        d: &throttlewatch_cgroup::CpuStat,
+        probe_ns: u64,
+    ) {
+        let secs = |ns: u64| ns as f64 / 1e9;
+        self.kernel_throttled_seconds
+            .get_or_create(l)
+            .inc_by(secs(d.throttled_ns));
+        self.periods.get_or_create(l).inc_by(d.nr_periods as f64);
+        self.throttled_periods
+            .get_or_create(l)
+            .inc_by(d.nr_throttled as f64);
+        self.bursts.get_or_create(l).inc_by(d.nr_bursts as f64);
+        self.burst_seconds.get_or_create(l).inc_by(secs(d.burst_ns));
+        self.throttled_seconds
+            .get_or_create(l)
+            .inc_by(secs(probe_ns));
     }
 
     pub fn forget(&self, l: &ContainerLabels) {
@@ -246,13 +182,14 @@ impl Metrics {
         for k in ["same", "other", "host"] {
             self.runq_preemptions.remove(&KindLabels::new(l, k));
         }
-        for k in crate::coldstart::STAGES {
-            self.cold_start_seconds.remove(&KindLabels::new(l, k));
+        for k in crate::coldstart::Stage::ALL {
+            self.cold_start_seconds
+                .remove(&KindLabels::new(l, k.name()));
         }
     }
 
     /// Export one interval's `runq` record.
-    pub fn observe_runq(&self, l: &ContainerLabels, r: &throttlewatch_core::logfmt::Runq) {
+    fn observe_runq(&self, l: &ContainerLabels, r: &throttlewatch_core::logfmt::Runq) {
         self.runq_waits.get_or_create(l).inc_by(r.count as f64);
         self.runq_wait_seconds
             .get_or_create(l)
@@ -278,11 +215,7 @@ impl Metrics {
     }
 
     /// Export a `cold_start` record.
-    pub fn observe_cold_start(
-        &self,
-        l: &ContainerLabels,
-        c: &throttlewatch_core::logfmt::ColdStart,
-    ) {
+    fn observe_cold_start(&self, l: &ContainerLabels, c: &throttlewatch_core::logfmt::ColdStart) {
         for s in &c.stages {
             if let Some(d) = s.since_create_ns {
                 self.cold_start_seconds

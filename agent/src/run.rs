@@ -4,6 +4,7 @@
 use std::ffi::CString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
@@ -13,8 +14,9 @@ use throttlewatch_core::CpuList;
 
 use crate::cli::{OutputArgs, RunArgs};
 use crate::engine::{probe_options, Engine};
+use crate::labels::ContainerLabels;
 use crate::live::LiveLoop;
-use crate::session::SessionSpec;
+use crate::spec::SessionSpec;
 use crate::{signals, CliError};
 
 /// Limits asked for on the command line, validated.
@@ -210,6 +212,19 @@ fn procs_files(g: &CpuCgroup) -> Vec<CString> {
         .collect()
 }
 
+/// The cgroup parent, checked to exist.
+fn parent_cgroup(h: &Hierarchies, a: &RunArgs) -> Result<String, CliError> {
+    let parent = a.cgroup_parent.clone().unwrap_or_else(|| "/".into());
+    let parent_g = CpuCgroup::at(h, &parent);
+    if !parent_g.exists() {
+        return Err(CliError::usage(format!(
+            "--cgroup-parent: invalid value {parent:?}: no such cgroup ({} does not exist)",
+            parent_g.cpu_dir.display()
+        )));
+    }
+    Ok(parent)
+}
+
 pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
     // Before the probe loads (slow on a busy or emulated machine): a signal
     // from then on still removes the cgroup and writes the `end` record.
@@ -218,23 +233,10 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
     let limits = parse_limits(a, root_cpus(&h).as_ref())?;
     let threshold = threshold_ns(&a.out, cfg)?;
     let prog = resolve_program(&a.cmd[0])?;
-    let parent = a.cgroup_parent.clone().unwrap_or_else(|| "/".into());
-    let parent_g = CpuCgroup::at(&h, &parent);
-    if !parent_g.exists() {
-        return Err(CliError::usage(format!(
-            "--cgroup-parent: invalid value {parent:?}: no such cgroup ({} does not exist)",
-            parent_g.cpu_dir.display()
-        )));
-    }
+    let parent = parent_cgroup(&h, a)?;
     let me = std::process::id();
-    let log = log_path(
-        &a.out,
-        cfg,
-        &format!(
-            "run-{}-{me}.jsonl",
-            throttlewatch_core::logfmt::now_unix_ns() / 1_000_000_000
-        ),
-    )?;
+    let now_s = throttlewatch_core::logfmt::now_unix_ns() / 1_000_000_000;
+    let log = log_path(&a.out, cfg, &format!("run-{now_s}-{me}.jsonl"))?;
 
     let mut engine =
         Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
@@ -243,10 +245,9 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
         .map_err(|e| CliError::fail(format!("creating cgroup {rel}: {e}")))?;
     apply_limits(&cg.group, &limits)?;
 
-    let name = a.cmd.join(" ");
+    let name: String = a.cmd.join(" ").chars().take(200).collect();
     let spec = SessionSpec {
-        container_id: format!("run-{me}"),
-        container_name: name.chars().take(200).collect(),
+        labels: Arc::new(ContainerLabels::plain(&format!("run-{me}"), &name)),
         threshold_ns: threshold,
         log_path: log.clone(),
         ..Default::default()
@@ -260,10 +261,33 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
         cg.remove();
         return Ok(128 + sig);
     }
+    let child = match spawn_in(&cg.group, &prog, &a.cmd[1..]) {
+        Ok(c) => c,
+        Err(e) => {
+            engine.finish(id, "spawn-failed", None);
+            let _ = std::fs::remove_file(&log);
+            cg.remove();
+            return Err(CliError::usage(format!("cannot run {:?}: {e}", a.cmd[0])));
+        }
+    };
+    let mut live = LiveLoop::new(cfg, &a.out);
+    let (code, reason) = supervise(child, &mut engine, &mut live);
+    live.finish(
+        &mut engine,
+        id,
+        reason,
+        Some(code),
+        &format!("{:?} exited {code}", a.cmd[0]),
+    );
+    cg.remove();
+    Ok(code)
+}
 
-    let procs = procs_files(&cg.group);
-    let mut cmd = std::process::Command::new(&prog);
-    cmd.args(&a.cmd[1..]);
+/// Start the command inside the cgroup: the child moves itself before exec.
+fn spawn_in(g: &CpuCgroup, prog: &Path, args: &[String]) -> std::io::Result<std::process::Child> {
+    let procs = procs_files(g);
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args);
     // SAFETY: the closure only makes async-signal-safe syscalls on buffers
     // prepared before fork.
     unsafe {
@@ -281,20 +305,20 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            engine.finish(id, "spawn-failed", None);
-            let _ = std::fs::remove_file(&log);
-            cg.remove();
-            return Err(CliError::usage(format!("cannot run {:?}: {e}", a.cmd[0])));
-        }
-    };
+    cmd.spawn()
+}
+
+/// Poll until the child exits, forwarding a signal to it (SIGKILL 5 s
+/// later). Returns its exit status as a shell would and the end reason.
+fn supervise(
+    mut child: std::process::Child,
+    engine: &mut Engine,
+    live: &mut LiveLoop,
+) -> (i32, &'static str) {
     let cpid = child.id() as i32;
-    let mut live = LiveLoop::new(cfg, &a.out);
     let mut forwarded: Option<(i32, Instant)> = None;
     let status = loop {
-        live.drain(&mut engine);
+        live.poll(engine);
         if let Ok(Some(st)) = child.try_wait() {
             break st;
         }
@@ -311,28 +335,14 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
                 _ => {}
             }
         }
-        live.housekeep(&mut engine);
+        live.sleep();
     };
-    let (code, reason) = match (status.code(), status.signal()) {
-        (Some(c), _) => (
-            c,
-            if forwarded.is_some() {
-                "signal"
-            } else {
-                "exit"
-            },
-        ),
+    match (status.code(), status.signal()) {
+        (Some(c), _) if forwarded.is_some() => (c, "signal"),
+        (Some(c), _) => (c, "exit"),
         (None, Some(s)) => (128 + s, "signal"),
         _ => (1, "exit"),
-    };
-    engine.snapshot_all();
-    let end = engine.finish(id, reason, Some(code)).map(|(e, _)| e);
-    cg.remove();
-    if let Some(end) = end {
-        live.printer
-            .summary(&format!("{:?} exited {code}", a.cmd[0]), &end, &log);
     }
-    Ok(code)
 }
 
 fn fmt_u32(mut v: u32, buf: &mut [u8; 16]) -> usize {

@@ -1,432 +1,380 @@
-//! One watched container: its log, its per-thread aggregates, and the
-//! kernel counters it is compared with.
+//! One watched container and the only writer of its log. The engine feeds
+//! it one typed reading per poll (kernel events, probe totals); it writes
+//! the records and hands back what happened as outputs.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
+use std::io;
 
-use throttlewatch_bpf::{EpisodeTotals, FreezeEvent};
-use throttlewatch_cgroup::{CpuCgroup, CpuStat};
+use throttlewatch_bpf::{ColdStartEvent, Event, FreezeEvent, ThrottleModel};
+use throttlewatch_cgroup::{CpuCgroup, CpuLimits, CpuStat};
 use throttlewatch_core::logfmt::{
-    self, CpuStatSnapshot, End, LogWriter, Record, Resume, Start, ThreadSummary, Throttle,
+    self, CpuStatSnapshot, End, LogWriter, Record, Resume, Runq, Start, Throttle,
 };
 
 use crate::clock::Clock;
+use crate::coldstart::ColdStartTracker;
+use crate::freezes::FreezeTally;
+use crate::kernel_counters::{CgroupReading, KernelCounters};
+use crate::output::Output;
+use crate::reading::{ProbeTotals, Reading};
+use crate::runq::RunqTracker;
+use crate::spec::{Baseline, SessionSpec};
 
-/// What is known about a container when watching starts.
-#[derive(Debug, Clone, Default)]
-pub struct SessionSpec {
-    pub container_id: String,
-    pub container_name: String,
-    pub pid: Option<u32>,
-    pub labels: BTreeMap<String, String>,
-    pub qos: Option<serde_json::Value>,
-    pub threshold_ns: u64,
-    pub log_path: PathBuf,
-    /// Continue an existing log (agent restart): write `resume`, not `start`,
-    /// and keep counting from the original baseline.
-    pub resume: Option<Baseline>,
-    /// Record the cold-start timeline (containers registered at create).
-    pub cold_start: Option<crate::coldstart::ColdStartSpec>,
+/// What the log's `start` and `resume` records say about the probe.
+#[derive(Debug, Clone)]
+pub struct ProbeFacts {
+    pub model: ThrottleModel,
+    /// "tp_btf", "raw_tp", with "+fentry" when the fentry view loaded.
+    pub description: String,
+    /// Run-queue latency is measured.
+    pub runq: bool,
 }
 
-/// What a session needs to survive an agent restart (persisted by the agent).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Baseline {
-    pub stat: CpuStat,
-    pub local: Option<CpuStat>,
-    pub started_unix_ns: u64,
-    /// Probe totals written before the restart.
-    pub probe_ns: u64,
-    pub probe_episodes: u64,
-    pub freezes: u64,
-    pub frozen_ns: u64,
-    /// Kernel throttled time that passed while no agent watched.
-    pub unwatched_ns: u64,
+/// How a session begins, from the engine.
+pub struct Opening<'a> {
+    pub facts: &'a ProbeFacts,
+    /// The probe's totals before the cgroup is watched.
+    pub totals: ProbeTotals,
+    /// The probe follows the container's cold start.
+    pub cold_start_armed: bool,
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct ThreadAgg {
-    pub comm: String,
-    pub count: u64,
-    pub total_ns: u64,
-    pub max_ns: u64,
-}
-
-/// Which kernel counter the episode total is compared with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KernelSource {
-    /// The group holds the quota itself: `cpu.stat` throttled time.
-    CpuStat,
-    /// The throttling comes from an ancestor: `cpu.stat.local`.
-    CpuStatLocal,
-    /// Kernels before `cpu.stat.local` (Linux 6.8): the throttling
-    /// ancestor's own `cpu.stat` (exact when the group is its only busy child).
-    Ancestor,
-}
-
-impl KernelSource {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            KernelSource::CpuStat => "cpu.stat",
-            KernelSource::CpuStatLocal => "cpu.stat.local",
-            KernelSource::Ancestor => "ancestor cpu.stat",
-        }
-    }
-}
+/// The cold start's note when watching ends before it is complete.
+const COLD_START_CUT_SHORT: &str = "watching ended before the entrypoint had its CPU target";
 
 pub struct Session {
     pub spec: SessionSpec,
     pub cgroup: CpuCgroup,
     pub cgroup_id: u64,
-    log: Option<LogWriter>,
-    threads: HashMap<u32, ThreadAgg>,
-    freezes: u64,
-    frozen_ns: u64,
-    below_threshold: u64,
-    baseline: CpuStat,
-    baseline_local: Option<CpuStat>,
-    /// With KernelSource::Ancestor: the ancestor holding the quota.
-    ancestor: Option<CpuCgroup>,
-    baseline_ancestor: CpuStat,
-    baseline_episodes: EpisodeTotals,
-    baseline_fentry: Option<EpisodeTotals>,
-    source: KernelSource,
+    log: LogWriter,
+    tally: FreezeTally,
+    kernel: KernelCounters,
+    /// The probe's totals when watching began, and the latest ones.
+    at_start: ProbeTotals,
+    now: ProbeTotals,
     started_unix_ns: u64,
-    lost_at_start: u64,
     /// Totals carried over from before an agent restart.
     carried: Baseline,
-    /// Run-queue latency, where the probe measures it (set by the engine).
-    pub runq: Option<crate::runq::RunqTracker>,
-    /// The pending cold-start timeline (set by the engine).
-    pub cold: Option<crate::coldstart::ColdStartTracker>,
-}
-
-pub struct StartInfo<'a> {
-    pub model: &'a str,
-    pub probe: &'a str,
-    pub fentry_now: Option<EpisodeTotals>,
-    pub lost_now: u64,
-    pub episodes_now: EpisodeTotals,
+    runq: Option<RunqTracker>,
+    cold: Option<ColdStartTracker>,
+    /// What the last `Counters` output covered.
+    exported_kernel: Option<CpuStat>,
+    exported_probe_ns: u64,
 }
 
 impl Session {
-    /// Open the log and take the kernel baseline. The caller then puts the
-    /// cgroup in the watch map.
-    pub fn open(
-        spec: SessionSpec,
-        cgroup: CpuCgroup,
-        info: StartInfo<'_>,
-    ) -> std::io::Result<Session> {
-        let cgroup_id = cgroup.id().map_err(std::io::Error::other)?;
+    /// Open the log, write `start` (or `resume`) and take the kernel
+    /// baseline. The caller then puts the cgroup in the watch map.
+    pub fn open(spec: SessionSpec, cgroup: CpuCgroup, o: Opening<'_>) -> io::Result<Session> {
+        let cgroup_id = cgroup.id().map_err(io::Error::other)?;
         let limits = cgroup.limits().unwrap_or_default();
-        let source = if limits.quota_us.is_some() {
-            KernelSource::CpuStat
-        } else {
-            KernelSource::CpuStatLocal
-        };
-        let now_stat = cgroup.cpu_stat().unwrap_or_default();
-        let now_local = cgroup.cpu_stat_local().ok().flatten();
-        let ancestor = if source == KernelSource::CpuStatLocal && now_local.is_none() {
-            quota_ancestor(&cgroup)
-        } else {
-            None
-        };
-        let source = if ancestor.is_some() {
-            KernelSource::Ancestor
-        } else {
-            source
-        };
-        let baseline_ancestor = ancestor
-            .as_ref()
-            .and_then(|a| a.cpu_stat().ok())
-            .unwrap_or_default();
+        let now = CgroupReading::read(&cgroup);
+        let kernel = KernelCounters::open(
+            &cgroup,
+            limits.quota_us.is_some(),
+            &now,
+            spec.resume.as_ref(),
+        );
         let mut carried = spec.resume.clone().unwrap_or_default();
-        let (baseline, baseline_local) = match &spec.resume {
-            Some(b) => (b.stat, b.local),
-            None => (now_stat, now_local),
+        let record = match &spec.resume {
+            Some(b) => {
+                // Kernel time that passed unwatched: all the kernel counted
+                // since the start, less what the probe had counted before.
+                let k = kernel.own_throttled_ns(&now);
+                carried.unwatched_ns =
+                    k.saturating_sub(b.probe_ns + b.unwatched_ns) + b.unwatched_ns;
+                let gap = carried.unwatched_ns - b.unwatched_ns;
+                Record::Resume(resume_record(&spec, cgroup_id, o.facts, gap))
+            }
+            None => Record::Start(start_record(&spec, &cgroup, cgroup_id, &limits, o.facts)),
         };
         let mut log = LogWriter::open(&spec.log_path, spec.resume.is_some())?;
-        let record = if let Some(b) = &spec.resume {
-            // Kernel time that passed unwatched: all the kernel counted since
-            // the start, less what the probe had counted before the restart.
-            let k = match (source, now_local, b.local) {
-                (KernelSource::CpuStatLocal, Some(l), Some(bl)) => l.since(&bl).throttled_ns,
-                _ => now_stat.since(&b.stat).throttled_ns,
-            };
-            carried.unwatched_ns = k.saturating_sub(b.probe_ns + b.unwatched_ns) + b.unwatched_ns;
-            Record::Resume(Resume {
-                container_id: spec.container_id.clone(),
-                cgroup_id,
-                probe: info.probe.into(),
-                unwatched_throttled_ns: carried.unwatched_ns - b.unwatched_ns,
-                note: "agent restarted: freezes while no agent ran were not seen; the kernel's time for that gap is unwatched_throttled_ns".into(),
-            })
-        } else {
-            Record::Start(Start {
-                container_id: spec.container_id.clone(),
-                container_name: spec.container_name.clone(),
-                pid: spec.pid,
-                cgroup_path: cgroup.rel.clone(),
-                cgroup_id,
-                cgroup_mode: cgroup.mode.to_string(),
-                quota_us: limits.quota_us,
-                period_us: limits.period_us,
-                burst_us: limits.burst_us,
-                cpus: limits.cpus.clone().or_else(|| cgroup.effective_cpus()),
-                mems: limits.mems.clone().or_else(|| cgroup.effective_mems()),
-                kernel_release: kernel_release(),
-                throttle_model: info.model.into(),
-                probe: info.probe.into(),
-                threshold_ns: spec.threshold_ns,
-                labels: spec.labels.clone(),
-                qos: spec.qos.clone(),
-            })
-        };
         log.write(record)?;
         log.flush()?;
+        let mono = o.totals.mono_ns;
+        let cold = spec
+            .cold_start
+            .clone()
+            .filter(|_| o.cold_start_armed)
+            .map(|c| ColdStartTracker::new(c, mono));
         Ok(Session {
+            started_unix_ns: match carried.started_unix_ns {
+                0 => logfmt::now_unix_ns(),
+                t => t,
+            },
+            runq: o
+                .facts
+                .runq
+                .then(|| RunqTracker::new(Default::default(), mono)),
             spec,
             cgroup,
             cgroup_id,
-            log: Some(log),
-            threads: HashMap::new(),
-            freezes: 0,
-            frozen_ns: 0,
-            below_threshold: 0,
-            baseline,
-            baseline_local,
-            ancestor,
-            baseline_ancestor,
-            baseline_episodes: info.episodes_now,
-            baseline_fentry: info.fentry_now,
-            source,
-            started_unix_ns: if carried.started_unix_ns > 0 {
-                carried.started_unix_ns
-            } else {
-                logfmt::now_unix_ns()
-            },
-            lost_at_start: info.lost_now,
+            log,
+            tally: FreezeTally::default(),
+            kernel,
+            at_start: o.totals,
+            now: o.totals,
             carried,
-            runq: None,
-            cold: None,
+            cold,
+            exported_kernel: None,
+            exported_probe_ns: 0,
         })
     }
 
-    /// Account one freeze; returns the record when it is at or above the threshold.
-    pub fn on_freeze(&mut self, ev: &FreezeEvent, clock: &Clock) -> Option<Throttle> {
-        let ns = ev.frozen_ns();
-        self.freezes += 1;
-        self.frozen_ns += ns;
-        let t = self.threads.entry(ev.tid).or_default();
-        if t.comm != ev.comm {
-            t.comm = ev.comm.clone();
-        }
-        t.count += 1;
-        t.total_ns += ns;
-        t.max_ns = t.max_ns.max(ns);
-        if ns < self.spec.threshold_ns {
-            self.below_threshold += 1;
-            return None;
-        }
-        let rec = Throttle {
-            tid: ev.tid,
-            pid: ev.tgid,
-            comm: ev.comm.clone(),
-            cpu: ev.cpu_out,
-            cpu_in: ev.cpu_in,
-            start_ns: clock.to_unix_ns(ev.start_ns),
-            frozen_ns: ns,
-            cgroup_id: ev.cgroup_id,
-            throttled_cgroup_id: ev.throttled_cgroup_id,
-            throttled_level: ev.throttled_level,
-            queued: ev.queued,
-        };
-        if let Some(log) = self.log.as_mut() {
-            if let Err(e) = log.write(Record::Throttle(rec.clone())) {
-                tracing::warn!("{}: writing log: {e}", self.spec.log_path.display());
+    /// Take one reading: write its records, push what happened onto `out`.
+    pub fn feed(&mut self, r: Reading, clock: &Clock, out: &mut Vec<Output>) {
+        for ev in r.events {
+            match ev {
+                Event::Freeze(f) => self.on_freeze(&f, clock, out),
+                Event::ColdStart(c) => self.on_cold_start(&c, clock, out),
             }
         }
-        Some(rec)
-    }
-
-    /// Append a record (runq, cold_start) to the log, if still open.
-    pub fn write(&mut self, rec: Record) {
-        if let Some(log) = self.log.as_mut() {
-            if let Err(e) = log.write(rec) {
-                tracing::warn!("{}: writing log: {e}", self.spec.log_path.display());
-            }
+        let Some(totals) = r.totals else { return };
+        self.now = totals;
+        let cg = CgroupReading::read(&self.cgroup);
+        self.export_counters(&cg, out);
+        if r.snapshot {
+            self.snapshot(&cg, out);
+        }
+        if let Err(e) = self.log.flush() {
+            tracing::warn!("{}: flushing log: {e}", self.spec.log_path.display());
         }
     }
 
-    pub fn flush(&mut self) {
-        if let Some(log) = self.log.as_mut() {
-            let _ = log.flush();
-        }
-    }
-
-    pub fn kernel_throttled_ns(&self, now: &CpuStat, local: Option<&CpuStat>) -> u64 {
-        match (self.source, local, self.baseline_local.as_ref()) {
-            (KernelSource::CpuStatLocal, Some(l), Some(b)) => l.since(b).throttled_ns,
-            (KernelSource::Ancestor, _, _) => {
-                let a = self
-                    .ancestor
-                    .as_ref()
-                    .and_then(|a| a.cpu_stat().ok())
-                    .unwrap_or(self.baseline_ancestor);
-                a.since(&self.baseline_ancestor).throttled_ns
-            }
-            _ => now.since(&self.baseline).throttled_ns,
-        }
-    }
-
-    pub fn source(&self) -> KernelSource {
-        if self.source == KernelSource::CpuStatLocal && self.baseline_local.is_none() {
-            KernelSource::CpuStat
-        } else {
-            self.source
-        }
-    }
-
-    /// Write a `cpu_stat` snapshot of the kernel counters.
-    pub fn snapshot(&mut self, episodes: EpisodeTotals) {
-        let Ok(s) = self.cgroup.cpu_stat() else {
-            return;
-        };
-        let local = self.cgroup.cpu_stat_local().ok().flatten();
-        let rec = CpuStatSnapshot {
-            nr_periods: s.nr_periods,
-            nr_throttled: s.nr_throttled,
-            throttled_ns: s.throttled_ns,
-            nr_bursts: s.nr_bursts,
-            burst_ns: s.burst_ns,
-            local_throttled_ns: local.map(|l| l.throttled_ns),
-            probe_throttled_ns: self.probe_ns(episodes),
-        };
-        if let Some(log) = self.log.as_mut() {
-            let _ = log.write(Record::CpuStat(rec));
-        }
-    }
-
-    pub fn threads(&self) -> &HashMap<u32, ThreadAgg> {
-        &self.threads
-    }
-
-    /// The `end` record's content at this moment.
-    pub fn summary(
-        &self,
+    /// Stop: write what is known of a pending cold start, then `end`; flush
+    /// and sync. `totals`: the probe's, read after the last drain.
+    pub fn finish(
+        mut self,
+        totals: ProbeTotals,
         reason: &str,
         exit_code: Option<i32>,
-        episodes: EpisodeTotals,
-        lost_now: u64,
-        fentry: Option<EpisodeTotals>,
+        out: &mut Vec<Output>,
     ) -> End {
-        let now = self.cgroup.cpu_stat().unwrap_or(self.baseline);
-        let local = self.cgroup.cpu_stat_local().ok().flatten();
-        let d = now.since(&self.baseline);
-        let mut top: Vec<ThreadSummary> = self
-            .threads
-            .iter()
-            .map(|(tid, a)| ThreadSummary {
-                tid: *tid,
-                comm: a.comm.clone(),
-                count: a.count,
-                total_frozen_ns: a.total_ns,
-                max_frozen_ns: a.max_ns,
-            })
-            .collect();
-        top.sort_by(|a, b| {
-            b.total_frozen_ns
-                .cmp(&a.total_frozen_ns)
-                .then(a.tid.cmp(&b.tid))
-        });
-        top.truncate(10);
+        self.now = totals;
+        if let Some(rec) = self
+            .cold
+            .as_mut()
+            .and_then(|t| t.finish(COLD_START_CUT_SHORT))
+        {
+            self.write_cold_start(rec, out);
+        }
+        let end = self.end_record(reason, exit_code, &CgroupReading::read(&self.cgroup));
+        let path = self.spec.log_path.clone();
+        if let Err(e) = self
+            .log
+            .write(Record::End(end.clone()))
+            .and_then(|_| self.log.finish())
+        {
+            tracing::warn!("{}: finishing log: {e}", path.display());
+        }
+        end
+    }
+
+    /// The `end` record: the one place it is built.
+    fn end_record(&self, reason: &str, exit_code: Option<i32>, cg: &CgroupReading) -> End {
+        let d = self.kernel.delta(cg);
         End {
             reason: reason.into(),
             duration_ns: logfmt::now_unix_ns().saturating_sub(self.started_unix_ns),
             exit_code,
-            top_threads: top,
-            threads: self.threads.len() as u64,
-            freezes: self.freezes + self.carried.freezes,
-            frozen_ns: self.frozen_ns + self.carried.frozen_ns,
-            probe_throttled_ns: self.probe_ns(episodes),
-            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count)
-                + self.carried.probe_episodes,
+            top_threads: self.tally.top(),
+            threads: self.tally.threads(),
+            freezes: self.tally.freezes + self.carried.freezes,
+            frozen_ns: self.tally.frozen_ns + self.carried.frozen_ns,
+            probe_throttled_ns: self.probe_ns(),
+            probe_episodes: self.probe_episodes(),
             unwatched_throttled_ns: self.carried.unwatched_ns,
-            fentry_throttled_ns: fentry
-                .zip(self.baseline_fentry)
-                .map(|(now, base)| now.total_ns.saturating_sub(base.total_ns))
-                // The fentry view keys episodes by the throttled run-queue's
-                // own group: a group throttled by an ancestor's quota is not
-                // in it (absent, not 0).
-                .filter(|_| self.spec.resume.is_none() && self.source == KernelSource::CpuStat),
-            kernel_throttled_ns: self.kernel_throttled_ns(&now, local.as_ref()),
-            kernel_source: self.source().as_str().into(),
+            fentry_throttled_ns: self.fentry_ns(),
+            kernel_throttled_ns: self.kernel.throttled_ns(cg),
+            kernel_source: self.kernel.source().as_str().into(),
             nr_periods: d.nr_periods,
             nr_throttled: d.nr_throttled,
             nr_bursts: d.nr_bursts,
             burst_ns: d.burst_ns,
-            lost_events: lost_now.saturating_sub(self.lost_at_start),
-            below_threshold: self.below_threshold,
-            runq: None, // the engine fills it from the probe
+            lost_events: self
+                .now
+                .lost_events
+                .saturating_sub(self.at_start.lost_events),
+            below_threshold: self.tally.below_threshold,
+            runq: self.runq_total(),
         }
     }
 
-    fn probe_ns(&self, episodes: EpisodeTotals) -> u64 {
-        episodes
-            .total_ns
-            .saturating_sub(self.baseline_episodes.total_ns)
-            + self.carried.probe_ns
-    }
-
-    /// The state to persist so a restarted agent can resume this session.
-    pub fn baseline(&self, episodes: EpisodeTotals) -> Baseline {
+    /// The state to persist so a restarted agent can resume this session
+    /// (as of the last reading with totals).
+    pub fn baseline(&self) -> Baseline {
+        let (stat, local) = self.kernel.base();
         Baseline {
-            stat: self.baseline,
-            local: self.baseline_local,
+            stat,
+            local,
             started_unix_ns: self.started_unix_ns,
-            probe_ns: self.probe_ns(episodes),
-            probe_episodes: episodes.count.saturating_sub(self.baseline_episodes.count)
-                + self.carried.probe_episodes,
-            freezes: self.freezes + self.carried.freezes,
-            frozen_ns: self.frozen_ns + self.carried.frozen_ns,
+            probe_ns: self.probe_ns(),
+            probe_episodes: self.probe_episodes(),
+            freezes: self.tally.freezes + self.carried.freezes,
+            frozen_ns: self.tally.frozen_ns + self.carried.frozen_ns,
             unwatched_ns: self.carried.unwatched_ns,
         }
     }
 
-    /// Write the `end` record, flush and sync. Safe to call once; later calls do nothing.
-    pub fn finish(&mut self, end: &End) -> std::io::Result<()> {
-        if let Some(mut log) = self.log.take() {
-            log.write(Record::End(end.clone()))?;
-            log.finish()?;
+    fn on_freeze(&mut self, ev: &FreezeEvent, clock: &Clock, out: &mut Vec<Output>) {
+        let record = self
+            .tally
+            .add(ev, self.spec.threshold_ns)
+            .then(|| throttle_record(ev, clock));
+        if let Some(rec) = &record {
+            self.write(Record::Throttle(rec.clone()));
         }
-        Ok(())
+        out.push(Output::Freeze {
+            container: self.spec.labels.clone(),
+            frozen_ns: ev.frozen_ns(),
+            record,
+        });
     }
 
-    pub fn is_finished(&self) -> bool {
-        self.log.is_none()
+    fn on_cold_start(&mut self, ev: &ColdStartEvent, clock: &Clock, out: &mut Vec<Output>) {
+        if let Some(rec) = self.cold.as_mut().and_then(|t| t.on_event(ev, clock)) {
+            self.write_cold_start(rec, out);
+        }
+    }
+
+    fn write_cold_start(&mut self, record: logfmt::ColdStart, out: &mut Vec<Output>) {
+        self.write(Record::ColdStart(record.clone()));
+        out.push(Output::ColdStart {
+            container: self.spec.labels.clone(),
+            record,
+        });
+    }
+
+    /// The kernel counters and the probe's time since the last export.
+    fn export_counters(&mut self, cg: &CgroupReading, out: &mut Vec<Output>) {
+        let Some(now) = cg.stat else { return };
+        let prev = self.exported_kernel.replace(now).unwrap_or(now);
+        let probe = self.now.episodes.total_ns;
+        let before = std::mem::replace(&mut self.exported_probe_ns, probe);
+        out.push(Output::Counters {
+            container: self.spec.labels.clone(),
+            kernel: now.since(&prev),
+            probe_throttled_ns: probe.saturating_sub(before),
+        });
+    }
+
+    /// `cpu_stat` and `runq` records; give up on a cold start that is overdue.
+    fn snapshot(&mut self, cg: &CgroupReading, out: &mut Vec<Output>) {
+        if let Some(s) = cg.stat {
+            self.write(Record::CpuStat(CpuStatSnapshot {
+                nr_periods: s.nr_periods,
+                nr_throttled: s.nr_throttled,
+                throttled_ns: s.throttled_ns,
+                nr_bursts: s.nr_bursts,
+                burst_ns: s.burst_ns,
+                local_throttled_ns: cg.local.map(|l| l.throttled_ns),
+                probe_throttled_ns: self.probe_ns(),
+            }));
+        }
+        if let (Some(t), Some(now)) = (self.runq.as_mut(), self.now.runq) {
+            let record = t.interval(now, self.now.mono_ns);
+            self.write(Record::Runq(record.clone()));
+            out.push(Output::Runq {
+                container: self.spec.labels.clone(),
+                record,
+            });
+        }
+        if self
+            .cold
+            .as_ref()
+            .is_some_and(|c| c.expired(self.now.mono_ns))
+        {
+            let why = format!(
+                "not complete {}s after the hook",
+                crate::coldstart::GIVE_UP_AFTER.as_secs()
+            );
+            if let Some(rec) = self.cold.as_mut().and_then(|t| t.finish(&why)) {
+                self.write_cold_start(rec, out);
+            }
+        }
+    }
+
+    fn write(&mut self, rec: Record) {
+        if let Err(e) = self.log.write(rec) {
+            tracing::warn!("{}: writing log: {e}", self.spec.log_path.display());
+        }
+    }
+
+    fn probe_ns(&self) -> u64 {
+        let (now, start) = (self.now.episodes, self.at_start.episodes);
+        now.total_ns.saturating_sub(start.total_ns) + self.carried.probe_ns
+    }
+
+    fn probe_episodes(&self) -> u64 {
+        let (now, start) = (self.now.episodes, self.at_start.episodes);
+        now.count.saturating_sub(start.count) + self.carried.probe_episodes
+    }
+
+    /// The fentry view keys episodes by the throttled run-queue's own group:
+    /// a group throttled by an ancestor's quota is not in it (absent, not 0).
+    fn fentry_ns(&self) -> Option<u64> {
+        let (now, start) = (self.now.fentry?, self.at_start.fentry?);
+        (self.spec.resume.is_none() && self.kernel.own_quota())
+            .then(|| now.total_ns.saturating_sub(start.total_ns))
+    }
+
+    /// Run-queue latency over the whole watch.
+    fn runq_total(&self) -> Option<Runq> {
+        Some(self.runq.as_ref()?.total(self.now.runq?, self.now.mono_ns))
     }
 }
 
-/// The nearest ancestor that holds a quota (walking up the cpu hierarchy).
-fn quota_ancestor(g: &CpuCgroup) -> Option<CpuCgroup> {
-    let mut dir = g.cpu_dir.clone();
-    let mut rel = g.rel.clone();
-    while dir.pop() {
-        rel = rel.rsplit_once('/').map(|(p, _)| p.to_string())?;
-        let a = CpuCgroup {
-            mode: g.mode,
-            rel: rel.clone(),
-            cpu_dir: dir.clone(),
-            cpuset_dir: None,
-            extra_dirs: vec![],
-        };
-        match a.limits() {
-            Ok(l) if l.quota_us.is_some() => return Some(a),
-            Ok(_) => continue,
-            Err(_) => return None,
-        }
+fn throttle_record(ev: &FreezeEvent, clock: &Clock) -> Throttle {
+    Throttle {
+        tid: ev.tid,
+        pid: ev.tgid,
+        comm: ev.comm.clone(),
+        cpu: ev.cpu_out,
+        cpu_in: ev.cpu_in,
+        start_ns: clock.to_unix_ns(ev.start_ns),
+        frozen_ns: ev.frozen_ns(),
+        cgroup_id: ev.cgroup_id,
+        throttled_cgroup_id: ev.throttled_cgroup_id,
+        throttled_level: ev.throttled_level,
+        queued: ev.queued,
     }
-    None
+}
+
+fn start_record(
+    spec: &SessionSpec,
+    cgroup: &CpuCgroup,
+    cgroup_id: u64,
+    limits: &CpuLimits,
+    facts: &ProbeFacts,
+) -> Start {
+    Start {
+        container_id: spec.labels.container_id.clone(),
+        container_name: spec.labels.container_name.clone(),
+        pid: spec.pid,
+        cgroup_path: cgroup.rel.clone(),
+        cgroup_id,
+        cgroup_mode: cgroup.mode.to_string(),
+        quota_us: limits.quota_us,
+        period_us: limits.period_us,
+        burst_us: limits.burst_us,
+        cpus: limits.cpus.clone().or_else(|| cgroup.effective_cpus()),
+        mems: limits.mems.clone().or_else(|| cgroup.effective_mems()),
+        kernel_release: kernel_release(),
+        throttle_model: facts.model.as_str().into(),
+        probe: facts.description.clone(),
+        threshold_ns: spec.threshold_ns,
+        labels: spec.labels.as_map(),
+        qos: spec.qos.clone(),
+    }
+}
+
+fn resume_record(spec: &SessionSpec, cgroup_id: u64, facts: &ProbeFacts, gap_ns: u64) -> Resume {
+    Resume {
+        container_id: spec.labels.container_id.clone(),
+        cgroup_id,
+        probe: facts.description.clone(),
+        unwatched_throttled_ns: gap_ns,
+        note: "agent restarted: freezes while no agent ran were not seen; the kernel's time for that gap is unwatched_throttled_ns".into(),
+    }
 }
 
 pub fn kernel_release() -> String {
@@ -434,6 +382,3 @@ pub fn kernel_release() -> String {
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
-
-/// Convenience for callers that only have the log module.
-pub use logfmt::log_file_name;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use throttlewatch_core::logfmt::log_file_name;
 use throttlewatch_core::protocol::Register;
 
-use crate::session::Baseline;
+use crate::spec::Baseline;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Persisted {

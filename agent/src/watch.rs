@@ -2,6 +2,7 @@
 //! the duration ends or the cgroup goes away.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use throttlewatch_cgroup::{proc::cpu_cgroup_of_pid, CpuCgroup, Hierarchies};
@@ -10,9 +11,10 @@ use throttlewatch_core::units::parse_duration;
 
 use crate::cli::WatchArgs;
 use crate::engine::{probe_options, Engine};
+use crate::labels::ContainerLabels;
 use crate::live::LiveLoop;
 use crate::run::{log_path, threshold_ns};
-use crate::session::SessionSpec;
+use crate::spec::SessionSpec;
 use crate::{signals, CliError};
 
 /// Resolve --cgroup/--pid to an existing cpu cgroup.
@@ -65,10 +67,9 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
     let mut engine =
         Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
     let spec = SessionSpec {
-        container_id: name.clone(),
-        container_name: name.clone(),
+        labels: Arc::new(ContainerLabels::plain(&name, &name)),
         threshold_ns: threshold,
-        log_path: log.clone(),
+        log_path: log,
         ..Default::default()
     };
     let id = engine
@@ -77,7 +78,7 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
     let mut live = LiveLoop::new(cfg, &a.out);
     let started = Instant::now();
     let reason = loop {
-        live.drain(&mut engine);
+        live.poll(&mut engine);
         if signals::received().is_some() {
             break "signal";
         }
@@ -87,12 +88,9 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
         if !g.exists() {
             break "cgroup-removed";
         }
-        live.housekeep(&mut engine);
+        live.sleep();
     };
-    engine.snapshot_all();
-    if let Some((end, _)) = engine.finish(id, reason, None) {
-        live.printer
-            .summary(&format!("watching {name} ended ({reason})"), &end, &log);
-    }
+    let what = format!("watching {name} ended ({reason})");
+    live.finish(&mut engine, id, reason, None, &what);
     Ok(0)
 }

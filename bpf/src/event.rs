@@ -3,7 +3,8 @@
 use crate::skel::types::tw_event;
 
 pub const KIND_FREEZE: u32 = 1;
-pub const KIND_EPISODE: u32 = 2;
+/// Kind 2 was a per-episode event that user space never needed (the totals
+/// are in the `episodes` map); retired, never reused.
 pub const KIND_COLDSTART: u32 = 3;
 pub const KIND_FREEZE_QUEUED: u32 = 4;
 
@@ -37,15 +38,6 @@ impl FreezeEvent {
     }
 }
 
-/// A (cgroup, CPU) run-queue throttle episode, as the kernel counts them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EpisodeEvent {
-    pub cgroup_id: u64,
-    pub cpu: u32,
-    pub start_ns: u64,
-    pub end_ns: u64,
-}
-
 /// A cold-start stage of a watched cgroup's entrypoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColdStartStage {
@@ -74,19 +66,10 @@ pub struct ColdStartEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Freeze(FreezeEvent),
-    Episode(EpisodeEvent),
     ColdStart(ColdStartEvent),
 }
 
 impl Event {
-    pub fn cgroup_id(&self) -> u64 {
-        match self {
-            Event::Freeze(f) => f.cgroup_id,
-            Event::Episode(e) => e.cgroup_id,
-            Event::ColdStart(c) => c.cgroup_id,
-        }
-    }
-
     /// Decode one ring-buffer record; None for a record of the wrong size or kind.
     pub fn decode(data: &[u8]) -> Option<Event> {
         if data.len() < std::mem::size_of::<tw_event>() {
@@ -115,12 +98,6 @@ impl Event {
                 throttled_cgroup_id: e.throttled_cgroup_id,
                 throttled_level: e.throttled_level,
                 queued: e.kind == KIND_FREEZE_QUEUED,
-            })),
-            KIND_EPISODE => Some(Event::Episode(EpisodeEvent {
-                cgroup_id: e.cgroup_id,
-                cpu: e.cpu_out,
-                start_ns: e.start_ns,
-                end_ns: e.end_ns,
             })),
             KIND_COLDSTART => {
                 let stage = match e.cpu_out {
@@ -186,12 +163,9 @@ mod tests {
     }
 
     #[test]
-    fn decodes_episode_and_rejects_garbage() {
-        let Some(Event::Episode(e)) = Event::decode(&raw(KIND_EPISODE)) else {
-            panic!()
-        };
-        assert_eq!((e.cpu, e.start_ns, e.end_ns), (1, 1000, 3500));
+    fn decodes_cold_start_and_rejects_garbage() {
         assert_eq!(Event::decode(&raw(99)), None);
+        assert_eq!(Event::decode(&raw(2)), None, "the retired episode kind");
         let mut cs = raw(KIND_COLDSTART);
         cs[12] = 2; // cpu_out: the stage
         let Some(Event::ColdStart(c)) = Event::decode(&cs) else {

@@ -17,6 +17,6 @@ pub mod fentry;
 pub mod probe;
 pub mod runq;
 
-pub use event::{ColdStartEvent, ColdStartStage, EpisodeEvent, Event, FreezeEvent};
+pub use event::{ColdStartEvent, ColdStartStage, Event, FreezeEvent};
 pub use probe::{EpisodeTotals, ProbeError, ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe};
 pub use runq::RunqTotals;

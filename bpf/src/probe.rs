@@ -533,10 +533,6 @@ impl ThrottleProbe {
         self.skel.maps.watched.keys().count()
     }
 
-    pub fn episode_entries(&self) -> usize {
-        self.skel.maps.episodes.keys().count()
-    }
-
     /// Drain what the kernel has queued; returns the events in order.
     pub fn poll(&mut self) -> Vec<Event> {
         let _ = self.rb.consume();

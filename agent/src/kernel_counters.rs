@@ -1,0 +1,157 @@
+//! The kernel's side of the comparison: which `cpu.stat` counter a
+//! session's probe total is compared with, and its baseline.
+
+use throttlewatch_cgroup::{CpuCgroup, CpuStat};
+
+use crate::spec::Baseline;
+
+/// Which kernel counter the episode total is compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelSource {
+    /// The group holds the quota itself: `cpu.stat` throttled time.
+    CpuStat,
+    /// The throttling comes from an ancestor: `cpu.stat.local`.
+    CpuStatLocal,
+    /// Kernels before `cpu.stat.local` (Linux 6.8): the throttling
+    /// ancestor's own `cpu.stat` (exact when the group is its only busy child).
+    Ancestor,
+}
+
+impl KernelSource {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            KernelSource::CpuStat => "cpu.stat",
+            KernelSource::CpuStatLocal => "cpu.stat.local",
+            KernelSource::Ancestor => "ancestor cpu.stat",
+        }
+    }
+}
+
+/// One read of a cgroup's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CgroupReading {
+    /// None when `cpu.stat` could not be read (the cgroup is going away).
+    pub stat: Option<CpuStat>,
+    pub local: Option<CpuStat>,
+}
+
+impl CgroupReading {
+    pub fn read(g: &CpuCgroup) -> CgroupReading {
+        CgroupReading {
+            stat: g.cpu_stat().ok(),
+            local: g.cpu_stat_local().ok().flatten(),
+        }
+    }
+}
+
+/// The counters a session's totals are compared with, from its start.
+#[derive(Debug, Clone)]
+pub struct KernelCounters {
+    source: KernelSource,
+    base: CpuStat,
+    base_local: Option<CpuStat>,
+    /// With KernelSource::Ancestor: the ancestor holding the quota and its
+    /// counters when watching began.
+    ancestor: Option<(CpuCgroup, CpuStat)>,
+}
+
+impl KernelCounters {
+    /// `own_quota`: the group has a quota of its own. `now`: read just
+    /// before; `resume`: the baseline of a log that continues.
+    pub fn open(
+        g: &CpuCgroup,
+        own_quota: bool,
+        now: &CgroupReading,
+        resume: Option<&Baseline>,
+    ) -> KernelCounters {
+        let ancestor = if !own_quota && now.local.is_none() {
+            quota_ancestor(g).map(|a| {
+                let s = a.cpu_stat().unwrap_or_default();
+                (a, s)
+            })
+        } else {
+            None
+        };
+        let source = match (own_quota, &ancestor) {
+            (true, _) => KernelSource::CpuStat,
+            (false, Some(_)) => KernelSource::Ancestor,
+            (false, None) => KernelSource::CpuStatLocal,
+        };
+        let (base, base_local) = match resume {
+            Some(b) => (b.stat, b.local),
+            None => (now.stat.unwrap_or_default(), now.local),
+        };
+        KernelCounters {
+            source,
+            base,
+            base_local,
+            ancestor,
+        }
+    }
+
+    /// The kernel's throttled time since the start.
+    pub fn throttled_ns(&self, now: &CgroupReading) -> u64 {
+        match (self.source, now.local, self.base_local) {
+            (KernelSource::CpuStatLocal, Some(l), Some(b)) => l.since(&b).throttled_ns,
+            (KernelSource::Ancestor, _, _) => {
+                let (a, base) = self.ancestor.as_ref().expect("Ancestor has one");
+                a.cpu_stat().unwrap_or(*base).since(base).throttled_ns
+            }
+            _ => now.stat.unwrap_or(self.base).since(&self.base).throttled_ns,
+        }
+    }
+
+    /// The group's own throttled time since the start (an ancestor's quota
+    /// aside): what passed unwatched when a log resumes.
+    pub fn own_throttled_ns(&self, now: &CgroupReading) -> u64 {
+        match (self.source, now.local, self.base_local) {
+            (KernelSource::CpuStatLocal, Some(l), Some(b)) => l.since(&b).throttled_ns,
+            _ => now.stat.unwrap_or_default().since(&self.base).throttled_ns,
+        }
+    }
+
+    /// The `cpu.stat` deltas since the start (periods, bursts).
+    pub fn delta(&self, now: &CgroupReading) -> CpuStat {
+        now.stat.unwrap_or(self.base).since(&self.base)
+    }
+
+    /// The source as reported: `cpu.stat.local` only where it was there at the start.
+    pub fn source(&self) -> KernelSource {
+        if self.source == KernelSource::CpuStatLocal && self.base_local.is_none() {
+            KernelSource::CpuStat
+        } else {
+            self.source
+        }
+    }
+
+    /// Whether the group holds its own quota (the fentry view sees it).
+    pub fn own_quota(&self) -> bool {
+        self.source == KernelSource::CpuStat
+    }
+
+    pub fn base(&self) -> (CpuStat, Option<CpuStat>) {
+        (self.base, self.base_local)
+    }
+}
+
+/// The nearest ancestor that holds a quota (walking up the cpu hierarchy).
+fn quota_ancestor(g: &CpuCgroup) -> Option<CpuCgroup> {
+    let mut dir = g.cpu_dir.clone();
+    let mut rel = g.rel.clone();
+    while dir.pop() {
+        rel = rel.rsplit_once('/').map(|(p, _)| p.to_string())?;
+        let a = CpuCgroup {
+            mode: g.mode,
+            rel: rel.clone(),
+            cpu_dir: dir.clone(),
+            cpuset_dir: None,
+            extra_dirs: vec![],
+        };
+        match a.limits() {
+            Ok(l) if l.quota_us.is_some() => return Some(a),
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    }
+    None
+}

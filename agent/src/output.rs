@@ -1,0 +1,38 @@
+//! What the engine hands out after each poll; the log has already been
+//! written by then. The metrics and the live printer consume the same list.
+
+use std::sync::Arc;
+
+use throttlewatch_cgroup::CpuStat;
+use throttlewatch_core::logfmt::{ColdStart, Runq, Throttle};
+
+use crate::labels::ContainerLabels;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// A freeze, with the `throttle` record written for it (None: under the threshold).
+    Freeze {
+        container: Arc<ContainerLabels>,
+        frozen_ns: u64,
+        record: Option<Throttle>,
+    },
+    /// A `cold_start` record was written.
+    ColdStart {
+        container: Arc<ContainerLabels>,
+        record: ColdStart,
+    },
+    /// A `runq` record was written.
+    Runq {
+        container: Arc<ContainerLabels>,
+        record: Runq,
+    },
+    /// Kernel counters and the probe's throttled time since the last
+    /// `Counters` of this container (from `Due::Tick`).
+    Counters {
+        container: Arc<ContainerLabels>,
+        kernel: CpuStat,
+        probe_throttled_ns: u64,
+    },
+    /// Events lost node-wide since the last poll that read the totals.
+    LostEvents { count: u64 },
+}

@@ -1,0 +1,54 @@
+//! What a session is fed at each poll: one typed reading of the probe.
+
+use throttlewatch_bpf::{EpisodeTotals, Event, RunqTotals, ThrottleProbe};
+
+use crate::clock::Clock;
+
+/// How much a poll does, each step including the ones before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Due {
+    /// Drain the kernel's events into the logs (every poll interval).
+    Events,
+    /// Also read the totals: metrics counters, logs flushed (every second).
+    Tick,
+    /// Also write the `cpu_stat` and `runq` records (every snapshot interval).
+    Snapshot,
+}
+
+/// The probe's cumulative totals for one watched cgroup at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProbeTotals {
+    /// (cgroup, CPU) throttle episodes, from the kernel map.
+    pub episodes: EpisodeTotals,
+    /// The same from the optional fentry view, where loaded.
+    pub fentry: Option<EpisodeTotals>,
+    /// Run-queue latency histograms, where measured.
+    pub runq: Option<RunqTotals>,
+    /// Events the ring buffer could not take, node-wide.
+    pub lost_events: u64,
+    /// When they were read, CLOCK_MONOTONIC.
+    pub mono_ns: u64,
+}
+
+impl ProbeTotals {
+    pub fn read(probe: &ThrottleProbe, cgroup_id: u64) -> ProbeTotals {
+        ProbeTotals {
+            episodes: probe.episode_totals(cgroup_id),
+            fentry: probe.fentry_totals(cgroup_id),
+            runq: probe.runq_totals(cgroup_id),
+            lost_events: probe.lost_events(),
+            mono_ns: Clock::monotonic_ns(),
+        }
+    }
+}
+
+/// One poll's reading for one session.
+#[derive(Debug, Clone, Default)]
+pub struct Reading {
+    /// Freeze and cold-start events of its cgroup, in the kernel's order.
+    pub events: Vec<Event>,
+    /// Present from `Due::Tick` on.
+    pub totals: Option<ProbeTotals>,
+    /// `Due::Snapshot`: write `cpu_stat` and `runq` records.
+    pub snapshot: bool,
+}

@@ -1,0 +1,73 @@
+//! What the agent knows about a container when watching starts, and what a
+//! session persists so that a restarted agent resumes its log.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use throttlewatch_cgroup::CpuStat;
+use throttlewatch_core::logfmt::End;
+use throttlewatch_core::protocol::Register;
+
+use crate::coldstart::ColdStartSpec;
+use crate::labels::ContainerLabels;
+
+/// What is known about a container when watching starts.
+#[derive(Debug, Clone, Default)]
+pub struct SessionSpec {
+    /// Its id and names: the log's `start` record, the metrics' labels.
+    pub labels: Arc<ContainerLabels>,
+    pub pid: Option<u32>,
+    pub qos: Option<serde_json::Value>,
+    pub threshold_ns: u64,
+    pub log_path: PathBuf,
+    /// Continue an existing log (agent restart): write `resume`, not `start`,
+    /// and keep counting from the original baseline.
+    pub resume: Option<Baseline>,
+    /// Record the cold-start timeline (containers registered at create).
+    pub cold_start: Option<ColdStartSpec>,
+    /// The registration that asked for it (the agent persists it with the
+    /// baseline); None for `run` and `watch`.
+    pub register: Option<Register>,
+}
+
+impl SessionSpec {
+    pub fn container_id(&self) -> &str {
+        &self.labels.container_id
+    }
+}
+
+/// What a session needs to survive an agent restart (persisted by the agent).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Baseline {
+    pub stat: CpuStat,
+    pub local: Option<CpuStat>,
+    pub started_unix_ns: u64,
+    /// Probe totals written before the restart.
+    pub probe_ns: u64,
+    pub probe_episodes: u64,
+    pub freezes: u64,
+    pub frozen_ns: u64,
+    /// Kernel throttled time that passed while no agent watched.
+    pub unwatched_ns: u64,
+}
+
+/// The reason of an `end` written for a container that went away while no
+/// agent ran.
+pub const ENDED_WHILE_AGENT_DOWN: &str = "ended-while-agent-down";
+
+impl Baseline {
+    /// The `end` of a container that went away while no agent ran: what
+    /// was counted up to the last persist; its cgroup is gone, so no kernel view.
+    pub fn ended_while_agent_down(&self) -> End {
+        End {
+            reason: ENDED_WHILE_AGENT_DOWN.into(),
+            probe_throttled_ns: self.probe_ns,
+            probe_episodes: self.probe_episodes,
+            freezes: self.freezes,
+            frozen_ns: self.frozen_ns,
+            unwatched_throttled_ns: self.unwatched_ns,
+            kernel_source: "unavailable (cgroup removed)".into(),
+            ..Default::default()
+        }
+    }
+}
