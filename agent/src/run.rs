@@ -35,9 +35,23 @@ fn us(d: Duration) -> u64 {
 /// Validate --cpus/--quota/--period/--burst/--cpuset against each other and
 /// the CPUs available (`available`: the root cpuset's CPUs).
 pub fn parse_limits(a: &RunArgs, available: Option<&CpuList>) -> Result<RunLimits, CliError> {
-    let u = |e: units::UnitError| CliError::usage(e.to_string());
+    let period_us = parse_period(a)?;
+    let quota_us = parse_quota(a, period_us)?;
+    Ok(RunLimits {
+        quota_us,
+        period_us,
+        burst_us: parse_burst(a, quota_us)?,
+        cpuset: parse_cpuset(a, available)?,
+    })
+}
+
+fn unit_err(e: units::UnitError) -> CliError {
+    CliError::usage(e.to_string())
+}
+
+fn parse_period(a: &RunArgs) -> Result<u64, CliError> {
     let period_us = match &a.period {
-        Some(p) => us(parse_duration("--period", p).map_err(u)?),
+        Some(p) => us(parse_duration("--period", p).map_err(unit_err)?),
         None => 100_000,
     };
     if !(1_000..=1_000_000).contains(&period_us) {
@@ -46,67 +60,63 @@ pub fn parse_limits(a: &RunArgs, available: Option<&CpuList>) -> Result<RunLimit
             a.period.as_deref().unwrap_or_default()
         )));
     }
-    let quota_us = match (&a.cpus, &a.quota) {
-        (Some(c), _) => Some(units::quota_for_cpus(
-            units::parse_cpus("--cpus", c).map_err(u)?,
+    Ok(period_us)
+}
+
+fn parse_quota(a: &RunArgs, period_us: u64) -> Result<Option<u64>, CliError> {
+    match (&a.cpus, &a.quota) {
+        (Some(c), _) => Ok(Some(units::quota_for_cpus(
+            units::parse_cpus("--cpus", c).map_err(unit_err)?,
             period_us,
-        )),
+        ))),
         (None, Some(q)) => {
-            let q_us = us(parse_duration("--quota", q).map_err(u)?);
+            let q_us = us(parse_duration("--quota", q).map_err(unit_err)?);
             if q_us < 1_000 {
                 return Err(CliError::usage(format!(
                     "--quota: invalid value {q:?}: the kernel's smallest quota is 1ms"
                 )));
             }
-            Some(q_us)
+            Ok(Some(q_us))
         }
-        (None, None) => None,
+        (None, None) => Ok(None),
+    }
+}
+
+fn parse_burst(a: &RunArgs, quota_us: Option<u64>) -> Result<Option<u64>, CliError> {
+    let Some(b) = &a.burst else { return Ok(None) };
+    let b_us = us(parse_duration("--burst", b).map_err(unit_err)?);
+    let Some(q) = quota_us else {
+        return Err(CliError::usage(format!(
+            "--burst: invalid value {b:?}: a burst needs a quota (--cpus or --quota)"
+        )));
     };
-    let burst_us = match &a.burst {
-        None => None,
-        Some(b) => {
-            let b_us = us(parse_duration("--burst", b).map_err(u)?);
-            let Some(q) = quota_us else {
-                return Err(CliError::usage(format!(
-                    "--burst: invalid value {b:?}: a burst needs a quota (--cpus or --quota)"
-                )));
-            };
-            if b_us > q {
-                return Err(CliError::usage(format!(
-                    "--burst: invalid value {b:?}: larger than the quota ({}); the kernel accepts a burst up to the quota",
-                    units::format_duration(Duration::from_micros(q))
-                )));
-            }
-            Some(b_us)
+    if b_us > q {
+        return Err(CliError::usage(format!(
+            "--burst: invalid value {b:?}: larger than the quota ({}); the kernel accepts a burst up to the quota",
+            units::format_duration(Duration::from_micros(q))
+        )));
+    }
+    Ok(Some(b_us))
+}
+
+fn parse_cpuset(a: &RunArgs, available: Option<&CpuList>) -> Result<Option<CpuList>, CliError> {
+    let Some(s) = &a.cpuset else { return Ok(None) };
+    let l = CpuList::parse("--cpuset", s).map_err(unit_err)?;
+    if l.is_empty() {
+        return Err(CliError::usage(format!(
+            "--cpuset: invalid value {s:?}: {}",
+            throttlewatch_core::cpulist::CPULIST_ACCEPTED
+        )));
+    }
+    if let Some(avail) = available {
+        let outside = l.difference(avail);
+        if !outside.is_empty() {
+            return Err(CliError::usage(format!(
+                "--cpuset: invalid value {s:?}: CPUs {outside} are not available here; accepted: a subset of {avail}"
+            )));
         }
-    };
-    let cpuset = match &a.cpuset {
-        None => None,
-        Some(s) => {
-            let l = CpuList::parse("--cpuset", s).map_err(u)?;
-            if l.is_empty() {
-                return Err(CliError::usage(format!(
-                    "--cpuset: invalid value {s:?}: {}",
-                    throttlewatch_core::cpulist::CPULIST_ACCEPTED
-                )));
-            }
-            if let Some(avail) = available {
-                let outside = l.difference(avail);
-                if !outside.is_empty() {
-                    return Err(CliError::usage(format!(
-                        "--cpuset: invalid value {s:?}: CPUs {outside} are not available here; accepted: a subset of {avail}"
-                    )));
-                }
-            }
-            Some(l)
-        }
-    };
-    Ok(RunLimits {
-        quota_us,
-        period_us,
-        burst_us,
-        cpuset,
-    })
+    }
+    Ok(Some(l))
 }
 
 /// Find the program like execvp would; a clear error if it is not there.

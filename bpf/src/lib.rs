@@ -14,6 +14,7 @@ mod skel {
 
 pub mod event;
 pub mod fentry;
+mod load;
 pub mod probe;
 pub mod runq;
 

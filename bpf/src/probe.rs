@@ -2,17 +2,15 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::mem::MaybeUninit;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer};
 
 use crate::event::Event;
+use crate::load;
 use crate::runq::RunqTotals;
 use crate::skel::types::{tw_coldstart, tw_episode, tw_episode_key, tw_runq};
-use crate::skel::{ThrottleSkel, ThrottleSkelBuilder};
+use crate::skel::ThrottleSkel;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -108,7 +106,7 @@ pub struct ThrottleProbe {
     fentry: Option<crate::fentry::FentryProbe>,
     fentry_error: Option<String>,
     rb: RingBuffer<'static>,
-    queue: Rc<RefCell<Vec<Event>>>,
+    queue: load::EventQueue,
     _links: Vec<Link>,
     model: ThrottleModel,
     kind: ProbeKind,
@@ -134,209 +132,29 @@ impl RunqControl {
     }
 }
 
-/// libbpf's own messages go to `tracing` (debug), not straight to stderr:
-/// the optional programs (fentry) are expected to fail on some kernels, and
-/// real failures come back as errors that name what failed.
-fn route_libbpf_messages() {
-    fn forward(level: libbpf_rs::PrintLevel, msg: String) {
-        let msg = msg.trim_end();
-        match level {
-            libbpf_rs::PrintLevel::Warn => tracing::debug!(target: "libbpf", "{msg}"),
-            _ => tracing::trace!(target: "libbpf", "{msg}"),
-        }
-    }
-    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, forward)));
-}
-
-fn bump_memlock() {
-    let r = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: plain syscall with a valid struct.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &r) } != 0 {
-        tracing::debug!(
-            "could not raise RLIMIT_MEMLOCK ({}); kernels >= 5.11 account BPF memory to the cgroup instead",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 impl ThrottleProbe {
     pub fn load(opts: &ProbeOptions) -> Result<ThrottleProbe, ProbeError> {
-        route_libbpf_messages();
-        bump_memlock();
+        load::route_libbpf_messages();
+        load::bump_memlock();
         let model = ThrottleModel::detect();
-        // The skeleton borrows its object for its whole life; the probe is
-        // loaded once per process, so the object is leaked on purpose.
-        let obj: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
-        let try_kind = |kind: ProbeKind, runq: bool, obj: &'static mut MaybeUninit<OpenObject>| {
-            let mut open = ThrottleSkelBuilder::default()
-                .open(obj)
-                .map_err(ProbeError::Load)?;
-            if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
-                ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
-                ro.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
-                ro.runq_enabled = runq;
-            }
-            if opts.ringbuf_bytes > 0 {
-                open.maps
-                    .events
-                    .set_max_entries(opts.ringbuf_bytes.next_power_of_two().max(4096))
-                    .map_err(ProbeError::Load)?;
-            }
-            let btf = kind == ProbeKind::TpBtf;
-            let p = &mut open.progs;
-            for (prog, on) in [
-                (&mut p.tw_switch_btf, btf),
-                (&mut p.tw_switch_raw, !btf),
-                (&mut p.tw_hrtimer_btf, btf),
-                (&mut p.tw_hrtimer_raw, !btf),
-                (&mut p.tw_hrtimer_exit_btf, btf),
-                (&mut p.tw_hrtimer_exit_raw, !btf),
-                (&mut p.tw_wakeup_btf, runq),
-                (&mut p.tw_wakeup_new_btf, runq),
-                (&mut p.tw_cgroup_attach_btf, runq),
-                (&mut p.tw_exec_btf, runq),
-                (&mut p.tw_fork_btf, runq),
-                // Only the dequeue model follows waiting tasks across CPUs.
-                (
-                    &mut p.tw_migrate_btf,
-                    runq && model == ThrottleModel::RunQueue,
-                ),
-            ] {
-                prog.set_autoload(on);
-            }
-            open.load().map_err(ProbeError::Load)
-        };
-        let leak = || -> &'static mut MaybeUninit<OpenObject> {
-            Box::leak(Box::new(MaybeUninit::uninit()))
-        };
-        // The throttle probe alone: tp_btf, else the raw_tp flavour.
-        let throttle_only = |obj: &'static mut MaybeUninit<OpenObject>| match try_kind(
-            ProbeKind::TpBtf,
-            false,
-            obj,
-        ) {
-            Ok(s) => Ok((s, ProbeKind::TpBtf, false)),
-            Err(e) => {
-                tracing::warn!("tp_btf/sched_switch did not load ({e}); falling back to raw_tp");
-                Ok::<_, ProbeError>((
-                    try_kind(ProbeKind::RawTp, false, leak())?,
-                    ProbeKind::RawTp,
-                    false,
-                ))
-            }
-        };
-        let mut runq_error = None;
-        let (mut skel, kind, runq) = if opts.force_raw_tp {
-            runq_error = Some("raw_tp: needs tp_btf (task local storage)".to_string());
-            (
-                try_kind(ProbeKind::RawTp, false, obj)?,
-                ProbeKind::RawTp,
-                false,
-            )
-        } else if opts.no_runq {
-            runq_error = Some("disabled".to_string());
-            throttle_only(obj)?
-        } else {
-            match try_kind(ProbeKind::TpBtf, true, obj) {
-                Ok(s) => (s, ProbeKind::TpBtf, true),
-                Err(e) => {
-                    tracing::warn!("run-queue latency / cold-start programs did not load ({e}); throttling only");
-                    runq_error = Some(e.to_string());
-                    throttle_only(leak())?
-                }
-            }
-        };
-        let attach = |r: Result<Link, libbpf_rs::Error>| {
-            r.map_err(|source| ProbeError::Attach {
-                prog: kind.as_str(),
-                source,
-            })
-        };
-        let mut links = match kind {
-            ProbeKind::TpBtf => vec![
-                attach(skel.progs.tw_switch_btf.attach())?,
-                attach(skel.progs.tw_hrtimer_btf.attach())?,
-                attach(skel.progs.tw_hrtimer_exit_btf.attach())?,
-            ],
-            ProbeKind::RawTp => vec![
-                attach(
-                    skel.progs
-                        .tw_switch_raw
-                        .attach_raw_tracepoint("sched_switch"),
-                )?,
-                attach(
-                    skel.progs
-                        .tw_hrtimer_raw
-                        .attach_raw_tracepoint("hrtimer_expire_entry"),
-                )?,
-                attach(
-                    skel.progs
-                        .tw_hrtimer_exit_raw
-                        .attach_raw_tracepoint("hrtimer_expire_exit"),
-                )?,
-            ],
-        };
-
-        if runq {
-            for p in [
-                &skel.progs.tw_wakeup_btf,
-                &skel.progs.tw_wakeup_new_btf,
-                &skel.progs.tw_cgroup_attach_btf,
-                &skel.progs.tw_exec_btf,
-                &skel.progs.tw_fork_btf,
-            ] {
-                links.push(p.attach().map_err(|source| ProbeError::Attach {
-                    prog: "runq",
-                    source,
-                })?);
-            }
-            if model == ThrottleModel::RunQueue {
-                links.push(skel.progs.tw_migrate_btf.attach().map_err(|source| {
-                    ProbeError::Attach {
-                        prog: "runq (sched_migrate_task)",
-                        source,
-                    }
-                })?);
-            }
-        }
-        let bss = skel
-            .maps
-            .bss_data
-            .as_deref_mut()
-            .map(|b| b as *mut crate::skel::types::bss);
-        let runq = match bss {
-            Some(bss) => Some(RunqControl {
-                bss,
+        let mut l = load::load(opts, model)?;
+        let links = load::attach(&mut l, model)?;
+        let runq = match (&l.runq_error, l.skel.maps.bss_data.as_deref_mut()) {
+            (None, Some(bss)) => Some(RunqControl {
+                bss: bss as *mut crate::skel::types::bss,
                 armed: RefCell::default(),
-            })
-            .filter(|_| runq),
-            None => None,
-        };
-        if runq.is_none() {
-            tracing::info!(
-                "run-queue latency and cold start unavailable: {}",
-                runq_error.as_deref().unwrap_or("no .bss")
-            );
-        }
-        let queue: Rc<RefCell<Vec<Event>>> = Rc::default();
-        let q = queue.clone();
-        let mut b = RingBufferBuilder::new();
-        b.add(&skel.maps.events, move |data: &[u8]| {
-            if let Some(ev) = Event::decode(data) {
-                q.borrow_mut().push(ev);
+            }),
+            (why, _) => {
+                let why = why.as_deref().unwrap_or("no .bss");
+                tracing::info!("run-queue latency and cold start unavailable: {why}");
+                None
             }
-            0
-        })
-        .map_err(ProbeError::Map)?;
-        let rb = b.build().map_err(ProbeError::Map)?;
-        let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
+        };
+        let (rb, queue) = load::ring_buffer(&l.skel)?;
         let (fentry, fentry_error) = if opts.no_fentry {
             (None, Some("disabled".to_string()))
         } else {
-            match crate::fentry::FentryProbe::load(&skel.maps.watched) {
+            match crate::fentry::FentryProbe::load(&l.skel.maps.watched) {
                 Ok(f) => (Some(f), None),
                 Err(e) => {
                     tracing::info!("optional fentry view not loaded: {e}");
@@ -345,17 +163,17 @@ impl ThrottleProbe {
             }
         };
         Ok(ThrottleProbe {
-            skel,
+            skel: l.skel,
             fentry,
             fentry_error,
             rb,
             queue,
             _links: links,
             model,
-            kind,
-            ncpus,
+            kind: l.kind,
+            ncpus: libbpf_rs::num_possible_cpus().unwrap_or(1) as u32,
             runq,
-            runq_error,
+            runq_error: l.runq_error,
         })
     }
 
