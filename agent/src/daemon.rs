@@ -387,7 +387,7 @@ impl Agent {
     fn unregister(&mut self, container_id: &str, reason: &str, exit_code: Option<i32>) -> Response {
         let Some(id) = self.engine.find(container_id) else {
             self.state.remove(container_id);
-            return Response::err(format!("container {container_id:?} is not watched"));
+            return Response::not_watched(container_id);
         };
         let log = self.end(id, reason, exit_code);
         Response {

@@ -1,13 +1,11 @@
 //! What the agent persists under `<state_dir>/containers/` so a restarted
 //! agent resumes every running container's log instead of starting anew.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use throttlewatch_core::logfmt::log_file_name;
 use throttlewatch_core::protocol::Register;
+use throttlewatch_core::state_dir::{self, WriteOptions};
 
 use crate::spec::Baseline;
 
@@ -19,39 +17,29 @@ pub struct Persisted {
     pub baseline: Baseline,
 }
 
+/// `<state_dir>/containers/` (the layout is `throttlewatch_core::state_dir`'s).
 pub struct StateDir {
+    layout: state_dir::StateDir,
     dir: PathBuf,
 }
 
 impl StateDir {
-    pub fn open(state_dir: &Path) -> std::io::Result<StateDir> {
-        let dir = state_dir.join("containers");
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)?;
-        Ok(StateDir { dir })
+    pub fn open(root: &Path) -> std::io::Result<StateDir> {
+        let layout = state_dir::StateDir::new(root);
+        let dir = layout.containers_dir();
+        state_dir::StateDir::create_dir(&dir)?;
+        Ok(StateDir { layout, dir })
     }
 
     fn path(&self, container_id: &str) -> PathBuf {
-        self.dir
-            .join(log_file_name(container_id).replace(".jsonl", ".json"))
+        self.layout.container_file(container_id)
     }
 
-    /// Write atomically (temp file + rename), 0600.
+    /// Write atomically, 0600. No fsync: the state lives on /run (tmpfs)
+    /// and matters only while the node is up.
     pub fn save(&self, p: &Persisted) -> std::io::Result<()> {
         let path = self.path(&p.register.container_id);
-        let tmp = path.with_extension("json.tmp");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        // No fsync: the state lives on /run (tmpfs) and matters only while the node is up.
-        f.write_all(&serde_json::to_vec(p)?)?;
-        std::fs::rename(&tmp, &path)
+        state_dir::write_atomic(&path, &serde_json::to_vec(p)?, &WriteOptions::STATE)
     }
 
     pub fn remove(&self, container_id: &str) {

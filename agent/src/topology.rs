@@ -8,7 +8,7 @@ use throttlewatch_core::config::Config;
 use throttlewatch_core::units::parse_duration;
 use throttlewatch_core::CpuList;
 use throttlewatch_qos::{
-    parse_request, plan, render_plan, render_text, ExclusiveAllocator, Policy, Topology,
+    parse_request, plan, render_plan, render_text, ExclusiveAllocator, PlanInput, Policy, Topology,
 };
 
 use crate::cli::TopologyArgs;
@@ -62,16 +62,16 @@ pub fn topology(cfg: &Config, a: &TopologyArgs) -> Result<i32, CliError> {
         let scratch =
             std::env::temp_dir().join(format!("throttlewatch-topology-{}", std::process::id()));
         let alloc = ExclusiveAllocator::open(&scratch).ok();
-        let mut p = plan(
-            &req,
-            &topo,
-            alloc.as_ref(),
-            "what-if",
-            &topo.online,
+        let mut p = plan(&PlanInput {
+            req: &req,
+            topo: &topo,
+            alloc: alloc.as_ref(),
+            container_id: "what-if",
+            parent_cpus: &topo.online,
             quota_us,
             period_us,
-            &a.env,
-        );
+            env: &a.env,
+        });
         let _ = std::fs::remove_dir_all(&scratch);
         refused.append(&mut p.refused);
         p.refused = refused;

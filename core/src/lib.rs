@@ -4,8 +4,12 @@
 
 pub mod config;
 pub mod cpulist;
+pub mod end_reason;
 pub mod logfmt;
 pub mod protocol;
+pub mod state_dir;
 pub mod units;
 
 pub use cpulist::CpuList;
+pub use end_reason::EndReason;
+pub use state_dir::StateDir;

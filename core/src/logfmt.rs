@@ -282,22 +282,15 @@ impl LogWriter {
     }
 }
 
-/// Read a whole log back (tests, `throttlewatch report`).
-pub fn read_log(path: &Path) -> std::io::Result<Vec<Line>> {
-    let s = std::fs::read_to_string(path)?;
-    s.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            serde_json::from_str(l)
-                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-        })
-        .collect()
+/// A container's log file name: `<escaped id>.jsonl` (see [`escape_id`]).
+pub fn log_file_name(container_id: &str) -> String {
+    escape_id(container_id) + ".jsonl"
 }
 
-/// A file name for a container id whatever characters it holds: safe
+/// A file-name stem for a container id whatever characters it holds: safe
 /// characters are kept, anything else (including `/` and `..`) is
 /// percent-encoded, and long ids are cut with a hash suffix.
-pub fn log_file_name(container_id: &str) -> String {
+pub fn escape_id(container_id: &str) -> String {
     let mut s = String::new();
     for b in container_id.bytes() {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
@@ -316,12 +309,24 @@ pub fn log_file_name(container_id: &str) -> String {
         s.truncate(180);
         s.push_str(&format!("~{h:016x}"));
     }
-    s + ".jsonl"
+    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Read a whole log back.
+    pub fn read_log(path: &Path) -> std::io::Result<Vec<Line>> {
+        let s = std::fs::read_to_string(path)?;
+        s.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            })
+            .collect()
+    }
 
     fn sample() -> Vec<Record> {
         vec![

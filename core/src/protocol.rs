@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::end_reason::EndReason;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Register(Register),
     Unregister {
         container_id: String,
-        reason: String,
+        reason: EndReason,
         exit_code: Option<i32>,
     },
     Status,
@@ -53,6 +55,18 @@ pub struct Response {
     /// Entries in the kernel's watch map (leak checks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watch_map_entries: Option<usize>,
+    /// Why a request was refused, for clients to act on (`error` is for people).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ErrorCode>,
+}
+
+/// A refusal clients tell apart without reading the error text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorCode {
+    /// Unregister of a container the agent does not watch (already ended,
+    /// or never registered): not an error for the front ends.
+    NotWatched,
 }
 
 impl Response {
@@ -69,27 +83,40 @@ impl Response {
             ..Default::default()
         }
     }
-}
 
-/// The annotation the runtime wrapper stamps at `create`: Unix ns, decimal.
-pub const ANNOTATION_CREATED_NS: &str = "throttlewatch.io/created-unix-ns";
-/// Per-container CPU that completes a cold start (a duration such as `10ms`).
-pub const ANNOTATION_COLD_START_CPU: &str = "throttlewatch.io/cold-start-cpu";
+    /// The answer to an unregister of a container the agent does not watch.
+    pub fn not_watched(container_id: &str) -> Response {
+        Response {
+            code: Some(ErrorCode::NotWatched),
+            ..Response::err(format!("container {container_id:?} is not watched"))
+        }
+    }
+}
 
 /// Longest request line the agent reads (a register with many annotations).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
 
-/// Send one request and wait for the answer.
+/// Connect, send one request and wait for the answer.
 pub fn call(socket: &Path, req: &Request, timeout: Duration) -> std::io::Result<Response> {
-    let mut s = UnixStream::connect(socket)?;
+    call_on(UnixStream::connect(socket)?, req, timeout)
+}
+
+/// One request and its answer on a connected stream; `timeout` bounds each
+/// read and write. A connection closed without an answer is `UnexpectedEof`.
+pub fn call_on(mut s: UnixStream, req: &Request, timeout: Duration) -> std::io::Result<Response> {
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     let mut line = serde_json::to_vec(req)?;
     line.push(b'\n');
     s.write_all(&line)?;
-    let mut r = BufReader::new(s.take(MAX_REQUEST_BYTES));
     let mut resp = String::new();
-    r.read_line(&mut resp)?;
+    BufReader::new(s.take(MAX_REQUEST_BYTES)).read_line(&mut resp)?;
+    if resp.is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the agent closed the connection",
+        ));
+    }
     serde_json::from_str(&resp).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
@@ -109,12 +136,25 @@ mod tests {
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
         let u = Request::Unregister {
             container_id: "x".into(),
-            reason: "poststop".into(),
+            reason: EndReason::Poststop,
             exit_code: None,
         };
+        let text = serde_json::to_string(&u).unwrap();
+        assert!(text.contains("\"reason\":\"poststop\""), "{text}");
+        assert_eq!(serde_json::from_str::<Request>(&text).unwrap(), u);
+    }
+
+    #[test]
+    fn not_watched_is_a_code_and_absent_otherwise() {
+        let r = Response::not_watched("c1");
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains("\"code\":\"not-watched\""), "{text}");
         assert_eq!(
-            serde_json::from_str::<Request>(&serde_json::to_string(&u).unwrap()).unwrap(),
-            u
+            serde_json::from_str::<Response>(&text).unwrap().code,
+            Some(ErrorCode::NotWatched)
         );
+        assert!(!serde_json::to_string(&Response::ok())
+            .unwrap()
+            .contains("code"));
     }
 }

@@ -1,48 +1,9 @@
 //! The hook's command line: the stage, then `--config FILE`.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::path::PathBuf;
 
-/// The OCI hook stages the hook is installed for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    CreateRuntime,
-    Prestart,
-    Poststop,
-}
-
-impl Stage {
-    pub const ACCEPTED: &'static str = "createRuntime, prestart or poststop";
-
-    pub fn parse(s: &str) -> Option<Stage> {
-        match s {
-            "createRuntime" => Some(Stage::CreateRuntime),
-            "prestart" => Some(Stage::Prestart),
-            "poststop" => Some(Stage::Poststop),
-            _ => None,
-        }
-    }
-
-    /// The argument and the key in the spec's `hooks` object.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Stage::CreateRuntime => "createRuntime",
-            Stage::Prestart => "prestart",
-            Stage::Poststop => "poststop",
-        }
-    }
-
-    pub fn starts_container(self) -> bool {
-        !matches!(self, Stage::Poststop)
-    }
-}
-
-impl fmt::Display for Stage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use throttlewatch_lifecycle::Stage;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookArgs {

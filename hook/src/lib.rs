@@ -7,20 +7,14 @@
 //! `<log_dir>/hook.log`, and the hook exits 0 so the container starts.
 //! Fail-closed: the hook exits non-zero and the runtime refuses the create.
 
-pub mod agent;
-pub mod burst_record;
 pub mod cli;
-pub mod qos;
 pub mod report;
-pub mod spec;
 pub mod stages;
-pub mod state;
-pub mod timefmt;
-pub mod timing;
 
 use std::ffi::OsString;
 
 use throttlewatch_core::config::{Config, FailMode};
+use throttlewatch_lifecycle::timing;
 
 use crate::cli::HookArgs;
 use crate::report::Reporter;

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 
 use throttlewatch_core::config::Config;
 
-use crate::cli::Stage;
-use crate::timefmt::now_rfc3339;
 use crate::NAME;
+use throttlewatch_lifecycle::timefmt::now_rfc3339;
+use throttlewatch_lifecycle::Stage;
 
 pub const HOOK_LOG: &str = "hook.log";
 

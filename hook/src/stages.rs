@@ -8,15 +8,16 @@ use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::logfmt::now_unix_ns;
-use throttlewatch_core::protocol::{Register, ANNOTATION_CREATED_NS};
-use throttlewatch_qos::ExclusiveAllocator;
+use throttlewatch_core::protocol::Register;
+use throttlewatch_lifecycle::qos::{self, QosOutcome, Requested, Target};
+use throttlewatch_lifecycle::timing::Phases;
+use throttlewatch_lifecycle::{
+    agent_start, burst_record, AgentClient, AgentError, BundleSpec, EndReason, OciState, StateDir,
+};
+use throttlewatch_qos::{ExclusiveAllocator, Key};
 
 use crate::cli::HookArgs;
 use crate::report::Reporter;
-use crate::spec::BundleSpec;
-use crate::state::OciState;
-use crate::timing::Phases;
-use crate::{agent, burst_record, qos};
 
 pub fn run_stage(
     args: &HookArgs,
@@ -44,13 +45,13 @@ fn on_create(
     st: &OciState,
     t: &mut Phases,
 ) -> anyhow::Result<()> {
-    let spec = BundleSpec::load(&st.bundle).map_err(|e| anyhow!(e))?;
+    let spec = BundleSpec::load(&st.bundle)?;
     if spec.is_pod_sandbox() {
         return Ok(()); // the pause container: no workload, no QoS, no log
     }
+    let asked = Requested::parse(cfg, &spec);
     // Connect now: the agent accepts while the cgroup is written below.
-    let early = (qos::request(cfg, &spec).0.watch != Some(false))
-        .then(|| agent::EarlyConnection::open(cfg));
+    let early = (asked.req.watch != Some(false)).then(|| AgentClient::of(cfg).connect_early());
     t.mark("spec");
     let pid = st
         .init_pid()
@@ -60,28 +61,53 @@ fn on_create(
     let rel = cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode)?;
     let cg = CpuCgroup::open(&h, &rel)?;
     t.mark("cgroup");
-    let q = qos::apply(cfg, &st.id, pid, &spec, &h, &cg);
+    let target = Target {
+        id: &st.id,
+        pid,
+        hierarchies: &h,
+        cgroup: &cg,
+    };
+    let q = qos::apply(cfg, &spec, asked, target);
     t.mark("qos");
     for r in &q.refused {
         rep.error(&r.to_string());
     }
-    match &q.burst {
-        Some(b) => {
-            if let Err(e) = burst_record::save(&cfg.state_dir, b) {
-                rep.error(&format!(
-                    "cannot record the burst of {:?} in {}: {e} (`update` will not restore it)",
-                    st.id,
-                    cfg.state_dir.display()
-                ));
-            }
-        }
-        None => burst_record::remove(&cfg.state_dir, &st.id),
-    }
+    record_burst(cfg, rep, &st.id, &q);
     t.mark("burst_record");
     if q.watch == Some(false) {
         return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
     }
-    let reg = Register {
+    let reg = registration(st, &spec, pid, rel, q);
+    if let Err(e) = agent_start::register(cfg, args.config.as_deref(), &reg, early) {
+        rep.error(&e);
+    }
+    t.mark("register");
+    Ok(())
+}
+
+/// The burst record for `update`, or none when no burst was written.
+fn record_burst(cfg: &Config, rep: &mut Reporter, id: &str, q: &QosOutcome) {
+    let state = StateDir::new(&cfg.state_dir);
+    let Some(b) = &q.burst else {
+        burst_record::remove(&state, id);
+        return;
+    };
+    if let Err(e) = burst_record::save(&state, b) {
+        rep.error(&format!(
+            "cannot record the burst of {id:?} in {}: {e} (`update` will not restore it)",
+            cfg.state_dir.display()
+        ));
+    }
+}
+
+fn registration(
+    st: &OciState,
+    spec: &BundleSpec,
+    pid: u32,
+    rel: String,
+    q: QosOutcome,
+) -> Register {
+    Register {
         container_id: st.id.clone(),
         container_name: spec.container_name(),
         pid: Some(pid),
@@ -90,39 +116,43 @@ fn on_create(
         bundle: st.bundle.to_string_lossy().into_owned(),
         created_ns: spec
             .annotations
-            .get(ANNOTATION_CREATED_NS)
+            .get(&Key::CreatedUnixNs.annotation())
             .and_then(|v| v.trim().parse().ok()),
         hook_ns: Some(now_unix_ns()),
         threshold_ns: q.threshold_ns,
         qos: Some(q.summary),
-    };
-    if let Err(e) = agent::register(cfg, args.config.as_deref(), reg, early) {
-        rep.error(&e);
     }
-    t.mark("register");
-    Ok(())
 }
 
 /// poststop: the agent writes `end`; exclusive cores and the burst record
-/// are released. Errors are reported but never fail the delete.
+/// are released. Errors are reported but never fail the delete. A container
+/// the agent no longer watches (the wrapper ended it before `delete`, or it
+/// was never registered) is not an error.
 fn on_poststop(cfg: &Config, rep: &mut Reporter, st: &OciState) {
-    if let Err(e) = agent::unregister(cfg, &st.id, "poststop") {
-        rep.warn(&e);
+    let id = &st.id;
+    match AgentClient::of(cfg).unregister(id, EndReason::Poststop, None) {
+        Ok(_) => {}
+        Err(AgentError::Refused(r)) => rep.warn(&format!(
+            "the agent refused to unregister container {id:?}: {}",
+            r.error.unwrap_or_else(|| "no reason given".into())
+        )),
+        Err(e) => rep.warn(&format!(
+            "{e}; the end record of container {id:?} is not written"
+        )),
     }
-    let cpusets = cfg.state_dir.join(qos::CPUSETS_DIR);
+    let state = StateDir::new(&cfg.state_dir);
+    let cpusets = state.cpusets_dir();
     if cpusets
         .join(throttlewatch_qos::exclusive::STATE_FILE)
         .exists()
     {
-        match ExclusiveAllocator::open(&cpusets).and_then(|a| a.release(&st.id)) {
-            Ok(_) => {}
-            Err(e) => rep.warn(&format!(
-                "cannot release the exclusive cpuset of {:?}: {e}",
-                st.id
-            )),
+        if let Err(e) = ExclusiveAllocator::open(&cpusets).and_then(|a| a.release(id)) {
+            rep.warn(&format!(
+                "cannot release the exclusive cpuset of {id:?}: {e}"
+            ));
         }
     }
-    burst_record::remove(&cfg.state_dir, &st.id);
+    burst_record::remove(&state, id);
 }
 
 #[cfg(test)]
@@ -160,5 +190,33 @@ mod tests {
         run("sandbox").unwrap();
         let e = run("container").unwrap_err();
         assert!(format!("{e:#}").contains("no pid"), "{e:#}");
+    }
+
+    /// poststop with no agent: one warning naming the socket, not a failure.
+    #[test]
+    fn poststop_without_an_agent_warns() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            log_dir: d.path().join("logs"),
+            socket: d.path().join("none.sock"),
+            state_dir: d.path().join("state"),
+            start_agent: false,
+            ..Config::default()
+        };
+        let args = HookArgs {
+            stage: Stage::Poststop,
+            config: None,
+        };
+        let state = format!(r#"{{"id":"c1","pid":0,"bundle":{:?}}}"#, d.path());
+        let mut rep = Reporter::new(&cfg, args.stage);
+        let mut t = Phases::start("test");
+        run_stage(&args, &cfg, &mut rep, state.as_bytes(), &mut t).unwrap();
+        assert!(!rep.failed());
+        assert_eq!(rep.lines.len(), 1, "{:?}", rep.lines);
+        assert!(
+            rep.lines[0].contains("none.sock") && rep.lines[0].contains("end record"),
+            "{:?}",
+            rep.lines
+        );
     }
 }

@@ -247,7 +247,7 @@ pub fn agent_processes(config: &Path) -> Vec<(u32, Vec<String>)> {
 /// from /proc/locks (device as hex `major:minor`, then the inode).
 pub fn lock_holder(state_dir: &Path) -> Option<u32> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(state_dir.join("agent.lock")).ok()?;
+    let m = std::fs::metadata(throttlewatch_core::StateDir::new(state_dir).agent_lock()).ok()?;
     let want = format!(
         "{:02x}:{:02x}:{}",
         libc::major(m.dev()),

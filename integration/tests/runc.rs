@@ -486,7 +486,7 @@ fn concurrent_creates_start_only_one_agent() {
 fn update_without_a_burst_record_derives_it_from_the_bundle() {
     let cfg = PrivateConfig::new("");
     let rt = OciCli::throttlewatch(&cfg);
-    let record = |id: &str| cfg.state_dir.join("bursts").join(format!("{id}.json"));
+    let record = |id: &str| throttlewatch_core::StateDir::new(&cfg.state_dir).burst_file(id);
     // From an annotation.
     let opts = ContainerOpts::default()
         .quota(30_000, 100_000)

@@ -19,11 +19,10 @@ pub fn apply_plan(plan: &Plan, cg: &CpuCgroup) -> Vec<Refusal> {
                 CgroupMode::V2 => "cpu.max.burst",
             };
             let why = format!("the kernel refused {file} = {us}: {e}");
-            refused.push(Refusal::new(
-                Key::CpuBurst.annotation(),
-                &format!("{us}us"),
-                why,
-            ));
+            refused.push(
+                Refusal::new(Key::CpuBurst.annotation(), &format!("{us}us"), why)
+                    .about(Key::CpuBurst),
+            );
         }
     }
     let cpuset_fail = |what: &str, value: &str, e: &dyn std::fmt::Display| {
@@ -32,6 +31,7 @@ pub fn apply_plan(plan: &Plan, cg: &CpuCgroup) -> Vec<Refusal> {
             value,
             format!("the kernel refused {what} = {value}: {e}"),
         )
+        .about(Key::Cpuset)
     };
     if let Some(cpus) = &plan.cpus {
         let v = cpus.to_string();

@@ -6,7 +6,7 @@ use throttlewatch_core::CpuList;
 use crate::exclusive::ExclusiveAllocator;
 use crate::gpu::container_gpus;
 use crate::keys::Key;
-use crate::plan::{cpus_for_quota, Plan};
+use crate::plan::{cpus_for_quota, Plan, PlanInput};
 use crate::request::{CpusetTarget, QosRequest};
 use crate::topology::Topology;
 
@@ -19,18 +19,17 @@ struct Choice {
     keep_mems: bool,
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn plan_cpuset(
-    req: &QosRequest,
-    topo: &Topology,
-    alloc: Option<&ExclusiveAllocator>,
-    id: &str,
-    parent_cpus: &CpuList,
-    quota_us: Option<u64>,
-    period_us: u64,
-    env: &[String],
-    p: &mut Plan,
-) {
+pub(crate) fn plan_cpuset(input: &PlanInput, p: &mut Plan) {
+    let PlanInput {
+        req,
+        topo,
+        alloc,
+        container_id: id,
+        parent_cpus,
+        quota_us,
+        period_us,
+        env,
+    } = *input;
     let Some(target) = &req.cpuset else { return };
     let usable = if parent_cpus.is_empty() {
         topo.online.clone()

@@ -1,5 +1,6 @@
 //! The annotation keys and their environment-variable twins: named once here
-//! and used everywhere (parser, refusals, documentation tests).
+//! and used everywhere (parser, refusals, the runtime wrapper's create stamp,
+//! the agent's cold-start target, documentation tests).
 
 use std::time::Duration;
 
@@ -27,10 +28,16 @@ pub enum Key {
     CpusetExclusive,
     CpusetCpus,
     Gpus,
+    /// Not QoS: the runtime wrapper's `create` time, Unix ns (stamped into the spec).
+    CreatedUnixNs,
+    /// Not QoS: the CPU that completes a cold start, for the agent (a duration).
+    ColdStartCpu,
 }
 
 impl Key {
-    pub const ALL: [Key; 8] = [
+    /// The QoS keys: what [`crate::parse_request`] reads, each with an
+    /// environment-variable twin.
+    pub const QOS: [Key; 8] = [
         Key::Watch,
         Key::Threshold,
         Key::CpuBurst,
@@ -40,6 +47,25 @@ impl Key {
         Key::CpusetCpus,
         Key::Gpus,
     ];
+    /// Every key under [`PREFIX`].
+    pub const ALL: [Key; 10] = [
+        Key::Watch,
+        Key::Threshold,
+        Key::CpuBurst,
+        Key::QosClass,
+        Key::Cpuset,
+        Key::CpusetExclusive,
+        Key::CpusetCpus,
+        Key::Gpus,
+        Key::CreatedUnixNs,
+        Key::ColdStartCpu,
+    ];
+
+    /// Whether the key is a QoS setting (else it is read by the agent or
+    /// written by the wrapper, and QoS parsing passes over it).
+    pub fn is_qos(self) -> bool {
+        !matches!(self, Key::CreatedUnixNs | Key::ColdStartCpu)
+    }
 
     /// The name after the prefix, e.g. `cpu-burst`.
     pub fn name(self) -> &'static str {
@@ -52,6 +78,8 @@ impl Key {
             Key::CpusetExclusive => "cpuset-exclusive",
             Key::CpusetCpus => "cpuset-cpus",
             Key::Gpus => "gpus",
+            Key::CreatedUnixNs => "created-unix-ns",
+            Key::ColdStartCpu => "cold-start-cpu",
         }
     }
 
@@ -60,9 +88,9 @@ impl Key {
         format!("{PREFIX}{}", self.name())
     }
 
-    /// The environment variable, e.g. `THROTTLEWATCH_CPU_BURST`.
-    pub fn env(self) -> &'static str {
-        match self {
+    /// The environment variable, e.g. `THROTTLEWATCH_CPU_BURST` (QoS keys only).
+    pub fn env(self) -> Option<&'static str> {
+        Some(match self {
             Key::Watch => "THROTTLEWATCH_WATCH",
             Key::Threshold => "THROTTLEWATCH_THRESHOLD",
             Key::CpuBurst => "THROTTLEWATCH_CPU_BURST",
@@ -71,7 +99,8 @@ impl Key {
             Key::CpusetExclusive => "THROTTLEWATCH_CPUSET_EXCLUSIVE",
             Key::CpusetCpus => "THROTTLEWATCH_CPUSET_CPUS",
             Key::Gpus => "THROTTLEWATCH_GPUS",
-        }
+            Key::CreatedUnixNs | Key::ColdStartCpu => return None,
+        })
     }
 
     /// What a refusal says is accepted.
@@ -86,6 +115,8 @@ impl Key {
             }
             Key::CpusetCpus => "expected a whole number of CPUs from 1 to the CPUs of the machine",
             Key::Gpus => "expected all, none, or a comma-separated list of GPU indices or UUIDs such as 0,1 or GPU-8f6e…",
+            Key::CreatedUnixNs => "expected a Unix time in nanoseconds",
+            Key::ColdStartCpu => "expected a duration such as 10ms",
         }
     }
 
@@ -94,7 +125,7 @@ impl Key {
     }
 
     pub fn from_env(var: &str) -> Option<Key> {
-        Key::ALL.into_iter().find(|k| k.env() == var)
+        Key::QOS.into_iter().find(|k| k.env() == Some(var))
     }
 }
 
@@ -106,10 +137,14 @@ mod tests {
     fn names_round_trip_and_env_matches_name() {
         for k in Key::ALL {
             assert_eq!(Key::from_name(k.name()), Some(k));
-            assert_eq!(Key::from_env(k.env()), Some(k));
-            let derived = format!("{ENV_PREFIX}{}", k.name().to_uppercase().replace('-', "_"));
-            assert_eq!(k.env(), derived);
             assert!(k.annotation().starts_with(PREFIX));
+            assert_eq!(k.env().is_some(), k.is_qos(), "{k:?}");
+        }
+        for k in Key::QOS {
+            let env = k.env().unwrap();
+            assert_eq!(Key::from_env(env), Some(k));
+            let derived = format!("{ENV_PREFIX}{}", k.name().to_uppercase().replace('-', "_"));
+            assert_eq!(env, derived);
         }
     }
 
@@ -119,9 +154,9 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/../docs/annotations.md"
         ));
-        for k in Key::ALL {
+        for k in Key::QOS {
             assert!(
-                doc.contains(&format!("| `{}` | `{}` |", k.name(), k.env())),
+                doc.contains(&format!("| `{}` | `{}` |", k.name(), k.env().unwrap())),
                 "{} is not in the key table",
                 k.name()
             );

@@ -28,7 +28,7 @@ pub use apply::apply_plan;
 pub use exclusive::{AllocError, ExclusiveAllocator, Holding};
 pub use gpu::{container_gpus, Gpu};
 pub use keys::{Key, ENV_PREFIX, PREFIX};
-pub use plan::{plan, Plan};
+pub use plan::{plan, Plan, PlanInput};
 pub use policy::Policy;
 pub use refusal::Refusal;
 pub use render::{render_plan, render_text};

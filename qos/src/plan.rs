@@ -35,40 +35,32 @@ impl Plan {
     }
 }
 
+/// What [`plan`] plans from: one container and the machine.
+#[derive(Clone, Copy)]
+pub struct PlanInput<'a> {
+    pub req: &'a QosRequest,
+    pub topo: &'a Topology,
+    /// Exclusive allocations record `alloc.holder()` as their holder pid.
+    pub alloc: Option<&'a ExclusiveAllocator>,
+    pub container_id: &'a str,
+    /// The CPUs the parent cgroup allows (`cpuset.cpus.effective`); an
+    /// empty list means unknown, and the online CPUs are used.
+    pub parent_cpus: &'a CpuList,
+    /// The container's CFS bandwidth (None: no quota).
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    /// The container's environment, for NVIDIA_VISIBLE_DEVICES.
+    pub env: &'a [String],
+}
+
 /// Plan the burst and cpuset of one container.
-///
-/// `parent_cpus`: the CPUs the parent cgroup allows (`cpuset.cpus.effective`);
-/// an empty list means unknown, and the online CPUs are used.
-/// `quota_us`/`period_us`: the container's CFS bandwidth (None: no quota).
-/// `env`: the container's environment, for NVIDIA_VISIBLE_DEVICES.
-/// Exclusive allocations record `alloc.holder()` as their holder pid.
-#[allow(clippy::too_many_arguments)]
-pub fn plan(
-    req: &QosRequest,
-    topo: &Topology,
-    alloc: Option<&ExclusiveAllocator>,
-    container_id: &str,
-    parent_cpus: &CpuList,
-    quota_us: Option<u64>,
-    period_us: u64,
-    env: &[String],
-) -> Plan {
+pub fn plan(input: &PlanInput) -> Plan {
     let mut p = Plan {
-        notes: req.notes.clone(),
+        notes: input.req.notes.clone(),
         ..Default::default()
     };
-    plan_burst(req, quota_us, &mut p);
-    plan_cpuset(
-        req,
-        topo,
-        alloc,
-        container_id,
-        parent_cpus,
-        quota_us,
-        period_us,
-        env,
-        &mut p,
-    );
+    plan_burst(input.req, input.quota_us, &mut p);
+    plan_cpuset(input, &mut p);
     p
 }
 

@@ -35,16 +35,16 @@ fn simple(
     cpus: Option<u64>,
     env: &[String],
 ) -> Plan {
-    plan(
-        r,
+    plan(&PlanInput {
+        req: r,
         topo,
         alloc,
-        id,
-        &CpuList::default(),
-        cpus.map(|c| c * PERIOD),
-        PERIOD,
+        container_id: id,
+        parent_cpus: &CpuList::default(),
+        quota_us: cpus.map(|c| c * PERIOD),
+        period_us: PERIOD,
         env,
-    )
+    })
 }
 
 fn has_note(p: &Plan, s: &str) -> bool {
@@ -54,43 +54,43 @@ fn has_note(p: &Plan, s: &str) -> bool {
 #[test]
 fn bursts() {
     let t = fixtures::single_node_vm().topology();
-    let p = plan(
-        &req(&[("cpu-burst", "50%")]),
-        &t,
-        None,
-        "c",
-        &CpuList::default(),
-        Some(200_000),
-        PERIOD,
-        &[],
-    );
+    let p = plan(&PlanInput {
+        req: &req(&[("cpu-burst", "50%")]),
+        topo: &t,
+        alloc: None,
+        container_id: "c",
+        parent_cpus: &CpuList::default(),
+        quota_us: Some(200_000),
+        period_us: PERIOD,
+        env: &[],
+    });
     assert_eq!(p.burst_us, Some(100_000));
-    let p = plan(
-        &req(&[("cpu-burst", "5s")]),
-        &t,
-        None,
-        "c",
-        &CpuList::default(),
-        Some(200_000),
-        PERIOD,
-        &[],
-    );
+    let p = plan(&PlanInput {
+        req: &req(&[("cpu-burst", "5s")]),
+        topo: &t,
+        alloc: None,
+        container_id: "c",
+        parent_cpus: &CpuList::default(),
+        quota_us: Some(200_000),
+        period_us: PERIOD,
+        env: &[],
+    });
     assert_eq!(
         p.burst_us,
         Some(200_000),
         "the kernel refuses a burst above the quota"
     );
     assert!(has_note(&p, "clamped to 200000us"), "{:?}", p.notes);
-    let p = plan(
-        &req(&[("cpu-burst", "20ms")]),
-        &t,
-        None,
-        "c",
-        &CpuList::default(),
-        None,
-        PERIOD,
-        &[],
-    );
+    let p = plan(&PlanInput {
+        req: &req(&[("cpu-burst", "20ms")]),
+        topo: &t,
+        alloc: None,
+        container_id: "c",
+        parent_cpus: &CpuList::default(),
+        quota_us: None,
+        period_us: PERIOD,
+        env: &[],
+    });
     assert_eq!(p.burst_us, None);
     assert_eq!(p.refused[0].key, "throttlewatch.io/cpu-burst");
     assert!(
@@ -98,16 +98,16 @@ fn bursts() {
         "{}",
         p.refused[0]
     );
-    let p = plan(
-        &req(&[("qos-class", "burstable")]),
-        &t,
-        None,
-        "c",
-        &CpuList::default(),
-        None,
-        PERIOD,
-        &[],
-    );
+    let p = plan(&PlanInput {
+        req: &req(&[("qos-class", "burstable")]),
+        topo: &t,
+        alloc: None,
+        container_id: "c",
+        parent_cpus: &CpuList::default(),
+        quota_us: None,
+        period_us: PERIOD,
+        env: &[],
+    });
     assert!(
         p.refused.is_empty() && has_note(&p, "needs a CPU quota"),
         "a preset only notes it"
@@ -119,16 +119,16 @@ fn bursts() {
     };
     let a = BTreeMap::from([(format!("{PREFIX}cpu-burst"), "80ms".to_string())]);
     let (r, _) = parse_request(&a, &[], &policy);
-    let p = plan(
-        &r,
-        &t,
-        None,
-        "c",
-        &CpuList::default(),
-        Some(200_000),
-        PERIOD,
-        &[],
-    );
+    let p = plan(&PlanInput {
+        req: &r,
+        topo: &t,
+        alloc: None,
+        container_id: "c",
+        parent_cpus: &CpuList::default(),
+        quota_us: Some(200_000),
+        period_us: PERIOD,
+        env: &[],
+    });
     assert_eq!(p.burst_us, Some(50_000));
     assert!(has_note(&p, "policy maximum 25%"), "{:?}", p.notes);
 }
@@ -254,7 +254,16 @@ fn gpu_local() {
 fn parent_cpuset_bounds_the_choice() {
     let t = fixtures::training_node().topology();
     let r = req(&[("cpuset", "numa:0")]);
-    let p = plan(&r, &t, None, "c", &list("0-11"), None, PERIOD, &[]);
+    let p = plan(&PlanInput {
+        req: &r,
+        topo: &t,
+        alloc: None,
+        container_id: "c",
+        parent_cpus: &list("0-11"),
+        quota_us: None,
+        period_us: PERIOD,
+        env: &[],
+    });
     assert_eq!(
         (p.cpus.clone(), p.mems.clone()),
         (Some(list("0-11")), Some(list("0")))
@@ -264,7 +273,16 @@ fn parent_cpuset_bounds_the_choice() {
         "{:?}",
         p.notes
     );
-    let p = plan(&r, &t, None, "c", &list("24-47"), None, PERIOD, &[]);
+    let p = plan(&PlanInput {
+        req: &r,
+        topo: &t,
+        alloc: None,
+        container_id: "c",
+        parent_cpus: &list("24-47"),
+        quota_us: None,
+        period_us: PERIOD,
+        env: &[],
+    });
     assert!(
         p.cpus.is_none() && p.refused[0].reason.contains("parent cgroup's cpuset 24-47"),
         "{:?}",

@@ -54,7 +54,9 @@ impl Policy {
     pub fn unknown_allowed_keys(&self) -> Vec<String> {
         let list = self.allowed_keys.as_deref().unwrap_or_default();
         list.iter()
-            .filter(|k| Key::from_name(k.strip_prefix(PREFIX).unwrap_or(k)).is_none())
+            .filter(|k| {
+                !Key::from_name(k.strip_prefix(PREFIX).unwrap_or(k)).is_some_and(Key::is_qos)
+            })
             .cloned()
             .collect()
     }

@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::keys::MAX_VALUE_BYTES;
+use crate::keys::{Key, MAX_VALUE_BYTES};
 
 /// Values longer than this are shortened in refusals (the value is the
 /// user's text, possibly huge; the message only needs to recognise it).
@@ -18,6 +18,10 @@ pub struct Refusal {
     pub key: String,
     pub value: String,
     pub reason: String,
+    /// The setting refused, for code to match on (None: an unknown key).
+    /// Not serialized: the log's `qos.refused` entries are key, value, reason.
+    #[serde(skip)]
+    pub setting: Option<Key>,
 }
 
 impl Refusal {
@@ -26,7 +30,21 @@ impl Refusal {
             key: key.into(),
             value: shorten(value),
             reason: reason.into(),
+            setting: None,
         }
+    }
+
+    /// The same refusal, saying which setting it is about.
+    pub fn about(self, key: Key) -> Refusal {
+        Refusal {
+            setting: Some(key),
+            ..self
+        }
+    }
+
+    /// Whether it refuses `key`.
+    pub fn is_about(&self, key: Key) -> bool {
+        self.setting == Some(key)
     }
 
     /// A value over [`MAX_VALUE_BYTES`].

@@ -83,6 +83,16 @@ pub struct Origin {
     pub preset: bool,
 }
 
+impl Origin {
+    fn new(key: &str, value: &str) -> Origin {
+        Origin {
+            key: key.into(),
+            value: value.into(),
+            preset: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct QosRequest {
     pub watch: Option<bool>,
@@ -111,8 +121,8 @@ impl QosRequest {
     /// A refusal naming the key and value the setting came from.
     pub fn refusal(&self, key: Key, reason: impl Into<String>) -> Refusal {
         match self.origins.get(&key) {
-            Some(o) => Refusal::new(o.key.clone(), &o.value, reason),
-            None => Refusal::new(key.annotation(), "", reason),
+            Some(o) => Refusal::new(o.key.clone(), &o.value, reason).about(key),
+            None => Refusal::new(key.annotation(), "", reason).about(key),
         }
     }
 
@@ -131,140 +141,166 @@ pub fn parse_request(
     policy: &Policy,
 ) -> (QosRequest, Vec<Refusal>) {
     let mut refused = Vec::new();
-    let mut raw: BTreeMap<Key, Origin> = BTreeMap::new();
-    for entry in env {
-        let Some((var, value)) = entry.split_once('=') else {
-            continue;
-        };
-        if !var.starts_with(ENV_PREFIX) {
-            continue;
-        }
-        match Key::from_env(var) {
-            Some(k) => {
-                raw.insert(
-                    k,
-                    Origin {
-                        key: var.into(),
-                        value: value.into(),
-                        preset: false,
-                    },
-                );
-            }
-            None => refused.push(unknown(var, value, true)),
-        }
-    }
-    for (name, value) in annotations {
-        let Some(short) = name.strip_prefix(PREFIX) else {
-            continue;
-        };
-        match Key::from_name(short) {
-            Some(k) => {
-                raw.insert(
-                    k,
-                    Origin {
-                        key: name.clone(),
-                        value: value.clone(),
-                        preset: false,
-                    },
-                );
-            }
-            None => refused.push(unknown(name, value, false)),
-        }
-    }
-
+    let mut raw = from_env(env, &mut refused);
+    raw.extend(from_annotations(annotations, &mut refused));
     let mut req = QosRequest {
         burst_cap_percent: policy.burst_cap_percent(),
         ..Default::default()
     };
-    let mut suffix_exclusive = false;
-    let mut explicit_exclusive = None;
+    let mut ex = Exclusive::default();
     for (key, origin) in raw {
         let v = origin.value.as_str();
-        if !policy.allows(key) {
-            refused.push(Refusal::new(origin.key, v, "not allowed by policy"));
+        let r = if !policy.allows(key) {
+            Err("not allowed by policy".to_string())
+        } else if v.len() > MAX_VALUE_BYTES {
+            refused.push(Refusal::too_long(origin.key, v).about(key));
             continue;
-        }
-        if v.len() > MAX_VALUE_BYTES {
-            refused.push(Refusal::too_long(origin.key, v));
-            continue;
-        }
-        let r: Result<(), String> = match key {
-            Key::Watch => values::parse_bool(key, v).map(|b| req.watch = Some(b)),
-            Key::Threshold => {
-                values::parse_bounded_duration(key, v).map(|d| req.threshold_us = Some(d))
-            }
-            Key::CpuBurst => {
-                values::parse_burst(v, req.burst_cap_percent).map(|b| req.burst = Some(b))
-            }
-            Key::QosClass => QosClass::parse(v)
-                .map(|c| req.qos_class = Some(c))
-                .ok_or_else(|| key.accepted().into()),
-            Key::Cpuset => values::parse_cpuset(v).map(|(t, x)| {
-                req.cpuset = Some(t);
-                suffix_exclusive = x;
-            }),
-            Key::CpusetExclusive => {
-                values::parse_bool(key, v).map(|b| explicit_exclusive = Some(b))
-            }
-            Key::CpusetCpus => values::parse_count(v).map(|n| req.cpuset_cpus = Some(n)),
-            Key::Gpus => values::parse_gpus(v).map(|d| {
-                req.gpus = Some(GpuSelection {
-                    key: origin.key.clone(),
-                    value: v.into(),
-                    devices: d,
-                })
-            }),
+        } else {
+            parse_value(key, &origin, &mut req, &mut ex)
         };
         match r {
             Ok(()) => {
                 req.origins.insert(key, origin);
             }
-            Err(reason) => refused.push(Refusal::new(origin.key, v, reason)),
+            Err(reason) => refused.push(Refusal::new(origin.key, v, reason).about(key)),
         }
     }
+    let exclusive_key = settle_exclusive(&mut req, &ex, policy, &mut refused);
+    apply_preset(&mut req, policy);
+    default_cpuset(&mut req, exclusive_key);
+    (req, refused)
+}
 
-    // cpuset-exclusive, when given, wins over the ",exclusive" suffix.
-    let exclusive_key = if explicit_exclusive.is_some() {
+/// `THROTTLEWATCH_*` entries of the environment; unknown ones are refused.
+fn from_env(env: &[String], refused: &mut Vec<Refusal>) -> BTreeMap<Key, Origin> {
+    let mut raw = BTreeMap::new();
+    for (var, value) in env.iter().filter_map(|e| e.split_once('=')) {
+        if !var.starts_with(ENV_PREFIX) {
+            continue;
+        }
+        match Key::from_env(var) {
+            Some(k) => {
+                raw.insert(k, Origin::new(var, value));
+            }
+            None => refused.push(unknown(var, value, true)),
+        }
+    }
+    raw
+}
+
+/// `throttlewatch.io/*` annotations that are QoS keys; unknown ones are
+/// refused, the keys that are not QoS (the create stamp, the cold-start
+/// target) are passed over.
+fn from_annotations(
+    annotations: &BTreeMap<String, String>,
+    refused: &mut Vec<Refusal>,
+) -> BTreeMap<Key, Origin> {
+    let mut raw = BTreeMap::new();
+    for (name, value) in annotations {
+        let Some(short) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        match Key::from_name(short) {
+            Some(k) if k.is_qos() => {
+                raw.insert(k, Origin::new(name, value));
+            }
+            Some(_) => {}
+            None => refused.push(unknown(name, value, false)),
+        }
+    }
+    raw
+}
+
+/// The two ways of asking for exclusive cores, while parsing.
+#[derive(Default)]
+struct Exclusive {
+    /// `cpuset: ...,exclusive`.
+    suffix: bool,
+    /// `cpuset-exclusive`, when given.
+    explicit: Option<bool>,
+}
+
+/// One key's value into the request; the error is what is accepted.
+fn parse_value(
+    key: Key,
+    origin: &Origin,
+    req: &mut QosRequest,
+    ex: &mut Exclusive,
+) -> Result<(), String> {
+    let v = origin.value.as_str();
+    match key {
+        Key::Watch => values::parse_bool(key, v).map(|b| req.watch = Some(b)),
+        Key::Threshold => {
+            values::parse_bounded_duration(key, v).map(|d| req.threshold_us = Some(d))
+        }
+        Key::CpuBurst => values::parse_burst(v, req.burst_cap_percent).map(|b| req.burst = Some(b)),
+        Key::QosClass => QosClass::parse(v)
+            .map(|c| req.qos_class = Some(c))
+            .ok_or_else(|| key.accepted().into()),
+        Key::Cpuset => values::parse_cpuset(v).map(|(t, x)| {
+            req.cpuset = Some(t);
+            ex.suffix = x;
+        }),
+        Key::CpusetExclusive => values::parse_bool(key, v).map(|b| ex.explicit = Some(b)),
+        Key::CpusetCpus => values::parse_count(v).map(|n| req.cpuset_cpus = Some(n)),
+        Key::Gpus => values::parse_gpus(v).map(|d| {
+            req.gpus = Some(GpuSelection {
+                key: origin.key.clone(),
+                value: v.into(),
+                devices: d,
+            })
+        }),
+        Key::CreatedUnixNs | Key::ColdStartCpu => Ok(()), // not QoS: never collected
+    }
+}
+
+/// `cpuset-exclusive`, when given, wins over the ",exclusive" suffix; the
+/// policy may refuse it. Returns the key the choice came from.
+fn settle_exclusive(
+    req: &mut QosRequest,
+    ex: &Exclusive,
+    policy: &Policy,
+    refused: &mut Vec<Refusal>,
+) -> Key {
+    let key = if ex.explicit.is_some() {
         Key::CpusetExclusive
     } else {
         Key::Cpuset
     };
-    let exclusive = explicit_exclusive.unwrap_or(suffix_exclusive);
+    let exclusive = ex.explicit.unwrap_or(ex.suffix);
     if exclusive && !policy.allow_exclusive {
-        refused.push(req.refusal(exclusive_key, "exclusive cpusets are not allowed by policy"));
+        refused.push(req.refusal(key, "exclusive cpusets are not allowed by policy"));
     } else {
         req.exclusive = exclusive;
     }
-    apply_preset(&mut req, policy);
-    if req.cpuset.is_none() && (req.exclusive || req.cpuset_cpus.is_some()) {
-        let by = if req.exclusive {
-            exclusive_key
-        } else {
-            Key::CpusetCpus
-        };
-        if let Some(o) = req.origins.get(&by).cloned() {
-            req.origins.insert(Key::Cpuset, o);
-        }
-        req.notes.push(format!(
-            "{} without {}: cpuset auto",
-            by.annotation(),
-            Key::Cpuset.annotation()
-        ));
-        req.cpuset = Some(CpusetTarget::Auto);
+    key
+}
+
+/// Exclusive cores or a CPU count without a cpuset: the cpuset is `auto`.
+fn default_cpuset(req: &mut QosRequest, exclusive_key: Key) {
+    if req.cpuset.is_some() || !(req.exclusive || req.cpuset_cpus.is_some()) {
+        return;
     }
-    (req, refused)
+    let by = if req.exclusive {
+        exclusive_key
+    } else {
+        Key::CpusetCpus
+    };
+    if let Some(o) = req.origins.get(&by).cloned() {
+        req.origins.insert(Key::Cpuset, o);
+    }
+    req.notes.push(format!(
+        "{} without {}: cpuset auto",
+        by.annotation(),
+        Key::Cpuset.annotation()
+    ));
+    req.cpuset = Some(CpusetTarget::Auto);
 }
 
 fn unknown(name: &str, value: &str, env: bool) -> Refusal {
-    let known: Vec<String> = Key::ALL
+    let known: Vec<&str> = Key::QOS
         .iter()
-        .map(|k| {
-            if env {
-                k.env().to_string()
-            } else {
-                k.name().to_string()
-            }
-        })
+        .filter_map(|k| if env { k.env() } else { Some(k.name()) })
         .collect();
     let what = if env {
         "environment variable"

@@ -295,3 +295,31 @@ fn exclusive_or_count_alone_means_auto() {
         "throttlewatch.io/cpuset-exclusive"
     );
 }
+
+/// The wrapper's create stamp and the agent's cold-start target are keys
+/// under the prefix but not QoS: passed over, never refused as unknown.
+#[test]
+fn keys_that_are_not_qos_are_passed_over() {
+    let (r, refused) = parse(&[
+        ("created-unix-ns", "1700000000000000000"),
+        ("cold-start-cpu", "25ms"),
+        ("cpu-burst", "20ms"),
+    ]);
+    assert_eq!(refused, vec![]);
+    assert_eq!(r.burst, Some(BurstSpec::Micros(20_000)));
+    assert!(!r.origins.contains_key(&Key::CreatedUnixNs));
+    let (_, refused) = parse(&[("created-unix-nss", "1")]);
+    assert_eq!(refused.len(), 1);
+    assert!(
+        refused[0].reason.contains("unknown annotation key"),
+        "{refused:?}"
+    );
+}
+
+#[test]
+fn refusals_say_which_setting() {
+    let (_, refused) = parse(&[("cpu-burst", "abc"), ("cpu-brust", "1ms")]);
+    let settings: Vec<_> = refused.iter().map(|r| r.setting).collect();
+    assert_eq!(settings, vec![None, Some(Key::CpuBurst)], "{refused:?}");
+    assert!(refused[1].is_about(Key::CpuBurst));
+}

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use throttlewatch_core::config::Config;
-use throttlewatch_hook::agent::find_in_path;
+use throttlewatch_lifecycle::binaries::find_in_path;
+use throttlewatch_lifecycle::OciState;
 
 /// Searched in PATH, in order, when the configuration names none.
 pub const DEFAULT_RUNTIMES: [&str; 2] = ["runc", "crun"];
@@ -59,7 +60,7 @@ pub fn run_child(runtime: &Path, argv: &[OsString]) -> std::io::Result<i32> {
 
 /// `<runtime> <global flags> state ID`: the container's OCI state (`status`,
 /// `pid`, `bundle`, ...), or None when the runtime does not know it.
-pub fn state(runtime: &Path, global: &[OsString], id: &str) -> Option<serde_json::Value> {
+pub fn state(runtime: &Path, global: &[OsString], id: &str) -> Option<OciState> {
     let out = Command::new(runtime)
         .args(global)
         .arg("state")
@@ -71,7 +72,7 @@ pub fn state(runtime: &Path, global: &[OsString], id: &str) -> Option<serde_json
     if !out.status.success() {
         return None;
     }
-    serde_json::from_slice(&out.stdout).ok()
+    OciState::parse(&out.stdout).ok()
 }
 
 #[cfg(test)]

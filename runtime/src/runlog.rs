@@ -6,7 +6,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
 
-use throttlewatch_hook::timefmt::now_rfc3339;
+use throttlewatch_lifecycle::timefmt::now_rfc3339;
 
 pub const NAME: &str = "throttlewatch-runtime";
 

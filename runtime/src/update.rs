@@ -1,28 +1,17 @@
-//! `update`: runc 1.1 has no CFS burst and a quota below the burst is
-//! refused by the kernel, so the wrapper clears the recorded burst, runs the
-//! low-level update as a child, and writes the burst back clamped to the new
-//! quota. Exits with the runtime's status.
-//!
-//! Without a record (`<state_dir>/bursts/<id>.json` lost, e.g. a state dir
-//! on tmpfs after a reboot of the wrapper's host while the runtime kept its
-//! own state, or a container created before the hook recorded bursts), the
-//! burst is derived again from the bundle's annotations and environment: the
-//! bundle comes from the runtime's `state`, the cgroup from the kernel.
+//! `update`: the wrapper holds the container's CFS burst across the
+//! low-level update (`throttlewatch_lifecycle::held_burst`), running the
+//! update as a child, and exits with the runtime's status. Without a burst
+//! record, the bundle comes from the runtime's `state`.
 
 use std::path::Path;
 
-use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
-use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::{Config, FailMode};
-use throttlewatch_hook::burst_record::{self, BurstRecord, RECORD_VERSION};
-use throttlewatch_hook::spec::BundleSpec;
+use throttlewatch_lifecycle::burst_record::BurstRecord;
+use throttlewatch_lifecycle::held_burst::{derive_for_bundle, HeldBurst, Warn};
 
 use crate::args::RuncArgs;
 use crate::lowlevel;
 use crate::runlog::RuncLog;
-
-/// Where warnings go: the wrapper's runc log, or the shim's log.
-pub type Warn<'a> = &'a mut dyn FnMut(&str);
 
 pub fn update(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) -> i32 {
     let mut warn = |m: &str| log.warning(m);
@@ -55,52 +44,6 @@ pub fn update(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) -> i
     code
 }
 
-/// A container's CFS burst, held across a low-level `update`: runc clears
-/// what it does not know, and a burst above the new quota would make the
-/// kernel refuse the quota. Used by the wrapper and by the shim.
-#[derive(Debug)]
-pub struct HeldBurst {
-    record: BurstRecord,
-    group: CpuCgroup,
-}
-
-impl HeldBurst {
-    /// Before the update: the container's burst record (or, without one,
-    /// what `derive` finds in its bundle), its cgroup; the burst is cleared.
-    /// None when the container has no burst or its cgroup is gone.
-    pub fn take(
-        cfg: &Config,
-        id: &str,
-        derive: impl FnOnce(Warn) -> Option<BurstRecord>,
-        warn: Warn,
-    ) -> Option<HeldBurst> {
-        let record = match burst_record::load(&cfg.state_dir, id) {
-            Ok(Some(r)) => r,
-            Ok(None) => derive(&mut *warn)?,
-            Err(e) => {
-                warn(&format!(
-                    "cannot read the recorded burst: {e}; the burst may be lost by this update"
-                ));
-                return None;
-            }
-        };
-        let group = open_group(&record, warn)?;
-        let _ = group.set_burst(0);
-        Some(HeldBurst { record, group })
-    }
-
-    /// After the update: the burst again, clamped to the new quota, and
-    /// recorded. Returns the burst written (µs).
-    pub fn restore(self, cfg: &Config) -> Result<u64, String> {
-        restore(&self.record, &self.group, cfg).map_err(|e| {
-            format!(
-                "container {:?}: cannot restore the CFS burst after update: {e}",
-                self.record.container_id
-            )
-        })
-    }
-}
-
 /// The burst record of a container that has none: its bundle (from the
 /// runtime's `state`) asks for a burst in its annotations or environment,
 /// and its init process gives the cgroup. None when it asks for none.
@@ -112,184 +55,5 @@ fn derive_record(
     warn: Warn,
 ) -> Option<BurstRecord> {
     let state = lowlevel::state(runtime, args.global_args(), id)?;
-    let bundle = Path::new(state["bundle"].as_str()?);
-    let pid = state["pid"]
-        .as_u64()
-        .filter(|p| *p > 0 && *p <= u32::MAX as u64)? as u32;
-    derive_for_bundle(cfg, id, bundle, pid, warn)
-}
-
-/// The burst record for the container of `bundle` whose init is `pid`.
-pub fn derive_for_bundle(
-    cfg: &Config,
-    id: &str,
-    bundle: &Path,
-    pid: u32,
-    warn: Warn,
-) -> Option<BurstRecord> {
-    let spec = BundleSpec::load(bundle)
-        .map_err(|e| warn(&format!("no burst record for {id:?} and {e}")))
-        .ok()?;
-    derive_from_spec(
-        cfg,
-        id,
-        &spec,
-        |mode| cpu_cgroup_of_pid(Path::new("/proc"), pid, mode).ok(),
-        warn,
-    )
-}
-
-/// The record for `spec`'s burst request; `cgroup_of` gives the cgroup path
-/// for the hierarchy's mode.
-pub fn derive_from_spec(
-    cfg: &Config,
-    id: &str,
-    spec: &BundleSpec,
-    cgroup_of: impl FnOnce(throttlewatch_cgroup::CgroupMode) -> Option<String>,
-    warn: Warn,
-) -> Option<BurstRecord> {
-    let (req, _) = throttlewatch_hook::qos::request(cfg, spec);
-    let burst = req.burst?;
-    let h = Hierarchies::discover()
-        .map_err(|e| warn(&format!("cgroup hierarchies: {e}")))
-        .ok()?;
-    let Some(cgroup_path) = cgroup_of(h.mode) else {
-        warn(&format!(
-            "container {id:?}: no cgroup for its init process; its burst is not restored"
-        ));
-        return None;
-    };
-    Some(BurstRecord {
-        v: RECORD_VERSION,
-        container_id: id.to_string(),
-        cgroup_path,
-        request: burst.into(),
-        cap_percent: req.burst_cap_percent,
-        applied_us: 0,
-    })
-}
-
-fn open_group(rec: &BurstRecord, warn: Warn) -> Option<CpuCgroup> {
-    let h = Hierarchies::discover()
-        .map_err(|e| warn(&format!("cgroup hierarchies: {e}")))
-        .ok()?;
-    CpuCgroup::open(&h, &rec.cgroup_path)
-        .map_err(|e| {
-            warn(&format!(
-                "container {:?}: {e}; its burst is not restored",
-                rec.container_id
-            ))
-        })
-        .ok()
-}
-
-/// Write the burst for the current quota and record what was applied.
-pub fn restore(rec: &BurstRecord, g: &CpuCgroup, cfg: &Config) -> Result<u64, String> {
-    let limits = g.limits().map_err(|e| e.to_string())?;
-    let Some(us) = rec.burst_for_quota(limits.quota_us) else {
-        return Ok(0); // no quota: nothing to burst
-    };
-    g.set_burst(us)
-        .map_err(|e| format!("{} = {us}: {e}", g.burst_file().display()))?;
-    let new = BurstRecord {
-        applied_us: us,
-        ..rec.clone()
-    };
-    burst_record::save(&cfg.state_dir, &new).map_err(|e| e.to_string())?;
-    Ok(us)
-}
-
-#[cfg(test)]
-mod tests {
-    use throttlewatch_cgroup::CgroupMode;
-    use throttlewatch_hook::burst_record::BurstRequest;
-
-    use super::*;
-
-    #[test]
-    fn restore_clamps_to_the_new_quota() {
-        let d = tempfile::tempdir().unwrap();
-        let h = Hierarchies {
-            mode: CgroupMode::V1,
-            cpu: d.path().join("cpu"),
-            cpuset: None,
-            extra_v1: vec![],
-        };
-        let g = CpuCgroup::at(&h, "/tw/c");
-        std::fs::create_dir_all(&g.cpu_dir).unwrap();
-        std::fs::write(g.cpu_dir.join("cpu.cfs_quota_us"), "15000").unwrap();
-        std::fs::write(g.cpu_dir.join("cpu.cfs_period_us"), "100000").unwrap();
-        let cfg = Config {
-            state_dir: d.path().join("state"),
-            ..Config::default()
-        };
-        let rec = BurstRecord {
-            v: RECORD_VERSION,
-            container_id: "c".into(),
-            cgroup_path: "/tw/c".into(),
-            request: BurstRequest::Micros(20_000),
-            cap_percent: 100,
-            applied_us: 20_000,
-        };
-        assert_eq!(restore(&rec, &g, &cfg).unwrap(), 15_000);
-        assert_eq!(
-            std::fs::read_to_string(g.cpu_dir.join("cpu.cfs_burst_us")).unwrap(),
-            "15000"
-        );
-        assert_eq!(
-            burst_record::load(&cfg.state_dir, "c")
-                .unwrap()
-                .unwrap()
-                .applied_us,
-            15_000
-        );
-    }
-
-    #[test]
-    fn record_derived_from_annotation_or_environment() {
-        let cfg = Config::default();
-        let mut quiet = |_: &str| {};
-        let spec = |ann: &[(&str, &str)], env: &[&str]| BundleSpec {
-            annotations: ann
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            process: Some(throttlewatch_hook::spec::Process {
-                env: env.iter().map(|s| s.to_string()).collect(),
-            }),
-            ..Default::default()
-        };
-        let s = spec(&[("throttlewatch.io/cpu-burst", "20ms")], &[]);
-        let r = derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &mut quiet).unwrap();
-        assert_eq!(
-            (r.request, r.cgroup_path.as_str(), r.container_id.as_str()),
-            (BurstRequest::Micros(20_000), "/tw/c", "c")
-        );
-        assert_eq!(r.burst_for_quota(Some(15_000)), Some(15_000));
-        let s = spec(&[], &["PATH=/bin", "THROTTLEWATCH_CPU_BURST=10ms"]);
-        assert_eq!(
-            derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &mut quiet)
-                .unwrap()
-                .request,
-            BurstRequest::Micros(10_000)
-        );
-        // No request, a refused value, or no cgroup: no record.
-        assert!(derive_from_spec(
-            &cfg,
-            "c",
-            &spec(&[], &["PATH=/bin"]),
-            |_| Some("/x".into()),
-            &mut quiet
-        )
-        .is_none());
-        assert!(derive_from_spec(
-            &cfg,
-            "c",
-            &spec(&[("throttlewatch.io/cpu-burst", "abc")], &[]),
-            |_| Some("/x".into()),
-            &mut quiet
-        )
-        .is_none());
-        assert!(derive_from_spec(&cfg, "c", &s, |_| None, &mut quiet).is_none());
-    }
+    derive_for_bundle(cfg, id, &state.bundle, state.init_pid()?, warn)
 }

@@ -6,10 +6,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use throttlewatch_core::config::{Config, FailMode, ENV_CONFIG};
-use throttlewatch_hook::timing::Phases;
+use throttlewatch_lifecycle::modifiers::{default_hook_path, modify_bundle, ModifyContext};
+use throttlewatch_lifecycle::timing::Phases;
 
 use crate::args::RuncArgs;
-use crate::modifiers::{default_hook_path, modify_bundle_with, ModifyContext};
 use crate::runlog::RuncLog;
 use crate::{delete, lowlevel, update};
 
@@ -87,12 +87,12 @@ fn modify(
 ) -> anyhow::Result<()> {
     let bundle = args.bundle()?;
     let ctx = ModifyContext {
-        hook_path: default_hook_path()?,
+        hook_path: default_hook_path().map_err(|e| anyhow::anyhow!(e))?,
         config_path,
         cfg: cfg.clone(),
     };
     t.mark("hook_path");
-    modify_bundle_with(&bundle, &ctx)?;
+    modify_bundle(&bundle, &ctx)?;
     t.mark("modify");
     Ok(())
 }

@@ -1,7 +1,6 @@
 //! containerd-shim-throttlewatch-v2: the runtime class `throttlewatch`.
 //! runc with the throttlewatch spec modifiers applied on every create.
 
-mod agent;
 mod console;
 mod metrics;
 mod runc;

@@ -23,6 +23,7 @@ use containerd_shim::protos::EventsClient;
 use containerd_shim::{api, Context, ExitSignal, Flags, StartOpts};
 use log::{error, info, warn};
 use throttlewatch_core::config::Config;
+use throttlewatch_lifecycle::spec_file::CONFIG_JSON;
 
 use crate::runc::{runc_binary, runc_root, Runc};
 use crate::state::Event;
@@ -99,7 +100,7 @@ fn socket_path(address: &str) -> &str {
 }
 
 fn start(flags: &Flags) -> Result<(), BoxError> {
-    let spec = std::fs::read_to_string("config.json").unwrap_or_default();
+    let spec = std::fs::read_to_string(CONFIG_JSON).unwrap_or_default();
     let grouping = group_of(&spec).unwrap_or_else(|| flags.id.clone());
     let opts = StartOpts {
         id: flags.id.clone(),

@@ -2,7 +2,7 @@
 //! driven through runc; exits (from the SIGCHLD reaper) become TaskExit events.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use containerd_shim::api::{self, Status};
@@ -18,8 +18,9 @@ use containerd_shim::protos::ttrpc::{self, Code};
 use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
 use log::{info, warn};
 use throttlewatch_core::config::{Config, FailMode};
-
-use throttlewatch_runtime::update::{derive_for_bundle, HeldBurst};
+use throttlewatch_lifecycle::agent_client::end_before_delete;
+use throttlewatch_lifecycle::held_burst::{derive_for_bundle, HeldBurst};
+use throttlewatch_lifecycle::modifiers::{modify_bundle, ModifyContext};
 
 use crate::metrics::metrics_any;
 use crate::runc::Runc;
@@ -98,85 +99,32 @@ impl TaskService {
             .clone();
         apply_exit(&self.state, &tx, cid, exec_id, pid, code, at);
     }
-}
 
-impl Task for TaskService {
-    fn create(
-        &self,
-        _ctx: &TtrpcContext,
-        req: api::CreateTaskRequest,
-    ) -> TtrpcResult<api::CreateTaskResponse> {
-        let bundle = PathBuf::from(&req.bundle);
-        if self.lock().containers.contains_key(&req.id) {
-            return Err(err(
-                Code::ALREADY_EXISTS,
-                format!("container {} already exists", req.id),
-            ));
-        }
-        let rootfs = bundle.join("rootfs");
-        for m in &req.rootfs {
-            containerd_shim::mount::mount_rootfs(
-                Some(&m.type_),
-                Some(&m.source),
-                &m.options,
-                &rootfs,
-            )
-            .map_err(|e| err(Code::INTERNAL, format!("mount rootfs: {e}")))?;
-        }
-        let unmount = || {
-            if !req.rootfs.is_empty() {
-                let _ = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0);
-            }
-        };
-        match throttlewatch_runtime::modifiers::modify_bundle(&bundle, &self.cfg) {
+    /// The throttlewatch spec modifiers on the bundle (fail-open unless
+    /// `fail_mode = "closed"`).
+    fn modify_spec(&self, id: &str, bundle: &Path) -> TtrpcResult<()> {
+        let res = ModifyContext::from_env(&self.cfg)
+            .map_err(|e| e.to_string())
+            .and_then(|ctx| modify_bundle(bundle, &ctx).map_err(|e| e.to_string()));
+        match res {
             Ok(m) if !m.changes.is_empty() => {
-                info!("{}: spec modified: {}", req.id, m.changes.join(", "))
+                info!("{id}: spec modified: {}", m.changes.join(", "))
             }
             Ok(_) => {}
             Err(e) if self.cfg.fail_mode == FailMode::Closed => {
-                unmount();
                 return Err(err(
                     Code::FAILED_PRECONDITION,
-                    format!("throttlewatch spec modifiers: {e:#}"),
+                    format!("throttlewatch spec modifiers: {e}"),
                 ));
             }
-            Err(e) => warn!(
-                "{}: spec modifiers failed, continuing without them (fail_mode=open): {e:#}",
-                req.id
-            ),
-        }
-        let created = ProcIo::launch(
-            &req.stdin,
-            &req.stdout,
-            &req.stderr,
-            req.terminal,
-            |stdio, console| self.runc.create(&req.id, &bundle, stdio, console),
-        );
-        let (pid, io) = match created {
-            Ok(r) => r,
             Err(e) => {
-                unmount();
-                return Err(err(Code::INTERNAL, e));
+                warn!("{id}: spec modifiers failed, continuing without them (fail_mode=open): {e}")
             }
-        };
-        let init = Process {
-            pid,
-            status: Status::CREATED,
-            stdin: req.stdin.clone(),
-            stdout: req.stdout.clone(),
-            stderr: req.stderr.clone(),
-            terminal: req.terminal,
-            io: Some(Arc::new(io)),
-            ..Default::default()
-        };
-        let c = Container {
-            bundle: bundle.clone(),
-            mounted_rootfs: !req.rootfs.is_empty(),
-            init,
-            execs: HashMap::new(),
-        };
-        self.lock().containers.insert(req.id.clone(), c);
-        self.claim(&req.id, "", pid);
+        }
+        Ok(())
+    }
+
+    fn publish_created(&self, req: api::CreateTaskRequest, pid: u32) {
         let io = TaskIO {
             stdin: req.stdin,
             stdout: req.stdout,
@@ -192,6 +140,72 @@ impl Task for TaskService {
             ..Default::default()
         };
         self.publish(topics::TASK_CREATE_EVENT_TOPIC, ev);
+    }
+}
+
+/// Mount the rootfs containerd sent into `<bundle>/rootfs`; whether any was mounted.
+fn mount_rootfs(
+    bundle: &Path,
+    mounts: &[containerd_shim::protos::api::Mount],
+) -> TtrpcResult<bool> {
+    let rootfs = bundle.join("rootfs");
+    for m in mounts {
+        containerd_shim::mount::mount_rootfs(Some(&m.type_), Some(&m.source), &m.options, &rootfs)
+            .map_err(|e| err(Code::INTERNAL, format!("mount rootfs: {e}")))?;
+    }
+    Ok(!mounts.is_empty())
+}
+
+fn unmount_rootfs(bundle: &Path, mounted: bool) {
+    if mounted {
+        let _ = containerd_shim::mount::umount_recursive(bundle.join("rootfs").to_str(), 0);
+    }
+}
+
+impl Task for TaskService {
+    fn create(
+        &self,
+        _ctx: &TtrpcContext,
+        req: api::CreateTaskRequest,
+    ) -> TtrpcResult<api::CreateTaskResponse> {
+        let bundle = PathBuf::from(&req.bundle);
+        if self.lock().containers.contains_key(&req.id) {
+            return Err(err(
+                Code::ALREADY_EXISTS,
+                format!("container {} already exists", req.id),
+            ));
+        }
+        let mounted = mount_rootfs(&bundle, &req.rootfs)?;
+        let created = self.modify_spec(&req.id, &bundle).and_then(|()| {
+            ProcIo::launch(
+                &req.stdin,
+                &req.stdout,
+                &req.stderr,
+                req.terminal,
+                |stdio, console| self.runc.create(&req.id, &bundle, stdio, console),
+            )
+            .map_err(|e| err(Code::INTERNAL, e))
+        });
+        let (pid, io) = created.inspect_err(|_| unmount_rootfs(&bundle, mounted))?;
+        let init = Process {
+            pid,
+            status: Status::CREATED,
+            stdin: req.stdin.clone(),
+            stdout: req.stdout.clone(),
+            stderr: req.stderr.clone(),
+            terminal: req.terminal,
+            io: Some(Arc::new(io)),
+            ..Default::default()
+        };
+        let c = Container {
+            bundle,
+            mounted_rootfs: mounted,
+            init,
+            execs: HashMap::new(),
+        };
+        self.lock().containers.insert(req.id.clone(), c);
+        self.claim(&req.id, "", pid);
+        self.publish_created(req, pid);
         Ok(api::CreateTaskResponse {
             pid,
             ..Default::default()
@@ -378,7 +392,9 @@ impl Task for TaskService {
         };
         // The log's `end` record while cpu.stat still exists (runc delete
         // removes the cgroup before its poststop hook runs).
-        crate::agent::end_before_delete(&self.cfg, &req.id, exit_code);
+        if let Err(w) = end_before_delete(&self.cfg, &req.id, exit_code) {
+            warn!("{}: {w}", req.id);
+        }
         self.runc
             .delete(&req.id)
             .map_err(|e| err(Code::INTERNAL, e))?;

@@ -1,6 +1,8 @@
-//! The OCI state the runtime writes on the hook's stdin
-//! (runtime-spec `state.md`: `ociVersion`, `id`, `status`, `pid`, `bundle`,
-//! `annotations`). oci-spec 0.7 has no `State` type, so it is declared here.
+//! The OCI state (runtime-spec `state.md`: `ociVersion`, `id`, `status`,
+//! `pid`, `bundle`, `annotations`): what the runtime writes on a hook's stdin
+//! and what `runc state` prints. Declared here rather than taken from
+//! `oci-spec`, whose `State` has no `paused` status (which `runc state`
+//! reports); unknown fields (`rootfs`, `created`, `owner`) are ignored.
 
 use std::collections::BTreeMap;
 use std::io::Read;

@@ -1,18 +1,17 @@
 //! The burst the hook applied, kept in `<state_dir>/bursts/<escaped id>.json`
-//! so that `throttlewatch-runtime update` can write it back after the
-//! low-level runtime's update (runc 1.1 does not know the burst and a quota
-//! change can leave it invalid). The runtime wrapper reads this format.
+//! ([`StateDir::burst_file`]) so that the runtime wrapper and the shim can
+//! write it back after the low-level runtime's update (runc 1.1 does not
+//! know the burst and a quota change can leave it invalid).
 
-use std::fs::{DirBuilder, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::fs::OpenOptions;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
-use throttlewatch_core::logfmt::log_file_name;
+use throttlewatch_core::state_dir::{write_atomic, StateDir, WriteOptions};
 use throttlewatch_qos::BurstSpec;
 
-pub const BURSTS_DIR: &str = "bursts";
 pub const RECORD_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,35 +56,16 @@ impl BurstRecord {
     }
 }
 
-/// `<state_dir>/bursts/<escaped id>.json`: the id is escaped like the log
-/// file names, so it never leaves the directory.
-pub fn record_path(state_dir: &Path, container_id: &str) -> PathBuf {
-    let name = log_file_name(container_id);
-    let stem = name.strip_suffix(".jsonl").unwrap_or(&name);
-    state_dir.join(BURSTS_DIR).join(format!("{stem}.json"))
-}
-
-/// Write atomically (temp file + rename), directory 0700, file 0600.
-pub fn save(state_dir: &Path, rec: &BurstRecord) -> std::io::Result<PathBuf> {
-    let path = record_path(state_dir, &rec.container_id);
-    let dir = state_dir.join(BURSTS_DIR);
-    DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
-    let tmp = dir.join(format!(".tmp-{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)?;
-    // No fsync: runtime state (tmpfs /run in production), rename is atomic.
-    f.write_all(&serde_json::to_vec(rec)?)?;
-    std::fs::rename(&tmp, &path)?;
+/// Write atomically ([`write_atomic`]): directory 0700, file 0600.
+pub fn save(state: &StateDir, rec: &BurstRecord) -> std::io::Result<PathBuf> {
+    let path = state.burst_file(&rec.container_id);
+    StateDir::create_dir(&state.bursts_dir())?;
+    write_atomic(&path, &serde_json::to_vec(rec)?, &WriteOptions::STATE)?;
     Ok(path)
 }
 
-pub fn load(state_dir: &Path, container_id: &str) -> std::io::Result<Option<BurstRecord>> {
-    let path = record_path(state_dir, container_id);
+pub fn load(state: &StateDir, container_id: &str) -> std::io::Result<Option<BurstRecord>> {
+    let path = state.burst_file(container_id);
     let mut f = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -106,12 +86,14 @@ pub fn load(state_dir: &Path, container_id: &str) -> std::io::Result<Option<Burs
     Ok(Some(rec))
 }
 
-pub fn remove(state_dir: &Path, container_id: &str) {
-    let _ = std::fs::remove_file(record_path(state_dir, container_id));
+pub fn remove(state: &StateDir, container_id: &str) {
+    let _ = std::fs::remove_file(state.burst_file(container_id));
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     fn rec(id: &str, request: BurstRequest) -> BurstRecord {
@@ -128,12 +110,17 @@ mod tests {
     #[test]
     fn round_trip_and_escaped_names() {
         let d = tempfile::tempdir().unwrap();
+        let st = StateDir::new(d.path());
         let r = rec("../../a..b", BurstRequest::Micros(20_000));
-        let p = save(d.path(), &r).unwrap();
-        assert_eq!(p.parent().unwrap(), d.path().join(BURSTS_DIR));
-        assert_eq!(load(d.path(), "../../a..b").unwrap(), Some(r));
-        remove(d.path(), "../../a..b");
-        assert_eq!(load(d.path(), "../../a..b").unwrap(), None);
+        let p = save(&st, &r).unwrap();
+        assert_eq!(p.parent().unwrap(), d.path().join("bursts"));
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(load(&st, "../../a..b").unwrap(), Some(r));
+        remove(&st, "../../a..b");
+        assert_eq!(load(&st, "../../a..b").unwrap(), None);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 use std::os::unix::fs::PermissionsExt;
 
+use serde_json::json;
+
 use super::*;
+use crate::spec_file::CONFIG_JSON;
 
 fn ctx() -> ModifyContext {
     ModifyContext {
@@ -31,7 +34,7 @@ fn adds_hooks_once_and_keeps_unknown_fields() {
         r#"{"ociVersion":"1.0.2","process":{"args":["sh"]},"x-vendor":{"keep":[1,2]},
         "hooks":{"createRuntime":[{"path":"/other/hook"}]}}"#,
     );
-    let m = modify_bundle_with(d.path(), &ctx()).unwrap();
+    let m = modify_bundle(d.path(), &ctx()).unwrap();
     assert_eq!(m.changes.len(), 3, "{m:?}"); // two hooks and the create-time annotation
     let v = read(&d);
     assert_eq!(v["x-vendor"]["keep"], json!([1, 2]));
@@ -51,10 +54,7 @@ fn adds_hooks_once_and_keeps_unknown_fields() {
     assert_eq!(v["hooks"]["poststop"][0]["args"][1], "poststop");
     // Idempotent: a second pass changes nothing and does not rewrite.
     let before = std::fs::read(d.path().join(CONFIG_JSON)).unwrap();
-    assert!(modify_bundle_with(d.path(), &ctx())
-        .unwrap()
-        .changes
-        .is_empty());
+    assert!(modify_bundle(d.path(), &ctx()).unwrap().changes.is_empty());
     assert_eq!(std::fs::read(d.path().join(CONFIG_JSON)).unwrap(), before);
     let mode = std::fs::metadata(d.path().join(CONFIG_JSON))
         .unwrap()
@@ -71,7 +71,7 @@ fn stale_entry_of_ours_is_replaced_not_duplicated() {
     let d = bundle(
         r#"{"hooks":{"poststop":[{"path":"/old/throttlewatch-hook","args":["x"]},{"path":"/old/throttlewatch-hook"}]}}"#,
     );
-    modify_bundle_with(d.path(), &ctx()).unwrap();
+    modify_bundle(d.path(), &ctx()).unwrap();
     let v = read(&d);
     assert_eq!(v["hooks"]["poststop"].as_array().unwrap().len(), 1);
     assert_eq!(
@@ -83,19 +83,19 @@ fn stale_entry_of_ours_is_replaced_not_duplicated() {
 #[test]
 fn malformed_config_is_a_clear_error() {
     let d = bundle("{\"ociVersion\": ");
-    let e = format!("{:#}", modify_bundle_with(d.path(), &ctx()).unwrap_err());
+    let e = format!("{:#}", modify_bundle(d.path(), &ctx()).unwrap_err());
     assert!(
         e.contains("config.json") && e.contains("not valid JSON"),
         "{e}"
     );
     let d = bundle(r#"{"hooks":{"createRuntime":"nope"}}"#);
-    let e = format!("{:#}", modify_bundle_with(d.path(), &ctx()).unwrap_err());
+    let e = format!("{:#}", modify_bundle(d.path(), &ctx()).unwrap_err());
     assert!(
         e.contains("\"hooks.createRuntime\" is a string; expected an array"),
         "{e}"
     );
     let d = bundle("[1]");
-    let e = format!("{:#}", modify_bundle_with(d.path(), &ctx()).unwrap_err());
+    let e = format!("{:#}", modify_bundle(d.path(), &ctx()).unwrap_err());
     assert!(e.contains("expected a JSON object"), "{e}");
     // The broken file is left as it was.
     assert_eq!(
@@ -110,7 +110,7 @@ fn symlinked_config_is_refused() {
     std::fs::write(d.path().join("elsewhere.json"), "{}").unwrap();
     std::os::unix::fs::symlink(d.path().join("elsewhere.json"), d.path().join(CONFIG_JSON))
         .unwrap();
-    let e = format!("{:#}", modify_bundle_with(d.path(), &ctx()).unwrap_err());
+    let e = format!("{:#}", modify_bundle(d.path(), &ctx()).unwrap_err());
     assert!(e.contains("symlink"), "{e}");
     assert_eq!(
         std::fs::read_to_string(d.path().join("elsewhere.json")).unwrap(),
@@ -123,13 +123,13 @@ fn explicit_cpuset_becomes_resources() {
     let d = bundle(
         r#"{"annotations":{"throttlewatch.io/cpuset":"0"},"linux":{"resources":{"cpu":{"quota":20000}}}}"#,
     );
-    let m = modify_bundle_with(d.path(), &ctx()).unwrap();
+    let m = modify_bundle(d.path(), &ctx()).unwrap();
     let v = read(&d);
     assert_eq!(v["linux"]["resources"]["cpu"]["cpus"], "0", "{m:?}");
     assert_eq!(v["linux"]["resources"]["cpu"]["quota"], 20000);
     // Exclusive requests are left to the hook (they need the container's pid).
     let d = bundle(r#"{"annotations":{"throttlewatch.io/cpuset":"0,exclusive"}}"#);
-    modify_bundle_with(d.path(), &ctx()).unwrap();
+    modify_bundle(d.path(), &ctx()).unwrap();
     assert!(read(&d)["linux"].get("resources").is_none());
 }
 
@@ -140,7 +140,7 @@ fn no_config_path_means_no_config_arg() {
         config_path: None,
         ..ctx()
     };
-    modify_bundle_with(d.path(), &c).unwrap();
+    modify_bundle(d.path(), &c).unwrap();
     assert_eq!(
         read(&d)["hooks"]["createRuntime"][0]["args"],
         json!(["throttlewatch-hook", "createRuntime"])
@@ -151,7 +151,7 @@ fn no_config_path_means_no_config_arg() {
 fn pod_sandbox_is_left_untouched() {
     let text = r#"{"annotations":{"io.kubernetes.cri.container-type":"sandbox","throttlewatch.io/cpu-burst":"20ms"},"process":{"args":["/pause"]}}"#;
     let d = bundle(text);
-    let m = modify_bundle_with(d.path(), &ctx()).unwrap();
+    let m = modify_bundle(d.path(), &ctx()).unwrap();
     assert!(m.changes.is_empty(), "{m:?}");
     assert_eq!(
         std::fs::read_to_string(d.path().join(CONFIG_JSON)).unwrap(),
@@ -159,9 +159,24 @@ fn pod_sandbox_is_left_untouched() {
     );
     // The pod's workload containers still get the hooks.
     let d = bundle(r#"{"annotations":{"io.kubernetes.cri.container-type":"container"}}"#);
-    modify_bundle_with(d.path(), &ctx()).unwrap();
+    modify_bundle(d.path(), &ctx()).unwrap();
     assert_eq!(
         read(&d)["hooks"]["createRuntime"].as_array().unwrap().len(),
         1
     );
+}
+
+/// The create stamp the modifiers add is a known key, not a QoS request:
+/// the hook reading the modified spec refuses nothing.
+#[test]
+fn the_create_stamp_is_not_a_qos_refusal() {
+    let d = bundle(r#"{"annotations":{"throttlewatch.io/cpu-burst":"20ms"}}"#);
+    modify_bundle(d.path(), &ctx()).unwrap();
+    let spec = crate::BundleSpec::load(d.path()).unwrap();
+    assert!(spec
+        .annotations
+        .contains_key("throttlewatch.io/created-unix-ns"));
+    let (req, refused) = crate::qos::request(&ctx().cfg, &spec);
+    assert_eq!(refused, vec![]);
+    assert!(req.burst.is_some());
 }

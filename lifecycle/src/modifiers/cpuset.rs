@@ -9,22 +9,22 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
 use serde_json::{json, Value};
 use throttlewatch_core::CpuList;
-use throttlewatch_hook::spec::BundleSpec;
-use throttlewatch_qos::{plan, CpusetTarget, Topology};
+use throttlewatch_qos::{plan, CpusetTarget, PlanInput, Topology};
 
-use crate::modifiers::{object_path, ModifyContext};
+use super::json::object_path;
+use super::ModifyContext;
+use crate::bundle_spec::BundleSpec;
+use crate::qos::DEFAULT_PERIOD_US;
 
-pub fn cpuset_resources(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Result<Option<String>> {
+pub fn cpuset_resources(spec: &mut Value, ctx: &ModifyContext) -> Result<Option<String>, String> {
     // An unreadable shape (e.g. a number for `annotations`) is the runtime's
     // to report; QoS then does nothing here.
-    // Deserialized from a borrow: no copy of the whole spec.
-    let Ok(bundle) = BundleSpec::deserialize(&*spec) else {
+    let Ok(bundle) = BundleSpec::from_value(spec) else {
         return Ok(None);
     };
-    let (req, _) = throttlewatch_hook::qos::request(&ctx.cfg, &bundle);
+    let (req, _) = crate::qos::request(&ctx.cfg, &bundle);
     if req.exclusive
         || !matches!(
             req.cpuset,
@@ -37,16 +37,16 @@ pub fn cpuset_resources(spec: &mut Value, ctx: &ModifyContext) -> anyhow::Result
         return Ok(None);
     };
     let (quota, period) = bundle.cpu_quota();
-    let p = plan(
-        &req,
-        &topo,
-        None,
-        "",
-        &CpuList::default(),
-        quota,
-        period.unwrap_or(100_000),
-        bundle.env(),
-    );
+    let p = plan(&PlanInput {
+        req: &req,
+        topo: &topo,
+        alloc: None,
+        container_id: "",
+        parent_cpus: &CpuList::default(),
+        quota_us: quota,
+        period_us: period.unwrap_or(DEFAULT_PERIOD_US),
+        env: bundle.env(),
+    });
     if !p.refused.is_empty() {
         return Ok(None);
     }

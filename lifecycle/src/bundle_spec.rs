@@ -1,18 +1,14 @@
-//! The parts of a bundle's `config.json` the hook reads: annotations, the
-//! process environment and the CPU resources. Opened with `O_NOFOLLOW` so a
-//! symlink planted in the bundle is never followed.
+//! The typed reading of a bundle's `config.json`: the parts throttlewatch
+//! reads (annotations, the process environment, the CPU resources). Taken
+//! from the document [`SpecFile`] read, never from a second read of the file.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
+use serde_json::Value;
 
-pub const CONFIG_JSON: &str = "config.json";
-/// config.json files above this size are refused (real ones are a few KiB).
-pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+use crate::spec_file::{SpecError, SpecFile};
 
 /// Annotations by which CRI runtimes mark a pod's sandbox (pause)
 /// container: (key, value). containerd's CRI plugin and CRI-O.
@@ -73,35 +69,15 @@ pub struct Cpu {
 }
 
 impl BundleSpec {
-    pub fn path(bundle: &Path) -> PathBuf {
-        bundle.join(CONFIG_JSON)
+    /// Read `<bundle>/config.json` (see [`SpecFile::read`]) and type it.
+    pub fn load(bundle: &Path) -> Result<BundleSpec, SpecError> {
+        SpecFile::read(bundle)?.typed()
     }
 
-    /// Load `<bundle>/config.json` without following a symlink there.
-    pub fn load(bundle: &Path) -> Result<BundleSpec, String> {
-        let path = Self::path(bundle);
-        let f = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::ELOOP) => {
-                    format!("{}: is a symlink; refused (never followed)", path.display())
-                }
-                _ => format!("{}: {e}", path.display()),
-            })?;
-        let mut buf = Vec::new();
-        f.take(MAX_CONFIG_BYTES + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        if buf.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(format!(
-                "{}: larger than {MAX_CONFIG_BYTES} bytes",
-                path.display()
-            ));
-        }
-        serde_json::from_slice(&buf)
-            .map_err(|e| format!("{}: not a valid OCI config.json: {e}", path.display()))
+    /// The typed view of a spec document (deserialized from a borrow: no
+    /// copy of the whole spec). Fields it does not name are ignored.
+    pub fn from_value(v: &Value) -> Result<BundleSpec, serde_json::Error> {
+        BundleSpec::deserialize(v)
     }
 
     pub fn env(&self) -> &[String] {
@@ -152,7 +128,7 @@ mod tests {
     fn loads_the_fields_it_needs() {
         let d = tempfile::tempdir().unwrap();
         std::fs::write(
-            d.path().join(CONFIG_JSON),
+            d.path().join(crate::spec_file::CONFIG_JSON),
             r#"{"ociVersion":"1.0.2","process":{"env":["A=1"],"args":["sh"]},"annotations":{"throttlewatch.io/cpu-burst":"20ms"},
                "linux":{"cgroupsPath":"/tw/c1","resources":{"cpu":{"quota":30000,"period":100000}}},"unknown":{"x":1}}"#,
         )
@@ -172,25 +148,5 @@ mod tests {
         assert!(spec(r#""io.kubernetes.cri-o.ContainerType":"sandbox""#).is_pod_sandbox());
         assert!(!spec(r#""io.kubernetes.cri.container-type":"container""#).is_pod_sandbox());
         assert!(!spec("").is_pod_sandbox());
-    }
-
-    #[test]
-    fn symlinked_config_is_refused() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("real.json"), "{}").unwrap();
-        std::os::unix::fs::symlink(d.path().join("real.json"), d.path().join(CONFIG_JSON)).unwrap();
-        let e = BundleSpec::load(d.path()).unwrap_err();
-        assert!(e.contains("symlink"), "{e}");
-    }
-
-    #[test]
-    fn malformed_config_names_the_file() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join(CONFIG_JSON), "{not json").unwrap();
-        let e = BundleSpec::load(d.path()).unwrap_err();
-        assert!(
-            e.contains("config.json") && e.contains("not a valid OCI config.json"),
-            "{e}"
-        );
     }
 }

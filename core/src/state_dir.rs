@@ -1,0 +1,171 @@
+//! The layout of the state directory (`state_dir`, default
+//! `/run/throttlewatch`): every file and directory under it is named here
+//! once, and every file in it is written by [`write_atomic`].
+//!
+//! ```text
+//! agent.lock               the agent's single-instance flock
+//! containers/<id>.json     a watched container, persisted by the agent (restart → resume)
+//! bursts/<id>.json         the CFS burst the hook applied (the wrapper/shim restore it on update)
+//! cpusets/                 exclusive cpuset holdings (throttlewatch-qos: cpusets.json, cpusets.lock)
+//! ```
+//! `<id>` is the container id escaped like the log file names, so it never
+//! leaves its directory.
+
+use std::fs::{DirBuilder, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::logfmt::escape_id;
+
+pub const AGENT_LOCK: &str = "agent.lock";
+pub const CONTAINERS_DIR: &str = "containers";
+pub const BURSTS_DIR: &str = "bursts";
+pub const CPUSETS_DIR: &str = "cpusets";
+/// Mode of the state directory and its subdirectories.
+pub const DIR_MODE: u32 = 0o700;
+/// Mode of the files in it.
+pub const FILE_MODE: u32 = 0o600;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    pub fn new(root: impl Into<PathBuf>) -> StateDir {
+        StateDir { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn agent_lock(&self) -> PathBuf {
+        self.root.join(AGENT_LOCK)
+    }
+
+    pub fn containers_dir(&self) -> PathBuf {
+        self.root.join(CONTAINERS_DIR)
+    }
+
+    /// `containers/<escaped id>.json`.
+    pub fn container_file(&self, container_id: &str) -> PathBuf {
+        self.containers_dir()
+            .join(format!("{}.json", escape_id(container_id)))
+    }
+
+    pub fn bursts_dir(&self) -> PathBuf {
+        self.root.join(BURSTS_DIR)
+    }
+
+    /// `bursts/<escaped id>.json`.
+    pub fn burst_file(&self, container_id: &str) -> PathBuf {
+        self.bursts_dir()
+            .join(format!("{}.json", escape_id(container_id)))
+    }
+
+    pub fn cpusets_dir(&self) -> PathBuf {
+        self.root.join(CPUSETS_DIR)
+    }
+
+    /// Create `dir` (and its parents) with [`DIR_MODE`].
+    pub fn create_dir(dir: &Path) -> io::Result<()> {
+        DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)
+    }
+}
+
+/// How [`write_atomic`] leaves the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Permission bits, set explicitly (the umask does not apply).
+    pub mode: u32,
+    /// (uid, gid) to give the file; None: the writer's.
+    pub owner: Option<(u32, u32)>,
+    /// fsync before the rename: for state that must survive a crash of the
+    /// host. Runtime state on tmpfs (`/run`) does not need it.
+    pub fsync: bool,
+}
+
+impl WriteOptions {
+    /// State-directory files: 0600, no fsync (tmpfs; the rename is atomic).
+    pub const STATE: WriteOptions = WriteOptions {
+        mode: FILE_MODE,
+        owner: None,
+        fsync: false,
+    };
+}
+
+/// Write `bytes` to `path` all at once for readers: a temporary file in the
+/// same directory (created new, never through a symlink), then renamed over
+/// `path`. The temporary file is removed when anything fails.
+pub fn write_atomic(path: &Path, bytes: &[u8], opts: &WriteOptions) -> io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::other(format!("{}: no file name", path.display())))?;
+    let tmp = path.with_file_name(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp); // left by a crashed writer with our pid
+    let res = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(opts.mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.set_permissions(std::fs::Permissions::from_mode(opts.mode))?;
+        if let Some((uid, gid)) = opts.owner {
+            std::os::unix::fs::fchown(&f, Some(uid), Some(gid))?;
+        }
+        if opts.fsync {
+            f.sync_all()?;
+        }
+        std::fs::rename(&tmp, path)
+    })();
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    #[test]
+    fn every_file_stays_in_its_directory() {
+        let s = StateDir::new("/run/tw");
+        assert_eq!(s.agent_lock(), Path::new("/run/tw/agent.lock"));
+        assert_eq!(
+            s.container_file("../../etc/x"),
+            Path::new("/run/tw/containers/%2E%2E%2F%2E%2E%2Fetc%2Fx.json")
+        );
+        assert_eq!(s.burst_file("c1"), Path::new("/run/tw/bursts/c1.json"));
+        assert_eq!(s.cpusets_dir(), Path::new("/run/tw/cpusets"));
+    }
+
+    #[test]
+    fn write_atomic_replaces_with_the_mode_and_leaves_no_temp() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f.json");
+        std::fs::write(&p, "old").unwrap();
+        let opts = WriteOptions {
+            mode: 0o640,
+            ..WriteOptions::STATE
+        };
+        write_atomic(&p, b"new", &opts).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "new");
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o640);
+        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
+        // A missing directory is an error, and nothing is left behind.
+        let e = write_atomic(&d.path().join("no/f"), b"x", &WriteOptions::STATE).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+}

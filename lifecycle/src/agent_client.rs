@@ -1,0 +1,293 @@
+//! The one client of the agent's socket (one JSON line each way, see
+//! `throttlewatch_core::protocol`): register, unregister, status. One
+//! timeout for every request; answers are typed, never told apart by their
+//! error text.
+
+use std::io::ErrorKind;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use throttlewatch_core::config::Config;
+use throttlewatch_core::protocol::{call, call_on, ErrorCode, Register, Request, Response};
+use throttlewatch_core::EndReason;
+
+/// How long one read or write of a request may take (the agent opens the
+/// cgroup and updates its maps on register).
+pub const AGENT_TIMEOUT: Duration = Duration::from_secs(3);
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Nobody listens on the socket (no agent, or a stale socket file).
+    #[error("no agent answers on {}: {source}", socket.display())]
+    NoListener {
+        socket: PathBuf,
+        source: std::io::Error,
+    },
+    /// An agent is there but the exchange failed (timeout, broken connection).
+    #[error("agent on {}: {source}", socket.display())]
+    Io {
+        socket: PathBuf,
+        source: std::io::Error,
+    },
+    /// The agent answered `ok: false`.
+    #[error("{}", .0.error.as_deref().unwrap_or("no reason given"))]
+    Refused(Response),
+}
+
+impl AgentError {
+    pub fn is_no_listener(&self) -> bool {
+        matches!(self, AgentError::NoListener { .. })
+    }
+}
+
+/// How an unregister ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unregistered {
+    /// The agent wrote the `end` record.
+    Ended(Response),
+    /// The agent does not watch the container (ended before, or never
+    /// registered): nothing to do.
+    NotWatched,
+}
+
+/// Whether an error means "nobody listens there" (as opposed to a broken agent).
+fn no_listener(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused)
+}
+
+/// A connection to the agent opened before the hook's QoS work: the agent
+/// accepts it and starts the thread that reads it while the hook writes the
+/// cgroup, so the register itself is one request and one answer.
+pub struct EarlyConnection(std::io::Result<UnixStream>);
+
+#[derive(Debug, Clone)]
+pub struct AgentClient {
+    socket: PathBuf,
+}
+
+impl AgentClient {
+    pub fn new(socket: impl Into<PathBuf>) -> AgentClient {
+        AgentClient {
+            socket: socket.into(),
+        }
+    }
+
+    pub fn of(cfg: &Config) -> AgentClient {
+        AgentClient::new(&cfg.socket)
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn connect_early(&self) -> EarlyConnection {
+        EarlyConnection(UnixStream::connect(&self.socket))
+    }
+
+    fn error(&self, e: std::io::Error) -> AgentError {
+        let socket = self.socket.clone();
+        match no_listener(&e) {
+            true => AgentError::NoListener { socket, source: e },
+            false => AgentError::Io { socket, source: e },
+        }
+    }
+
+    /// One request on a fresh connection; `ok: false` is [`AgentError::Refused`].
+    pub fn call(&self, req: &Request) -> Result<Response, AgentError> {
+        let r = call(&self.socket, req, AGENT_TIMEOUT).map_err(|e| self.error(e))?;
+        match r.ok {
+            true => Ok(r),
+            false => Err(AgentError::Refused(r)),
+        }
+    }
+
+    /// Register; `early`: a connection opened before the QoS work. A
+    /// connection that broke meanwhile (the agent restarted) is retried once
+    /// on a fresh one; a timeout is not (registering twice is harmless,
+    /// waiting twice is not).
+    pub fn register(
+        &self,
+        reg: &Register,
+        early: Option<EarlyConnection>,
+    ) -> Result<Response, AgentError> {
+        let req = Request::Register(reg.clone());
+        let broken = |e: &std::io::Error| {
+            matches!(
+                e.kind(),
+                ErrorKind::BrokenPipe
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::UnexpectedEof
+                    | ErrorKind::NotConnected
+            )
+        };
+        match early.map(|c| c.0) {
+            Some(Ok(s)) => match call_on(s, &req, AGENT_TIMEOUT) {
+                Ok(r) if r.ok => Ok(r),
+                Ok(r) => Err(AgentError::Refused(r)),
+                Err(e) if broken(&e) => self.call(&req),
+                Err(e) => Err(self.error(e)),
+            },
+            Some(Err(e)) if no_listener(&e) => Err(self.error(e)),
+            Some(Err(_)) | None => self.call(&req),
+        }
+    }
+
+    /// Have the agent write the `end` record. Never starts an agent.
+    pub fn unregister(
+        &self,
+        container_id: &str,
+        reason: EndReason,
+        exit_code: Option<i32>,
+    ) -> Result<Unregistered, AgentError> {
+        let req = Request::Unregister {
+            container_id: container_id.to_string(),
+            reason,
+            exit_code,
+        };
+        match self.call(&req) {
+            Ok(r) => Ok(Unregistered::Ended(r)),
+            Err(AgentError::Refused(r)) if r.code == Some(ErrorCode::NotWatched) => {
+                Ok(Unregistered::NotWatched)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The front ends' `delete` (wrapper and shim). runc 1.1 removes the
+/// container's cgroup *before* it runs the poststop hooks, so by poststop
+/// `cpu.stat` is gone: the agent writes the `end` record first, while the
+/// cgroup still exists, and the poststop hook then finds the container
+/// already ended. Fail-open: returns a warning to log, never fails the delete.
+pub fn end_before_delete(cfg: &Config, id: &str, exit_code: Option<i32>) -> Result<(), String> {
+    if !cfg.socket.exists() {
+        return Ok(());
+    }
+    match AgentClient::of(cfg).unregister(id, EndReason::Delete, exit_code) {
+        Ok(_) => Ok(()),
+        Err(AgentError::Refused(r)) => Err(format!(
+            "the agent could not end the log of {id:?}: {}",
+            r.error.unwrap_or_default()
+        )),
+        Err(e) => Err(format!(
+            "{e}; the end record of {id:?} is left to the poststop hook"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixListener;
+
+    use super::*;
+
+    /// A one-shot fake agent answering `resp` and returning the request line.
+    pub fn fake_agent(sock: &Path, resp: &'static str) -> std::thread::JoinHandle<String> {
+        let l = UnixListener::bind(sock).unwrap();
+        std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line).unwrap();
+            (&s).write_all(resp.as_bytes()).unwrap();
+            line
+        })
+    }
+
+    #[test]
+    fn register_sends_the_protocol() {
+        let d = tempfile::tempdir().unwrap();
+        let c = AgentClient::new(d.path().join("a.sock"));
+        let t = fake_agent(c.socket(), "{\"ok\":true,\"log_path\":\"/l/c.jsonl\"}\n");
+        let reg = Register {
+            container_id: "c".into(),
+            pid: Some(7),
+            cgroup_path: "/tw/c".into(),
+            ..Default::default()
+        };
+        let r = c.register(&reg, None).unwrap();
+        assert_eq!(r.log_path.as_deref(), Some("/l/c.jsonl"));
+        let sent: serde_json::Value = serde_json::from_str(&t.join().unwrap()).unwrap();
+        assert_eq!(
+            (sent["op"].as_str(), sent["cgroup_path"].as_str()),
+            (Some("register"), Some("/tw/c"))
+        );
+    }
+
+    #[test]
+    fn register_on_an_early_connection() {
+        let d = tempfile::tempdir().unwrap();
+        let c = AgentClient::new(d.path().join("a.sock"));
+        let t = fake_agent(c.socket(), "{\"ok\":true,\"log_path\":\"/l/e.jsonl\"}\n");
+        let early = c.connect_early();
+        let reg = Register {
+            container_id: "e".into(),
+            ..Default::default()
+        };
+        let r = c.register(&reg, Some(early)).unwrap();
+        assert_eq!(r.log_path.as_deref(), Some("/l/e.jsonl"));
+        assert!(t.join().unwrap().contains("\"container_id\":\"e\""));
+        // No listener at the early connect: NoListener, no second try.
+        let none = AgentClient::new(d.path().join("none.sock"));
+        let e = none.register(&reg, Some(none.connect_early())).unwrap_err();
+        assert!(
+            e.is_no_listener() && e.to_string().contains("none.sock"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unregister_answers_are_typed() {
+        let d = tempfile::tempdir().unwrap();
+        let c = AgentClient::new(d.path().join("a.sock"));
+        // The code decides, not the text.
+        let t = fake_agent(
+            c.socket(),
+            "{\"ok\":false,\"error\":\"whatever words\",\"code\":\"not-watched\"}\n",
+        );
+        let r = c.unregister("c", EndReason::Poststop, None).unwrap();
+        assert_eq!(r, Unregistered::NotWatched);
+        assert!(t.join().unwrap().contains("\"reason\":\"poststop\""));
+        std::fs::remove_file(c.socket()).unwrap();
+        let t = fake_agent(
+            c.socket(),
+            "{\"ok\":false,\"error\":\"container \\\"c\\\" is not watched\"}\n",
+        );
+        let e = c.unregister("c", EndReason::Delete, Some(0)).unwrap_err();
+        t.join().unwrap();
+        assert!(matches!(e, AgentError::Refused(_)), "{e:?}");
+        let e = AgentClient::new(d.path().join("none.sock"))
+            .unregister("c", EndReason::Delete, None)
+            .unwrap_err();
+        assert!(e.is_no_listener(), "{e:?}");
+    }
+
+    /// The agent's own answer to an unknown container is NotWatched.
+    #[test]
+    fn the_daemons_answer_is_not_watched() {
+        let d = tempfile::tempdir().unwrap();
+        let c = AgentClient::new(d.path().join("a.sock"));
+        let line = serde_json::to_string(&Response::not_watched("c")).unwrap() + "\n";
+        let t = fake_agent(c.socket(), Box::leak(line.into_boxed_str()));
+        assert_eq!(
+            c.unregister("c", EndReason::Poststop, None).unwrap(),
+            Unregistered::NotWatched
+        );
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn end_before_delete_is_quiet_without_an_agent_and_says_a_refusal() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            socket: d.path().join("a.sock"),
+            ..Config::default()
+        };
+        assert_eq!(end_before_delete(&cfg, "c", None), Ok(()));
+        let t = fake_agent(&cfg.socket, "{\"ok\":false,\"error\":\"disk full\"}\n");
+        let w = end_before_delete(&cfg, "c", Some(1)).unwrap_err();
+        assert!(t.join().unwrap().contains("\"reason\":\"delete\""));
+        assert!(w.contains("\"c\"") && w.contains("disk full"), "{w}");
+    }
+}

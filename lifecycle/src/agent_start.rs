@@ -1,0 +1,212 @@
+//! Registering when no agent answers: start a detached one (if the
+//! configuration allows it) and retry until it answers. One agent per node,
+//! guarded by its lock in the state directory.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use throttlewatch_core::config::Config;
+use throttlewatch_core::protocol::{Register, Response};
+use throttlewatch_core::StateDir;
+
+use crate::agent_client::{AgentClient, AgentError, EarlyConnection};
+use crate::binaries::{beside_me_or_in_path, AGENT_BINARY};
+
+/// How long the hook waits for an agent it started to answer (the agent's
+/// own `--detach` waits as long; loading the probe takes most of it).
+pub const START_WAIT: Duration = Duration::from_secs(10);
+
+/// Register, starting an agent first when none answers and `start_agent` is
+/// set. `early`: a connection opened before the QoS work (None: connect now).
+/// Returns the agent's answer (with the log path); the error is one line
+/// for hook.log.
+pub fn register(
+    cfg: &Config,
+    config_path: Option<&Path>,
+    reg: &Register,
+    early: Option<EarlyConnection>,
+) -> Result<Response, String> {
+    let client = AgentClient::of(cfg);
+    let id = &reg.container_id;
+    let sock = client.socket().display();
+    match client.register(reg, early) {
+        Ok(r) => return Ok(r),
+        Err(AgentError::Refused(r)) => return Err(refused(id, r)),
+        Err(e) if !e.is_no_listener() => {
+            return Err(format!("{e}; cannot register container {id:?}"))
+        }
+        Err(e) if !cfg.start_agent => {
+            return Err(format!(
+                "{e}; start_agent = false, so container {id:?} starts without being watched"
+            ))
+        }
+        Err(_) => {}
+    }
+    let bin = agent_binary(cfg)?;
+    let deadline = Instant::now() + START_WAIT;
+    // A failed `--detach` is not the end when another agent holds the lock:
+    // a concurrent hook started it and it is still loading its probe.
+    let started = start_agent(&bin, config_path, deadline);
+    loop {
+        let e = match client.register(reg, None) {
+            Ok(r) => return Ok(r),
+            Err(AgentError::Refused(r)) => return Err(refused(id, r)),
+            Err(e) => e,
+        };
+        let waiting = started.is_ok() || lock_holder(&StateDir::new(&cfg.state_dir)).is_some();
+        if e.is_no_listener() && Instant::now() < deadline && waiting {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        return Err(match started {
+            Err(why) => format!("{why}; {e}; container {id:?} is not watched"),
+            Ok(()) => format!(
+                "started {} but no agent answered on {sock} within {START_WAIT:?}: {e}; container {id:?} is not watched",
+                bin.display(),
+            ),
+        });
+    }
+}
+
+fn refused(id: &str, r: Response) -> String {
+    format!(
+        "the agent refused to register container {id:?}: {}",
+        r.error.unwrap_or_else(|| "no reason given".into())
+    )
+}
+
+/// The pid holding the agent's lock, from /proc/locks: read-only, so it
+/// never races the agent taking the lock.
+pub fn lock_holder(state: &StateDir) -> Option<u32> {
+    let m = std::fs::metadata(state.agent_lock()).ok()?;
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    flock_holder(&locks, m.dev(), m.ino())
+}
+
+/// In /proc/locks text, the pid of a FLOCK on (dev, inode); the device is
+/// printed as `major:minor` in hex, then the inode in decimal.
+pub fn flock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {
+    let want = format!("{:02x}:{:02x}:{ino}", libc::major(dev), libc::minor(dev));
+    locks.lines().find_map(|l| {
+        // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5391504 0 EOF" (blocked waiters have "->").
+        let f: Vec<&str> = l.split_whitespace().filter(|x| *x != "->").collect();
+        (f.get(1) == Some(&"FLOCK") && f.get(5) == Some(&want.as_str()))
+            .then(|| f.get(4)?.parse().ok())
+            .flatten()
+    })
+}
+
+/// `agent_binary` when configured, else `throttlewatch` next to this
+/// executable, else in PATH.
+pub fn agent_binary(cfg: &Config) -> Result<PathBuf, String> {
+    if !cfg.agent_binary.is_empty() {
+        return Ok(PathBuf::from(&cfg.agent_binary));
+    }
+    beside_me_or_in_path(AGENT_BINARY).ok_or_else(|| {
+        format!("no agent answers and no `{AGENT_BINARY}` binary was found next to the hook or in PATH (set agent_binary)")
+    })
+}
+
+/// `throttlewatch agent --detach [--config FILE]`: the agent daemonizes (one
+/// per node, guarded by its lock) and its parent exits once the agent
+/// answers. Its stdio is /dev/null: the runtime waits for the hook's pipes
+/// to close.
+fn start_agent(bin: &Path, config_path: Option<&Path>, deadline: Instant) -> Result<(), String> {
+    let mut cmd = Command::new(bin);
+    cmd.arg("agent").arg("--detach");
+    if let Some(c) = config_path {
+        cmd.arg("--config").arg(c);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the agent {}: {e}", bin.display()))?;
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) if st.success() => return Ok(()),
+            Ok(Some(st)) => return Err(format!("`{} agent --detach` failed: {st}", bin.display())),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => return Ok(()), // still starting; the retries decide
+            Err(e) => return Err(format!("waiting for {}: {e}", bin.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reg(id: &str) -> Register {
+        Register {
+            container_id: id.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn missing_agent_without_start_is_a_clear_message() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            socket: d.path().join("none.sock"),
+            start_agent: false,
+            ..Config::default()
+        };
+        let e = register(&cfg, None, &reg("c"), None).unwrap_err();
+        assert!(
+            e.contains("no agent answers")
+                && e.contains("none.sock")
+                && e.contains("start_agent = false"),
+            "{e}"
+        );
+        let early = AgentClient::of(&cfg).connect_early();
+        let e = register(&cfg, None, &reg("c"), Some(early)).unwrap_err();
+        assert!(e.contains("start_agent = false"), "{e}");
+    }
+
+    #[test]
+    fn start_agent_that_fails_is_reported() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            socket: d.path().join("a.sock"),
+            state_dir: d.path().join("state"),
+            agent_binary: "/bin/false".into(),
+            ..Config::default()
+        };
+        let e = register(&cfg, None, &reg("c"), None).unwrap_err();
+        assert!(e.contains("/bin/false") && e.contains("failed"), "{e}");
+    }
+
+    #[test]
+    fn lock_holder_from_proc_locks() {
+        let locks = "1: FLOCK  ADVISORY  WRITE 4242 fe:00:5391504 0 EOF\n2: POSIX  ADVISORY  WRITE 7 fe:00:77 0 EOF\n";
+        let dev = libc::makedev(0xfe, 0);
+        assert_eq!(flock_holder(locks, dev, 5_391_504), Some(4242));
+        assert_eq!(
+            flock_holder(locks, dev, 77),
+            None,
+            "POSIX locks are not the agent's"
+        );
+        assert_eq!(flock_holder(locks, libc::makedev(8, 1), 5_391_504), None);
+        // A real flock in a temporary state dir.
+        let d = tempfile::tempdir().unwrap();
+        let st = StateDir::new(d.path());
+        assert_eq!(lock_holder(&st), None);
+        let f = std::fs::File::create(st.agent_lock()).unwrap();
+        assert_eq!(lock_holder(&st), None, "exists but not locked");
+        // SAFETY: flock on an fd we own.
+        assert_eq!(
+            unsafe {
+                libc::flock(
+                    std::os::fd::AsRawFd::as_raw_fd(&f),
+                    libc::LOCK_EX | libc::LOCK_NB,
+                )
+            },
+            0
+        );
+        assert_eq!(lock_holder(&st), Some(std::process::id()));
+    }
+}

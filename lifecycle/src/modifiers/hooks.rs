@@ -1,0 +1,72 @@
+//! Our hook in `hooks.createRuntime` and `hooks.poststop`: exactly one entry
+//! each, with the current path and arguments.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use super::json::{kind, object_at};
+use super::ModifyContext;
+use crate::binaries::HOOK_BINARY;
+use crate::stage::Stage;
+
+fn hook_entry(stage: Stage, ctx: &ModifyContext) -> Value {
+    let mut args = vec![json!(HOOK_BINARY), json!(stage.as_str())];
+    if let Some(c) = &ctx.config_path {
+        args.push(json!("--config"));
+        args.push(json!(c.to_string_lossy()));
+    }
+    json!({ "path": ctx.hook_path.to_string_lossy(), "args": args })
+}
+
+fn is_our_hook(h: &Value, ctx: &ModifyContext) -> bool {
+    let Some(p) = h.get("path").and_then(Value::as_str) else {
+        return false;
+    };
+    Path::new(p) == ctx.hook_path || Path::new(p).file_name().is_some_and(|n| n == HOOK_BINARY)
+}
+
+/// Exactly one entry of ours in `hooks.<stage>`, with the current arguments.
+fn ensure_hook(
+    spec: &mut Value,
+    ctx: &ModifyContext,
+    stage: Stage,
+) -> Result<Option<String>, String> {
+    let hooks = object_at(spec, "hooks", "hooks")?;
+    let field = format!("hooks.{stage}");
+    let list = hooks.entry(stage.as_str()).or_insert_with(|| json!([]));
+    if list.is_null() {
+        *list = json!([]);
+    }
+    let k = kind(list);
+    let list = list
+        .as_array_mut()
+        .ok_or_else(|| format!("\"{field}\" is {k}; expected an array of hooks"))?;
+    let want = hook_entry(stage, ctx);
+    let ours: Vec<usize> = (0..list.len())
+        .filter(|i| is_our_hook(&list[*i], ctx))
+        .collect();
+    if ours.len() == 1 && list[ours[0]] == want {
+        return Ok(None);
+    }
+    for i in ours.iter().rev() {
+        list.remove(*i);
+    }
+    list.push(want);
+    Ok(Some(format!(
+        "{field}: {} {}",
+        ctx.hook_path.display(),
+        stage
+    )))
+}
+
+pub fn add_create_runtime_hook(
+    spec: &mut Value,
+    ctx: &ModifyContext,
+) -> Result<Option<String>, String> {
+    ensure_hook(spec, ctx, Stage::CreateRuntime)
+}
+
+pub fn add_poststop_hook(spec: &mut Value, ctx: &ModifyContext) -> Result<Option<String>, String> {
+    ensure_hook(spec, ctx, Stage::Poststop)
+}

@@ -1,0 +1,128 @@
+//! Idempotent edits of an OCI bundle's config.json, applied on `create` only
+//! (by the runtime wrapper and by the shim).
+//!
+//! The spec is edited as the JSON document [`SpecFile`] read, so fields this
+//! crate does not know survive, and written back atomically with its mode
+//! and owner. Each [`SpecModifier`] is a small function that changes nothing
+//! when its edit is already there; they compose into [`MODIFIERS`]
+//! (NVIDIA container toolkit's `internal/modifier/list.go` is the model).
+
+mod cpuset;
+mod created;
+mod hooks;
+pub mod json;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use throttlewatch_core::config::{Config, ENV_CONFIG};
+
+use crate::binaries::{beside_me_or_in_path, HOOK_BINARY};
+use crate::bundle_spec::is_pod_sandbox;
+use crate::spec_file::{SpecError, SpecFile};
+
+pub use cpuset::cpuset_resources;
+pub use created::stamp_create_time;
+pub use hooks::{add_create_runtime_hook, add_poststop_hook};
+
+/// What a modification did, for logs and errors.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Modified {
+    pub changes: Vec<String>,
+}
+
+/// What the modifiers need beyond the configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModifyContext {
+    /// The hook executable written into the spec.
+    pub hook_path: PathBuf,
+    /// Passed to the hook as `--config`, when known.
+    pub config_path: Option<PathBuf>,
+    pub cfg: Config,
+}
+
+impl ModifyContext {
+    /// The hook next to this executable (else in PATH); its `--config` is
+    /// `$THROTTLEWATCH_CONFIG` when set.
+    pub fn from_env(cfg: &Config) -> Result<ModifyContext, String> {
+        Ok(ModifyContext {
+            hook_path: default_hook_path()?,
+            config_path: std::env::var_os(ENV_CONFIG)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            cfg: cfg.clone(),
+        })
+    }
+}
+
+/// One edit: returns a description when it changed the spec; the error
+/// names the field and what was expected.
+pub type SpecModifier = fn(&mut Value, &ModifyContext) -> Result<Option<String>, String>;
+
+/// The modifiers, in order.
+pub const MODIFIERS: [(&str, SpecModifier); 4] = [
+    ("createRuntime hook", add_create_runtime_hook),
+    ("poststop hook", add_poststop_hook),
+    ("cpuset resources", cpuset_resources),
+    ("create time", stamp_create_time),
+];
+
+/// Read `<bundle>/config.json`, apply the modifiers, write it back when
+/// they changed it.
+pub fn modify_bundle(bundle: &Path, ctx: &ModifyContext) -> Result<Modified, SpecError> {
+    let mut file = SpecFile::read(bundle)?;
+    let changes = apply_modifiers(&mut file, ctx)?;
+    if !changes.is_empty() {
+        file.write()?;
+    }
+    Ok(Modified { changes })
+}
+
+/// Apply [`MODIFIERS`] in order to the document; a pod sandbox is left as it is.
+pub fn apply_modifiers(file: &mut SpecFile, ctx: &ModifyContext) -> Result<Vec<String>, SpecError> {
+    if !file.value.is_object() {
+        return Err(SpecError::NotAnObject {
+            path: file.path.clone(),
+            kind: json::kind(&file.value),
+        });
+    }
+    if is_pod_sandbox_spec(&file.value) {
+        return Ok(vec![]); // the pause container stays as the CRI made it
+    }
+    let mut changes = vec![];
+    for (name, m) in MODIFIERS {
+        match m(&mut file.value, ctx) {
+            Ok(Some(c)) => changes.push(c),
+            Ok(None) => {}
+            Err(why) => {
+                return Err(SpecError::Modifier {
+                    path: file.path.clone(),
+                    modifier: name,
+                    why,
+                })
+            }
+        }
+    }
+    Ok(changes)
+}
+
+/// A pod's sandbox (pause) container, by its CRI annotations: it runs no
+/// workload, so it gets no hooks (no QoS, no log).
+pub fn is_pod_sandbox_spec(spec: &Value) -> bool {
+    let ann = spec.get("annotations");
+    is_pod_sandbox(|k| ann?.get(k)?.as_str())
+}
+
+/// `throttlewatch-hook` next to this executable, else in PATH.
+pub fn default_hook_path() -> Result<PathBuf, String> {
+    beside_me_or_in_path(HOOK_BINARY).ok_or_else(|| {
+        let exe = std::env::current_exe().unwrap_or_default();
+        format!(
+            "{HOOK_BINARY} not found next to {} nor in PATH",
+            exe.display()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests;
