@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use throttlewatch_core::config::Config;
 use throttlewatch_core::units::parse_duration;
-use throttlewatch_core::CpuList;
 use throttlewatch_qos::{
     parse_request, plan, render_plan, render_text, ExclusiveAllocator, PlanInput, Policy, Topology,
 };
@@ -85,11 +84,4 @@ pub fn topology(cfg: &Config, a: &TopologyArgs) -> Result<i32, CliError> {
         print!("{text}");
     }
     Ok(0)
-}
-
-/// Used by tests of the CLI: the CPUs a plan would use, as a list.
-pub fn cpus_of(v: &serde_json::Value) -> Option<CpuList> {
-    v["plan"]["cpus"]
-        .as_str()
-        .and_then(|s| CpuList::parse("cpus", s).ok())
 }

@@ -21,7 +21,6 @@ pub const CPUSET_MEMS_EFFECTIVE: &str = "cpuset.mems.effective";
 pub const CGROUP_PROCS: &str = "cgroup.procs";
 pub const CGROUP_CONTROLLERS: &str = "cgroup.controllers";
 pub const CGROUP_SUBTREE_CONTROL: &str = "cgroup.subtree_control";
-pub const CGROUP_KILL: &str = "cgroup.kill";
 
 /// `cpu.stat` keys.
 pub mod stat_keys {
@@ -32,7 +31,6 @@ pub mod stat_keys {
     pub const NR_BURSTS: &str = "nr_bursts";
     pub const V1_BURST_TIME: &str = "burst_time";
     pub const V2_BURST_USEC: &str = "burst_usec";
-    pub const V2_USAGE_USEC: &str = "usage_usec";
 }
 
 /// statfs magic numbers (linux/magic.h).

@@ -32,10 +32,6 @@ pub fn flat_keyed_str(content: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
-pub fn flat_keyed(path: &Path) -> Result<BTreeMap<String, u64>> {
-    Ok(flat_keyed_str(&read_string(path)?))
-}
-
 /// v2 `cpu.max`: "max 100000" or "50000 100000". Returns (quota_us or None, period_us).
 pub fn cpu_max_str(content: &str) -> Option<(Option<u64>, u64)> {
     let mut it = content.split_whitespace();

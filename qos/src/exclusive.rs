@@ -15,12 +15,13 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
+use throttlewatch_core::state_dir::{write_atomic, WriteOptions};
 use throttlewatch_core::CpuList;
 
 pub const STATE_FILE: &str = "cpusets.json";
@@ -255,18 +256,12 @@ impl ExclusiveAllocator {
     }
 
     fn save(&self, state: &State) -> io::Result<()> {
-        let tmp = self
-            .dir
-            .join(format!(".{STATE_FILE}.{}.tmp", std::process::id()));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&serde_json::to_vec_pretty(state).map_err(io::Error::other)?)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, self.state_path())
+        let bytes = serde_json::to_vec_pretty(state).map_err(io::Error::other)?;
+        let opts = WriteOptions {
+            fsync: true,
+            ..WriteOptions::STATE
+        };
+        write_atomic(&self.state_path(), &bytes, &opts)
     }
 
     /// Drop holdings whose holder is gone; true when any was dropped.
