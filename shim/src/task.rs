@@ -8,8 +8,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use containerd_shim::api::{self, Status};
 use containerd_shim::monitor::{monitor_subscribe, Subject, Topic};
 use containerd_shim::protos::events::task::{
-    TaskCreate, TaskDelete, TaskExecAdded, TaskExecStarted, TaskIO, TaskPaused, TaskResumed,
-    TaskStart,
+    TaskCreate, TaskExecAdded, TaskIO, TaskPaused, TaskResumed,
 };
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::{Message, MessageField};
@@ -18,13 +17,12 @@ use containerd_shim::protos::ttrpc::{self, Code};
 use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
 use log::{info, warn};
 use throttlewatch_core::config::{Config, FailMode};
-use throttlewatch_lifecycle::agent_client::end_before_delete;
 use throttlewatch_lifecycle::held_burst::{derive_for_bundle, HeldBurst};
 use throttlewatch_lifecycle::modifiers::{modify_bundle, ModifyContext};
 
 use crate::metrics::metrics_any;
 use crate::runc::Runc;
-use crate::state::{apply_exit, event, now, on_exit, Container, Event, Process, Shared, State};
+use crate::state::{apply_exit, event, on_exit, Container, Event, Process, Shared, State};
 use crate::stdio::ProcIo;
 
 pub struct TaskService {
@@ -143,24 +141,10 @@ impl TaskService {
     }
 }
 
-/// Mount the rootfs containerd sent into `<bundle>/rootfs`; whether any was mounted.
-fn mount_rootfs(
-    bundle: &Path,
-    mounts: &[containerd_shim::protos::api::Mount],
-) -> TtrpcResult<bool> {
-    let rootfs = bundle.join("rootfs");
-    for m in mounts {
-        containerd_shim::mount::mount_rootfs(Some(&m.type_), Some(&m.source), &m.options, &rootfs)
-            .map_err(|e| err(Code::INTERNAL, format!("mount rootfs: {e}")))?;
-    }
-    Ok(!mounts.is_empty())
-}
+#[path = "task_process.rs"]
+mod process;
 
-fn unmount_rootfs(bundle: &Path, mounted: bool) {
-    if mounted {
-        let _ = containerd_shim::mount::umount_recursive(bundle.join("rootfs").to_str(), 0);
-    }
-}
+use process::{mount_rootfs, unmount_rootfs};
 
 impl Task for TaskService {
     fn create(
@@ -217,80 +201,11 @@ impl Task for TaskService {
         _ctx: &TtrpcContext,
         req: api::StartRequest,
     ) -> TtrpcResult<api::StartResponse> {
-        let (bundle, exec) = {
-            let st = self.lock();
-            let c = st
-                .containers
-                .get(&req.id)
-                .ok_or_else(|| not_found(&req.id))?;
-            let exec = if req.exec_id.is_empty() {
-                None
-            } else {
-                Some(
-                    c.execs
-                        .get(&req.exec_id)
-                        .ok_or_else(|| not_found(&req.exec_id))?
-                        .clone(),
-                )
-            };
-            (c.bundle.clone(), exec)
+        let pid = if req.exec_id.is_empty() {
+            self.start_init(&req.id)?
+        } else {
+            self.start_exec(&req.id, &req.exec_id)?
         };
-        let Some(p) = exec else {
-            self.runc
-                .start(&req.id)
-                .map_err(|e| err(Code::INTERNAL, e))?;
-            let mut st = self.lock();
-            let c = st
-                .containers
-                .get_mut(&req.id)
-                .ok_or_else(|| not_found(&req.id))?;
-            if c.init.status == Status::CREATED {
-                c.init.status = Status::RUNNING;
-            }
-            let pid = c.init.pid;
-            drop(st);
-            self.publish(
-                topics::TASK_START_EVENT_TOPIC,
-                TaskStart {
-                    container_id: req.id,
-                    pid,
-                    ..Default::default()
-                },
-            );
-            return Ok(api::StartResponse {
-                pid,
-                ..Default::default()
-            });
-        };
-        let (pid, io) = ProcIo::launch(
-            &p.stdin,
-            &p.stdout,
-            &p.stderr,
-            p.terminal,
-            |stdio, console| {
-                self.runc
-                    .exec(&req.id, &bundle, &req.exec_id, &p.spec, stdio, console)
-            },
-        )
-        .map_err(|e| err(Code::INTERNAL, e))?;
-        if let Some(e) = self
-            .lock()
-            .containers
-            .get_mut(&req.id)
-            .and_then(|c| c.execs.get_mut(&req.exec_id))
-        {
-            e.pid = pid;
-            e.status = Status::RUNNING;
-            e.io = Some(Arc::new(io));
-        }
-        self.claim(&req.id, &req.exec_id, pid);
-        let ev = TaskExecStarted {
-            container_id: req.id,
-            exec_id: req.exec_id,
-            pid,
-            ..Default::default()
-        };
-        self.publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, ev);
         Ok(api::StartResponse {
             pid,
             ..Default::default()
@@ -357,75 +272,11 @@ impl Task for TaskService {
         _ctx: &TtrpcContext,
         req: api::DeleteRequest,
     ) -> TtrpcResult<api::DeleteResponse> {
-        if !req.exec_id.is_empty() {
-            let mut st = self.lock();
-            let c = st
-                .containers
-                .get_mut(&req.id)
-                .ok_or_else(|| not_found(&req.id))?;
-            let p = c
-                .execs
-                .get(&req.exec_id)
-                .ok_or_else(|| not_found(&req.exec_id))?;
-            if p.status == Status::RUNNING {
-                return Err(err(
-                    Code::FAILED_PRECONDITION,
-                    format!("exec {} is still running", req.exec_id),
-                ));
-            }
-            let p = c.execs.remove(&req.exec_id).unwrap_or_default();
-            return Ok(api::DeleteResponse {
-                pid: p.pid,
-                exit_status: p.exit_status,
-                exited_at: p.exited_at.into(),
-                ..Default::default()
-            });
+        if req.exec_id.is_empty() {
+            self.delete_init(req.id)
+        } else {
+            self.delete_exec(&req.id, &req.exec_id)
         }
-        let (bundle, mounted, exit_code) = {
-            let st = self.lock();
-            let c = st
-                .containers
-                .get(&req.id)
-                .ok_or_else(|| not_found(&req.id))?;
-            let code = (c.init.status == Status::STOPPED).then_some(c.init.exit_status as i32);
-            (c.bundle.clone(), c.mounted_rootfs, code)
-        };
-        // The log's `end` record while cpu.stat still exists (runc delete
-        // removes the cgroup before its poststop hook runs).
-        if let Err(w) = end_before_delete(&self.cfg, &req.id, exit_code) {
-            warn!("{}: {w}", req.id);
-        }
-        self.runc
-            .delete(&req.id)
-            .map_err(|e| err(Code::INTERNAL, e))?;
-        if mounted {
-            let rootfs = bundle.join("rootfs");
-            if let Err(e) = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0) {
-                warn!("{}: unmount rootfs: {e}", req.id);
-            }
-        }
-        let c = self
-            .lock()
-            .containers
-            .remove(&req.id)
-            .ok_or_else(|| not_found(&req.id))?;
-        let p = c.init;
-        let at = p.exited_at.clone().unwrap_or_else(now);
-        let ev = TaskDelete {
-            container_id: req.id.clone(),
-            id: req.id,
-            pid: p.pid,
-            exit_status: p.exit_status,
-            exited_at: MessageField::some(at.clone()),
-            ..Default::default()
-        };
-        self.publish(topics::TASK_DELETE_EVENT_TOPIC, ev);
-        Ok(api::DeleteResponse {
-            pid: p.pid,
-            exit_status: p.exit_status,
-            exited_at: MessageField::some(at),
-            ..Default::default()
-        })
     }
 
     fn wait(&self, _ctx: &TtrpcContext, req: api::WaitRequest) -> TtrpcResult<api::WaitResponse> {

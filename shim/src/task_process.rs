@@ -1,0 +1,162 @@
+//! The halves of the Task service's `start` and `delete` (the container's
+//! init process, or an exec process) and the rootfs mounts of `create`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use containerd_shim::api::{self, Status};
+use containerd_shim::protos::events::task::{TaskDelete, TaskExecStarted, TaskStart};
+use containerd_shim::protos::protobuf::MessageField;
+use containerd_shim::protos::topics;
+use containerd_shim::protos::ttrpc::Code;
+use containerd_shim::TtrpcResult;
+use log::warn;
+use throttlewatch_lifecycle::agent_client::end_before_delete;
+
+use super::{err, not_found, TaskService};
+use crate::state::now;
+use crate::stdio::ProcIo;
+
+/// Mount the rootfs containerd sent into `<bundle>/rootfs`; whether any was mounted.
+pub(super) fn mount_rootfs(
+    bundle: &Path,
+    mounts: &[containerd_shim::protos::api::Mount],
+) -> TtrpcResult<bool> {
+    let rootfs = bundle.join("rootfs");
+    for m in mounts {
+        containerd_shim::mount::mount_rootfs(Some(&m.type_), Some(&m.source), &m.options, &rootfs)
+            .map_err(|e| err(Code::INTERNAL, format!("mount rootfs: {e}")))?;
+    }
+    Ok(!mounts.is_empty())
+}
+
+pub(super) fn unmount_rootfs(bundle: &Path, mounted: bool) {
+    if mounted {
+        let _ = containerd_shim::mount::umount_recursive(bundle.join("rootfs").to_str(), 0);
+    }
+}
+
+/// The halves of `start` and `delete`: the container's init, or an exec.
+impl TaskService {
+    pub(super) fn start_init(&self, id: &str) -> TtrpcResult<u32> {
+        if !self.lock().containers.contains_key(id) {
+            return Err(not_found(id));
+        }
+        self.runc.start(id).map_err(|e| err(Code::INTERNAL, e))?;
+        let mut st = self.lock();
+        let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        if c.init.status == Status::CREATED {
+            c.init.status = Status::RUNNING;
+        }
+        let pid = c.init.pid;
+        drop(st);
+        let ev = TaskStart {
+            container_id: id.to_string(),
+            pid,
+            ..Default::default()
+        };
+        self.publish(topics::TASK_START_EVENT_TOPIC, ev);
+        Ok(pid)
+    }
+
+    pub(super) fn start_exec(&self, id: &str, exec_id: &str) -> TtrpcResult<u32> {
+        let (bundle, p) = {
+            let st = self.lock();
+            let c = st.containers.get(id).ok_or_else(|| not_found(id))?;
+            let p = c.execs.get(exec_id).ok_or_else(|| not_found(exec_id))?;
+            (c.bundle.clone(), p.clone())
+        };
+        let (pid, io) = ProcIo::launch(
+            &p.stdin,
+            &p.stdout,
+            &p.stderr,
+            p.terminal,
+            |stdio, console| {
+                self.runc
+                    .exec(id, &bundle, exec_id, &p.spec, stdio, console)
+            },
+        )
+        .map_err(|e| err(Code::INTERNAL, e))?;
+        if let Some(e) = self
+            .lock()
+            .containers
+            .get_mut(id)
+            .and_then(|c| c.execs.get_mut(exec_id))
+        {
+            e.pid = pid;
+            e.status = Status::RUNNING;
+            e.io = Some(Arc::new(io));
+        }
+        self.claim(id, exec_id, pid);
+        let ev = TaskExecStarted {
+            container_id: id.to_string(),
+            exec_id: exec_id.to_string(),
+            pid,
+            ..Default::default()
+        };
+        self.publish(topics::TASK_EXEC_STARTED_EVENT_TOPIC, ev);
+        Ok(pid)
+    }
+
+    pub(super) fn delete_exec(&self, id: &str, exec_id: &str) -> TtrpcResult<api::DeleteResponse> {
+        let mut st = self.lock();
+        let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
+        let p = c.execs.get(exec_id).ok_or_else(|| not_found(exec_id))?;
+        if p.status == Status::RUNNING {
+            return Err(err(
+                Code::FAILED_PRECONDITION,
+                format!("exec {exec_id} is still running"),
+            ));
+        }
+        let p = c.execs.remove(exec_id).unwrap_or_default();
+        Ok(api::DeleteResponse {
+            pid: p.pid,
+            exit_status: p.exit_status,
+            exited_at: p.exited_at.into(),
+            ..Default::default()
+        })
+    }
+
+    pub(super) fn delete_init(&self, id: String) -> TtrpcResult<api::DeleteResponse> {
+        let (bundle, mounted, exit_code) = {
+            let st = self.lock();
+            let c = st.containers.get(&id).ok_or_else(|| not_found(&id))?;
+            let code = (c.init.status == Status::STOPPED).then_some(c.init.exit_status as i32);
+            (c.bundle.clone(), c.mounted_rootfs, code)
+        };
+        // The log's `end` record while cpu.stat still exists (runc delete
+        // removes the cgroup before its poststop hook runs).
+        if let Err(w) = end_before_delete(&self.cfg, &id, exit_code) {
+            warn!("{id}: {w}");
+        }
+        self.runc.delete(&id).map_err(|e| err(Code::INTERNAL, e))?;
+        if mounted {
+            let rootfs = bundle.join("rootfs");
+            if let Err(e) = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0) {
+                warn!("{id}: unmount rootfs: {e}");
+            }
+        }
+        let c = self
+            .lock()
+            .containers
+            .remove(&id)
+            .ok_or_else(|| not_found(&id))?;
+        let p = c.init;
+        let at = p.exited_at.clone().unwrap_or_else(now);
+        let ev = TaskDelete {
+            container_id: id.clone(),
+            id,
+            pid: p.pid,
+            exit_status: p.exit_status,
+            exited_at: MessageField::some(at.clone()),
+            ..Default::default()
+        };
+        self.publish(topics::TASK_DELETE_EVENT_TOPIC, ev);
+        Ok(api::DeleteResponse {
+            pid: p.pid,
+            exit_status: p.exit_status,
+            exited_at: MessageField::some(at),
+            ..Default::default()
+        })
+    }
+}
