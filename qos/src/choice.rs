@@ -49,33 +49,11 @@ pub(crate) fn plan_cpuset(input: &PlanInput, p: &mut Plan) {
     let Some(choice) = choose(req, target, topo, &usable, &held, env, p) else {
         return;
     };
-    let inside = choice.cpus.intersect(&usable);
-    if inside.is_empty() {
-        let why = format!(
-            "none of CPUs {} lie in the parent cgroup's cpuset {}",
-            choice.cpus, usable
-        );
-        p.refused.push(req.refusal(Key::Cpuset, why));
+    let Some(inside) = inside_parent(req, &choice, &usable, p) else {
         return;
-    }
-    if inside != choice.cpus {
-        p.notes.push(format!(
-            "shrunk {} to {inside}: the parent cgroup allows only {usable}",
-            choice.cpus
-        ));
-    }
-    let count = match req.cpuset_cpus {
-        Some(n) if n as usize > topo.online.len() => {
-            let why = format!(
-                "{n} CPUs requested; this machine has {} online",
-                topo.online.len()
-            );
-            p.refused.push(req.refusal(Key::CpusetCpus, why));
-            return;
-        }
-        Some(n) => Some(n as usize),
-        None if req.exclusive => cpus_for_quota(quota_us, period_us),
-        None => None,
+    };
+    let Some(count) = cpu_count(req, topo, quota_us, period_us, p) else {
+        return;
     };
     let cpus = if req.exclusive {
         let Some(a) = alloc else {
@@ -92,16 +70,70 @@ pub(crate) fn plan_cpuset(input: &PlanInput, p: &mut Plan) {
         shared(topo, &inside, &held, count, p)
     };
     if !choice.keep_mems {
-        let mems = topo.mems_for(&cpus);
-        if mems.is_empty() {
-            p.notes.push(format!(
-                "no NUMA node with memory holds CPUs {cpus}: cpuset.mems left as it is"
-            ));
-        } else {
-            p.mems = Some(mems);
-        }
+        set_mems(topo, &cpus, p);
     }
     p.cpus = Some(cpus);
+}
+
+/// The chosen CPUs the parent cgroup allows; None (refused) when none.
+fn inside_parent(
+    req: &QosRequest,
+    choice: &Choice,
+    usable: &CpuList,
+    p: &mut Plan,
+) -> Option<CpuList> {
+    let inside = choice.cpus.intersect(usable);
+    if inside.is_empty() {
+        let why = format!(
+            "none of CPUs {} lie in the parent cgroup's cpuset {}",
+            choice.cpus, usable
+        );
+        p.refused.push(req.refusal(Key::Cpuset, why));
+        return None;
+    }
+    if inside != choice.cpus {
+        p.notes.push(format!(
+            "shrunk {} to {inside}: the parent cgroup allows only {usable}",
+            choice.cpus
+        ));
+    }
+    Some(inside)
+}
+
+/// How many CPUs: `cpuset-cpus`, else (exclusive) what the quota needs,
+/// else all that were chosen. None: refused.
+fn cpu_count(
+    req: &QosRequest,
+    topo: &Topology,
+    quota_us: Option<u64>,
+    period_us: u64,
+    p: &mut Plan,
+) -> Option<Option<usize>> {
+    match req.cpuset_cpus {
+        Some(n) if n as usize > topo.online.len() => {
+            let why = format!(
+                "{n} CPUs requested; this machine has {} online",
+                topo.online.len()
+            );
+            p.refused.push(req.refusal(Key::CpusetCpus, why));
+            None
+        }
+        Some(n) => Some(Some(n as usize)),
+        None if req.exclusive => Some(cpus_for_quota(quota_us, period_us)),
+        None => Some(None),
+    }
+}
+
+/// cpuset.mems: the nodes with memory that hold the CPUs.
+fn set_mems(topo: &Topology, cpus: &CpuList, p: &mut Plan) {
+    let mems = topo.mems_for(cpus);
+    if mems.is_empty() {
+        p.notes.push(format!(
+            "no NUMA node with memory holds CPUs {cpus}: cpuset.mems left as it is"
+        ));
+    } else {
+        p.mems = Some(mems);
+    }
 }
 
 fn choose(
@@ -113,77 +145,88 @@ fn choose(
     env: &[String],
     p: &mut Plan,
 ) -> Option<Choice> {
-    let refuse = |p: &mut Plan, why: String| p.refused.push(req.refusal(Key::Cpuset, why));
-    match target {
-        CpusetTarget::List(l) => {
-            let missing = l.difference(&topo.online);
-            if !missing.is_empty() {
-                refuse(
-                    p,
-                    format!(
-                        "CPUs {missing} do not exist or are offline; this machine has CPUs {}",
-                        topo.online
-                    ),
-                );
-                return None;
-            }
-            p.notes.push(format!("cpuset {l}: as requested"));
-            Some(Choice {
-                cpus: l.clone(),
-                strict: true,
-                keep_mems: true,
-            })
-        }
-        CpusetTarget::Numa(n) => {
-            let Some(node) = topo.node(*n) else {
-                refuse(
-                    p,
-                    format!(
-                        "NUMA node {n} does not exist; this machine has nodes {}",
-                        topo.node_ids()
-                    ),
-                );
-                return None;
-            };
-            let cpus = topo.node_cpus(node.id);
-            if cpus.is_empty() {
-                refuse(p, format!("NUMA node {n} has no CPUs (a memory-only node)"));
-                return None;
-            }
-            p.notes.push(format!("numa:{n}: CPUs {cpus}"));
-            Some(Choice {
-                cpus,
-                strict: true,
-                keep_mems: false,
-            })
-        }
+    let chosen = match target {
+        CpusetTarget::List(l) => choose_list(l, topo, p),
+        CpusetTarget::Numa(n) => choose_node(*n, topo, p),
         CpusetTarget::GpuLocal | CpusetTarget::Auto => {
-            let gpus = match container_gpus(topo, req.gpus.as_ref(), env) {
-                Ok(g) => g,
-                Err(r) => {
-                    p.refused.push(r);
-                    Vec::new()
-                }
-            };
-            p.gpus = gpus.clone();
-            if !gpus.is_empty() {
-                return Some(gpu_local(topo, &gpus, p));
-            }
-            if *target == CpusetTarget::GpuLocal {
-                refuse(p, "gpu-local needs GPUs and the container has none (see NVIDIA_VISIBLE_DEVICES or throttlewatch.io/gpus)".into());
-                return None;
-            }
-            let node = best_node(topo, usable, held)?;
-            p.notes.push(format!(
-                "auto: no GPUs; NUMA node {node} has the most free CPUs"
-            ));
-            Some(Choice {
-                cpus: topo.node_cpus(node),
-                strict: false,
-                keep_mems: false,
-            })
+            choose_near_gpus(req, target, topo, usable, held, env, p)
         }
+    };
+    chosen
+        .map_err(|why| p.refused.push(req.refusal(Key::Cpuset, why)))
+        .ok()?
+}
+
+/// An explicit CPU list: all of it must exist.
+fn choose_list(l: &CpuList, topo: &Topology, p: &mut Plan) -> Result<Option<Choice>, String> {
+    let missing = l.difference(&topo.online);
+    if !missing.is_empty() {
+        return Err(format!(
+            "CPUs {missing} do not exist or are offline; this machine has CPUs {}",
+            topo.online
+        ));
     }
+    p.notes.push(format!("cpuset {l}: as requested"));
+    Ok(Some(Choice {
+        cpus: l.clone(),
+        strict: true,
+        keep_mems: true,
+    }))
+}
+
+/// `numa:N`: the node's CPUs.
+fn choose_node(n: u32, topo: &Topology, p: &mut Plan) -> Result<Option<Choice>, String> {
+    let Some(node) = topo.node(n) else {
+        return Err(format!(
+            "NUMA node {n} does not exist; this machine has nodes {}",
+            topo.node_ids()
+        ));
+    };
+    let cpus = topo.node_cpus(node.id);
+    if cpus.is_empty() {
+        return Err(format!("NUMA node {n} has no CPUs (a memory-only node)"));
+    }
+    p.notes.push(format!("numa:{n}: CPUs {cpus}"));
+    Ok(Some(Choice {
+        cpus,
+        strict: true,
+        keep_mems: false,
+    }))
+}
+
+/// `gpu-local` and `auto`: the CPUs near the container's GPUs; without
+/// GPUs, `auto` takes the node with the most free CPUs.
+fn choose_near_gpus(
+    req: &QosRequest,
+    target: &CpusetTarget,
+    topo: &Topology,
+    usable: &CpuList,
+    held: &CpuList,
+    env: &[String],
+    p: &mut Plan,
+) -> Result<Option<Choice>, String> {
+    let gpus = container_gpus(topo, req.gpus.as_ref(), env).unwrap_or_else(|r| {
+        p.refused.push(r);
+        Vec::new()
+    });
+    p.gpus = gpus.clone();
+    if !gpus.is_empty() {
+        return Ok(Some(gpu_local(topo, &gpus, p)));
+    }
+    if *target == CpusetTarget::GpuLocal {
+        return Err("gpu-local needs GPUs and the container has none (see NVIDIA_VISIBLE_DEVICES or throttlewatch.io/gpus)".into());
+    }
+    let Some(node) = best_node(topo, usable, held) else {
+        return Ok(None);
+    };
+    p.notes.push(format!(
+        "auto: no GPUs; NUMA node {node} has the most free CPUs"
+    ));
+    Ok(Some(Choice {
+        cpus: topo.node_cpus(node),
+        strict: false,
+        keep_mems: false,
+    }))
 }
 
 fn gpu_local(topo: &Topology, gpus: &[usize], p: &mut Plan) -> Choice {
