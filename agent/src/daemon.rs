@@ -14,6 +14,7 @@ use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::logfmt::{log_file_name, LogWriter, Record};
 use throttlewatch_core::protocol::{self, Register, Request, Response, MAX_REQUEST_BYTES};
+use throttlewatch_core::EndReason;
 use throttlewatch_qos::Key;
 
 use crate::coldstart::ColdStartSpec;
@@ -328,7 +329,7 @@ impl Agent {
                 container_id,
                 reason,
                 exit_code,
-            } => self.unregister(&container_id, reason.as_str(), exit_code),
+            } => self.unregister(&container_id, reason, exit_code),
             Request::Status => Response {
                 ok: true,
                 watched: Some(
@@ -384,7 +385,12 @@ impl Agent {
         })
     }
 
-    fn unregister(&mut self, container_id: &str, reason: &str, exit_code: Option<i32>) -> Response {
+    fn unregister(
+        &mut self,
+        container_id: &str,
+        reason: EndReason,
+        exit_code: Option<i32>,
+    ) -> Response {
         let Some(id) = self.engine.find(container_id) else {
             self.state.remove(container_id);
             return Response::not_watched(container_id);
@@ -397,7 +403,7 @@ impl Agent {
     }
 
     /// End a session: `end` written, state and metrics forgotten. Returns its log.
-    fn end(&mut self, id: u64, reason: &str, exit_code: Option<i32>) -> Option<PathBuf> {
+    fn end(&mut self, id: u64, reason: EndReason, exit_code: Option<i32>) -> Option<PathBuf> {
         let f = self.engine.finish(id, reason, exit_code)?;
         self.observe(&f.outputs);
         self.state.remove(f.spec.container_id());
@@ -423,7 +429,7 @@ impl Agent {
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
-            self.end(id, "cgroup-removed", None);
+            self.end(id, EndReason::CgroupRemoved, None);
         }
     }
 

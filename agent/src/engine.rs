@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use throttlewatch_bpf::{Event, ProbeError, ProbeOptions, ThrottleProbe};
 use throttlewatch_cgroup::CpuCgroup;
 use throttlewatch_core::logfmt::End;
+use throttlewatch_core::EndReason;
 
 use crate::clock::Clock;
 use crate::output::Output;
@@ -165,7 +166,12 @@ impl Engine {
     }
 
     /// Stop watching: final drain, `end` record, log closed, watch-map entry removed.
-    pub fn finish(&mut self, id: u64, reason: &str, exit_code: Option<i32>) -> Option<Finished> {
+    pub fn finish(
+        &mut self,
+        id: u64,
+        reason: EndReason,
+        exit_code: Option<i32>,
+    ) -> Option<Finished> {
         let mut outputs = self.poll(Due::Events);
         let s = self.sessions.remove(&id)?;
         let spec = s.spec.clone();

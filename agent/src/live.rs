@@ -6,6 +6,8 @@ use std::time::Duration;
 use throttlewatch_core::logfmt::{End, Throttle};
 use throttlewatch_core::units::format_duration;
 
+use throttlewatch_core::EndReason;
+
 use crate::engine::Engine;
 use crate::output::Output;
 use crate::reading::Due;
@@ -165,7 +167,7 @@ impl LiveLoop {
         &self,
         engine: &mut Engine,
         id: u64,
-        reason: &str,
+        reason: EndReason,
         exit_code: Option<i32>,
         what: &str,
     ) {

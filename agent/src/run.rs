@@ -11,6 +11,7 @@ use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::units::{self, parse_duration};
 use throttlewatch_core::CpuList;
+use throttlewatch_core::EndReason;
 
 use crate::cli::{OutputArgs, RunArgs};
 use crate::engine::{probe_options, Engine};
@@ -267,14 +268,14 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
         .map_err(|e| CliError::fail(e.to_string()))?;
     if let Some(sig) = signals::received() {
         // Stopped while setting up: the command never runs.
-        engine.finish(id, "signal", None);
+        engine.finish(id, EndReason::Signal, None);
         cg.remove();
         return Ok(128 + sig);
     }
     let child = match spawn_in(&cg.group, &prog, &a.cmd[1..]) {
         Ok(c) => c,
         Err(e) => {
-            engine.finish(id, "spawn-failed", None);
+            engine.finish(id, EndReason::SpawnFailed, None);
             let _ = std::fs::remove_file(&log);
             cg.remove();
             return Err(CliError::usage(format!("cannot run {:?}: {e}", a.cmd[0])));
@@ -324,7 +325,7 @@ fn supervise(
     mut child: std::process::Child,
     engine: &mut Engine,
     live: &mut LiveLoop,
-) -> (i32, &'static str) {
+) -> (i32, EndReason) {
     let cpid = child.id() as i32;
     let mut forwarded: Option<(i32, Instant)> = None;
     let status = loop {
@@ -348,10 +349,10 @@ fn supervise(
         live.sleep();
     };
     match (status.code(), status.signal()) {
-        (Some(c), _) if forwarded.is_some() => (c, "signal"),
-        (Some(c), _) => (c, "exit"),
-        (None, Some(s)) => (128 + s, "signal"),
-        _ => (1, "exit"),
+        (Some(c), _) if forwarded.is_some() => (c, EndReason::Signal),
+        (Some(c), _) => (c, EndReason::Exit),
+        (None, Some(s)) => (128 + s, EndReason::Signal),
+        _ => (1, EndReason::Exit),
     }
 }
 

@@ -10,6 +10,8 @@ use throttlewatch_core::logfmt::{
     self, CpuStatSnapshot, End, LogWriter, Record, Resume, Runq, Start, Throttle,
 };
 
+use throttlewatch_core::EndReason;
+
 use crate::clock::Clock;
 use crate::coldstart::ColdStartTracker;
 use crate::freezes::FreezeTally;
@@ -145,7 +147,7 @@ impl Session {
     pub fn finish(
         mut self,
         totals: ProbeTotals,
-        reason: &str,
+        reason: EndReason,
         exit_code: Option<i32>,
         out: &mut Vec<Output>,
     ) -> End {
@@ -170,10 +172,10 @@ impl Session {
     }
 
     /// The `end` record: the one place it is built.
-    fn end_record(&self, reason: &str, exit_code: Option<i32>, cg: &CgroupReading) -> End {
+    fn end_record(&self, reason: EndReason, exit_code: Option<i32>, cg: &CgroupReading) -> End {
         let d = self.kernel.delta(cg);
         End {
-            reason: reason.into(),
+            reason: reason.as_str().into(),
             duration_ns: logfmt::now_unix_ns().saturating_sub(self.started_unix_ns),
             exit_code,
             top_threads: self.tally.top(),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use throttlewatch_cgroup::CpuStat;
 use throttlewatch_core::logfmt::End;
 use throttlewatch_core::protocol::Register;
+use throttlewatch_core::EndReason;
 
 use crate::coldstart::ColdStartSpec;
 use crate::labels::ContainerLabels;
@@ -51,16 +52,12 @@ pub struct Baseline {
     pub unwatched_ns: u64,
 }
 
-/// The reason of an `end` written for a container that went away while no
-/// agent ran.
-pub const ENDED_WHILE_AGENT_DOWN: &str = "ended-while-agent-down";
-
 impl Baseline {
     /// The `end` of a container that went away while no agent ran: what
     /// was counted up to the last persist; its cgroup is gone, so no kernel view.
     pub fn ended_while_agent_down(&self) -> End {
         End {
-            reason: ENDED_WHILE_AGENT_DOWN.into(),
+            reason: EndReason::EndedWhileAgentDown.as_str().into(),
             probe_throttled_ns: self.probe_ns,
             probe_episodes: self.probe_episodes,
             freezes: self.freezes,

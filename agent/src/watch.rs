@@ -8,6 +8,7 @@ use std::time::Instant;
 use throttlewatch_cgroup::{proc::cpu_cgroup_of_pid, CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::units::parse_duration;
+use throttlewatch_core::EndReason;
 
 use crate::cli::WatchArgs;
 use crate::engine::{probe_options, Engine};
@@ -80,13 +81,13 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
     let reason = loop {
         live.poll(&mut engine);
         if signals::received().is_some() {
-            break "signal";
+            break EndReason::Signal;
         }
         if duration.is_some_and(|d| started.elapsed() >= d) {
-            break "duration";
+            break EndReason::Duration;
         }
         if !g.exists() {
-            break "cgroup-removed";
+            break EndReason::CgroupRemoved;
         }
         live.sleep();
     };
