@@ -158,10 +158,13 @@ fn serve_socket(l: UnixListener, jobs: Sender<Job>) {
 fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
-    let mut line = String::new();
-    let resp = match BufReader::new((&conn).take(MAX_REQUEST_BYTES)).read_line(&mut line) {
+    let mut raw = Vec::new();
+    let resp = match BufReader::new((&conn).take(MAX_REQUEST_BYTES)).read_until(b'\n', &mut raw) {
         Err(e) => Response::err(format!("reading request: {e}")),
-        Ok(_) => match serde_json::from_str::<Request>(&line) {
+        // Bytes that are not UTF-8 (names from a runtime that passes them
+        // through) become U+FFFD: the container is still watched, and no
+        // invalid UTF-8 reaches the logs or the metrics exposition.
+        Ok(_) => match serde_json::from_str::<Request>(&String::from_utf8_lossy(&raw)) {
             Err(e) => Response::err(format!("bad request: {e}")),
             Ok(req) => {
                 let (tx, rx) = mpsc::channel();
