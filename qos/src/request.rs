@@ -122,6 +122,13 @@ impl QosRequest {
     }
 }
 
+/// Annotations under our prefix that are not QoS requests: the create time
+/// the spec modifiers stamp into every spec, the agent's cold-start budget.
+const NOT_QOS: [&str; 2] = [
+    throttlewatch_core::protocol::ANNOTATION_CREATED_NS,
+    throttlewatch_core::protocol::ANNOTATION_COLD_START_CPU,
+];
+
 /// Parse the annotations and the OCI environment ("KEY=VALUE"). Annotations
 /// win over the environment; in the environment the last entry wins. Every
 /// bad value is refused on its own and the rest still applies.
@@ -157,6 +164,9 @@ pub fn parse_request(
         let Some(short) = name.strip_prefix(PREFIX) else {
             continue;
         };
+        if NOT_QOS.contains(&name.as_str()) {
+            continue; // ours, but read elsewhere (the cold-start timeline)
+        }
         match Key::from_name(short) {
             Some(k) => {
                 raw.insert(

@@ -295,3 +295,14 @@ fn exclusive_or_count_alone_means_auto() {
         "throttlewatch.io/cpuset-exclusive"
     );
 }
+
+#[test]
+fn our_non_qos_annotations_are_not_refused() {
+    let (r, refused) = parse(&[
+        ("created-unix-ns", "1796073626048627852"),
+        ("cold-start-cpu", "10ms"),
+        ("cpu-burst", "20ms"),
+    ]);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert!(r.burst.is_some(), "{r:?}");
+}
