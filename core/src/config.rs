@@ -64,6 +64,17 @@ pub struct Config {
     pub poll_interval_ms: u64,
     /// Size of the node-wide event ring buffer, KiB (a power of two).
     pub ring_buffer_kib: u32,
+    /// Milliseconds the hook waits for the agent on the create path (connect,
+    /// send, answer, each); past it the container starts unwatched (fail-open)
+    /// or is refused (fail-closed).
+    pub agent_timeout_ms: u64,
+    /// Seconds written as the `timeout` of our hook entries in config.json:
+    /// the runtime kills a hook that runs longer (a backstop; the hook's own
+    /// deadlines are far shorter, except while it starts an agent).
+    pub hook_timeout_s: u64,
+    /// Milliseconds a hook waits for the exclusive-cores lock before it
+    /// refuses the cpuset with the reason.
+    pub cpuset_lock_timeout_ms: u64,
     pub qos: QosPolicyConfig,
 }
 
@@ -82,6 +93,9 @@ impl Default for Config {
             snapshot_interval_s: 10,
             poll_interval_ms: 50,
             ring_buffer_kib: 4096,
+            agent_timeout_ms: 500,
+            hook_timeout_s: 15,
+            cpuset_lock_timeout_ms: 500,
             qos: QosPolicyConfig::default(),
         }
     }
@@ -135,6 +149,14 @@ impl Config {
     /// Probe options from the configuration.
     pub fn poll_interval(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.poll_interval_ms.clamp(1, 10_000))
+    }
+
+    pub fn agent_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.agent_timeout_ms.clamp(1, 60_000))
+    }
+
+    pub fn cpuset_lock_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.cpuset_lock_timeout_ms.clamp(1, 60_000))
     }
 
     pub fn threshold_ns(&self) -> u64 {

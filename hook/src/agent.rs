@@ -9,10 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use throttlewatch_core::config::Config;
-use throttlewatch_core::protocol::{call, Register, Request, Response, MAX_REQUEST_BYTES};
+use throttlewatch_core::protocol::{call, connect, Register, Request, Response, MAX_REQUEST_BYTES};
 
-/// How long one request may take (the agent opens the cgroup and updates maps).
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long the hook waits for an agent it started to answer (the agent's
 /// own `--detach` waits as long; loading the probe takes most of it).
 pub const START_WAIT: Duration = Duration::from_secs(10);
@@ -24,6 +22,20 @@ pub const LOCK_FILE: &str = "agent.lock";
 /// Whether an error means "nobody listens there" (as opposed to a broken agent).
 fn no_listener(e: &std::io::Error) -> bool {
     matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused)
+}
+
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// An I/O error as the reason in a message: a timeout names the bound.
+fn why(e: &std::io::Error, timeout: Duration) -> String {
+    match e.kind() {
+        _ if timed_out(e) => format!(
+            "no answer within {timeout:?} (agent_timeout_ms; the agent is stopped, wedged or overloaded)"
+        ),
+        _ => e.to_string(),
+    }
 }
 
 fn answer(resp: Response, what: &str) -> Result<Response, String> {
@@ -44,7 +56,7 @@ pub struct EarlyConnection(std::io::Result<UnixStream>);
 
 impl EarlyConnection {
     pub fn open(cfg: &Config) -> EarlyConnection {
-        EarlyConnection(UnixStream::connect(&cfg.socket))
+        EarlyConnection(connect(&cfg.socket, cfg.agent_timeout()))
     }
 
     /// Send on the early connection; a connection that broke meanwhile (the
@@ -65,7 +77,8 @@ impl EarlyConnection {
                 Err(e) if broken(&e) => call(socket, req, timeout),
                 r => r,
             },
-            Err(e) if no_listener(&e) => Err(e),
+            // A connect that timed out (a full backlog) is not tried twice.
+            Err(e) if no_listener(&e) || timed_out(&e) => Err(e),
             Err(_) => call(socket, req, timeout),
         }
     }
@@ -102,13 +115,16 @@ pub fn register(
     let req = Request::Register(reg);
     let what = format!("register container {id:?}");
     let sock = &cfg.socket;
+    let timeout = cfg.agent_timeout();
     let first = match early {
-        Some(c) => c.call(sock, &req, CALL_TIMEOUT),
-        None => call(sock, &req, CALL_TIMEOUT),
+        Some(c) => c.call(sock, &req, timeout),
+        None => call(sock, &req, timeout),
     };
     match first {
         Ok(r) => return answer(r, &what),
-        Err(e) if !no_listener(&e) => return Err(format!("agent on {}: {e}; cannot {what}", sock.display())),
+        Err(e) if !no_listener(&e) => {
+            return Err(format!("agent on {}: {}; cannot {what}", sock.display(), why(&e, timeout)))
+        }
         Err(e) if !cfg.start_agent => {
             return Err(format!(
                 "no agent answers on {}: {e}; start_agent = false, so container {id:?} starts without being watched",
@@ -123,7 +139,7 @@ pub fn register(
     // a concurrent hook started it and it is still loading its probe.
     let started = start_agent(&bin, config_path, deadline);
     loop {
-        match call(sock, &req, CALL_TIMEOUT) {
+        match call(sock, &req, timeout) {
             Ok(r) => return answer(r, &what),
             Err(e) if no_listener(&e) && Instant::now() < deadline && (started.is_ok() || lock_holder(&cfg.state_dir).is_some()) => {
                 std::thread::sleep(Duration::from_millis(20))
@@ -173,7 +189,8 @@ pub fn unregister(cfg: &Config, id: &str, reason: &str) -> Result<Response, Stri
         reason: reason.to_string(),
         exit_code: None,
     };
-    match call(&cfg.socket, &req, CALL_TIMEOUT) {
+    let timeout = cfg.agent_timeout();
+    match call(&cfg.socket, &req, timeout) {
         Ok(r)
             if !r.ok
                 && r.error
@@ -184,8 +201,9 @@ pub fn unregister(cfg: &Config, id: &str, reason: &str) -> Result<Response, Stri
         }
         Ok(r) => answer(r, &format!("unregister container {id:?}")),
         Err(e) => Err(format!(
-            "no agent answers on {}: {e}; the end record of container {id:?} is not written",
-            cfg.socket.display()
+            "no agent answers on {}: {}; the end record of container {id:?} may not be written",
+            cfg.socket.display(),
+            why(&e, timeout)
         )),
     }
 }

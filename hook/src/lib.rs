@@ -17,6 +17,7 @@ pub mod stages;
 pub mod state;
 pub mod timefmt;
 pub mod timing;
+pub mod unwatched;
 
 use std::ffi::OsString;
 

@@ -73,7 +73,9 @@ pub fn apply(
                 format!("cannot read the machine's topology: {e}"),
             )),
         }
-        match ExclusiveAllocator::open(&cfg.state_dir.join(CPUSETS_DIR)) {
+        match ExclusiveAllocator::open(&cfg.state_dir.join(CPUSETS_DIR))
+            .map(|a| a.with_lock_timeout(cfg.cpuset_lock_timeout()))
+        {
             Ok(a) => alloc = Some(a.for_holder(Some(pid))),
             Err(e) => refused.push(Refusal::new(
                 throttlewatch_qos::Key::Cpuset.annotation(),

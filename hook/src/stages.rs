@@ -16,7 +16,7 @@ use crate::report::Reporter;
 use crate::spec::BundleSpec;
 use crate::state::OciState;
 use crate::timing::Phases;
-use crate::{agent, burst_record, qos};
+use crate::{agent, burst_record, qos, unwatched};
 
 pub fn run_stage(
     args: &HookArgs,
@@ -79,6 +79,7 @@ fn on_create(
     }
     t.mark("burst_record");
     if q.watch == Some(false) {
+        mark_unwatched(cfg, rep, &st.id);
         return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
     }
     let reg = Register {
@@ -96,25 +97,43 @@ fn on_create(
         threshold_ns: q.threshold_ns,
         qos: Some(q.summary),
     };
-    if let Err(e) = agent::register(cfg, args.config.as_deref(), reg, early) {
-        rep.error(&e);
+    match agent::register(cfg, args.config.as_deref(), reg, early) {
+        Ok(_) => unwatched::clear(&cfg.state_dir, &st.id),
+        Err(e) => {
+            rep.error(&e);
+            mark_unwatched(cfg, rep, &st.id);
+        }
     }
     t.mark("register");
     Ok(())
 }
 
+fn mark_unwatched(cfg: &Config, rep: &mut Reporter, id: &str) {
+    if let Err(e) = unwatched::mark(&cfg.state_dir, id) {
+        rep.warn(&format!(
+            "cannot mark {id:?} unwatched in {}: {e} (poststop will ask the agent)",
+            cfg.state_dir.display()
+        ));
+    }
+}
+
 /// poststop: the agent writes `end`; exclusive cores and the burst record
 /// are released. Errors are reported but never fail the delete.
 fn on_poststop(cfg: &Config, rep: &mut Reporter, st: &OciState) {
-    if let Err(e) = agent::unregister(cfg, &st.id, "poststop") {
-        rep.warn(&e);
+    if !unwatched::take(&cfg.state_dir, &st.id) {
+        if let Err(e) = agent::unregister(cfg, &st.id, "poststop") {
+            rep.warn(&e);
+        }
     }
     let cpusets = cfg.state_dir.join(qos::CPUSETS_DIR);
     if cpusets
         .join(throttlewatch_qos::exclusive::STATE_FILE)
         .exists()
     {
-        match ExclusiveAllocator::open(&cpusets).and_then(|a| a.release(&st.id)) {
+        match ExclusiveAllocator::open(&cpusets).and_then(|a| {
+            a.with_lock_timeout(cfg.cpuset_lock_timeout())
+                .release(&st.id)
+        }) {
             Ok(_) => {}
             Err(e) => rep.warn(&format!(
                 "cannot release the exclusive cpuset of {:?}: {e}",

@@ -6,7 +6,6 @@
 //! delete itself is exec'd with argv untouched afterwards.
 
 use std::path::Path;
-use std::time::Duration;
 
 use throttlewatch_core::config::Config;
 use throttlewatch_core::protocol::{call, Request};
@@ -17,7 +16,6 @@ use crate::runlog::RuncLog;
 
 /// The `end` record's reason when the wrapper writes it.
 pub const REASON: &str = "delete";
-const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) {
     let Some(id) = args
@@ -39,7 +37,7 @@ pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &Ru
         reason: REASON.into(),
         exit_code: None,
     };
-    match call(&cfg.socket, &req, CALL_TIMEOUT) {
+    match call(&cfg.socket, &req, cfg.agent_timeout()) {
         Ok(r)
             if r.ok
                 || r.error

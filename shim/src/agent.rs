@@ -4,15 +4,12 @@
 //! status it reaped), while the cgroup still exists. The poststop hook then
 //! finds the container already ended. Fail-open: a missing agent is logged.
 
-use std::time::Duration;
-
 use log::warn;
 use throttlewatch_core::config::Config;
 use throttlewatch_core::protocol::{call, Request};
 
 /// The `end` record's reason (the same as the runtime wrapper's).
 pub const REASON: &str = "delete";
-const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 pub fn end_before_delete(cfg: &Config, id: &str, exit_code: Option<i32>) {
     if !cfg.socket.exists() {
@@ -23,7 +20,7 @@ pub fn end_before_delete(cfg: &Config, id: &str, exit_code: Option<i32>) {
         reason: REASON.into(),
         exit_code,
     };
-    match call(&cfg.socket, &req, CALL_TIMEOUT) {
+    match call(&cfg.socket, &req, cfg.agent_timeout()) {
         Ok(r)
             if r.ok
                 || r.error
