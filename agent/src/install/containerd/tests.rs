@@ -3,6 +3,7 @@
 //! and an nvidia runtime, a config whose drop-in holds the CRI table.
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 
 use super::*;
 use crate::install::{files, install, uninstall};
