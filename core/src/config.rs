@@ -26,7 +26,14 @@ pub struct QosPolicyConfig {
     pub max_burst_percent: u32,
     /// Whether containers may ask for exclusive cores.
     pub allow_exclusive: bool,
+    /// Keys the container's environment (`THROTTLEWATCH_*`, which an image's
+    /// `ENV` sets) may use. Cpuset keys are never honoured from it.
+    pub env_keys: Vec<String>,
 }
+
+/// What the environment may set by default: keys that cannot touch other
+/// tenants (`threshold` only upward, see `Config::threshold`).
+pub const DEFAULT_ENV_KEYS: [&str; 3] = ["watch", "threshold", "cpu-burst"];
 
 impl Default for QosPolicyConfig {
     fn default() -> Self {
@@ -34,6 +41,7 @@ impl Default for QosPolicyConfig {
             allowed_annotations: vec![],
             max_burst_percent: 100,
             allow_exclusive: true,
+            env_keys: DEFAULT_ENV_KEYS.iter().map(|k| k.to_string()).collect(),
         }
     }
 }

@@ -8,7 +8,8 @@ use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::CpuList;
 use throttlewatch_qos::{
-    apply_plan, parse_request, plan, ExclusiveAllocator, Policy, QosRequest, Refusal, Topology,
+    apply_plan, parse_request, plan, CpusetTarget, ExclusiveAllocator, Policy, QosRequest, Refusal,
+    Topology,
 };
 
 use crate::burst_record::{BurstRecord, RECORD_VERSION};
@@ -30,7 +31,44 @@ pub struct QosOutcome {
 
 /// Parse what the container asks for (annotations win over the environment).
 pub fn request(cfg: &Config, spec: &BundleSpec) -> (QosRequest, Vec<Refusal>) {
-    parse_request(&spec.annotations, spec.env(), &Policy::from(&cfg.qos))
+    parse_request(&spec.annotations, spec.env(), &Policy::for_config(cfg))
+}
+
+/// The orchestrator's cpuset (`linux.resources.cpu.cpus`), which a request
+/// may narrow, never widen or replace: an explicit CPU list outside it is
+/// refused with the reason; other targets are chosen inside it.
+fn orchestrator_bound(
+    req: &mut QosRequest,
+    refused: &mut Vec<Refusal>,
+    spec: &BundleSpec,
+) -> Option<CpuList> {
+    req.cpuset.as_ref()?;
+    let bound = match spec.orchestrator_cpus() {
+        Ok(b) => b?,
+        Err(e) => {
+            refused.push(req.refusal(
+                throttlewatch_qos::Key::Cpuset,
+                format!("cannot read the cpuset the orchestrator set: {e}"),
+            ));
+            req.cpuset = None;
+            req.exclusive = false;
+            return None;
+        }
+    };
+    if let Some(CpusetTarget::List(l)) = &req.cpuset {
+        if !l.is_subset(&bound) {
+            refused.push(req.refusal(
+                throttlewatch_qos::Key::Cpuset,
+                format!(
+                    "not inside the cpuset the orchestrator set (linux.resources.cpu.cpus = {bound}): a request may narrow it, never widen or replace it"
+                ),
+            ));
+            req.cpuset = None;
+            req.exclusive = false;
+            return None;
+        }
+    }
+    Some(bound)
 }
 
 fn no_topology() -> Topology {
@@ -53,7 +91,8 @@ pub fn apply(
     h: &Hierarchies,
     cg: &CpuCgroup,
 ) -> QosOutcome {
-    let (req, mut refused) = request(cfg, spec);
+    let (mut req, mut refused) = request(cfg, spec);
+    let bound = orchestrator_bound(&mut req, &mut refused, spec);
     let (spec_quota, spec_period) = spec.cpu_quota();
     let (quota, period) = match cg.limits() {
         Ok(l) => (l.quota_us, l.period_us),
@@ -98,6 +137,13 @@ pub fn apply(
             .and_then(|s| CpuList::parse("cpuset.cpus.effective", &s).ok())
             .unwrap_or_default(),
         None => CpuList::default(),
+    };
+    // Inside the orchestrator's cpuset (the plan treats an empty list as
+    // "no bound", so the bound itself stands in for an unknown parent).
+    let parent_cpus = match &bound {
+        Some(b) if parent_cpus.is_empty() => b.clone(),
+        Some(b) => parent_cpus.intersect(b),
+        None => parent_cpus,
     };
     let env = spec.env();
     let p = plan(

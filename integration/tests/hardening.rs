@@ -383,3 +383,79 @@ fn held_cpuset_lock_bounds_create() {
     force_delete(&rt, &b.id);
     let _ = text;
 }
+
+/// The container's cpuset.cpus, read from its cgroup.
+fn cpuset_of(b: &Bundle) -> String {
+    let h = Hierarchies::discover().unwrap();
+    let g = throttlewatch_cgroup::CpuCgroup::open(&h, &b.cgroup_path).unwrap();
+    g.limits().unwrap().cpus.unwrap_or_default()
+}
+
+/// Finding 3: an image's `ENV THROTTLEWATCH_CPUSET` never moves a container,
+/// and no request widens or replaces the cpuset the orchestrator set
+/// (`docker --cpuset-cpus`, kubelet's CPU manager); a subset narrows it.
+#[test]
+fn image_env_and_requests_never_replace_the_orchestrator_cpuset() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let with_cpus = |tag: &str, opts: ContainerOpts, cpus: &str| {
+        let b = Bundle::new(&id(tag), &opts);
+        b.edit(|v| v["linux"]["resources"]["cpu"]["cpus"] = serde_json::json!(cpus));
+        b
+    };
+    // (what the container asks, the orchestrator's set, the cpuset it gets, what the hook says)
+    let cases = [
+        (
+            ContainerOpts::sh("sleep 5").env("THROTTLEWATCH_CPUSET=1"),
+            "0",
+            "0",
+            "THROTTLEWATCH_CPUSET=\"1\": cpusets are honoured from annotations only",
+        ),
+        (
+            ContainerOpts::sh("sleep 5").env("THROTTLEWATCH_CPUSET=1,exclusive"),
+            "",
+            "",
+            "THROTTLEWATCH_CPUSET=\"1,exclusive\": cpusets are honoured from annotations only",
+        ),
+        (
+            ContainerOpts::sh("sleep 5").annotation("throttlewatch.io/cpuset", "1"),
+            "0",
+            "0",
+            "throttlewatch.io/cpuset=\"1\": not inside the cpuset the orchestrator set (linux.resources.cpu.cpus = 0)",
+        ),
+        (
+            ContainerOpts::sh("sleep 5").annotation("throttlewatch.io/cpuset", "1"),
+            "0-1",
+            "1",
+            "",
+        ),
+    ];
+    let all = std::fs::read_to_string("/sys/fs/cgroup/cpuset/cpuset.cpus")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    for (i, (opts, orch, want, said)) in cases.into_iter().enumerate() {
+        let b = with_cpus(&format!("envcpus{i}"), opts, orch);
+        let o = rt.run_detached(&b);
+        assert!(o.status.success(), "{i}: {}", text(&o));
+        let want = if want.is_empty() {
+            all.clone()
+        } else {
+            want.to_string()
+        };
+        assert_eq!(cpuset_of(&b), want, "case {i}: orchestrator {orch:?}");
+        let spec_cpus = b.config()["linux"]["resources"]["cpu"]["cpus"].clone();
+        if orch == "0" {
+            assert_eq!(
+                spec_cpus, "0",
+                "case {i}: the wrapper left the spec's cpuset"
+            );
+        }
+        let log = cfg.hook_log();
+        assert!(
+            log.contains(said),
+            "case {i}: {said:?} not in hook.log: {log}"
+        );
+        force_delete(&rt, &b.id);
+    }
+}

@@ -139,6 +139,9 @@ pub fn parse_request(
 ) -> (QosRequest, Vec<Refusal>) {
     let mut refused = Vec::new();
     let mut raw: BTreeMap<Key, Origin> = BTreeMap::new();
+    // Environment keys the policy keeps from it, refused unless an
+    // annotation sets the same key (the annotation wins anyway).
+    let mut env_refused: BTreeMap<Key, Refusal> = BTreeMap::new();
     for entry in env {
         let Some((var, value)) = entry.split_once('=') else {
             continue;
@@ -147,6 +150,10 @@ pub fn parse_request(
             continue;
         }
         match Key::from_env(var) {
+            Some(k) if policy.env_allows(k).is_err() => {
+                let why = policy.env_allows(k).unwrap_err();
+                env_refused.insert(k, Refusal::new(var, value, why));
+            }
             Some(k) => {
                 raw.insert(
                     k,
@@ -182,6 +189,12 @@ pub fn parse_request(
         }
     }
 
+    for (k, r) in env_refused {
+        if !raw.get(&k).is_some_and(|o| !o.key.starts_with(ENV_PREFIX)) {
+            refused.push(r);
+        }
+    }
+
     let mut req = QosRequest {
         burst_cap_percent: policy.burst_cap_percent(),
         ..Default::default()
@@ -200,9 +213,16 @@ pub fn parse_request(
         }
         let r: Result<(), String> = match key {
             Key::Watch => values::parse_bool(key, v).map(|b| req.watch = Some(b)),
-            Key::Threshold => {
-                values::parse_bounded_duration(key, v).map(|d| req.threshold_us = Some(d))
-            }
+            Key::Threshold => values::parse_bounded_duration(key, v).and_then(|d| {
+                if d < policy.min_threshold_us {
+                    return Err(format!(
+                        "below the node's threshold of {}us: a container may raise its threshold, never lower it",
+                        policy.min_threshold_us
+                    ));
+                }
+                req.threshold_us = Some(d);
+                Ok(())
+            }),
             Key::CpuBurst => {
                 values::parse_burst(v, req.burst_cap_percent).map(|b| req.burst = Some(b))
             }
@@ -322,6 +342,12 @@ fn apply_preset(req: &mut QosRequest, policy: &Policy) {
         }
     }
     if cpuset {
+        if origin.key.starts_with(ENV_PREFIX) {
+            req.notes.push(format!(
+                "qos-class {name} from the environment: cpuset not applied (cpusets come from annotations only)"
+            ));
+            return;
+        }
         if !policy.allows(Key::Cpuset) {
             req.notes.push(format!(
                 "qos-class {name}: cpuset not applied (not allowed by policy)"
