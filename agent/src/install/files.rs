@@ -3,7 +3,7 @@
 //! mode of the file they replace, backups beside the original.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::CliError;
@@ -39,16 +39,37 @@ pub fn read_optional(path: &Path) -> Result<Option<String>, CliError> {
     }
 }
 
-fn mode_of(path: &Path) -> Result<Option<u32>, CliError> {
+/// Mode, owner and group of `path` (following a symbolic link).
+fn meta_of(path: &Path) -> Result<Option<(u32, u32, u32)>, CliError> {
     match std::fs::metadata(path) {
-        Ok(m) => Ok(Some(m.permissions().mode() & 0o7777)),
+        Ok(m) => Ok(Some((m.permissions().mode() & 0o7777, m.uid(), m.gid()))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err(path, e)),
     }
 }
 
+/// The file a write to `path` must replace: the target when `path` is a
+/// symbolic link (a rename over the link would turn it into a copy).
+fn resolved(path: &Path) -> PathBuf {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+        }
+        _ => path.to_path_buf(),
+    }
+}
+
 /// Write `text` to `path` atomically with `mode` (temp file + fsync + rename).
 pub fn write_atomic(path: &Path, text: &str, mode: u32) -> Result<(), CliError> {
+    write_as(path, text, (mode, None))
+}
+
+/// `write_atomic`, the new file also given `owner` (uid, gid) when known.
+fn write_as(
+    path: &Path,
+    text: &str,
+    (mode, owner): (u32, Option<(u32, u32)>),
+) -> Result<(), CliError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     let name = path.file_name().unwrap_or_default().to_string_lossy();
@@ -60,6 +81,10 @@ pub fn write_atomic(path: &Path, text: &str, mode: u32) -> Result<(), CliError> 
         .mode(mode)
         .open(&tmp)
         .map_err(|e| io_err(&tmp, e))?;
+    if let Some((uid, gid)) = owner {
+        // Root installs; keep a file that belonged to someone else theirs.
+        let _ = std::os::unix::fs::fchown(&f, Some(uid), Some(gid));
+    }
     let done = f
         .write_all(text.as_bytes())
         .and_then(|_| f.set_permissions(std::fs::Permissions::from_mode(mode)))
@@ -75,21 +100,30 @@ pub fn write_atomic(path: &Path, text: &str, mode: u32) -> Result<(), CliError> 
     Ok(())
 }
 
-/// Replace `path` with `text`, keeping its mode (0644 when it is new).
-pub fn replace(path: &Path, text: &str) -> Result<(), CliError> {
-    write_atomic(path, text, mode_of(path)?.unwrap_or(NEW_FILE_MODE))
+fn same_as(path: &Path) -> Result<(u32, Option<(u32, u32)>), CliError> {
+    Ok(match meta_of(path)? {
+        Some((mode, uid, gid)) => (mode, Some((uid, gid))),
+        None => (NEW_FILE_MODE, None),
+    })
 }
 
-/// Copy `path` (whose text is `text`) to its backup, with the same mode.
+/// Replace `path` (through a symbolic link) with `text`, keeping its mode
+/// and owner (0644 when it is new).
+pub fn replace(path: &Path, text: &str) -> Result<(), CliError> {
+    write_as(&resolved(path), text, same_as(path)?)
+}
+
+/// Copy `path` (whose text is `text`) to its backup, with the same mode and owner.
 pub fn back_up(path: &Path, text: &str) -> Result<PathBuf, CliError> {
     let b = backup_of(path);
-    write_atomic(&b, text, mode_of(path)?.unwrap_or(NEW_FILE_MODE))?;
+    write_as(&b, text, same_as(path)?)?;
     Ok(b)
 }
 
-/// Move `from` over `to` (one rename: the bytes and mode of `from` survive).
+/// Move `from` over `to` (through a symbolic link at `to`; one rename: the
+/// bytes and mode of `from` survive).
 pub fn rename(from: &Path, to: &Path) -> Result<(), CliError> {
-    std::fs::rename(from, to).map_err(|e| io_err(to, e))
+    std::fs::rename(from, resolved(to)).map_err(|e| io_err(to, e))
 }
 
 pub fn remove(path: &Path) -> Result<(), CliError> {
@@ -123,5 +157,27 @@ mod tests {
             .filter(|n| n.contains("tmp"))
             .collect();
         assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_symbolic_link_stays_a_link() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().join("real.toml");
+        let link = d.path().join("config.toml");
+        std::fs::write(&real, "a\n").unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        back_up(&link, "a\n").unwrap();
+        replace(&link, "b\n").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "b\n");
+        rename(&backup_of(&link), &link).unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "a\n");
     }
 }

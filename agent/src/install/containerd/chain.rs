@@ -12,7 +12,8 @@ use crate::install::files::read_optional;
 use crate::install::under_root;
 use crate::CliError;
 
-const ACCEPTED_VERSIONS: &str = "accepted: version = 2 (containerd 1.5-1.7, plugin \
+const ACCEPTED_VERSIONS: &str =
+    "accepted: a TOML containerd configuration with version = 2 (containerd 1.5-1.7, plugin \
     \"io.containerd.grpc.v1.cri\") or version = 3 (containerd 2.x, plugin \
     \"io.containerd.cri.v1.runtime\")";
 
@@ -31,12 +32,22 @@ fn parse(path: &Path, text: &str) -> Result<DocumentMut, CliError> {
     text.parse::<DocumentMut>().map_err(|e| {
         usage(
             path,
-            format!(
-                "not TOML ({}); accepted: a containerd configuration file (TOML, {ACCEPTED_VERSIONS})",
-                e.to_string().trim_end()
-            ),
+            format!("not TOML ({}); {ACCEPTED_VERSIONS}", one_line(text, &e)),
         )
     })
+}
+
+/// A TOML error on one line: "line L, column C: message".
+pub fn one_line(text: &str, e: &toml_edit::TomlError) -> String {
+    let at = e.span().map_or(0, |s| s.start).min(text.len());
+    let line = text[..at].matches('\n').count() + 1;
+    let column = text[..at]
+        .rsplit('\n')
+        .next()
+        .map_or(0, |l| l.chars().count())
+        + 1;
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    format!("line {line}, column {column}: {message}")
 }
 
 /// The files containerd reads: the main file (which may be missing), then
