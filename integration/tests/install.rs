@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use throttlewatch_integration::daemons::{stop_child, DOCKER_API_VERSION};
+use throttlewatch_integration::daemons::{stop_child, unmount_below, DOCKER_API_VERSION};
 use throttlewatch_integration::{bin, Scratch};
 
 const CRI: &str = "io.containerd.grpc.v1.cri";
@@ -357,6 +357,94 @@ fn an_older_drop_in_breaks_cri_and_install_repairs_it() {
     );
 }
 
+/// dockerd on `daemon_json` with private data-root, exec-root, pidfile and
+/// socket (as flags: the installed file stays as it is); on drop it and its
+/// containerd are stopped by PID and its mounts below `dir` detached.
+struct PrivateDockerd {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl PrivateDockerd {
+    fn start(daemon_json: &Path, dir: &Path) -> PrivateDockerd {
+        let log = std::fs::File::create(dir.join("dockerd.log")).unwrap();
+        let child = Command::new("dockerd")
+            .arg("--config-file")
+            .arg(daemon_json)
+            .arg("--data-root")
+            .arg(dir.join("data"))
+            .arg("--exec-root")
+            .arg(dir.join("x"))
+            .arg("--pidfile")
+            .arg(dir.join("d.pid"))
+            .arg("-H")
+            .arg(format!("unix://{}", dir.join("d.sock").display()))
+            .args([
+                "--iptables=false",
+                "--ip6tables=false",
+                "--ip-masq=false",
+                "--ip-forward=false",
+            ])
+            .args(["--bridge=none", "--storage-driver=vfs"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("dockerd (apt-get install docker.io)");
+        PrivateDockerd {
+            child,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("dockerd.log")).unwrap_or_default()
+    }
+
+    /// `docker info`'s runtimes, once dockerd answers; then dockerd is stopped.
+    fn runtimes(mut self) -> String {
+        let t0 = Instant::now();
+        loop {
+            let o = Command::new("docker")
+                .env("DOCKER_API_VERSION", DOCKER_API_VERSION)
+                .arg("-H")
+                .arg(format!("unix://{}", self.dir.join("d.sock").display()))
+                .args(["info", "--format", "{{json .Runtimes}}"])
+                .output()
+                .unwrap();
+            if o.status.success() {
+                return String::from_utf8_lossy(&o.stdout).into_owned();
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("dockerd exited ({st}): {}", self.log());
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "dockerd did not answer: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for PrivateDockerd {
+    fn drop(&mut self) {
+        let containerd: Option<i32> =
+            std::fs::read_to_string(self.dir.join("x/containerd/containerd.pid"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+        stop_child(&mut self.child, Duration::from_secs(20));
+        if let Some(pid) = containerd {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        unmount_below(&self.dir);
+    }
+}
+
 /// Install into a daemon.json with an nvidia runtime; the real dockerd lists
 /// both runtimes (and runc); uninstall gives the file back byte for byte.
 #[test]
@@ -369,69 +457,8 @@ fn dockerd_keeps_nvidia_and_gets_throttlewatch() {
     let before = snapshot(&root);
     throttlewatch("install", "docker", &root, &["--bin-dir", "/opt/tw/bin"]);
 
-    let socket = dir.0.join("d.sock");
-    let log = std::fs::File::create(dir.0.join("dockerd.log")).unwrap();
-    let mut child = Command::new("dockerd")
-        .arg("--config-file")
-        .arg(&daemon_json)
-        .arg("--data-root")
-        .arg(dir.0.join("data"))
-        .arg("--exec-root")
-        .arg(dir.0.join("x"))
-        .arg("--pidfile")
-        .arg(dir.0.join("d.pid"))
-        .arg("-H")
-        .arg(format!("unix://{}", socket.display()))
-        .args([
-            "--iptables=false",
-            "--ip6tables=false",
-            "--ip-masq=false",
-            "--ip-forward=false",
-        ])
-        .args(["--bridge=none", "--storage-driver=vfs"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("dockerd (apt-get install docker.io)");
-    let docker = |args: &[&str]| {
-        Command::new("docker")
-            .env("DOCKER_API_VERSION", DOCKER_API_VERSION)
-            .arg("-H")
-            .arg(format!("unix://{}", socket.display()))
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let dlog = || std::fs::read_to_string(dir.0.join("dockerd.log")).unwrap_or_default();
-    let t0 = Instant::now();
-    let info = loop {
-        let o = docker(&["info", "--format", "{{json .Runtimes}}"]);
-        if o.status.success() {
-            break String::from_utf8_lossy(&o.stdout).into_owned();
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            panic!("dockerd exited ({st}): {}", dlog());
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "dockerd did not answer: {}",
-            dlog()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let containerd_pid: Option<i32> =
-        std::fs::read_to_string(dir.0.join("x/containerd/containerd.pid"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok());
-    stop_child(&mut child, Duration::from_secs(20));
-    if let Some(pid) = containerd_pid {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    throttlewatch_integration::daemons::unmount_below(&dir.0);
+    let d = PrivateDockerd::start(&daemon_json, &dir.0);
+    let info = d.runtimes();
     let runtimes: serde_json::Value =
         serde_json::from_str(&info).unwrap_or_else(|e| panic!("{e}: {info}"));
     assert_eq!(
