@@ -172,15 +172,19 @@ pub fn uninstall_plan(root: &Path) -> Result<Plan, CliError> {
                 let after = remove_runtime(text, plugin, orig.as_deref())
                     .map_err(|e| usage(&f.host, e))?
                     .expect("has our runtime");
-                plan.notes.push(format!(
-                    "{}: changed since install{}; removing only the {RUNTIME_NAME} entries",
-                    f.host.display(),
-                    if orig.is_some() {
-                        format!(" (the pre-install copy stays at {})", backup.display())
-                    } else {
-                        String::new()
-                    }
-                ));
+                plan.notes.push(match orig {
+                    Some(_) => format!(
+                        "{}: changed since install; removing only the {RUNTIME_NAME} entries \
+                         (the pre-install copy stays at {})",
+                        f.host.display(),
+                        backup.display()
+                    ),
+                    None => format!(
+                        "{}: no pre-install backup (added by hand, or the backup was removed); \
+                         removing only the {RUNTIME_NAME} entries",
+                        f.host.display()
+                    ),
+                });
                 plan.edits.push(Edit::Write {
                     path: f.host.clone(),
                     before: f.text.clone(),
