@@ -438,9 +438,16 @@ fn a_runtime_added_by_hand_is_removed_alone() {
     let main = "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc]\n  runtime_type = \"io.containerd.runc.v2\"\n";
     let ours = "[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.throttlewatch]\n  runtime_type = \"io.containerd.throttlewatch.v2\"\n  pod_annotations = [\"throttlewatch.io/*\"]\n  container_annotations = [\"throttlewatch.io/*\"]\n";
     let d = root_with_main(&format!("{main}{ours}"));
-    assert!(install_plan(d.path()).unwrap().nothing_to_do.starts_with("already installed"));
+    assert!(install_plan(d.path())
+        .unwrap()
+        .nothing_to_do
+        .starts_with("already installed"));
     let plan = uninstall_plan(d.path()).unwrap();
-    assert!(plan.notes[0].contains("no pre-install backup"), "{:?}", plan.notes);
+    assert!(
+        plan.notes[0].contains("no pre-install backup"),
+        "{:?}",
+        plan.notes
+    );
     uninstall("containerd", false, d.path()).unwrap();
     assert_eq!(read(&main_of(d.path())), main);
     assert!(uninstall_plan(d.path()).unwrap().edits.is_empty());
