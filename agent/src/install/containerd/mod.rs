@@ -69,16 +69,24 @@ pub fn install_plan(root: &Path) -> Result<Plan, CliError> {
             active.push(i);
         }
     }
-    let mut owner = None;
+    let mut with_cri = Vec::new();
     for &i in &active {
         if lookup(&chain[i].doc, &["plugins", plugin])
             .map_err(|e| usage(&chain[i].host, e))?
             .is_some()
         {
-            owner = Some(i);
+            with_cri.push(i);
         }
     }
+    let owner = with_cri.last().copied();
     let file = &chain[owner.unwrap_or(0)];
+    for &i in &with_cri[..with_cri.len().saturating_sub(1)] {
+        plan.notes.push(format!(
+            "{}: its [plugins.\"{plugin}\"] table is not the one containerd uses ({} replaces it); left as it is",
+            chain[i].host.display(),
+            file.host.display()
+        ));
+    }
     match owner {
         Some(0) => {}
         Some(_) => plan.notes.push(format!(

@@ -148,7 +148,18 @@ fn the_drop_in_holding_the_cri_table_is_the_one_edited() {
     let d = root_with("imports");
     let main = read(&main_of(d.path()));
     let plan = install_plan(d.path()).unwrap();
-    assert!(plan.notes[0].contains("99-nvidia.toml"), "{:?}", plan.notes);
+    assert!(
+        plan.notes[0].contains(
+            "config.toml: its [plugins.\"io.containerd.grpc.v1.cri\"] table is not the one"
+        ),
+        "{:?}",
+        plan.notes
+    );
+    assert!(
+        plan.notes[1].contains("99-nvidia.toml: holds the CRI table"),
+        "{:?}",
+        plan.notes
+    );
     let text = round_trip("imports", "conf.d/99-nvidia.toml");
     let rt = runtimes(&text, PLUGIN_V2);
     assert_eq!(
