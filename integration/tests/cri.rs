@@ -9,6 +9,7 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1::ContainerState;
@@ -45,20 +46,34 @@ fn indent(s: &str, n: usize) -> String {
         .join("\n")
 }
 
-/// The install. Until `throttlewatch install containerd --etc-root` keeps
-/// the runtimes of a main config.toml, the runtime table it adds is
-/// written here by hand, into the main file.
-fn install(node: &CriNode) {
-    let t = format!("{CRI_TABLE}.containerd.runtimes.{HANDLER_SHIM}");
-    let table = format!(
-        "\n      [{t}]\n        runtime_type = \"io.containerd.throttlewatch.v2\"\n{}\n",
-        indent(ALLOWLISTS, 8)
-    );
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(node.config_path())
+/// `throttlewatch install containerd` on the node's configuration tree:
+/// it must keep the runtimes there and add handler `throttlewatch`.
+fn install(node: &CriNode, tw: &PrivateConfig) {
+    let bins = bin("throttlewatch");
+    let out = Command::new(&bins)
+        .args(["install", "containerd", "--config"])
+        .arg(&tw.path)
+        .arg("--etc-root")
+        .arg(&node.etc_root)
+        .arg("--bin-dir")
+        .arg(bins.parent().unwrap())
+        .stdin(Stdio::null())
+        .output()
         .unwrap();
-    f.write_all(table.as_bytes()).unwrap();
+    let config = std::fs::read_to_string(node.config_path()).unwrap();
+    assert!(
+        out.status.success(),
+        "throttlewatch install containerd: {}{}\n{config}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for handler in ["runc", HANDLER_WRAPPER, HANDLER_SHIM] {
+        let table = format!("{CRI_TABLE}.containerd.runtimes.{handler}]");
+        assert!(
+            config.contains(&table),
+            "{table} missing after the install:\n{config}"
+        );
+    }
 }
 
 /// A private throttlewatch configuration with metrics on a free port.
@@ -162,7 +177,7 @@ fn default_handler_pods_run_before_and_after_the_install() {
     assert!(e.contains(HANDLER_SHIM), "{e}");
 
     node.stop();
-    install(&node);
+    install(&node, &tw);
     node.start();
     default_pod_runs_untouched(&node, &tw, "after-install");
 }
@@ -203,7 +218,7 @@ fn throttled_pod_is_watched(handler: &str) {
     let (tw, port) = tw_config();
     let _agent = Agent::start(&tw);
     let mut node = node(&tw);
-    install(&node);
+    install(&node, &tw);
     node.start();
 
     let t_pod = Instant::now();
