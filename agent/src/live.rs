@@ -34,7 +34,7 @@ impl LivePrinter {
                 ..
             } = o
             {
-                self.freeze(&container.container_id, t);
+                self.freeze(container.container_id.as_str(), t);
             }
         }
     }
