@@ -3,12 +3,12 @@
 # machine: the BPF toolchain (and a release build unless --no-build).
 #   scripts/setup.sh            build dependencies + release build
 #   scripts/setup.sh --test     packages only, including what the test suite drives
-#                               (runc, containerd, dockerd, busybox, perf, QEMU)
+#                               (runc, containerd, dockerd, busybox, perf, QEMU, protoc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_PKGS=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc)
-TEST_PKGS=(runc busybox-static containerd docker.io linux-perf qemu-system-x86 cpio iproute2 procps)
+TEST_PKGS=(runc busybox-static containerd docker.io linux-perf qemu-system-x86 cpio iproute2 procps protobuf-compiler prometheus)
 
 want=("${BUILD_PKGS[@]}")
 [[ "${1:-}" == "--test" ]] && want+=("${TEST_PKGS[@]}")
@@ -33,5 +33,6 @@ fi
 [[ -r /sys/kernel/btf/vmlinux ]] || { echo "setup: this kernel has no BTF (/sys/kernel/btf/vmlinux)" >&2; exit 1; }
 
 [[ "${1:-}" == "--test" ]] && exit 0
-cargo build --release --workspace --bins --quiet
+# The test helpers (throttlewatch-integration, whose CRI client needs protoc) are not shipped.
+cargo build --release --workspace --exclude throttlewatch-integration --bins --quiet
 echo "setup: built target/release/{throttlewatch,throttlewatch-hook,throttlewatch-runtime,containerd-shim-throttlewatch-v2}" >&2

@@ -30,8 +30,10 @@ pub enum Command {
     Agent(AgentArgs),
     /// NUMA/SMT/GPU topology, and the cpuset a container's annotations would get.
     Topology(TopologyArgs),
-    /// Write the drop-in configuration for containerd or docker.
+    /// Add the runtime `throttlewatch` to containerd's or docker's configuration (backups kept).
     Install(InstallArgs),
+    /// Take the runtime `throttlewatch` out again (files restored byte for byte when unchanged).
+    Uninstall(UninstallArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -41,12 +43,26 @@ pub struct InstallArgs {
     /// Show the diff, write nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Root of the configuration tree (default /).
+    /// Root the configuration lives under: /etc/containerd/config.toml is
+    /// read as ETC_ROOT/etc/containerd/config.toml (default /).
     #[arg(long, default_value = "/")]
     pub etc_root: PathBuf,
-    /// Where the throttlewatch binaries are installed.
+    /// Where the throttlewatch binaries are installed (docker's runtime path;
+    /// containerd finds containerd-shim-throttlewatch-v2 in its PATH).
     #[arg(long, default_value = "/usr/local/bin")]
     pub bin_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct UninstallArgs {
+    /// containerd or docker
+    pub engine: String,
+    /// Show the diff, write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Root the configuration lives under (default /).
+    #[arg(long, default_value = "/")]
+    pub etc_root: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]

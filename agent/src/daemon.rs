@@ -144,28 +144,64 @@ fn bind(socket: &Path) -> Result<UnixListener, CliError> {
     Ok(l)
 }
 
+/// Connections served at once; past it a client is answered "busy" at once.
+pub const MAX_CONNECTIONS: usize = 64;
+
 fn serve_socket(l: UnixListener, jobs: Sender<Job>) {
     std::thread::Builder::new()
         .name("socket".into())
         .spawn(move || {
-            // One connection at a time on one long-lived thread: a register is
-            // a single wake-up each way (no thread spawn per request). The
-            // socket is root-only and requests are one short line, read with
-            // a short timeout, so a stalled client cannot hold others long.
+            // A thread per connection (up to MAX_CONNECTIONS): a client that
+            // connects and sends nothing (a hook stopped mid-request) holds
+            // only its own thread for the read timeout, never the others.
+            // The event loop still handles requests one at a time.
+            let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             for conn in l.incoming().flatten() {
-                handle_conn(conn, jobs.clone());
+                use std::sync::atomic::Ordering::SeqCst;
+                if active.fetch_add(1, SeqCst) >= MAX_CONNECTIONS {
+                    active.fetch_sub(1, SeqCst);
+                    reply(
+                        &conn,
+                        &Response::err(format!(
+                            "agent busy: {MAX_CONNECTIONS} connections in service; retry"
+                        )),
+                    );
+                    continue;
+                }
+                let (jobs, active2) = (jobs.clone(), active.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("conn".into())
+                    .stack_size(256 * 1024)
+                    .spawn(move || {
+                        handle_conn(conn, jobs);
+                        active2.fetch_sub(1, SeqCst);
+                    });
+                if spawned.is_err() {
+                    active.fetch_sub(1, SeqCst);
+                }
             }
         })
         .expect("socket thread");
 }
 
+fn reply(conn: &UnixStream, resp: &Response) {
+    let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
+    let mut w = conn;
+    let mut out = serde_json::to_vec(resp).unwrap_or_default();
+    out.push(b'\n');
+    let _ = w.write_all(&out);
+}
+
 fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
     let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
-    let mut line = String::new();
-    let resp = match BufReader::new((&conn).take(MAX_REQUEST_BYTES)).read_line(&mut line) {
+    let mut raw = Vec::new();
+    let resp = match BufReader::new((&conn).take(MAX_REQUEST_BYTES)).read_until(b'\n', &mut raw) {
         Err(e) => Response::err(format!("reading request: {e}")),
-        Ok(_) => match serde_json::from_str::<Request>(&line) {
+        // Bytes that are not UTF-8 (names from a runtime that passes them
+        // through) become U+FFFD: the container is still watched, and no
+        // invalid UTF-8 reaches the logs or the metrics exposition.
+        Ok(_) => match serde_json::from_str::<Request>(&String::from_utf8_lossy(&raw)) {
             Err(e) => Response::err(format!("bad request: {e}")),
             Ok(req) => {
                 let (tx, rx) = mpsc::channel();
@@ -178,10 +214,7 @@ fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
             }
         },
     };
-    let mut w = &conn;
-    let mut out = serde_json::to_vec(&resp).unwrap_or_default();
-    out.push(b'\n');
-    let _ = w.write_all(&out);
+    reply(&conn, &resp);
 }
 
 struct Agent {

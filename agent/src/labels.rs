@@ -7,11 +7,55 @@ use prometheus_client::encoding::EncodeLabelSet;
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerLabels {
-    pub container_id: String,
-    pub container_name: String,
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
+    pub container_id: LabelValue,
+    pub container_name: LabelValue,
+    pub namespace: LabelValue,
+    pub pod: LabelValue,
+    pub container: LabelValue,
+}
+
+/// A label value that a container chose (its id, names, annotations),
+/// escaped as the exposition formats require: prometheus-client 0.22 writes
+/// `String` values raw, so a pod named `x"} 1\nforged{a="b` would add a
+/// series. `\` → `\\`, `"` → `\"`, line feed → `\n` (text format 0.0.4
+/// and OpenMetrics alike); other characters pass as they are (the agent
+/// decodes requests lossily, so the value is valid UTF-8).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct LabelValue(pub String);
+
+impl LabelValue {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for LabelValue {
+    fn from(s: &str) -> Self {
+        LabelValue(s.into())
+    }
+}
+
+impl prometheus_client::encoding::EncodeLabelValue for LabelValue {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelValueEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        let s = self.0.as_str();
+        let mut from = 0;
+        for (i, c) in s.char_indices() {
+            let esc = match c {
+                '\\' => "\\\\",
+                '"' => "\\\"",
+                '\n' => "\\n",
+                _ => continue,
+            };
+            encoder.write_str(&s[from..i])?;
+            encoder.write_str(esc)?;
+            from = i + 1;
+        }
+        encoder.write_str(&s[from..])
+    }
 }
 
 /// Annotation keys that name the Kubernetes objects (kubelet/dockershim and CRI containerd).
@@ -28,10 +72,12 @@ const CONTAINER_KEYS: [&str; 2] = [
 impl ContainerLabels {
     pub fn new(id: &str, name: &str, annotations: &BTreeMap<String, String>) -> ContainerLabels {
         let pick = |keys: &[&str]| {
-            keys.iter()
-                .find_map(|k| annotations.get(*k))
-                .cloned()
-                .unwrap_or_default()
+            LabelValue(
+                keys.iter()
+                    .find_map(|k| annotations.get(*k))
+                    .cloned()
+                    .unwrap_or_default(),
+            )
         };
         ContainerLabels {
             container_id: id.into(),
@@ -55,8 +101,8 @@ impl ContainerLabels {
             ("k8s_container", &self.container),
         ]
         .into_iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| (k.to_string(), v.clone()))
+        .filter(|(_, v)| !v.0.is_empty())
+        .map(|(k, v)| (k.to_string(), v.0.clone()))
         .collect()
     }
 }

@@ -36,7 +36,7 @@ impl LivePrinter {
                 ..
             } = o
             {
-                self.freeze(&container.container_id, t);
+                self.freeze(container.container_id.as_str(), t);
             }
         }
     }

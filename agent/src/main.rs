@@ -33,5 +33,8 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
         Command::Install(a) => {
             throttlewatch::install::install(&a.engine, a.dry_run, &a.etc_root, &a.bin_dir)
         }
+        Command::Uninstall(a) => {
+            throttlewatch::install::uninstall(&a.engine, a.dry_run, &a.etc_root)
+        }
     }
 }

@@ -13,13 +13,13 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-pub use crate::labels::ContainerLabels;
+pub use crate::labels::{ContainerLabels, LabelValue};
 use crate::output::Output;
 
 /// A container and one of a few fixed kinds (`by` of a preemption, `stage` of a cold start).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    pub kind: String,
+    pub kind: LabelValue,
     #[prometheus(flatten)]
     pub container: ContainerLabels,
 }

@@ -349,8 +349,8 @@ fn start_record(
     facts: &ProbeFacts,
 ) -> Start {
     Start {
-        container_id: spec.labels.container_id.clone(),
-        container_name: spec.labels.container_name.clone(),
+        container_id: spec.labels.container_id.0.clone(),
+        container_name: spec.labels.container_name.0.clone(),
         pid: spec.pid,
         cgroup_path: cgroup.rel.clone(),
         cgroup_id,
@@ -371,7 +371,7 @@ fn start_record(
 
 fn resume_record(spec: &SessionSpec, cgroup_id: u64, facts: &ProbeFacts, gap_ns: u64) -> Resume {
     Resume {
-        container_id: spec.labels.container_id.clone(),
+        container_id: spec.labels.container_id.0.clone(),
         cgroup_id,
         probe: facts.description.clone(),
         unwatched_throttled_ns: gap_ns,

@@ -33,7 +33,7 @@ pub struct SessionSpec {
 
 impl SessionSpec {
     pub fn container_id(&self) -> &str {
-        &self.labels.container_id
+        self.labels.container_id.as_str()
     }
 }
 

@@ -26,7 +26,14 @@ pub struct QosPolicyConfig {
     pub max_burst_percent: u32,
     /// Whether containers may ask for exclusive cores.
     pub allow_exclusive: bool,
+    /// Keys the container's environment (`THROTTLEWATCH_*`, which an image's
+    /// `ENV` sets) may use. Cpuset keys are never honoured from it.
+    pub env_keys: Vec<String>,
 }
+
+/// What the environment may set by default: keys that cannot touch other
+/// tenants (`threshold` only upward, see `Config::threshold`).
+pub const DEFAULT_ENV_KEYS: [&str; 3] = ["watch", "threshold", "cpu-burst"];
 
 impl Default for QosPolicyConfig {
     fn default() -> Self {
@@ -34,6 +41,7 @@ impl Default for QosPolicyConfig {
             allowed_annotations: vec![],
             max_burst_percent: 100,
             allow_exclusive: true,
+            env_keys: DEFAULT_ENV_KEYS.iter().map(|k| k.to_string()).collect(),
         }
     }
 }
@@ -64,6 +72,17 @@ pub struct Config {
     pub poll_interval_ms: u64,
     /// Size of the node-wide event ring buffer, KiB (a power of two).
     pub ring_buffer_kib: u32,
+    /// Milliseconds the hook waits for the agent on the create path (connect,
+    /// send, answer, each); past it the container starts unwatched (fail-open)
+    /// or is refused (fail-closed).
+    pub agent_timeout_ms: u64,
+    /// Seconds written as the `timeout` of our hook entries in config.json:
+    /// the runtime kills a hook that runs longer (a backstop; the hook's own
+    /// deadlines are far shorter, except while it starts an agent).
+    pub hook_timeout_s: u64,
+    /// Milliseconds a hook waits for the exclusive-cores lock before it
+    /// refuses the cpuset with the reason.
+    pub cpuset_lock_timeout_ms: u64,
     pub qos: QosPolicyConfig,
 }
 
@@ -82,6 +101,9 @@ impl Default for Config {
             snapshot_interval_s: 10,
             poll_interval_ms: 50,
             ring_buffer_kib: 4096,
+            agent_timeout_ms: 500,
+            hook_timeout_s: 15,
+            cpuset_lock_timeout_ms: 500,
             qos: QosPolicyConfig::default(),
         }
     }
@@ -135,6 +157,14 @@ impl Config {
     /// Probe options from the configuration.
     pub fn poll_interval(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.poll_interval_ms.clamp(1, 10_000))
+    }
+
+    pub fn agent_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.agent_timeout_ms.clamp(1, 60_000))
+    }
+
+    pub fn cpuset_lock_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.cpuset_lock_timeout_ms.clamp(1, 60_000))
     }
 
     pub fn threshold_ns(&self) -> u64 {

@@ -96,9 +96,54 @@ impl Response {
 /// Longest request line the agent reads (a register with many annotations).
 pub const MAX_REQUEST_BYTES: u64 = 1 << 20;
 
-/// Connect, send one request and wait for the answer.
+/// Connect to a unix socket, giving up after `timeout`. A stopped or wedged
+/// listener whose backlog is full makes `connect(2)` block for ever; the
+/// kernel bounds it by the socket's send timeout (`SO_SNDTIMEO`, honoured by
+/// `unix_stream_connect`), which is set before connecting. A timeout is
+/// `ErrorKind::WouldBlock` ("Resource temporarily unavailable").
+pub fn connect(socket: &Path, timeout: Duration) -> std::io::Result<UnixStream> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let path = socket.as_os_str().as_bytes();
+    // SAFETY: a zeroed sockaddr_un is valid; the path is bounds-checked below.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if path.len() >= addr.sun_path.len() || path.contains(&0) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: not a usable unix socket path", socket.display()),
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(path) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: plain syscalls on a descriptor owned by `fd` from here on.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let s = UnixStream::from(fd);
+    // Zero would mean "no timeout": the shortest bound is one microsecond.
+    s.set_write_timeout(Some(timeout.max(Duration::from_micros(1))))?;
+    let len = std::mem::size_of::<libc::sa_family_t>() + path.len();
+    let rc = unsafe {
+        libc::connect(
+            std::os::fd::AsRawFd::as_raw_fd(&s),
+            &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+            len as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(s)
+}
+
+/// Connect, send one request and wait for the answer; connect, write and
+/// read are each bounded by `timeout`.
 pub fn call(socket: &Path, req: &Request, timeout: Duration) -> std::io::Result<Response> {
-    call_on(UnixStream::connect(socket)?, req, timeout)
+    call_on(connect(socket, timeout)?, req, timeout)
 }
 
 /// One request and its answer on a connected stream; `timeout` bounds each

@@ -7,6 +7,7 @@
 //! containers/<id>.json     a watched container, persisted by the agent (restart → resume)
 //! bursts/<id>.json         the CFS burst the hook applied (the wrapper/shim restore it on update)
 //! cpusets/                 exclusive cpuset holdings (throttlewatch-qos: cpusets.json, cpusets.lock)
+//! unwatched/<id>           a container the agent was never told about (the hook skips its unregister)
 //! ```
 //! `<id>` is the container id escaped like the log file names, so it never
 //! leaves its directory.
@@ -22,6 +23,7 @@ pub const AGENT_LOCK: &str = "agent.lock";
 pub const CONTAINERS_DIR: &str = "containers";
 pub const BURSTS_DIR: &str = "bursts";
 pub const CPUSETS_DIR: &str = "cpusets";
+pub const UNWATCHED_DIR: &str = "unwatched";
 /// Mode of the state directory and its subdirectories.
 pub const DIR_MODE: u32 = 0o700;
 /// Mode of the files in it.
@@ -67,6 +69,15 @@ impl StateDir {
 
     pub fn cpusets_dir(&self) -> PathBuf {
         self.root.join(CPUSETS_DIR)
+    }
+
+    pub fn unwatched_dir(&self) -> PathBuf {
+        self.root.join(UNWATCHED_DIR)
+    }
+
+    /// `unwatched/<escaped id>` (an empty marker).
+    pub fn unwatched_file(&self, container_id: &str) -> PathBuf {
+        self.unwatched_dir().join(escape_id(container_id))
     }
 
     /// Create `dir` (and its parents) with [`DIR_MODE`].
@@ -148,6 +159,10 @@ mod tests {
         );
         assert_eq!(s.burst_file("c1"), Path::new("/run/tw/bursts/c1.json"));
         assert_eq!(s.cpusets_dir(), Path::new("/run/tw/cpusets"));
+        assert_eq!(
+            s.unwatched_file("a/b"),
+            Path::new("/run/tw/unwatched/a%2Fb")
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@ use throttlewatch_core::protocol::Register;
 use throttlewatch_lifecycle::qos::{self, QosOutcome, Requested, Target};
 use throttlewatch_lifecycle::timing::Phases;
 use throttlewatch_lifecycle::{
-    agent_start, burst_record, AgentClient, AgentError, BundleSpec, EndReason, OciState, StateDir,
+    agent_start, burst_record, unwatched, AgentClient, AgentError, BundleSpec, EndReason, OciState,
+    StateDir,
 };
 use throttlewatch_qos::{ExclusiveAllocator, Key};
 
@@ -75,14 +76,28 @@ fn on_create(
     record_burst(cfg, rep, &st.id, &q);
     t.mark("burst_record");
     if q.watch == Some(false) {
+        mark_unwatched(cfg, rep, &st.id);
         return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
     }
     let reg = registration(st, &spec, pid, rel, q);
-    if let Err(e) = agent_start::register(cfg, args.config.as_deref(), &reg, early) {
-        rep.error(&e);
+    match agent_start::register(cfg, args.config.as_deref(), &reg, early) {
+        Ok(_) => unwatched::clear(&StateDir::new(&cfg.state_dir), &st.id),
+        Err(e) => {
+            rep.error(&e);
+            mark_unwatched(cfg, rep, &st.id);
+        }
     }
     t.mark("register");
     Ok(())
+}
+
+fn mark_unwatched(cfg: &Config, rep: &mut Reporter, id: &str) {
+    if let Err(e) = unwatched::mark(&StateDir::new(&cfg.state_dir), id) {
+        rep.warn(&format!(
+            "cannot mark {id:?} unwatched in {}: {e} (poststop will ask the agent)",
+            cfg.state_dir.display()
+        ));
+    }
 }
 
 /// The burst record for `update`, or none when no burst was written.
@@ -126,10 +141,31 @@ fn registration(
 
 /// poststop: the agent writes `end`; exclusive cores and the burst record
 /// are released. Errors are reported but never fail the delete. A container
-/// the agent no longer watches (the wrapper ended it before `delete`, or it
-/// was never registered) is not an error.
+/// the agent no longer watches (the wrapper ended it before `delete`) is not
+/// an error; one it was never told about (marked unwatched) is not asked.
 fn on_poststop(cfg: &Config, rep: &mut Reporter, st: &OciState) {
     let id = &st.id;
+    let state = StateDir::new(&cfg.state_dir);
+    if !unwatched::take(&state, id) {
+        unregister(cfg, rep, id);
+    }
+    let cpusets = state.cpusets_dir();
+    if cpusets
+        .join(throttlewatch_qos::exclusive::STATE_FILE)
+        .exists()
+    {
+        let released = ExclusiveAllocator::open(&cpusets)
+            .and_then(|a| a.with_lock_timeout(cfg.cpuset_lock_timeout()).release(id));
+        if let Err(e) = released {
+            rep.warn(&format!(
+                "cannot release the exclusive cpuset of {id:?}: {e}"
+            ));
+        }
+    }
+    burst_record::remove(&state, id);
+}
+
+fn unregister(cfg: &Config, rep: &mut Reporter, id: &str) {
     match AgentClient::of(cfg).unregister(id, EndReason::Poststop, None) {
         Ok(_) => {}
         Err(AgentError::Refused(r)) => rep.warn(&format!(
@@ -137,22 +173,9 @@ fn on_poststop(cfg: &Config, rep: &mut Reporter, st: &OciState) {
             r.error.unwrap_or_else(|| "no reason given".into())
         )),
         Err(e) => rep.warn(&format!(
-            "{e}; the end record of container {id:?} is not written"
+            "{e}; the end record of container {id:?} may not be written"
         )),
     }
-    let state = StateDir::new(&cfg.state_dir);
-    let cpusets = state.cpusets_dir();
-    if cpusets
-        .join(throttlewatch_qos::exclusive::STATE_FILE)
-        .exists()
-    {
-        if let Err(e) = ExclusiveAllocator::open(&cpusets).and_then(|a| a.release(id)) {
-            rep.warn(&format!(
-                "cannot release the exclusive cpuset of {id:?}: {e}"
-            ));
-        }
-    }
-    burst_record::remove(&state, id);
 }
 
 #[cfg(test)]

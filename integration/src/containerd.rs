@@ -50,6 +50,14 @@ fn write_json(path: &Path, v: &serde_json::Value) {
 
 /// Build `<dir>/twbusybox.tar`: /bin/busybox (static) with every applet linked.
 pub fn build_busybox_image(dir: &Path) -> PathBuf {
+    build_busybox_image_as(dir, IMAGE_NAME, &["sh"])
+}
+
+/// The same image as `name` (`docker.io/library/NAME:TAG`) with `cmd` as its
+/// command, in `<dir>/NAME.tar` (e.g. a pause image: `sleep` as pid 1).
+pub fn build_busybox_image_as(dir: &Path, name: &str, cmd: &[&str]) -> PathBuf {
+    let short = name.strip_prefix("docker.io/library/").unwrap_or(name);
+    let file = short.split(':').next().unwrap_or(short);
     let busybox = Path::new("/bin/busybox");
     assert!(busybox.exists(), "apt-get install busybox-static");
     let root = dir.join("rootfs");
@@ -80,7 +88,7 @@ pub fn build_busybox_image(dir: &Path) -> PathBuf {
         &config,
         &serde_json::json!({
             "architecture": "amd64", "os": "linux",
-            "config": { "Env": ["PATH=/bin"], "Cmd": ["sh"] },
+            "config": { "Env": ["PATH=/bin"], "Cmd": cmd },
             "rootfs": { "type": "layers", "diff_ids": [layer_digest] },
         }),
     );
@@ -104,7 +112,7 @@ pub fn build_busybox_image(dir: &Path) -> PathBuf {
             "manifests": [{
                 "mediaType": "application/vnd.oci.image.manifest.v1+json",
                 "digest": manifest_digest, "size": manifest_size,
-                "annotations": { "io.containerd.image.name": IMAGE_NAME, "org.opencontainers.image.ref.name": "latest" },
+                "annotations": { "io.containerd.image.name": name, "org.opencontainers.image.ref.name": short.rsplit(':').next() },
             }],
         }),
     );
@@ -113,10 +121,10 @@ pub fn build_busybox_image(dir: &Path) -> PathBuf {
     write_json(
         &oci.join("manifest.json"),
         &serde_json::json!([{
-            "Config": hex(&config_digest), "RepoTags": ["twbusybox:latest"], "Layers": [hex(&layer_digest)],
+            "Config": hex(&config_digest), "RepoTags": [short], "Layers": [hex(&layer_digest)],
         }]),
     );
-    let tar = dir.join("twbusybox.tar");
+    let tar = dir.join(format!("{file}.tar"));
     sh(Command::new("tar")
         .arg("-C")
         .arg(&oci)

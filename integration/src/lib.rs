@@ -6,6 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 
 pub mod bundle;
 pub mod containerd;
+pub mod cri;
 pub mod daemons;
 
 /// A binary of this workspace, built by `cargo build --workspace` (the test

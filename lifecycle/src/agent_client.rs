@@ -1,7 +1,7 @@
 //! The one client of the agent's socket (one JSON line each way, see
-//! `throttlewatch_core::protocol`): register, unregister, status. One
-//! timeout for every request; answers are typed, never told apart by their
-//! error text.
+//! `throttlewatch_core::protocol`): register, unregister. One timeout for
+//! connect, send and answer (`agent_timeout_ms`, [`Config::agent_timeout`]);
+//! answers are typed, never told apart by their error text.
 
 use std::io::ErrorKind;
 use std::os::unix::net::UnixStream;
@@ -9,12 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use throttlewatch_core::config::Config;
-use throttlewatch_core::protocol::{call, call_on, ErrorCode, Register, Request, Response};
+use throttlewatch_core::protocol::{
+    call, call_on, connect, ErrorCode, Register, Request, Response,
+};
 use throttlewatch_core::EndReason;
-
-/// How long one read or write of a request may take (the agent opens the
-/// cgroup and updates its maps on register).
-pub const AGENT_TIMEOUT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -24,7 +22,11 @@ pub enum AgentError {
         socket: PathBuf,
         source: std::io::Error,
     },
-    /// An agent is there but the exchange failed (timeout, broken connection).
+    /// Connect, send or answer took longer than the timeout (the agent is
+    /// stopped, wedged, or its listen backlog is full).
+    #[error("agent on {}: no answer within {timeout:?} (agent_timeout_ms; the agent is stopped, wedged or overloaded)", socket.display())]
+    TimedOut { socket: PathBuf, timeout: Duration },
+    /// An agent is there but the exchange failed (a broken connection).
     #[error("agent on {}: {source}", socket.display())]
     Io {
         socket: PathBuf,
@@ -56,6 +58,11 @@ fn no_listener(e: &std::io::Error) -> bool {
     matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused)
 }
 
+/// A connect bounded by `SO_SNDTIMEO` times out as `WouldBlock`.
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
 /// A connection to the agent opened before the hook's QoS work: the agent
 /// accepts it and starts the thread that reads it while the hook writes the
 /// cgroup, so the register itself is one request and one answer.
@@ -64,17 +71,20 @@ pub struct EarlyConnection(std::io::Result<UnixStream>);
 #[derive(Debug, Clone)]
 pub struct AgentClient {
     socket: PathBuf,
+    timeout: Duration,
 }
 
 impl AgentClient {
-    pub fn new(socket: impl Into<PathBuf>) -> AgentClient {
+    pub fn new(socket: impl Into<PathBuf>, timeout: Duration) -> AgentClient {
         AgentClient {
             socket: socket.into(),
+            timeout,
         }
     }
 
+    /// The configured socket and `agent_timeout_ms`.
     pub fn of(cfg: &Config) -> AgentClient {
-        AgentClient::new(&cfg.socket)
+        AgentClient::new(&cfg.socket, cfg.agent_timeout())
     }
 
     pub fn socket(&self) -> &Path {
@@ -82,20 +92,24 @@ impl AgentClient {
     }
 
     pub fn connect_early(&self) -> EarlyConnection {
-        EarlyConnection(UnixStream::connect(&self.socket))
+        EarlyConnection(connect(&self.socket, self.timeout))
     }
 
     fn error(&self, e: std::io::Error) -> AgentError {
         let socket = self.socket.clone();
-        match no_listener(&e) {
-            true => AgentError::NoListener { socket, source: e },
-            false => AgentError::Io { socket, source: e },
+        if no_listener(&e) {
+            AgentError::NoListener { socket, source: e }
+        } else if timed_out(&e) {
+            let timeout = self.timeout;
+            AgentError::TimedOut { socket, timeout }
+        } else {
+            AgentError::Io { socket, source: e }
         }
     }
 
     /// One request on a fresh connection; `ok: false` is [`AgentError::Refused`].
     pub fn call(&self, req: &Request) -> Result<Response, AgentError> {
-        let r = call(&self.socket, req, AGENT_TIMEOUT).map_err(|e| self.error(e))?;
+        let r = call(&self.socket, req, self.timeout).map_err(|e| self.error(e))?;
         match r.ok {
             true => Ok(r),
             false => Err(AgentError::Refused(r)),
@@ -122,13 +136,14 @@ impl AgentClient {
             )
         };
         match early.map(|c| c.0) {
-            Some(Ok(s)) => match call_on(s, &req, AGENT_TIMEOUT) {
+            Some(Ok(s)) => match call_on(s, &req, self.timeout) {
                 Ok(r) if r.ok => Ok(r),
                 Ok(r) => Err(AgentError::Refused(r)),
                 Err(e) if broken(&e) => self.call(&req),
                 Err(e) => Err(self.error(e)),
             },
-            Some(Err(e)) if no_listener(&e) => Err(self.error(e)),
+            // A connect that timed out (a full backlog) is not tried twice.
+            Some(Err(e)) if no_listener(&e) || timed_out(&e) => Err(self.error(e)),
             Some(Err(_)) | None => self.call(&req),
         }
     }
@@ -183,6 +198,8 @@ mod tests {
 
     use super::*;
 
+    const T: Duration = Duration::from_secs(3);
+
     /// A one-shot fake agent answering `resp` and returning the request line.
     pub fn fake_agent(sock: &Path, resp: &'static str) -> std::thread::JoinHandle<String> {
         let l = UnixListener::bind(sock).unwrap();
@@ -198,7 +215,7 @@ mod tests {
     #[test]
     fn register_sends_the_protocol() {
         let d = tempfile::tempdir().unwrap();
-        let c = AgentClient::new(d.path().join("a.sock"));
+        let c = AgentClient::new(d.path().join("a.sock"), T);
         let t = fake_agent(c.socket(), "{\"ok\":true,\"log_path\":\"/l/c.jsonl\"}\n");
         let reg = Register {
             container_id: "c".into(),
@@ -218,7 +235,7 @@ mod tests {
     #[test]
     fn register_on_an_early_connection() {
         let d = tempfile::tempdir().unwrap();
-        let c = AgentClient::new(d.path().join("a.sock"));
+        let c = AgentClient::new(d.path().join("a.sock"), T);
         let t = fake_agent(c.socket(), "{\"ok\":true,\"log_path\":\"/l/e.jsonl\"}\n");
         let early = c.connect_early();
         let reg = Register {
@@ -229,7 +246,7 @@ mod tests {
         assert_eq!(r.log_path.as_deref(), Some("/l/e.jsonl"));
         assert!(t.join().unwrap().contains("\"container_id\":\"e\""));
         // No listener at the early connect: NoListener, no second try.
-        let none = AgentClient::new(d.path().join("none.sock"));
+        let none = AgentClient::new(d.path().join("none.sock"), T);
         let e = none.register(&reg, Some(none.connect_early())).unwrap_err();
         assert!(
             e.is_no_listener() && e.to_string().contains("none.sock"),
@@ -240,7 +257,7 @@ mod tests {
     #[test]
     fn unregister_answers_are_typed() {
         let d = tempfile::tempdir().unwrap();
-        let c = AgentClient::new(d.path().join("a.sock"));
+        let c = AgentClient::new(d.path().join("a.sock"), T);
         // The code decides, not the text.
         let t = fake_agent(
             c.socket(),
@@ -257,7 +274,7 @@ mod tests {
         let e = c.unregister("c", EndReason::Delete, Some(0)).unwrap_err();
         t.join().unwrap();
         assert!(matches!(e, AgentError::Refused(_)), "{e:?}");
-        let e = AgentClient::new(d.path().join("none.sock"))
+        let e = AgentClient::new(d.path().join("none.sock"), T)
             .unregister("c", EndReason::Delete, None)
             .unwrap_err();
         assert!(e.is_no_listener(), "{e:?}");
@@ -267,7 +284,7 @@ mod tests {
     #[test]
     fn the_daemons_answer_is_not_watched() {
         let d = tempfile::tempdir().unwrap();
-        let c = AgentClient::new(d.path().join("a.sock"));
+        let c = AgentClient::new(d.path().join("a.sock"), T);
         let line = serde_json::to_string(&Response::not_watched("c")).unwrap() + "\n";
         let t = fake_agent(c.socket(), Box::leak(line.into_boxed_str()));
         assert_eq!(

@@ -66,6 +66,10 @@ pub struct Cpu {
     pub quota: Option<i64>,
     #[serde(default)]
     pub period: Option<u64>,
+    /// The cpuset the orchestrator set (kubelet's CPU manager, `docker
+    /// --cpuset-cpus`), in the kernel's list format.
+    #[serde(default)]
+    pub cpus: Option<String>,
 }
 
 impl BundleSpec {
@@ -99,6 +103,25 @@ impl BundleSpec {
             .filter(|q| *q > 0)
             .map(|q| q as u64);
         (quota, cpu.and_then(|c| c.period))
+    }
+
+    /// `linux.resources.cpu.cpus` when set and not empty: the orchestrator's
+    /// cpuset, which QoS may narrow but never widen or replace. A value that
+    /// is not a CPU list is an error naming it.
+    pub fn orchestrator_cpus(&self) -> Result<Option<throttlewatch_core::CpuList>, String> {
+        let cpus = self
+            .linux
+            .as_ref()
+            .and_then(|l| l.resources.as_ref())
+            .and_then(|r| r.cpu.as_ref())
+            .and_then(|c| c.cpus.as_deref())
+            .map(str::trim)
+            .filter(|c| !c.is_empty());
+        cpus.map(|c| {
+            throttlewatch_core::CpuList::parse("linux.resources.cpu.cpus", c)
+                .map_err(|e| e.to_string())
+        })
+        .transpose()
     }
 
     /// See [`is_pod_sandbox`].

@@ -34,6 +34,7 @@ pub mod spec_file;
 pub mod stage;
 pub mod timefmt;
 pub mod timing;
+pub mod unwatched;
 
 pub use agent_client::{AgentClient, AgentError, Unregistered};
 pub use bundle_spec::BundleSpec;

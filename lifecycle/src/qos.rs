@@ -10,8 +10,8 @@ use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::{CpuList, StateDir};
 use throttlewatch_qos::{
-    apply_plan, parse_request, plan, ExclusiveAllocator, Key, Plan, PlanInput, Policy, QosRequest,
-    Refusal, Topology,
+    apply_plan, parse_request, plan, CpusetTarget, ExclusiveAllocator, Key, Plan, PlanInput,
+    Policy, QosRequest, Refusal, Topology,
 };
 
 use crate::bundle_spec::BundleSpec;
@@ -31,7 +31,7 @@ pub struct Requested {
 impl Requested {
     /// Parse what the container asks for (annotations win over the environment).
     pub fn parse(cfg: &Config, spec: &BundleSpec) -> Requested {
-        let (req, refused) = parse_request(&spec.annotations, spec.env(), &Policy::from(&cfg.qos));
+        let (req, refused) = parse_request(&spec.annotations, spec.env(), &Policy::for_config(cfg));
         Requested { req, refused }
     }
 }
@@ -68,10 +68,14 @@ struct Written {
 /// Plan and apply the container's QoS. Never fails: what cannot be done is
 /// a refusal naming the key and value.
 pub fn apply(cfg: &Config, spec: &BundleSpec, asked: Requested, t: Target) -> QosOutcome {
-    let Requested { req, mut refused } = asked;
+    let Requested {
+        mut req,
+        mut refused,
+    } = asked;
+    let bound = orchestrator_bound(&mut req, &mut refused, spec);
     let (quota_us, period_us) = bandwidth(spec, t.cgroup);
     let (topo, alloc) = cpuset_context(cfg, &req, t.pid, &mut refused);
-    let parent_cpus = parent_cpus(&req, t);
+    let parent_cpus = parent_cpus(&req, t, bound.as_ref());
     let p = plan(&PlanInput {
         req: &req,
         topo: &topo,
@@ -136,7 +140,9 @@ fn cpuset_context(
         Err(e) => refused.push(refuse(format!("cannot read the machine's topology: {e}"))),
     }
     let dir = StateDir::new(&cfg.state_dir).cpusets_dir();
-    let alloc = match ExclusiveAllocator::open(&dir) {
+    let opened =
+        ExclusiveAllocator::open(&dir).map(|a| a.with_lock_timeout(cfg.cpuset_lock_timeout()));
+    let alloc = match opened {
         Ok(a) => Some(a.for_holder(Some(pid))),
         Err(e) => {
             refused.push(refuse(format!(
@@ -159,16 +165,50 @@ fn no_topology() -> Topology {
     }
 }
 
-/// The parent's CPUs, read only for a cpuset request (two cgroupfs reads saved otherwise).
-fn parent_cpus(req: &QosRequest, t: Target) -> CpuList {
+/// The parent's CPUs, read only for a cpuset request (two cgroupfs reads
+/// saved otherwise), inside the orchestrator's cpuset (the plan treats an
+/// empty list as "no bound", so the bound itself stands in for an unknown
+/// parent).
+fn parent_cpus(req: &QosRequest, t: Target, bound: Option<&CpuList>) -> CpuList {
     if req.cpuset.is_none() {
         return CpuList::default();
     }
-    t.cgroup
+    let parent = t
+        .cgroup
         .parent(t.hierarchies)
         .and_then(|p| p.effective_cpus())
         .and_then(|s| CpuList::parse("cpuset.cpus.effective", &s).ok())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    match bound {
+        Some(b) if parent.is_empty() => b.clone(),
+        Some(b) => parent.intersect(b),
+        None => parent,
+    }
+}
+
+/// The orchestrator's cpuset (`linux.resources.cpu.cpus`), which a request
+/// may narrow, never widen or replace: an explicit CPU list outside it is
+/// refused with the reason; other targets are chosen inside it.
+fn orchestrator_bound(
+    req: &mut QosRequest,
+    refused: &mut Vec<Refusal>,
+    spec: &BundleSpec,
+) -> Option<CpuList> {
+    req.cpuset.as_ref()?;
+    let why = match spec.orchestrator_cpus() {
+        Ok(None) => return None,
+        Ok(Some(bound)) => match &req.cpuset {
+            Some(CpusetTarget::List(l)) if !l.is_subset(&bound) => format!(
+                "not inside the cpuset the orchestrator set (linux.resources.cpu.cpus = {bound}): a request may narrow it, never widen or replace it"
+            ),
+            _ => return Some(bound),
+        },
+        Err(e) => format!("cannot read the cpuset the orchestrator set: {e}"),
+    };
+    refused.push(req.refusal(Key::Cpuset, why));
+    req.cpuset = None;
+    req.exclusive = false;
+    None
 }
 
 /// Write the plan; exclusive cores whose cpuset the kernel refused are released.

@@ -18,6 +18,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
@@ -62,11 +63,17 @@ fn held_by(holders: &[String]) -> String {
     }
 }
 
+/// How long `allocate`/`release` wait for the lock by default.
+pub const LOCK_TIMEOUT: Duration = Duration::from_millis(500);
+
 #[derive(Debug, Clone)]
 pub struct ExclusiveAllocator {
     dir: PathBuf,
     procfs: PathBuf,
     holder: Option<u32>,
+    /// A hook must never wait for ever on a lock that a stopped or wedged
+    /// process holds: past this, the cpuset is refused with the reason.
+    lock_timeout: Duration,
 }
 
 impl ExclusiveAllocator {
@@ -83,9 +90,17 @@ impl ExclusiveAllocator {
             dir: state_dir.into(),
             procfs: "/proc".into(),
             holder: None,
+            lock_timeout: LOCK_TIMEOUT,
         };
-        drop(a.lock()?);
+        // Create the lock file (without taking the lock: that has a deadline).
+        a.lock_file()?;
         Ok(a)
+    }
+
+    /// How long to wait for the lock before giving up (`TimedOut`).
+    pub fn with_lock_timeout(mut self, t: Duration) -> Self {
+        self.lock_timeout = t;
+        self
     }
 
     /// Where holders' liveness is checked (tests use a fixture tree).
@@ -216,13 +231,39 @@ impl ExclusiveAllocator {
         Ok(held_cpus(&state, Some(container_id)))
     }
 
-    fn lock(&self) -> io::Result<Flock<File>> {
-        let f = OpenOptions::new()
+    fn lock_file(&self) -> io::Result<File> {
+        OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
-            .open(self.dir.join(LOCK_FILE))?;
-        Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| io::Error::from(e))
+            .open(self.dir.join(LOCK_FILE))
+    }
+
+    /// The exclusive lock, polled until `lock_timeout` (flock has no timeout
+    /// of its own; a critical section lasts well under a millisecond).
+    fn lock(&self) -> io::Result<Flock<File>> {
+        let deadline = Instant::now() + self.lock_timeout;
+        let mut f = self.lock_file()?;
+        loop {
+            match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Ok(l) => return Ok(l),
+                Err((back, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                    f = back;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                        "{} is held by another process for more than {:?} (cpuset_lock_timeout_ms)",
+                        self.dir.join(LOCK_FILE).display(),
+                        self.lock_timeout
+                    ),
+                    ))
+                }
+                Err((_, e)) => return Err(io::Error::from(e)),
+            }
+        }
     }
 
     fn load(&self) -> io::Result<State> {

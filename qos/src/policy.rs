@@ -23,7 +23,17 @@ pub struct Policy {
     pub max_burst_percent: u32,
     /// Whether containers may hold CPUs exclusively.
     pub allow_exclusive: bool,
+    /// Keys the environment channel may set (see [`Policy::env_allows`]).
+    pub env_keys: Vec<String>,
+    /// The node's freeze threshold, µs: a container may raise its own, never
+    /// lower it below this.
+    #[serde(skip)]
+    pub min_threshold_us: u64,
 }
+
+/// Keys honoured from annotations only: a cpuset reaches CPUs that other
+/// tenants may hold, and an image's `ENV` is written by whoever built it.
+pub const ANNOTATION_ONLY: [Key; 3] = [Key::Cpuset, Key::CpusetExclusive, Key::CpusetCpus];
 
 impl Default for Policy {
     fn default() -> Policy {
@@ -31,11 +41,47 @@ impl Default for Policy {
             allowed_keys: None,
             max_burst_percent: 100,
             allow_exclusive: true,
+            env_keys: throttlewatch_core::config::DEFAULT_ENV_KEYS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
+            min_threshold_us: 0,
         }
     }
 }
 
 impl Policy {
+    /// The policy of a node configuration: its `[qos]` table and its
+    /// `threshold` as the lowest a container may ask for.
+    pub fn for_config(cfg: &throttlewatch_core::config::Config) -> Policy {
+        Policy {
+            min_threshold_us: cfg.threshold_ns() / 1000,
+            ..Policy::from(&cfg.qos)
+        }
+    }
+
+    /// Whether `key` may come from the environment; the reason when not.
+    pub fn env_allows(&self, key: Key) -> Result<(), String> {
+        if ANNOTATION_ONLY.contains(&key) {
+            return Err(format!(
+                "cpusets are honoured from annotations only (an image's ENV can set this variable); use the annotation {}",
+                key.annotation()
+            ));
+        }
+        if self
+            .env_keys
+            .iter()
+            .any(|k| k.strip_prefix(PREFIX).unwrap_or(k) == key.name())
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "not honoured from the environment (an image's ENV can set it); use the annotation {}, or add {:?} to [qos] env_keys",
+            key.annotation(),
+            key.name()
+        ))
+    }
+
     pub fn allows(&self, key: Key) -> bool {
         match &self.allowed_keys {
             None => true,
@@ -70,6 +116,8 @@ impl From<&throttlewatch_core::config::QosPolicyConfig> for Policy {
                 .then(|| c.allowed_annotations.clone()),
             max_burst_percent: c.max_burst_percent,
             allow_exclusive: c.allow_exclusive,
+            env_keys: c.env_keys.clone(),
+            min_threshold_us: 0,
         }
     }
 }

@@ -141,8 +141,15 @@ pub fn parse_request(
     policy: &Policy,
 ) -> (QosRequest, Vec<Refusal>) {
     let mut refused = Vec::new();
-    let mut raw = from_env(env, &mut refused);
+    let (mut raw, env_refused) = from_env(env, policy, &mut refused);
     raw.extend(from_annotations(annotations, &mut refused));
+    // Environment keys the policy keeps from it are refused unless an
+    // annotation sets the same key (the annotation wins anyway).
+    for (k, r) in env_refused {
+        if raw.get(&k).is_none_or(|o| o.key.starts_with(ENV_PREFIX)) {
+            refused.push(r);
+        }
+    }
     let mut req = QosRequest {
         burst_cap_percent: policy.burst_cap_percent(),
         ..Default::default()
@@ -156,7 +163,7 @@ pub fn parse_request(
             refused.push(Refusal::too_long(origin.key, v).about(key));
             continue;
         } else {
-            parse_value(key, &origin, &mut req, &mut ex)
+            parse_value(key, &origin, policy, &mut req, &mut ex)
         };
         match r {
             Ok(()) => {
@@ -171,21 +178,31 @@ pub fn parse_request(
     (req, refused)
 }
 
-/// `THROTTLEWATCH_*` entries of the environment; unknown ones are refused.
-fn from_env(env: &[String], refused: &mut Vec<Refusal>) -> BTreeMap<Key, Origin> {
+/// `THROTTLEWATCH_*` entries of the environment; unknown ones are refused,
+/// and those the policy does not take from the environment are returned
+/// apart, refused.
+fn from_env(
+    env: &[String],
+    policy: &Policy,
+    refused: &mut Vec<Refusal>,
+) -> (BTreeMap<Key, Origin>, BTreeMap<Key, Refusal>) {
     let mut raw = BTreeMap::new();
+    let mut kept_out = BTreeMap::new();
     for (var, value) in env.iter().filter_map(|e| e.split_once('=')) {
         if !var.starts_with(ENV_PREFIX) {
             continue;
         }
-        match Key::from_env(var) {
-            Some(k) => {
+        match Key::from_env(var).map(|k| (k, policy.env_allows(k))) {
+            Some((k, Err(why))) => {
+                kept_out.insert(k, Refusal::new(var, value, why).about(k));
+            }
+            Some((k, Ok(()))) => {
                 raw.insert(k, Origin::new(var, value));
             }
             None => refused.push(unknown(var, value, true)),
         }
     }
-    raw
+    (raw, kept_out)
 }
 
 /// `throttlewatch.io/*` annotations that are QoS keys; unknown ones are
@@ -224,15 +241,23 @@ struct Exclusive {
 fn parse_value(
     key: Key,
     origin: &Origin,
+    policy: &Policy,
     req: &mut QosRequest,
     ex: &mut Exclusive,
 ) -> Result<(), String> {
     let v = origin.value.as_str();
     match key {
         Key::Watch => values::parse_bool(key, v).map(|b| req.watch = Some(b)),
-        Key::Threshold => {
-            values::parse_bounded_duration(key, v).map(|d| req.threshold_us = Some(d))
-        }
+        Key::Threshold => values::parse_bounded_duration(key, v).and_then(|d| {
+            if d < policy.min_threshold_us {
+                return Err(format!(
+                    "below the node's threshold of {}us: a container may raise its threshold, never lower it",
+                    policy.min_threshold_us
+                ));
+            }
+            req.threshold_us = Some(d);
+            Ok(())
+        }),
         Key::CpuBurst => values::parse_burst(v, req.burst_cap_percent).map(|b| req.burst = Some(b)),
         Key::QosClass => QosClass::parse(v)
             .map(|c| req.qos_class = Some(c))
@@ -348,6 +373,12 @@ fn apply_preset(req: &mut QosRequest, policy: &Policy) {
         }
     }
     if cpuset {
+        if origin.key.starts_with(ENV_PREFIX) {
+            req.notes.push(format!(
+                "qos-class {name} from the environment: cpuset not applied (cpusets come from annotations only)"
+            ));
+            return;
+        }
         if !policy.allows(Key::Cpuset) {
             req.notes.push(format!(
                 "qos-class {name}: cpuset not applied (not allowed by policy)"

@@ -71,7 +71,11 @@ fn env_channel_and_annotation_wins() {
         "THROTTLEWATCH_WATCH=true",
         "THROTTLEWATCH_QOS_CLASS=burstable",
     ]);
-    let (r, refused) = parse_request(&ann(&[("cpu-burst", "30ms")]), &e, &Policy::default());
+    let widened = Policy {
+        env_keys: vec!["watch".into(), "cpu-burst".into(), "qos-class".into()],
+        ..Policy::default()
+    };
+    let (r, refused) = parse_request(&ann(&[("cpu-burst", "30ms")]), &e, &widened);
     assert_eq!(refused, vec![]);
     assert_eq!(r.burst, Some(BurstSpec::Micros(30_000)), "annotation wins");
     assert_eq!(r.watch, Some(true), "last env entry wins");
@@ -170,6 +174,7 @@ fn unknown_keys_are_refused() {
 fn policy_limits_keys_bursts_and_exclusivity() {
     let policy = Policy {
         allowed_keys: Some(vec!["watch".into(), "cpu-burst".into()]),
+        env_keys: vec!["gpus".into()],
         ..Default::default()
     };
     let (r, refused) = parse_request(
@@ -322,4 +327,103 @@ fn refusals_say_which_setting() {
     let settings: Vec<_> = refused.iter().map(|r| r.setting).collect();
     assert_eq!(settings, vec![None, Some(Key::CpuBurst)], "{refused:?}");
     assert!(refused[1].is_about(Key::CpuBurst));
+}
+
+#[test]
+fn our_non_qos_annotations_are_not_refused() {
+    let (r, refused) = parse(&[
+        ("created-unix-ns", "1796073626048627852"),
+        ("cold-start-cpu", "10ms"),
+        ("cpu-burst", "20ms"),
+    ]);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert!(r.burst.is_some(), "{r:?}");
+}
+
+/// Issue 11 finding 3: an image's ENV reaches only keys that cannot touch
+/// other tenants; cpusets come from annotations only; threshold only upward.
+#[test]
+fn environment_is_a_lesser_source() {
+    let e = env(&[
+        "THROTTLEWATCH_CPUSET=2-3,exclusive",
+        "THROTTLEWATCH_CPUSET_EXCLUSIVE=true",
+        "THROTTLEWATCH_CPUSET_CPUS=2",
+        "THROTTLEWATCH_QOS_CLASS=latency-critical",
+        "THROTTLEWATCH_CPU_BURST=10ms",
+        "THROTTLEWATCH_WATCH=true",
+    ]);
+    let (r, refused) = parse_request(&BTreeMap::new(), &e, &Policy::default());
+    assert_eq!(r.cpuset, None, "{r:?}");
+    assert!(!r.exclusive && r.cpuset_cpus.is_none() && r.qos_class.is_none());
+    assert_eq!(r.burst, Some(BurstSpec::Micros(10_000)));
+    assert_eq!(r.watch, Some(true));
+    let keys: Vec<&str> = refused.iter().map(|r| r.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "THROTTLEWATCH_QOS_CLASS",
+            "THROTTLEWATCH_CPUSET",
+            "THROTTLEWATCH_CPUSET_EXCLUSIVE",
+            "THROTTLEWATCH_CPUSET_CPUS"
+        ]
+    );
+    assert!(
+        refused[1].reason.contains("annotations only"),
+        "{refused:?}"
+    );
+    assert!(refused[0].reason.contains("env_keys"), "{refused:?}");
+
+    // Widening the list never reaches cpusets: a qos-class from the
+    // environment fills the burst only.
+    let widened = Policy {
+        env_keys: vec!["qos-class".into(), "cpuset".into()],
+        ..Policy::default()
+    };
+    let (r, refused) = parse_request(
+        &BTreeMap::new(),
+        &env(&[
+            "THROTTLEWATCH_QOS_CLASS=latency-critical",
+            "THROTTLEWATCH_CPUSET=0",
+        ]),
+        &widened,
+    );
+    assert_eq!(r.qos_class, Some(QosClass::LatencyCritical));
+    assert_eq!(r.burst, Some(BurstSpec::Percent(100)));
+    assert!(r.cpuset.is_none() && !r.exclusive, "{r:?}");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        r.notes.iter().any(|n| n.contains("from the environment")),
+        "{r:?}"
+    );
+
+    // The annotation of the same key wins without a refusal for the variable.
+    let (r, refused) = parse_request(
+        &ann(&[("cpuset", "0")]),
+        &env(&["THROTTLEWATCH_CPUSET=2-3"]),
+        &Policy::default(),
+    );
+    assert_eq!(refused, vec![]);
+    assert_eq!(r.cpuset.map(|c| c.to_string()).as_deref(), Some("0"));
+
+    // threshold: up, never below the node's.
+    let node = Policy {
+        min_threshold_us: 1000,
+        ..Policy::default()
+    };
+    for (v, ok) in [("500us", false), ("0", false), ("1ms", true), ("5ms", true)] {
+        let (r, refused) = parse_request(
+            &BTreeMap::new(),
+            &env(&[&format!("THROTTLEWATCH_THRESHOLD={v}")]),
+            &node,
+        );
+        assert_eq!(r.threshold_us.is_some(), ok, "{v}: {refused:?}");
+        if !ok {
+            assert!(refused[0].reason.contains("never lower"), "{refused:?}");
+        }
+    }
+    let (_, refused) = parse_request(&ann(&[("threshold", "100us")]), &[], &node);
+    assert!(
+        refused[0].reason.contains("node's threshold"),
+        "annotations too: {refused:?}"
+    );
 }

@@ -50,6 +50,14 @@ pub fn cpuset_resources(spec: &mut Value, ctx: &ModifyContext) -> Result<Option<
     if !p.refused.is_empty() {
         return Ok(None);
     }
+    // Never widen or replace the orchestrator's cpuset (kubelet's CPU
+    // manager, `docker --cpuset-cpus`): only a subset of it is written; the
+    // hook refuses the rest with the reason.
+    match (bundle.orchestrator_cpus(), &p.cpus) {
+        (Ok(None), _) => {}
+        (Ok(Some(set)), Some(want)) if want.is_subset(&set) => {}
+        _ => return Ok(None),
+    }
     let cpu = object_path(spec, &["linux", "resources", "cpu"])?;
     let mut changed = vec![];
     for (key, val) in [("cpus", p.cpus.as_ref()), ("mems", p.mems.as_ref())] {

@@ -16,7 +16,12 @@ fn hook_entry(stage: Stage, ctx: &ModifyContext) -> Value {
         args.push(json!("--config"));
         args.push(json!(c.to_string_lossy()));
     }
-    json!({ "path": ctx.hook_path.to_string_lossy(), "args": args })
+    // Without a `timeout` the runtime waits for ever on a hook that hangs.
+    json!({
+        "path": ctx.hook_path.to_string_lossy(),
+        "args": args,
+        "timeout": ctx.cfg.hook_timeout_s.max(1),
+    })
 }
 
 fn is_our_hook(h: &Value, ctx: &ModifyContext) -> bool {

@@ -1,0 +1,187 @@
+//! `throttlewatch install|uninstall containerd|docker [--dry-run]`: give an
+//! engine the runtime `throttlewatch`, or take it away again.
+//!
+//! Each engine module turns the files it finds into a [`Plan`]: a list of
+//! [`Edit`]s and notes. The plan is printed (a unified diff per file) and,
+//! unless `--dry-run`, carried out: every file written atomically with the
+//! mode of the file it replaces, every file changed backed up beside it
+//! (`NAME.throttlewatch-backup`, same mode). Bad input (not TOML/JSON, an
+//! unexpected shape, an unknown engine) is refused before anything is
+//! written: exit 2 with the file, the problem and what is accepted.
+
+pub mod containerd;
+pub mod diff;
+pub mod docker;
+pub mod files;
+
+use std::path::{Path, PathBuf};
+
+use crate::CliError;
+
+pub use diff::unified_diff;
+
+/// The runtime (containerd handler, docker runtime) name we add.
+pub const RUNTIME_NAME: &str = "throttlewatch";
+
+/// One change to one file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Edit {
+    /// Write `after` to `path`; with `backup`, the old text (`before`) is
+    /// first copied to the backup.
+    Write {
+        path: PathBuf,
+        before: Option<String>,
+        after: String,
+        backup: bool,
+    },
+    /// Move `path` to its backup (a file of ours that must not stay active).
+    MoveAside { path: PathBuf, before: String },
+    /// Put the backup back in place of `path` (bytes and mode as they were).
+    Restore {
+        path: PathBuf,
+        current: Option<String>,
+        original: String,
+    },
+    /// Remove `path`, which install created.
+    Delete { path: PathBuf, before: String },
+}
+
+impl Edit {
+    fn path(&self) -> &Path {
+        match self {
+            Edit::Write { path, .. }
+            | Edit::MoveAside { path, .. }
+            | Edit::Restore { path, .. }
+            | Edit::Delete { path, .. } => path,
+        }
+    }
+
+    fn before_after(&self) -> (&str, &str) {
+        match self {
+            Edit::Write { before, after, .. } => (before.as_deref().unwrap_or(""), after),
+            Edit::MoveAside { before, .. } | Edit::Delete { before, .. } => (before, ""),
+            Edit::Restore {
+                current, original, ..
+            } => (current.as_deref().unwrap_or(""), original),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let p = self.path().display();
+        let b = files::backup_of(self.path());
+        match self {
+            Edit::Write { backup: true, .. } => format!("{p} (backup: {})", b.display()),
+            Edit::Write { before: None, .. } => format!("{p} (new file)"),
+            Edit::Write { .. } => p.to_string(),
+            Edit::MoveAside { .. } => format!("{p} moved aside to {}", b.display()),
+            Edit::Restore { .. } => format!("{p} restored from {}", b.display()),
+            Edit::Delete { .. } => format!("{p} removed (install created it)"),
+        }
+    }
+
+    fn apply(&self) -> Result<(), CliError> {
+        match self {
+            Edit::Write {
+                path,
+                before,
+                after,
+                backup,
+            } => {
+                if let (true, Some(before)) = (*backup, before) {
+                    files::back_up(path, before)?;
+                }
+                files::replace(path, after)
+            }
+            Edit::MoveAside { path, .. } => files::rename(path, &files::backup_of(path)),
+            Edit::Restore { path, .. } => files::rename(&files::backup_of(path), path),
+            Edit::Delete { path, .. } => files::remove(path),
+        }
+    }
+}
+
+/// What install or uninstall will do.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub edits: Vec<Edit>,
+    /// Said before the diffs (which file is edited and why, what is kept).
+    pub notes: Vec<String>,
+    /// Said when there is nothing to do ("already installed …").
+    pub nothing_to_do: String,
+    /// Said after the files are written (restart the engine …).
+    pub then: String,
+}
+
+impl Plan {
+    /// Print the plan; write it unless `dry_run`. Exit status 0.
+    pub fn carry_out(&self, dry_run: bool) -> Result<i32, CliError> {
+        for n in &self.notes {
+            println!("{n}");
+        }
+        if self.edits.is_empty() {
+            println!("{}", self.nothing_to_do);
+            return Ok(0);
+        }
+        for e in &self.edits {
+            println!("{}:", e.describe());
+            let (before, after) = e.before_after();
+            print!(
+                "{}",
+                unified_diff(before, after, &e.path().to_string_lossy())
+            );
+        }
+        if dry_run {
+            println!("(dry run: nothing written)");
+            return Ok(0);
+        }
+        for e in &self.edits {
+            e.apply()?;
+        }
+        println!("{}", self.then);
+        Ok(0)
+    }
+}
+
+/// The engines we configure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Containerd,
+    Docker,
+}
+
+impl Engine {
+    pub fn parse(s: &str, command: &str) -> Result<Engine, CliError> {
+        match s {
+            "containerd" => Ok(Engine::Containerd),
+            "docker" => Ok(Engine::Docker),
+            other => Err(CliError::usage(format!(
+                "{command}: unknown engine {other:?}; accepted: containerd, docker"
+            ))),
+        }
+    }
+}
+
+/// `throttlewatch install ENGINE`: `root` is the filesystem root the
+/// configuration lives under (`/`; a temporary tree in tests), `bin_dir`
+/// where `throttlewatch-runtime` is installed (docker's runtime path).
+pub fn install(engine: &str, dry_run: bool, root: &Path, bin_dir: &Path) -> Result<i32, CliError> {
+    let plan = match Engine::parse(engine, "install")? {
+        Engine::Containerd => containerd::install_plan(root)?,
+        Engine::Docker => docker::install_plan(root, bin_dir)?,
+    };
+    plan.carry_out(dry_run)
+}
+
+/// `throttlewatch uninstall ENGINE`: the files back as they were before install
+/// (byte for byte when they were not changed since; otherwise only our entries removed).
+pub fn uninstall(engine: &str, dry_run: bool, root: &Path) -> Result<i32, CliError> {
+    let plan = match Engine::parse(engine, "uninstall")? {
+        Engine::Containerd => containerd::uninstall_plan(root)?,
+        Engine::Docker => docker::uninstall_plan(root)?,
+    };
+    plan.carry_out(dry_run)
+}
+
+/// `abs` (a path as the engine sees it) under `root`.
+pub fn under_root(root: &Path, abs: &Path) -> PathBuf {
+    root.join(abs.strip_prefix("/").unwrap_or(abs))
+}

@@ -1,0 +1,653 @@
+//! containerd 1.6 with its CRI plugin on, driven the way kubelet drives it:
+//! a CRI v1 client (RuntimeService, ImageService) over containerd's unix
+//! socket. The node's configuration tree is a scratch directory whose
+//! `etc/containerd` is bind-mounted over `/etc/containerd` in a private mount
+//! namespace, so absolute `imports` paths (`/etc/containerd/conf.d/*.toml`)
+//! resolve to the test's files. Root, state, sockets, the CNI dirs and the
+//! pods' cgroup parent are private; the stream server listens on a random
+//! loopback port. No CNI here: pods use the host network.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1 as api;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::containerd::{build_busybox_image, build_busybox_image_as, procs_matching, IMAGE_NAME};
+use crate::Scratch;
+
+/// The containerd namespace the CRI plugin works in.
+pub const NAMESPACE: &str = "k8s.io";
+/// The pod sandbox image: busybox `sleep` as pid 1 (containerd stops
+/// sandboxes with SIGKILL, so it needs no signal handling).
+pub const PAUSE_IMAGE: &str = "docker.io/library/twpause:latest";
+/// Where a node keeps containerd's configuration.
+pub const ETC_CONTAINERD: &str = "/etc/containerd";
+/// The CRI plugin's table.
+pub const CRI_TABLE: &str = "plugins.\"io.containerd.grpc.v1.cri\"";
+/// The annotation allowlists a throttlewatch runtime handler needs.
+pub const ALLOWLISTS: &str =
+    "pod_annotations = [\"throttlewatch.io/*\"]\ncontainer_annotations = [\"throttlewatch.io/*\"]";
+/// kubelet's pod and container labels (the CRI plugin copies metadata, not these).
+pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
+pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
+
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A node's containerd configuration tree and the containerd serving it.
+/// `start` runs containerd on `<etc_root>/etc/containerd/config.toml`;
+/// `stop` ends it, keeping its root (images, sandboxes); drop removes the
+/// pods left, stops containerd and the shims it started (by PID), and
+/// removes the pods' cgroups and every directory.
+pub struct CriNode {
+    pub dir: Scratch,
+    /// The configuration tree's root: `etc/containerd` lies below it.
+    pub etc_root: PathBuf,
+    pub socket: PathBuf,
+    /// The parent of every pod's cgroup (absolute, cgroupfs driver).
+    pub cgroup_root: String,
+    path_dirs: Vec<PathBuf>,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    channel: Option<Channel>,
+    tokio: tokio::runtime::Runtime,
+    /// Pods and containers this node made, for the clean-up.
+    ids: Mutex<Vec<String>>,
+    images_imported: bool,
+}
+
+/// A running pod sandbox and the configuration kubelet keeps for it (every
+/// CreateContainer sends it again).
+pub struct Pod {
+    pub id: String,
+    pub handler: String,
+    pub config: api::PodSandboxConfig,
+}
+
+impl CriNode {
+    /// A configuration tree holding a node's main `config.toml`: private
+    /// root, state, sockets and CNI dirs, the CRI settings this sandbox needs
+    /// (`restrict_oom_score_adj`, our pause image), the default handler
+    /// `runc` — and `extra_toml` appended (more runtimes, as on a real node).
+    /// `path_dirs` go first in containerd's PATH (where it finds a shim);
+    /// `env` is added to its environment (shims and hooks inherit it).
+    pub fn new(extra_toml: &str, path_dirs: &[PathBuf], env: &[(&str, &str)]) -> CriNode {
+        assert!(
+            Path::new(ETC_CONTAINERD).is_dir(),
+            "{ETC_CONTAINERD} is missing: the tests bind-mount over it (apt-get install containerd)"
+        );
+        let dir = Scratch::new("cri");
+        let etc_root = dir.0.join("node");
+        let etc = etc_root.join("etc/containerd");
+        std::fs::create_dir_all(&etc).unwrap();
+        let socket = dir.0.join("containerd.sock");
+        let cgroup_root = format!("/tw-cri-{}-{}", std::process::id(), crate::unique());
+        let p = |s: &str| dir.0.join(s).to_string_lossy().into_owned();
+        let config = format!(
+            r#"version = 2
+root = "{root}"
+state = "{state}"
+
+[grpc]
+  address = "{sock}"
+[ttrpc]
+  address = "{sock}.ttrpc"
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{opt}"
+  [{CRI_TABLE}]
+    sandbox_image = "{PAUSE_IMAGE}"
+    # This sandbox forbids the negative oom_score_adj given to pause containers.
+    restrict_oom_score_adj = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    [{CRI_TABLE}.cni]
+      bin_dir = "{cni}/bin"
+      conf_dir = "{cni}/net.d"
+    [{CRI_TABLE}.containerd]
+      default_runtime_name = "runc"
+      [{CRI_TABLE}.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [{CRI_TABLE}.containerd.runtimes.runc.options]
+          SystemdCgroup = false
+{extra_toml}
+"#,
+            root = p("root"),
+            state = p("state"),
+            sock = socket.display(),
+            opt = p("opt"),
+            cni = p("cni"),
+        );
+        std::fs::write(etc.join("config.toml"), config).unwrap();
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        CriNode {
+            dir,
+            etc_root,
+            socket,
+            cgroup_root,
+            path_dirs: path_dirs.to_vec(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            child: None,
+            channel: None,
+            tokio,
+            ids: Mutex::new(vec![]),
+            images_imported: false,
+        }
+    }
+
+    /// `<etc_root>/etc/containerd/config.toml`.
+    pub fn config_path(&self) -> PathBuf {
+        self.etc_root.join("etc/containerd/config.toml")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("containerd.log")).unwrap_or_default()
+    }
+
+    /// containerd on the tree's config.toml, in a private mount namespace
+    /// with the tree's `etc/containerd` over /etc/containerd; returns once
+    /// the CRI plugin answers. The first start imports the busybox and
+    /// pause images into `k8s.io` and waits until the CRI lists them.
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "containerd is already running");
+        let mut path = self
+            .path_dirs
+            .iter()
+            .map(|d| d.to_string_lossy().into_owned())
+            .collect::<Vec<_>>();
+        path.push(std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.0.join("containerd.log"))
+            .unwrap();
+        // `unshare` and `sh` exec: the PID is containerd's.
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(r#"mount --bind "$1" "$2" && exec containerd --config "$3""#)
+            .arg("sh")
+            .arg(self.etc_root.join("etc/containerd"))
+            .arg(ETC_CONTAINERD)
+            .arg(self.config_path())
+            .env("PATH", path.join(":"))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("unshare (util-linux)");
+        self.child = Some(child);
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                panic!("containerd exited ({st}):\n{}", self.log());
+            }
+            if self.socket.exists() {
+                if let Ok(ch) = self.connect() {
+                    let v = self.block(RuntimeServiceClient::new(ch.clone()).version(
+                        api::VersionRequest {
+                            version: "v1".into(),
+                        },
+                    ));
+                    if v.is_ok() {
+                        self.channel = Some(ch);
+                        break;
+                    }
+                }
+            }
+            assert!(
+                t0.elapsed() < START_TIMEOUT,
+                "the CRI plugin did not answer on {} in {START_TIMEOUT:?}:\n{}",
+                self.socket.display(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !self.images_imported {
+            self.import_images();
+            self.images_imported = true;
+        }
+    }
+
+    /// Stop containerd (SIGTERM, then SIGKILL after 10 s); its shims and
+    /// their containers keep running, as on a node.
+    pub fn stop(&mut self) {
+        self.channel = None;
+        if let Some(mut c) = self.child.take() {
+            crate::daemons::stop_child(&mut c, Duration::from_secs(10));
+        }
+    }
+
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start();
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn connect(&self) -> Result<Channel, String> {
+        let path = self.socket.clone();
+        self.block(async move {
+            Endpoint::try_from("http://[::]:50051")
+                .map_err(|e| e.to_string())?
+                .timeout(CALL_TIMEOUT)
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(
+                            tokio::net::UnixStream::connect(path).await?,
+                        ))
+                    }
+                }))
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn block<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.tokio.block_on(f)
+    }
+
+    fn channel(&self) -> Channel {
+        self.channel
+            .clone()
+            .expect("containerd is not running: call start() first")
+    }
+
+    /// The CRI RuntimeService.
+    pub fn runtime(&self) -> RuntimeServiceClient<Channel> {
+        RuntimeServiceClient::new(self.channel())
+    }
+
+    /// The CRI ImageService.
+    pub fn images(&self) -> ImageServiceClient<Channel> {
+        ImageServiceClient::new(self.channel())
+    }
+
+    /// Run a CRI call to completion; a gRPC error as "CODE: message".
+    pub fn call<T, F>(&self, what: &str, f: F) -> Result<T, String>
+    where
+        F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.block(f)
+            .map(tonic::Response::into_inner)
+            .map_err(|s| format!("{what}: {:?}: {}", s.code(), s.message()))
+    }
+
+    /// `ctr -a SOCK -n k8s.io args…`
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        Command::new("ctr")
+            .arg("-a")
+            .arg(&self.socket)
+            .args(["-n", NAMESPACE])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("ctr")
+    }
+
+    fn import_images(&self) {
+        for (name, cmd) in [
+            (IMAGE_NAME, None),
+            (PAUSE_IMAGE, Some(["sleep", "2147483647"])),
+        ] {
+            let d = Scratch::new("criimg");
+            let tar = match cmd {
+                None => build_busybox_image(&d.0),
+                Some(c) => build_busybox_image_as(&d.0, name, &c),
+            };
+            let out = self.ctr(&["images", "import", tar.to_str().unwrap()]);
+            assert!(
+                out.status.success(),
+                "ctr images import {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // The CRI plugin learns of images from containerd's events.
+            let t0 = Instant::now();
+            while !self.image_known(name) {
+                assert!(
+                    t0.elapsed() < START_TIMEOUT,
+                    "the CRI plugin does not list {name}:\n{}",
+                    self.log()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// Whether the CRI ImageService knows `image`.
+    pub fn image_known(&self, image: &str) -> bool {
+        let req = api::ImageStatusRequest {
+            image: Some(api::ImageSpec {
+                image: image.into(),
+                ..Default::default()
+            }),
+            verbose: false,
+        };
+        self.call("ImageStatus", self.images().image_status(req))
+            .is_ok_and(|r| r.image.is_some())
+    }
+
+    /// A pod as kubelet asks for one with host networking: metadata and
+    /// kubelet's labels, an empty hostname, the cgroup parent
+    /// `<cgroup_root>/pod<uid>`, and `annotations`.
+    pub fn pod_config(
+        &self,
+        name: &str,
+        namespace: &str,
+        annotations: &[(&str, &str)],
+    ) -> api::PodSandboxConfig {
+        let uid = format!("{:08x}-{}", std::process::id(), crate::unique());
+        let labels = HashMap::from([
+            (POD_NAME_LABEL.to_string(), name.to_string()),
+            (POD_NAMESPACE_LABEL.to_string(), namespace.to_string()),
+            (POD_UID_LABEL.to_string(), uid.clone()),
+        ]);
+        api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: name.into(),
+                uid: uid.clone(),
+                namespace: namespace.into(),
+                attempt: 0,
+            }),
+            hostname: String::new(),
+            labels,
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            linux: Some(api::LinuxPodSandboxConfig {
+                cgroup_parent: format!("{}/pod{uid}", self.cgroup_root),
+                security_context: Some(api::LinuxSandboxSecurityContext {
+                    namespace_options: Some(host_network()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// RunPodSandbox through `handler` ("" = the default runtime).
+    pub fn run_pod(&self, handler: &str, config: api::PodSandboxConfig) -> Result<Pod, String> {
+        let req = api::RunPodSandboxRequest {
+            config: Some(config.clone()),
+            runtime_handler: handler.into(),
+        };
+        let r = self.call("RunPodSandbox", self.runtime().run_pod_sandbox(req))?;
+        self.ids.lock().unwrap().push(r.pod_sandbox_id.clone());
+        Ok(Pod {
+            id: r.pod_sandbox_id,
+            handler: handler.into(),
+            config,
+        })
+    }
+
+    /// CreateContainer in `pod` from the busybox image, running `cmd`, with
+    /// kubelet's labels and, when given, a CFS quota and period in µs
+    /// (`linux.resources`, as kubelet sets a CPU limit).
+    pub fn create_container(
+        &self,
+        pod: &Pod,
+        name: &str,
+        cmd: &[&str],
+        cpu: Option<(i64, i64)>,
+    ) -> Result<String, String> {
+        let meta = pod.config.metadata.clone().unwrap_or_default();
+        let labels = HashMap::from([
+            (POD_NAME_LABEL.to_string(), meta.name),
+            (POD_NAMESPACE_LABEL.to_string(), meta.namespace),
+            (POD_UID_LABEL.to_string(), meta.uid),
+            (CONTAINER_NAME_LABEL.to_string(), name.to_string()),
+        ]);
+        let resources = cpu.map(|(quota, period)| api::LinuxContainerResources {
+            cpu_quota: quota,
+            cpu_period: period,
+            cpu_shares: quota * 1024 / period,
+            ..Default::default()
+        });
+        let config = api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(api::ImageSpec {
+                image: IMAGE_NAME.into(),
+                ..Default::default()
+            }),
+            command: cmd.iter().map(|s| s.to_string()).collect(),
+            labels,
+            linux: Some(api::LinuxContainerConfig {
+                resources,
+                security_context: Some(api::LinuxContainerSecurityContext {
+                    namespace_options: Some(host_network()),
+                    ..Default::default()
+                }),
+            }),
+            ..Default::default()
+        };
+        let req = api::CreateContainerRequest {
+            pod_sandbox_id: pod.id.clone(),
+            config: Some(config),
+            sandbox_config: Some(pod.config.clone()),
+        };
+        let r = self.call("CreateContainer", self.runtime().create_container(req))?;
+        self.ids.lock().unwrap().push(r.container_id.clone());
+        Ok(r.container_id)
+    }
+
+    pub fn start_container(&self, id: &str) -> Result<(), String> {
+        let req = api::StartContainerRequest {
+            container_id: id.into(),
+        };
+        self.call("StartContainer", self.runtime().start_container(req))
+            .map(drop)
+    }
+
+    /// ContainerStatus (verbose: `info` holds the pid and the OCI spec).
+    pub fn container_status(&self, id: &str) -> Result<api::ContainerStatusResponse, String> {
+        let req = api::ContainerStatusRequest {
+            container_id: id.into(),
+            verbose: true,
+        };
+        self.call("ContainerStatus", self.runtime().container_status(req))
+    }
+
+    /// The container's state (`ContainerState` as i32) and exit code.
+    pub fn container_state(&self, id: &str) -> Result<(api::ContainerState, i32), String> {
+        let st = self
+            .container_status(id)?
+            .status
+            .ok_or_else(|| format!("ContainerStatus {id}: no status"))?;
+        Ok((st.state(), st.exit_code))
+    }
+
+    /// The init pid of a running container (from the verbose `info`).
+    pub fn container_pid(&self, id: &str) -> Result<u32, String> {
+        let r = self.container_status(id)?;
+        let info = r
+            .info
+            .get("info")
+            .ok_or_else(|| format!("ContainerStatus {id}: no verbose info"))?;
+        let v: serde_json::Value = serde_json::from_str(info).map_err(|e| e.to_string())?;
+        v["pid"]
+            .as_u64()
+            .filter(|p| *p > 0)
+            .map(|p| p as u32)
+            .ok_or_else(|| format!("ContainerStatus {id}: no pid in {info}"))
+    }
+
+    pub fn stop_pod(&self, pod: &Pod) -> Result<(), String> {
+        let req = api::StopPodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        };
+        self.call("StopPodSandbox", self.runtime().stop_pod_sandbox(req))
+            .map(drop)
+    }
+
+    pub fn remove_pod(&self, pod: &Pod) -> Result<(), String> {
+        let req = api::RemovePodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        };
+        self.call("RemovePodSandbox", self.runtime().remove_pod_sandbox(req))
+            .map(drop)
+    }
+
+    /// The OCI bundle of a task of this containerd (sandbox or container).
+    pub fn bundle(&self, id: &str) -> PathBuf {
+        self.dir
+            .0
+            .join("state/io.containerd.runtime.v2.task")
+            .join(NAMESPACE)
+            .join(id)
+    }
+
+    /// The CRI plugin's own directories of a container or sandbox (its
+    /// fifos and /dev/shm live in the volatile one).
+    pub fn cri_dirs(&self, id: &str) -> Vec<PathBuf> {
+        let mut v = vec![];
+        for base in ["root", "state"] {
+            for kind in ["containers", "sandboxes"] {
+                v.push(
+                    self.dir
+                        .0
+                        .join(base)
+                        .join("io.containerd.grpc.v1.cri")
+                        .join(kind)
+                        .join(id),
+                );
+            }
+        }
+        v
+    }
+
+    /// A pod's cgroup directory in the v1 `controller` hierarchy.
+    pub fn pod_cgroup(&self, controller: &str, pod: &Pod) -> PathBuf {
+        let parent = pod
+            .config
+            .linux
+            .as_ref()
+            .map(|l| l.cgroup_parent.clone())
+            .unwrap_or_default();
+        Path::new("/sys/fs/cgroup")
+            .join(controller)
+            .join(parent.trim_start_matches('/'))
+    }
+
+    /// Shim processes serving this containerd (any runtime: their command
+    /// line names its socket).
+    pub fn shim_pids(&self) -> Vec<u32> {
+        let needle = self.socket.to_string_lossy().into_owned();
+        procs_matching(|cmd| cmd.contains("containerd-shim") && cmd.contains(&needle))
+    }
+
+    /// runc state directories of `id` (the runc shim's and ours).
+    pub fn runc_state_dirs(id: &str) -> [PathBuf; 2] {
+        [
+            Path::new("/run/containerd/runc").join(NAMESPACE).join(id),
+            Path::new("/run/containerd/throttlewatch")
+                .join(NAMESPACE)
+                .join(id),
+        ]
+    }
+}
+
+/// Host network, a pid namespace per container, the pod's IPC: kubelet's
+/// choice for a `hostNetwork: true` pod.
+fn host_network() -> api::NamespaceOption {
+    api::NamespaceOption {
+        network: api::NamespaceMode::Node as i32,
+        pid: api::NamespaceMode::Container as i32,
+        ipc: api::NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
+impl Drop for CriNode {
+    fn drop(&mut self) {
+        if self.channel.is_some() {
+            let pods = self.call(
+                "ListPodSandbox",
+                self.runtime()
+                    .list_pod_sandbox(api::ListPodSandboxRequest { filter: None }),
+            );
+            for p in pods.map(|r| r.items).unwrap_or_default() {
+                let id = p.id;
+                let _ = self.call(
+                    "StopPodSandbox",
+                    self.runtime().stop_pod_sandbox(api::StopPodSandboxRequest {
+                        pod_sandbox_id: id.clone(),
+                    }),
+                );
+                let _ = self.call(
+                    "RemovePodSandbox",
+                    self.runtime()
+                        .remove_pod_sandbox(api::RemovePodSandboxRequest { pod_sandbox_id: id }),
+                );
+            }
+        }
+        self.stop();
+        for pid in self.shim_pids() {
+            // SAFETY: kill(2) of shims this containerd started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        for id in self.ids.lock().unwrap().iter() {
+            for d in Self::runc_state_dirs(id) {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+        // The pods' cgroups in every hierarchy, deepest first.
+        for ctrl in std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            remove_cgroup_tree(&ctrl.path().join(self.cgroup_root.trim_start_matches('/')));
+        }
+        // Mounts made in containerd's namespace went with it; any made here
+        // (none expected) must not be descended into.
+        crate::daemons::unmount_below(&self.dir.0);
+    }
+}
+
+/// Kill what is left in a private cgroup tree (a test that failed midway),
+/// then remove its directories, deepest first.
+fn remove_cgroup_tree(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_cgroup_tree(&e.path());
+        }
+    }
+    let procs = || std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    let t0 = Instant::now();
+    while !procs().trim().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+        for pid in procs()
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            // SAFETY: kill(2) of a process in this test's own cgroup.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = std::fs::remove_dir(dir);
+}

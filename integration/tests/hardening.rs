@@ -1,0 +1,461 @@
+//! Issue 11: what an untrusted container can make the root daemons do. Each
+//! test drives the real agent, hook, wrapper and runc with hostile input.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
+use throttlewatch_core::protocol::{call, Register, Request};
+use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
+use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+use throttlewatch_integration::unique;
+
+fn id(tag: &str) -> String {
+    format!("tw-hard-{tag}-{}-{}", std::process::id(), unique())
+}
+
+/// `run -d` through the wrapper, timed; a create still running after 20 s is
+/// killed and reported (today's hang), never waited on for ever.
+fn timed_run(rt: &OciCli, b: &Bundle) -> (std::process::ExitStatus, Duration, String) {
+    let err = rt.root.0.join(format!("err-{}", unique()));
+    let t = std::time::Instant::now();
+    let mut c = rt
+        .command()
+        .args(["run", "-d", "--bundle", b.dir().to_str().unwrap(), &b.id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    loop {
+        if let Some(st) = c.try_wait().unwrap() {
+            let e = std::fs::read_to_string(&err).unwrap_or_default();
+            return (st, t.elapsed(), e);
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("create of {} still running after 20 s: it hangs", b.id);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Kill the container runc left behind (it is not in OciCli's own list).
+fn force_delete(rt: &OciCli, id: &str) {
+    let _ = Command::new("runc")
+        .arg("--root")
+        .arg(&rt.root.0)
+        .args(["delete", "-f", id])
+        .output();
+}
+
+/// SIGSTOP a process for the guard's lifetime (SIGCONT on drop).
+struct Stopped(u32);
+
+impl Stopped {
+    fn new(pid: u32) -> Stopped {
+        unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0 as i32, libc::SIGCONT) };
+    }
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// A free loopback port (bound, read, released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A cgroup with a sleeping process in it: enough for the agent to watch.
+struct Sleeper {
+    cg: TransientCgroup,
+    child: std::process::Child,
+}
+
+impl Sleeper {
+    fn new(h: &Hierarchies, tag: &str) -> Sleeper {
+        let cg = TransientCgroup::create(
+            h,
+            &format!("/tw-test-hard-{tag}-{}-{}", std::process::id(), unique()),
+        )
+        .unwrap();
+        let child = Command::new("sleep").arg("600").spawn().unwrap();
+        cg.group.add_pid(child.id()).unwrap();
+        Sleeper { cg, child }
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Finding 1: label values from annotations (quotes, backslashes, newlines,
+/// bytes that are not UTF-8) cannot forge series; Debian's promtool accepts
+/// what the real agent serves.
+#[test]
+fn metrics_labels_are_escaped_and_promtool_accepts_them() {
+    let port = free_port();
+    let cfg = PrivateConfig::new("");
+    let text = std::fs::read_to_string(&cfg.path).unwrap().replace(
+        "metrics_addr = \"\"",
+        &format!("metrics_addr = \"127.0.0.1:{port}\"\nsnapshot_interval_s = 1"),
+    );
+    std::fs::write(&cfg.path, text).unwrap();
+    let _agent = Agent::start(&cfg);
+    let h = Hierarchies::discover().unwrap();
+    let quoted = Sleeper::new(&h, "quoted");
+    let raw = Sleeper::new(&h, "raw");
+
+    let mut ann = BTreeMap::new();
+    ann.insert(
+        "io.kubernetes.pod.name".to_string(),
+        "evil\"} 1\ninjected_metric{x=\"y".to_string(),
+    );
+    ann.insert(
+        "io.kubernetes.pod.namespace".to_string(),
+        "back\\slash\\\\n\\".to_string(),
+    );
+    ann.insert(
+        "io.kubernetes.container.name".to_string(),
+        "cr\rtab\tnl\n# TYPE forged counter\nforged 1".to_string(),
+    );
+    let r = call(
+        &cfg.socket,
+        &Request::Register(Register {
+            container_id: "quoted".into(),
+            container_name: "q\"uote".into(),
+            pid: Some(quoted.child.id()),
+            cgroup_path: quoted.cg.group.rel.clone(),
+            annotations: ann,
+            ..Default::default()
+        }),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert!(r.ok, "{r:?}");
+
+    // Bytes that are not UTF-8 inside the JSON strings, sent as they are.
+    let mut line = format!(
+        "{{\"op\":\"register\",\"container_id\":\"raw\",\"container_name\":\"n\\u0000\",\"pid\":{},\"cgroup_path\":{:?},\"annotations\":{{\"io.kubernetes.pod.name\":\"",
+        raw.child.id(),
+        raw.cg.group.rel
+    )
+    .into_bytes();
+    line.extend_from_slice(b"bad\xff\xfe\xc3(utf8\"");
+    line.extend_from_slice(
+        b"},\"bundle\":\"\",\"created_ns\":null,\"threshold_ns\":null,\"qos\":null}\n",
+    );
+    let mut s = UnixStream::connect(&cfg.socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(&line).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(
+        resp.contains("\"ok\":true"),
+        "a register with bytes that are not UTF-8 is watched (replaced by U+FFFD): {resp}"
+    );
+
+    // Per-container series appear at the first snapshot.
+    let t = std::time::Instant::now();
+    let body = loop {
+        let page = http_get(port, "/metrics");
+        let body = page
+            .split_once("\r\n\r\n")
+            .map(|x| x.1)
+            .unwrap_or("")
+            .to_string();
+        if body.contains("container_id=\"raw\"") || t.elapsed() > Duration::from_secs(10) {
+            break body;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        body.contains("throttlewatch_watched_containers 2"),
+        "{body}"
+    );
+    for l in body.lines() {
+        assert!(
+            !l.starts_with("injected_metric") && !l.starts_with("forged"),
+            "a label value forged a series: {l:?}\n{body}"
+        );
+    }
+    assert!(
+        body.contains(r#"pod="evil\"} 1\ninjected_metric{x=\"y""#),
+        "quote and newline escaped: {body}"
+    );
+    assert!(
+        body.contains(r#"namespace="back\\slash\\\\n\\""#),
+        "backslashes escaped: {body}"
+    );
+    assert!(body.contains("pod=\"bad\u{fffd}"), "{body}");
+    let mut p = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/setup.sh --test)");
+    p.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let out = p.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // promtool reads the 0.0.4 text format; the agent serves OpenMetrics,
+    // whose counter samples end in `_total` while HELP names the family. Those
+    // lint notes are the only thing allowed: a forged line is a parse error.
+    assert!(
+        !said.contains("error"),
+        "promtool check metrics: {said}\n{body}"
+    );
+    for l in said.lines() {
+        let family = l
+            .strip_suffix("_total no help text")
+            .unwrap_or_else(|| panic!("promtool check metrics: {l:?}\n{said}\n{body}"));
+        assert!(body.contains(&format!("# HELP {family} ")), "{l}");
+    }
+    assert!(
+        out.status.success() || !said.is_empty(),
+        "promtool failed silently"
+    );
+}
+
+/// Finding 4: a stopped agent (SIGSTOP: it accepts nothing, answers
+/// nothing) costs a create at most `agent_timeout_ms` (500 ms), in both fail
+/// modes, also once its listen backlog is full (connect would block for
+/// ever); our hook entries carry a `timeout`.
+#[test]
+fn stopped_agent_bounds_create_in_both_fail_modes() {
+    for mode in ["open", "closed"] {
+        let cfg = PrivateConfig::new(&format!("fail_mode = {mode:?}"));
+        let agent = Agent::start(&cfg);
+        let rt = OciCli::throttlewatch(&cfg);
+        let stopped = Stopped::new(agent.child.id());
+        let b = Bundle::new(&id("stopped"), &ContainerOpts::sh("sleep 30"));
+        let (st, took, err) = timed_run(&rt, &b);
+        eprintln!("{mode}: create+start with the agent stopped: {took:?}");
+        let hook_log = cfg.hook_log();
+        if mode == "open" {
+            assert!(st.success(), "fail-open starts the container: {err}");
+            assert_eq!(rt.status(&b.id).as_deref(), Some("running"));
+        } else {
+            assert!(!st.success(), "fail-closed refuses it");
+        }
+        assert!(
+            took <= Duration::from_secs(1),
+            "{mode}: create took {took:?} with a stopped agent"
+        );
+        assert!(
+            hook_log.contains("no answer within 500ms"),
+            "{mode}: the hook says why: {hook_log}"
+        );
+        let spec = b.config();
+        for stage in ["createRuntime", "poststop"] {
+            let ours: Vec<_> = spec["hooks"][stage]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|h| h["path"].as_str().unwrap().ends_with("throttlewatch-hook"))
+                .collect();
+            assert_eq!(ours.len(), 1, "{stage}: {spec}");
+            assert_eq!(ours[0]["timeout"], 15, "{stage} hook has a timeout: {spec}");
+        }
+        force_delete(&rt, &b.id);
+
+        // Fill the stopped agent's listen backlog: connect(2) now blocks.
+        let mut fillers = vec![];
+        loop {
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_UNIX,
+                    libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    0,
+                )
+            };
+            assert!(fd >= 0);
+            let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+            addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            let p = cfg.socket.as_os_str().as_encoded_bytes();
+            for (d, c) in addr.sun_path.iter_mut().zip(p) {
+                *d = *c as libc::c_char;
+            }
+            let rc = unsafe {
+                libc::connect(
+                    fd,
+                    &addr as *const _ as *const libc::sockaddr,
+                    std::mem::size_of::<libc::sockaddr_un>() as u32,
+                )
+            };
+            if rc != 0 {
+                unsafe { libc::close(fd) };
+                break;
+            }
+            fillers.push(fd);
+            assert!(fillers.len() < 20_000, "backlog never filled");
+        }
+        let b = Bundle::new(&id("backlog"), &ContainerOpts::sh("sleep 30"));
+        let (st, took, err) = timed_run(&rt, &b);
+        eprintln!(
+            "{mode}: create+start with the agent stopped and {} connections queued: {took:?}",
+            fillers.len()
+        );
+        assert_eq!(st.success(), mode == "open", "{mode}: {err}");
+        assert!(
+            took <= Duration::from_secs(1),
+            "{mode}: create took {took:?} (backlog full)"
+        );
+        for fd in fillers {
+            unsafe { libc::close(fd) };
+        }
+        force_delete(&rt, &b.id);
+        drop(stopped);
+    }
+}
+
+/// Finding 4: the agent serves connections side by side: clients that
+/// connect and send nothing do not delay a register behind them.
+#[test]
+fn idle_clients_do_not_delay_others() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let idle: Vec<UnixStream> = (0..10)
+        .map(|_| UnixStream::connect(&cfg.socket).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let t = std::time::Instant::now();
+    let r = call(&cfg.socket, &Request::Status, Duration::from_secs(15)).unwrap();
+    let took = t.elapsed();
+    eprintln!("status behind 10 idle connections: {took:?}");
+    assert!(r.ok, "{r:?}");
+    assert!(took < Duration::from_millis(300), "status took {took:?}");
+    drop(idle);
+}
+
+/// Finding 4: a process that holds the exclusive-cores lock (stopped, or
+/// wedged) costs a create at most `cpuset_lock_timeout_ms`; the cpuset is
+/// refused naming the lock, the container starts (fail-open).
+#[test]
+fn held_cpuset_lock_bounds_create() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let dir = cfg.state_dir.join("cpusets");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = std::fs::File::create(dir.join("cpusets.lock")).unwrap();
+    let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).unwrap();
+    let opts = ContainerOpts::sh("sleep 30").annotation("throttlewatch.io/cpuset", "0");
+    let b = Bundle::new(&id("flock"), &opts);
+    let (st, took, err) = timed_run(&rt, &b);
+    eprintln!("create+start with the cpuset lock held: {took:?}");
+    drop(lock);
+    assert!(st.success(), "{err}");
+    assert!(took <= Duration::from_secs(1), "create took {took:?}");
+    let log = cfg.hook_log();
+    assert!(
+        log.contains("cpusets.lock is held by another process")
+            && log.contains("cpuset_lock_timeout_ms"),
+        "{log}"
+    );
+    force_delete(&rt, &b.id);
+    let _ = text;
+}
+
+/// The container's cpuset.cpus, read from its cgroup.
+fn cpuset_of(b: &Bundle) -> String {
+    let h = Hierarchies::discover().unwrap();
+    let g = throttlewatch_cgroup::CpuCgroup::open(&h, &b.cgroup_path).unwrap();
+    g.limits().unwrap().cpus.unwrap_or_default()
+}
+
+/// Finding 3: an image's `ENV THROTTLEWATCH_CPUSET` never moves a container,
+/// and no request widens or replaces the cpuset the orchestrator set
+/// (`docker --cpuset-cpus`, kubelet's CPU manager); a subset narrows it.
+#[test]
+fn image_env_and_requests_never_replace_the_orchestrator_cpuset() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let with_cpus = |tag: &str, opts: ContainerOpts, cpus: &str| {
+        let b = Bundle::new(&id(tag), &opts);
+        b.edit(|v| v["linux"]["resources"]["cpu"]["cpus"] = serde_json::json!(cpus));
+        b
+    };
+    // (what the container asks, the orchestrator's set, the cpuset it gets, what the hook says)
+    let cases = [
+        (
+            ContainerOpts::sh("sleep 5").env("THROTTLEWATCH_CPUSET=1"),
+            "0",
+            "0",
+            "THROTTLEWATCH_CPUSET=\"1\": cpusets are honoured from annotations only",
+        ),
+        (
+            ContainerOpts::sh("sleep 5").env("THROTTLEWATCH_CPUSET=1,exclusive"),
+            "",
+            "",
+            "THROTTLEWATCH_CPUSET=\"1,exclusive\": cpusets are honoured from annotations only",
+        ),
+        (
+            ContainerOpts::sh("sleep 5").annotation("throttlewatch.io/cpuset", "1"),
+            "0",
+            "0",
+            "throttlewatch.io/cpuset=\"1\": not inside the cpuset the orchestrator set (linux.resources.cpu.cpus = 0)",
+        ),
+        (
+            ContainerOpts::sh("sleep 5").annotation("throttlewatch.io/cpuset", "1"),
+            "0-1",
+            "1",
+            "",
+        ),
+    ];
+    let all = std::fs::read_to_string("/sys/fs/cgroup/cpuset/cpuset.cpus")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    for (i, (opts, orch, want, said)) in cases.into_iter().enumerate() {
+        let b = with_cpus(&format!("envcpus{i}"), opts, orch);
+        let o = rt.run_detached(&b);
+        assert!(o.status.success(), "{i}: {}", text(&o));
+        let want = if want.is_empty() {
+            all.clone()
+        } else {
+            want.to_string()
+        };
+        assert_eq!(cpuset_of(&b), want, "case {i}: orchestrator {orch:?}");
+        let spec_cpus = b.config()["linux"]["resources"]["cpu"]["cpus"].clone();
+        if orch == "0" {
+            assert_eq!(
+                spec_cpus, "0",
+                "case {i}: the wrapper left the spec's cpuset"
+            );
+        }
+        let log = cfg.hook_log();
+        assert!(
+            log.contains(said),
+            "case {i}: {said:?} not in hook.log: {log}"
+        );
+        force_delete(&rt, &b.id);
+    }
+}

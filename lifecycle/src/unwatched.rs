@@ -1,0 +1,54 @@
+//! Containers the agent was never told about: `<state_dir>/unwatched/<escaped id>`
+//! ([`StateDir::unwatched_file`]), an empty file written at create when the
+//! register failed (or was not sent: `watch=false`), removed at poststop.
+//! With it the poststop hook skips the unregister: a stopped agent then
+//! costs a refused (fail-closed) or unwatched container one
+//! `agent_timeout_ms`, not two.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+
+use throttlewatch_core::state_dir::{StateDir, FILE_MODE};
+
+/// Mark `id` as never registered (0600 in a 0700 directory).
+pub fn mark(state: &StateDir, id: &str) -> std::io::Result<()> {
+    StateDir::create_dir(&state.unwatched_dir())?;
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(state.unwatched_file(id))
+        .map(drop)
+}
+
+/// Whether `id` was marked; the mark is removed.
+pub fn take(state: &StateDir, id: &str) -> bool {
+    std::fs::remove_file(state.unwatched_file(id)).is_ok()
+}
+
+/// A successful register clears a stale mark (an id reused after a crash).
+pub fn clear(state: &StateDir, id: &str) {
+    let _ = std::fs::remove_file(state.unwatched_file(id));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mark_take_once() {
+        let d = tempfile::tempdir().unwrap();
+        let st = StateDir::new(d.path());
+        assert!(!take(&st, "a/b"));
+        mark(&st, "a/b").unwrap();
+        assert!(take(&st, "a/b"));
+        assert!(!take(&st, "a/b"), "taken once");
+        let m = std::fs::metadata(st.unwatched_dir()).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777,
+            0o700
+        );
+    }
+}
