@@ -22,7 +22,7 @@ use containerd_shim::protos::ttrpc::{self, Server};
 use containerd_shim::protos::EventsClient;
 use containerd_shim::{api, Context, ExitSignal, Flags, StartOpts};
 use log::{error, info, warn};
-use throttlewatch_core::config::Config;
+use throttlewatch_core::config::{BadConfig, Config};
 
 use crate::runc::{runc_binary, runc_root, Runc};
 use crate::state::Event;
@@ -75,12 +75,19 @@ pub fn main() -> i32 {
     }
 }
 
-fn load_config() -> Config {
-    Config::load(None).unwrap_or_else(|e| {
-        warn!("{e}; using the built-in defaults");
-        eprintln!("{RUNTIME_ID}: {e}; using the built-in defaults");
-        Config::default()
-    })
+/// The configuration, or the built-in defaults for paths and the runtime
+/// with the reason it could not be used: the task service then changes no
+/// spec (the defaults would allow every key) and honours the fail mode the
+/// file meant.
+fn load_config() -> (Config, Option<BadConfig>) {
+    match throttlewatch_qos::config_check::load(None) {
+        Ok(c) => (c, None),
+        Err(bad) => {
+            warn!("{bad}; specs are left unchanged");
+            eprintln!("{RUNTIME_ID}: {bad}; specs are left unchanged");
+            (Config::default(), Some(bad))
+        }
+    }
 }
 
 /// The grouping key of a bundle's spec (cwd is the bundle on `start`).
@@ -126,7 +133,7 @@ fn start(flags: &Flags) -> Result<(), BoxError> {
 
 fn delete(flags: &Flags) -> Result<(), BoxError> {
     reap_children()?; // runc's exit status arrives through the reaper
-    let cfg = load_config();
+    let (cfg, _) = load_config();
     let runc = Runc {
         binary: runc_binary(&cfg),
         root: runc_root(&flags.namespace),
@@ -252,7 +259,7 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
         return Err(format!("set subreaper: {}", std::io::Error::last_os_error()).into());
     }
     reap_children()?;
-    let cfg = load_config();
+    let (cfg, bad_config) = load_config();
     let runc = Runc {
         binary: runc_binary(&cfg),
         root: runc_root(&flags.namespace),
@@ -261,7 +268,7 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
     let ttrpc_address = std::env::var("TTRPC_ADDRESS").map_err(|_| "TTRPC_ADDRESS is not set")?;
     publish_events(&ttrpc_address, flags.namespace.clone(), rx)?;
     let exit = Arc::new(ExitSignal::default());
-    let task = Arc::new(TaskService::new(runc, cfg, tx, exit.clone()));
+    let task = Arc::new(TaskService::new(runc, cfg, tx, exit.clone()).with_bad_config(bad_config));
 
     let Some(listener) = bind(&flags.socket)? else {
         containerd_shim::util::write_address(&flags.socket)?;

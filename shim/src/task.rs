@@ -17,7 +17,7 @@ use containerd_shim::protos::topics;
 use containerd_shim::protos::ttrpc::{self, Code};
 use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
 use log::{info, warn};
-use throttlewatch_core::config::{Config, FailMode};
+use throttlewatch_core::config::{BadConfig, Config, FailMode};
 
 use throttlewatch_runtime::update::{derive_for_bundle, HeldBurst};
 
@@ -30,6 +30,8 @@ pub struct TaskService {
     state: Shared,
     runc: Runc,
     cfg: Config,
+    /// Set when the configuration could not be used: no spec is modified.
+    bad_config: Option<BadConfig>,
     events: Mutex<mpsc::Sender<Event>>,
     exit: Arc<ExitSignal>,
 }
@@ -66,9 +68,15 @@ impl TaskService {
             state,
             runc,
             cfg,
+            bad_config: None,
             events: Mutex::new(events),
             exit,
         }
+    }
+
+    pub fn with_bad_config(mut self, bad: Option<BadConfig>) -> Self {
+        self.bad_config = bad;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -128,7 +136,19 @@ impl Task for TaskService {
                 let _ = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0);
             }
         };
-        match throttlewatch_runtime::modifiers::modify_bundle(&bundle, &self.cfg) {
+        let modified = match &self.bad_config {
+            Some(bad) if bad.fail_mode == FailMode::Closed => {
+                unmount();
+                return Err(err(
+                    Code::FAILED_PRECONDITION,
+                    format!("throttlewatch: {bad} (fail-closed: create refused)"),
+                ));
+            }
+            // Unchanged: the built-in defaults would allow every key.
+            Some(_) => Ok(Default::default()),
+            None => throttlewatch_runtime::modifiers::modify_bundle(&bundle, &self.cfg),
+        };
+        match modified {
             Ok(m) if !m.changes.is_empty() => {
                 info!("{}: spec modified: {}", req.id, m.changes.join(", "))
             }
