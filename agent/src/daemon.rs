@@ -535,6 +535,10 @@ impl Agent {
                     frozen_ns: p.baseline.frozen_ns,
                     unwatched_throttled_ns: p.baseline.unwatched_ns,
                     kernel_source: "unavailable (cgroup removed)".into(),
+                    kernel_stale: Some(
+                        "the cgroup was removed while no agent ran: the kernel figures were not read (0)"
+                            .into(),
+                    ),
                     ..Default::default()
                 };
                 let _ = w.write(throttlewatch_core::logfmt::Record::End(end));

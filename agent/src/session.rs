@@ -85,6 +85,9 @@ pub struct Session {
     below_threshold: u64,
     baseline: CpuStat,
     baseline_local: Option<CpuStat>,
+    /// The last `cpu.stat` (and `.local`) read, with its time (Unix ns): the
+    /// `end` of a container whose cgroup is already gone reports these.
+    last_read: Option<(CpuStat, Option<CpuStat>, u64)>,
     /// With KernelSource::Ancestor: the ancestor holding the quota.
     ancestor: Option<CpuCgroup>,
     baseline_ancestor: CpuStat,
@@ -195,6 +198,7 @@ impl Session {
             below_threshold: 0,
             baseline,
             baseline_local,
+            last_read: None,
             ancestor,
             baseline_ancestor,
             baseline_episodes: info.episodes_now,
@@ -293,6 +297,7 @@ impl Session {
             return;
         };
         let local = self.cgroup.cpu_stat_local().ok().flatten();
+        self.last_read = Some((s, local, logfmt::now_unix_ns()));
         let rec = CpuStatSnapshot {
             nr_periods: s.nr_periods,
             nr_throttled: s.nr_throttled,
@@ -320,8 +325,26 @@ impl Session {
         lost_now: u64,
         fentry: Option<EpisodeTotals>,
     ) -> End {
-        let now = self.cgroup.cpu_stat().unwrap_or(self.baseline);
-        let local = self.cgroup.cpu_stat_local().ok().flatten();
+        // A cgroup removed before the end (runc and Podman remove it before
+        // poststop): the last reading, said so; never a figure not read.
+        let (now, local, kernel_stale) = match self.cgroup.cpu_stat() {
+            Ok(s) => (s, self.cgroup.cpu_stat_local().ok().flatten(), None),
+            Err(e) => {
+                let (s, l, at) = self.last_read.unwrap_or((
+                    self.baseline,
+                    self.baseline_local,
+                    self.started_unix_ns,
+                ));
+                let ago_ms = logfmt::now_unix_ns().saturating_sub(at) / 1_000_000;
+                (
+                    s,
+                    l,
+                    Some(format!(
+                        "cpu.stat unreadable at the end ({e}): kernel figures are from the last reading, {ago_ms} ms before"
+                    )),
+                )
+            }
+        };
         let d = now.since(&self.baseline);
         let mut top: Vec<ThreadSummary> = self
             .threads
@@ -361,6 +384,7 @@ impl Session {
                 .filter(|_| self.spec.resume.is_none() && self.source == KernelSource::CpuStat),
             kernel_throttled_ns: self.kernel_throttled_ns(&now, local.as_ref()),
             kernel_source: self.source().as_str().into(),
+            kernel_stale,
             nr_periods: d.nr_periods,
             nr_throttled: d.nr_throttled,
             nr_bursts: d.nr_bursts,

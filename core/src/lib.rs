@@ -5,6 +5,7 @@
 pub mod config;
 pub mod cpulist;
 pub mod logfmt;
+pub mod printable;
 pub mod protocol;
 pub mod units;
 

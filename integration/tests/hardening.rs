@@ -596,3 +596,89 @@ fn config_check_validates_and_describes() {
         "{err}"
     );
 }
+
+/// Finding 9: the `end` written at poststop after runc removed the cgroup
+/// reports the last kernel reading, and says so (it used to report 0).
+#[test]
+fn end_after_the_cgroup_is_gone_keeps_the_last_kernel_reading() {
+    let _l = throttlewatch_integration::cpu_lock();
+    let cfg = PrivateConfig::new("snapshot_interval_s = 1");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let b = Bundle::new(
+        &id("gone"),
+        &ContainerOpts::busy(1, 3).quota(20_000, 100_000),
+    );
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "{}", text(&o));
+    rt.wait_stopped(&b.id, Duration::from_secs(30));
+    // runc itself (not the wrapper, which would end the log first): the
+    // cgroup is removed before the poststop hook runs.
+    let o = Command::new("runc")
+        .arg("--root")
+        .arg(&rt.root.0)
+        .args(["delete", &b.id])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = throttlewatch_integration::read_log(&cfg.log_of(&b.id));
+    let end = throttlewatch_integration::of_type(&log, "end")[0].clone();
+    let k = end["kernel_throttled_ns"].as_u64().unwrap();
+    assert!(k > 500_000_000, "a kernel figure that was read: {end}");
+    assert!(
+        end["kernel_stale"]
+            .as_str()
+            .is_some_and(|s| s.contains("last reading")),
+        "{end}"
+    );
+}
+
+/// Finding 9: the metrics server reads at most 8 KiB of a request and
+/// answers at once (it used to read a line of any length, until its timeout).
+#[test]
+fn metrics_server_bounds_what_it_reads() {
+    let port = free_port();
+    let cfg = PrivateConfig::new("");
+    let text = std::fs::read_to_string(&cfg.path).unwrap().replace(
+        "metrics_addr = \"\"",
+        &format!("metrics_addr = \"127.0.0.1:{port}\""),
+    );
+    std::fs::write(&cfg.path, text).unwrap();
+    let _agent = Agent::start(&cfg);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t = std::time::Instant::now();
+    // 64 KiB of request line, no newline, and the connection kept open.
+    let _ = s.write_all(&vec![b'A'; 64 * 1024]);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let took = t.elapsed();
+    eprintln!("answer to a 64 KiB request line: {took:?}");
+    assert!(
+        String::from_utf8_lossy(&out).starts_with("HTTP/1.1 404"),
+        "{out:?}"
+    );
+    assert!(took < Duration::from_millis(1000), "took {took:?}");
+    assert!(http_get(port, "/metrics").starts_with("HTTP/1.1 200"));
+}
+
+/// Finding 9: a thread name with terminal escapes is printed escaped by
+/// `throttlewatch run` (it used to reach the terminal raw).
+#[test]
+fn thread_names_reach_the_terminal_escaped() {
+    use throttlewatch_integration::bin;
+    let _l = throttlewatch_integration::cpu_lock();
+    let o = Command::new(bin("throttlewatch"))
+        .args(["run", "--cpus", "0.2", "--", "sh", "-c"])
+        .arg("printf '\\033[2Jx\\ry' > /proc/self/comm; i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("frozen"), "some freezes are printed: {err}");
+    assert!(
+        !err.contains('\u{1b}') && !err.contains('\r'),
+        "raw control characters: {err:?}"
+    );
+    assert!(err.contains("\\u{1b}[2Jx\\ry"), "{err}");
+}
