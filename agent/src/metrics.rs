@@ -359,7 +359,10 @@ pub fn serve(addr: &str, metrics: Arc<Mutex<Metrics>>) -> std::io::Result<std::n
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
-        for conn in l.incoming().flatten() {
+        for conn in l.incoming() {
+            let Some(conn) = crate::daemon::accepted(conn, "metrics") else {
+                continue;
+            };
             let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
             // A client that never reads its answer cannot hold the server.
             let _ = conn.set_write_timeout(Some(std::time::Duration::from_secs(2)));
