@@ -3,6 +3,7 @@
 
 mod agent;
 mod console;
+mod drain;
 mod metrics;
 mod runc;
 mod service;

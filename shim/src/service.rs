@@ -40,6 +40,9 @@ pub const GROUP_ANNOTATIONS: [&str; 3] = [
 
 type BoxError = Box<dyn std::error::Error>;
 
+/// How long the daemon waits, after Shutdown, for other requests to be answered.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub fn main() -> i32 {
     let args: Vec<_> = std::env::args_os().collect();
     let flags = match containerd_shim::parse(&args[1..]) {
@@ -275,6 +278,7 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
         signal_started();
         return Ok(());
     };
+    let in_flight = crate::drain::InFlight::default();
     let mut methods = containerd_shim::protos::create_task(task.clone());
     for (name, m) in containerd_shim::protos::create_task(task) {
         methods.insert(
@@ -290,11 +294,12 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
         .set_thread_count_default(1)
         .set_thread_count_max(1)
         .add_listener(listener.into_raw_fd())?
-        .register_service(methods);
+        .register_service(in_flight.wrap(methods));
     server.start_listen()?;
     signal_started();
     info!("serving {} for {}", flags.socket, flags.id);
     exit.wait();
+    in_flight.drain(DRAIN_LIMIT); // answer what is in flight (crate::drain)
     server.shutdown();
     let path = socket_path(&flags.socket);
     if std::fs::metadata(path)
