@@ -34,6 +34,8 @@ pub enum Command {
     Install(InstallArgs),
     /// Take the runtime `throttlewatch` out again (files restored byte for byte when unchanged).
     Uninstall(UninstallArgs),
+    /// Summary, heatmaps (--svg, --html) and recommendations from container logs.
+    Report(throttlewatch_report::ReportArgs),
     /// The configuration file: `config check [FILE]` validates it and says what it would do.
     #[command(subcommand)]
     Config(ConfigCommand),

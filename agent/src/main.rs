@@ -33,6 +33,9 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
         Command::Watch(a) => throttlewatch::watch::watch(&cfg, a),
         Command::Agent(a) if a.detach => throttlewatch::daemon::detach(&cfg, cli.config.as_deref()),
         Command::Agent(_) => throttlewatch::daemon::run(&cfg),
+        Command::Report(a) => throttlewatch_report::run(a, &cfg.log_dir)
+            .map(|()| 0)
+            .map_err(|e| CliError::fail(e.to_string())),
         Command::Topology(a) => throttlewatch::topology::topology(&cfg, a),
         Command::Install(a) => {
             throttlewatch::install::install(&a.engine, a.dry_run, &a.etc_root, &a.bin_dir)
