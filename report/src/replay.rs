@@ -16,6 +16,10 @@ use crate::model::PeriodThrottle;
 pub struct PeriodDemand {
     /// CPU time asked for in this period.
     pub fresh_ns: f64,
+    /// The part of it the period could not have (observed): left over.
+    pub unmet_ns: f64,
+    /// The part of it that is the period before's leftover (0 or `fresh_ns`).
+    pub carried_ns: f64,
     /// Throttled time per unit of unmet work (>= 1: a thread frozen to the
     /// period's end may have needed less than the whole span).
     pub span_per_unmet: f64,
@@ -42,7 +46,8 @@ pub struct Bandwidth {
 /// period before (none after a period without throttling).
 ///
 /// Work left over is not carried into the replayed next period: the next
-/// period's observed demand already holds it.
+/// period's observed demand already holds it (and the replay takes it out
+/// again where it served that work in the period it was asked in).
 pub fn demand(
     periods: &[Option<PeriodThrottle>],
     quota_ns: u64,
@@ -69,16 +74,25 @@ pub fn demand(
         .map(|k| match periods[k] {
             Some(p) if unmet[k] > 0.0 => PeriodDemand {
                 fresh_ns: q + unmet[k],
+                unmet_ns: unmet[k],
+                carried_ns: 0.0,
                 span_per_unmet: p.throttled_ns as f64 / unmet[k],
             },
             Some(_) => PeriodDemand {
                 fresh_ns: q,
+                unmet_ns: 0.0,
+                carried_ns: 0.0,
                 span_per_unmet: 1.0,
             },
-            None => PeriodDemand {
-                fresh_ns: if k > 0 { unmet[k - 1] } else { 0.0 },
-                span_per_unmet: 1.0,
-            },
+            None => {
+                let left = if k > 0 { unmet[k - 1] } else { 0.0 };
+                PeriodDemand {
+                    fresh_ns: left,
+                    unmet_ns: 0.0,
+                    carried_ns: left,
+                    span_per_unmet: 1.0,
+                }
+            }
         })
         .collect()
 }
@@ -91,12 +105,16 @@ pub fn replay(demand: &[PeriodDemand], bw: Bandwidth, cpus: f64) -> f64 {
     let per_period_max = cpus * bw.period_ns as f64;
     let mut runtime = q;
     let mut throttled = 0.0;
+    // Of the last period's leftover, what the replay served in that period.
+    let mut absorbed = 0.0;
     for d in demand {
-        let served = d.fresh_ns.min(runtime).min(per_period_max);
-        let unmet = d.fresh_ns - served;
+        let need = d.fresh_ns - d.carried_ns.min(absorbed);
+        let served = need.min(runtime).min(per_period_max);
+        let unmet = need - served;
         if unmet > 0.0 {
             throttled += (unmet * d.span_per_unmet).min(per_period_max);
         }
+        absorbed = (served - (need - d.unmet_ns)).clamp(0.0, d.unmet_ns);
         runtime = (runtime - served + q).min(cap);
     }
     throttled
