@@ -34,6 +34,18 @@ pub enum Command {
     Install(InstallArgs),
     /// Take the runtime `throttlewatch` out again (files restored byte for byte when unchanged).
     Uninstall(UninstallArgs),
+    /// Summary, heatmaps (--svg, --html) and recommendations from container logs.
+    Report(throttlewatch_report::ReportArgs),
+    /// The configuration file: `config check [FILE]` validates it and says what it would do.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate FILE (default: --config, $THROTTLEWATCH_CONFIG, the default path) as the
+    /// hook, the runtime wrapper and the shim load it; exit 1 with the reason when invalid.
+    Check { file: Option<PathBuf> },
 }
 
 #[derive(Debug, Clone, Args)]

@@ -156,7 +156,10 @@ fn serve_socket(l: UnixListener, jobs: Sender<Job>) {
             // only its own thread for the read timeout, never the others.
             // The event loop still handles requests one at a time.
             let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            for conn in l.incoming().flatten() {
+            for conn in l.incoming() {
+                let Some(conn) = accepted(conn, "agent socket") else {
+                    continue;
+                };
                 use std::sync::atomic::Ordering::SeqCst;
                 if active.fetch_add(1, SeqCst) >= MAX_CONNECTIONS {
                     active.fetch_sub(1, SeqCst);
@@ -182,6 +185,51 @@ fn serve_socket(l: UnixListener, jobs: Sender<Job>) {
             }
         })
         .expect("socket thread");
+}
+
+/// The accepted connection, or None after a pause: at the descriptor limit
+/// (EMFILE, ENFILE) `accept` fails at once for as long as the pending
+/// connection waits, and retrying at once spins a CPU at 100 %.
+pub fn accepted<S>(r: std::io::Result<S>, what: &str) -> Option<S> {
+    match r {
+        Ok(s) => Some(s),
+        Err(e) => {
+            static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+            if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                eprintln!(
+                    "throttlewatch agent: {what}: accept: {e}; retrying every 100 ms (said once)"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            None
+        }
+    }
+}
+
+/// Raise the soft limit on open files to the hard limit: every watched
+/// container holds its log open (systemd's LimitNOFILE sets the hard one).
+/// Returns the limit in force.
+pub fn raise_nofile_limit() -> u64 {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 0;
+        }
+        if l.rlim_cur < l.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: l.rlim_max,
+                rlim_max: l.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                return want.rlim_cur;
+            }
+        }
+    }
+    l.rlim_cur
 }
 
 fn reply(conn: &UnixStream, resp: &Response) {
@@ -255,6 +303,8 @@ fn cold_start_spec(r: &Register) -> ColdStartSpec {
 }
 
 pub fn run(cfg: &Config) -> Result<i32, CliError> {
+    let nofile = raise_nofile_limit();
+    tracing::info!("open files: up to {nofile}");
     mkdir(&cfg.state_dir, 0o700)?;
     mkdir(&cfg.log_dir, 0o750)?;
     let Some(_lock) = lock(&cfg.state_dir)? else {

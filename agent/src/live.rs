@@ -4,6 +4,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use throttlewatch_core::logfmt::{End, Throttle};
+use throttlewatch_core::printable::printable;
 use throttlewatch_core::units::format_duration;
 
 use throttlewatch_core::EndReason;
@@ -58,7 +59,7 @@ impl LivePrinter {
                 "[{at:9.3}s] frozen {:>10}  tid {:<7} {:<16} cpu {}{}",
                 format_duration(Duration::from_nanos(t.frozen_ns)),
                 t.tid,
-                t.comm,
+                printable(&t.comm),
                 t.cpu,
                 if t.cpu_in != t.cpu {
                     format!("->{}", t.cpu_in)
@@ -110,7 +111,7 @@ impl LivePrinter {
                     err,
                     "  {:<8} {:<16} {:>7} {:>12} {:>12}",
                     t.tid,
-                    t.comm,
+                    printable(&t.comm),
                     t.count,
                     d(t.total_frozen_ns),
                     d(t.max_frozen_ns)

@@ -1,7 +1,6 @@
 use clap::Parser;
-use throttlewatch::cli::{Cli, Command};
+use throttlewatch::cli::{Cli, Command, ConfigCommand};
 use throttlewatch::CliError;
-use throttlewatch_core::config::Config;
 
 fn main() {
     tracing_subscriber::fmt()
@@ -23,18 +22,29 @@ fn main() {
 }
 
 fn dispatch(cli: &Cli) -> Result<i32, CliError> {
-    let cfg = Config::load(cli.config.as_deref()).map_err(|e| CliError::usage(e.to_string()))?;
+    // `config check` reports a bad file itself instead of failing to load it.
+    if let Command::Config(ConfigCommand::Check { file }) = &cli.command {
+        return throttlewatch::configcheck::check(file.as_deref().or(cli.config.as_deref()));
+    }
+    let cfg = throttlewatch_qos::config_check::load(cli.config.as_deref())
+        .map_err(|e| CliError::usage(e.to_string()))?;
     match &cli.command {
         Command::Run(a) => throttlewatch::run::run(&cfg, a),
         Command::Watch(a) => throttlewatch::watch::watch(&cfg, a),
         Command::Agent(a) if a.detach => throttlewatch::daemon::detach(&cfg, cli.config.as_deref()),
         Command::Agent(_) => throttlewatch::daemon::run(&cfg),
+        Command::Report(a) => throttlewatch_report::run(a, &cfg.log_dir)
+            .map(|()| 0)
+            .map_err(|e| CliError::fail(e.to_string())),
         Command::Topology(a) => throttlewatch::topology::topology(&cfg, a),
         Command::Install(a) => {
             throttlewatch::install::install(&a.engine, a.dry_run, &a.etc_root, &a.bin_dir)
         }
         Command::Uninstall(a) => {
             throttlewatch::install::uninstall(&a.engine, a.dry_run, &a.etc_root)
+        }
+        Command::Config(ConfigCommand::Check { file }) => {
+            throttlewatch::configcheck::check(file.as_deref().or(cli.config.as_deref()))
         }
     }
 }

@@ -238,14 +238,23 @@ impl Default for Metrics {
     }
 }
 
+/// The most of a request the metrics server reads (line and headers).
+pub const MAX_REQUEST_BYTES: u64 = 8 * 1024;
+
 /// Serve GET /metrics on `addr` in a background thread.
 pub fn serve(addr: &str, metrics: Arc<Mutex<Metrics>>) -> std::io::Result<std::net::SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
-        for conn in l.incoming().flatten() {
+        for conn in l.incoming() {
+            let Some(conn) = crate::daemon::accepted(conn, "metrics") else {
+                continue;
+            };
             let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-            let mut r = BufReader::new(&conn);
+            // A client that never reads its answer cannot hold the server.
+            let _ = conn.set_write_timeout(Some(std::time::Duration::from_secs(2)));
+            // The request line and headers together: at most MAX_REQUEST_BYTES.
+            let mut r = BufReader::new(std::io::Read::take(&conn, MAX_REQUEST_BYTES));
             let mut first = String::new();
             if r.read_line(&mut first).is_err() {
                 continue;

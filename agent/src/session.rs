@@ -58,6 +58,9 @@ pub struct Session {
     carried: Baseline,
     runq: Option<RunqTracker>,
     cold: Option<ColdStartTracker>,
+    /// The last reading of the cgroup's counters, with its time (Unix ns):
+    /// the `end` of a container whose cgroup is already gone reports it.
+    last_read: Option<(CgroupReading, u64)>,
     /// What the last `Counters` output covered.
     exported_kernel: Option<CpuStat>,
     exported_probe_ns: u64,
@@ -117,6 +120,7 @@ impl Session {
             now: o.totals,
             carried,
             cold,
+            last_read: None,
             exported_kernel: None,
             exported_probe_ns: 0,
         })
@@ -133,6 +137,9 @@ impl Session {
         let Some(totals) = r.totals else { return };
         self.now = totals;
         let cg = CgroupReading::read(&self.cgroup);
+        if cg.stat.is_some() {
+            self.last_read = Some((cg, logfmt::now_unix_ns()));
+        }
         self.export_counters(&cg, out);
         if r.snapshot {
             self.snapshot(&cg, out);
@@ -159,7 +166,7 @@ impl Session {
         {
             self.write_cold_start(rec, out);
         }
-        let end = self.end_record(reason, exit_code, &CgroupReading::read(&self.cgroup));
+        let end = self.end_record(reason, exit_code, &self.end_reading());
         let path = self.spec.log_path.clone();
         if let Err(e) = self
             .log
@@ -171,8 +178,31 @@ impl Session {
         end
     }
 
+    /// The counters at the end. A cgroup removed before the end (runc and
+    /// Podman remove it before poststop): the last reading, said so; never
+    /// a figure not read.
+    fn end_reading(&self) -> (CgroupReading, Option<String>) {
+        let now = CgroupReading::read(&self.cgroup);
+        if now.stat.is_some() {
+            return (now, None);
+        }
+        let (last, at) = self
+            .last_read
+            .unwrap_or((CgroupReading::default(), self.started_unix_ns));
+        let ago_ms = logfmt::now_unix_ns().saturating_sub(at) / 1_000_000;
+        let why = format!(
+            "cpu.stat unreadable at the end (the cgroup is gone): kernel figures are from the last reading, {ago_ms} ms before"
+        );
+        (last, Some(why))
+    }
+
     /// The `end` record: the one place it is built.
-    fn end_record(&self, reason: EndReason, exit_code: Option<i32>, cg: &CgroupReading) -> End {
+    fn end_record(
+        &self,
+        reason: EndReason,
+        exit_code: Option<i32>,
+        (cg, kernel_stale): &(CgroupReading, Option<String>),
+    ) -> End {
         let d = self.kernel.delta(cg);
         End {
             reason: reason.as_str().into(),
@@ -188,6 +218,7 @@ impl Session {
             fentry_throttled_ns: self.fentry_ns(),
             kernel_throttled_ns: self.kernel.throttled_ns(cg),
             kernel_source: self.kernel.source().as_str().into(),
+            kernel_stale: kernel_stale.clone(),
             nr_periods: d.nr_periods,
             nr_throttled: d.nr_throttled,
             nr_bursts: d.nr_bursts,

@@ -64,6 +64,10 @@ impl Baseline {
             frozen_ns: self.frozen_ns,
             unwatched_throttled_ns: self.unwatched_ns,
             kernel_source: "unavailable (cgroup removed)".into(),
+            kernel_stale: Some(
+                "the cgroup was removed while no agent ran: the kernel figures were not read (0)"
+                    .into(),
+            ),
             ..Default::default()
         }
     }

@@ -20,8 +20,12 @@ pub enum FailMode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QosPolicyConfig {
-    /// Annotation keys (without the prefix) that are honoured; empty: all.
-    pub allowed_annotations: Vec<String>,
+    /// Keys containers may use, from either channel, by name (`cpu-burst`)
+    /// or full annotation key. Omitted: all keys; `[]`: none. Read from
+    /// `allowed_keys` (as docs/annotations.md writes it) or the older name
+    /// `allowed_annotations`.
+    #[serde(alias = "allowed_annotations", skip_serializing_if = "Option::is_none")]
+    pub allowed_keys: Option<Vec<String>>,
     /// Largest burst, as a percentage of the quota.
     pub max_burst_percent: u32,
     /// Whether containers may ask for exclusive cores.
@@ -38,7 +42,7 @@ pub const DEFAULT_ENV_KEYS: [&str; 3] = ["watch", "threshold", "cpu-burst"];
 impl Default for QosPolicyConfig {
     fn default() -> Self {
         QosPolicyConfig {
-            allowed_annotations: vec![],
+            allowed_keys: None,
             max_burst_percent: 100,
             allow_exclusive: true,
             env_keys: DEFAULT_ENV_KEYS.iter().map(|k| k.to_string()).collect(),
@@ -109,6 +113,46 @@ impl Default for Config {
     }
 }
 
+/// A configuration that could not be used, with the fail mode its text
+/// meant where that is still legible: a bad configuration never widens what
+/// is allowed, and a node that asked for `fail_mode = "closed"` gets it.
+#[derive(Debug)]
+pub struct BadConfig {
+    pub error: String,
+    pub fail_mode: FailMode,
+}
+
+impl std::fmt::Display for BadConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error)
+    }
+}
+
+/// The fail mode a configuration text meant, even when it does not parse:
+/// its `fail_mode` value as TOML, else a line `fail_mode = "closed"`.
+pub fn fail_mode_meant(text: &str) -> FailMode {
+    if let Ok(t) = text.parse::<toml::Table>() {
+        return match t.get("fail_mode").and_then(|v| v.as_str()) {
+            Some("closed") => FailMode::Closed,
+            _ => FailMode::Open,
+        };
+    }
+    let closed = text.lines().any(|l| {
+        let l = l.split('#').next().unwrap_or("");
+        let mut kv = l.splitn(2, '=');
+        kv.next().map(str::trim) == Some("fail_mode")
+            && kv
+                .next()
+                .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\''))
+                == Some("closed")
+    });
+    if closed {
+        FailMode::Closed
+    } else {
+        FailMode::Open
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config {path}: {source}")]
@@ -152,6 +196,22 @@ impl Config {
             source,
         })?;
         Self::parse(&path, &text)
+    }
+
+    /// `load`, and on failure what the file meant (see [`BadConfig`]).
+    pub fn load_checked(explicit: Option<&Path>) -> Result<Config, BadConfig> {
+        Self::load(explicit).map_err(|e| {
+            let text = match &e {
+                ConfigError::Parse { path, .. } => {
+                    std::fs::read_to_string(path).unwrap_or_default()
+                }
+                ConfigError::Io { .. } => String::new(),
+            };
+            BadConfig {
+                error: e.to_string(),
+                fail_mode: fail_mode_meant(&text),
+            }
+        })
     }
 
     /// Probe options from the configuration.

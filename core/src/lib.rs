@@ -6,6 +6,7 @@ pub mod config;
 pub mod cpulist;
 pub mod end_reason;
 pub mod logfmt;
+pub mod printable;
 pub mod protocol;
 pub mod state_dir;
 pub mod units;

@@ -180,6 +180,11 @@ pub struct End {
     pub kernel_throttled_ns: u64,
     /// "cpu.stat" or "cpu.stat.local" (throttling from an ancestor).
     pub kernel_source: String,
+    /// Present when the kernel counters could not be read at the end (the
+    /// runtime removed the cgroup first): why, and how old the reading is
+    /// that the kernel figures come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_stale: Option<String>,
     pub nr_periods: u64,
     pub nr_throttled: u64,
     pub nr_bursts: u64,

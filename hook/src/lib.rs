@@ -13,7 +13,7 @@ pub mod stages;
 
 use std::ffi::OsString;
 
-use throttlewatch_core::config::{Config, FailMode};
+use throttlewatch_core::config::FailMode;
 use throttlewatch_lifecycle::timing;
 
 use crate::cli::HookArgs;
@@ -32,13 +32,22 @@ pub fn run(args: Vec<OsString>) -> i32 {
             return 2;
         }
     };
-    let cfg = match Config::load(args.config.as_deref()) {
+    let cfg = match throttlewatch_qos::config_check::load(args.config.as_deref()) {
         Ok(c) => c,
-        Err(e) => {
-            // Without a configuration there is no log dir and no fail mode:
-            // say so and let the container start (fail-open is the default).
-            eprintln!("{NAME}: {e}; the container is not watched");
-            return 0;
+        Err(bad) => {
+            // Nothing is applied under a configuration that cannot be read
+            // (its defaults would allow every key); the fail mode its text
+            // meant decides whether the container starts.
+            return match bad.fail_mode {
+                FailMode::Open => {
+                    eprintln!("{NAME}: {bad}; nothing applied, the container is not watched");
+                    0
+                }
+                FailMode::Closed => {
+                    eprintln!("{NAME}: {bad}; fail-closed: container refused");
+                    1
+                }
+            };
         }
     };
     t.name(&format!("{NAME} {}", args.stage));

@@ -65,8 +65,9 @@ impl Reporter {
     }
 
     fn emit(&mut self, msg: &str) {
-        // One line: a value with a newline in it must not forge a second line.
-        let msg = msg.replace('\n', "\\n");
+        // One line, no terminal escapes: a value with a newline in it must
+        // not forge a second line, nor an ESC sequence reach a terminal.
+        let msg = throttlewatch_core::printable::printable(msg).into_owned();
         eprintln!("{NAME}: {msg}");
         self.append(&msg);
         self.lines.push(msg);
@@ -82,7 +83,7 @@ impl Reporter {
             "{} {}{id}: {}\n",
             now_rfc3339(),
             self.stage,
-            msg.replace('\n', "\\n")
+            throttlewatch_core::printable::printable(msg)
         );
         if let Err(e) = self.write_line(&line) {
             eprintln!(

@@ -7,7 +7,6 @@
 //! pods' cgroup parent are private; the stream server listens on a random
 //! loopback port. No CNI here: pods use the host network.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -22,6 +21,9 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use crate::containerd::{build_busybox_image, build_busybox_image_as, procs_matching, IMAGE_NAME};
 use crate::Scratch;
 
+mod pods;
+pub use pods::{Pod, CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL};
+
 /// The containerd namespace the CRI plugin works in.
 pub const NAMESPACE: &str = "k8s.io";
 /// The pod sandbox image: busybox `sleep` as pid 1 (containerd stops
@@ -34,11 +36,6 @@ pub const CRI_TABLE: &str = "plugins.\"io.containerd.grpc.v1.cri\"";
 /// The annotation allowlists a throttlewatch runtime handler needs.
 pub const ALLOWLISTS: &str =
     "pod_annotations = [\"throttlewatch.io/*\"]\ncontainer_annotations = [\"throttlewatch.io/*\"]";
-/// kubelet's pod and container labels (the CRI plugin copies metadata, not these).
-pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
-pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
-pub const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
-pub const CONTAINER_NAME_LABEL: &str = "io.kubernetes.container.name";
 
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -63,14 +60,6 @@ pub struct CriNode {
     /// Pods and containers this node made, for the clean-up.
     ids: Mutex<Vec<String>>,
     images_imported: bool,
-}
-
-/// A running pod sandbox and the configuration kubelet keeps for it (every
-/// CreateContainer sends it again).
-pub struct Pod {
-    pub id: String,
-    pub handler: String,
-    pub config: api::PodSandboxConfig,
 }
 
 impl CriNode {
@@ -235,15 +224,6 @@ state = "{state}"
         }
     }
 
-    pub fn restart(&mut self) {
-        self.stop();
-        self.start();
-    }
-
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
     fn connect(&self) -> Result<Channel, String> {
         let path = self.socket.clone();
         self.block(async move {
@@ -347,171 +327,6 @@ state = "{state}"
             .is_ok_and(|r| r.image.is_some())
     }
 
-    /// A pod as kubelet asks for one with host networking: metadata and
-    /// kubelet's labels, an empty hostname, the cgroup parent
-    /// `<cgroup_root>/pod<uid>`, and `annotations`.
-    pub fn pod_config(
-        &self,
-        name: &str,
-        namespace: &str,
-        annotations: &[(&str, &str)],
-    ) -> api::PodSandboxConfig {
-        let uid = format!("{:08x}-{}", std::process::id(), crate::unique());
-        let labels = HashMap::from([
-            (POD_NAME_LABEL.to_string(), name.to_string()),
-            (POD_NAMESPACE_LABEL.to_string(), namespace.to_string()),
-            (POD_UID_LABEL.to_string(), uid.clone()),
-        ]);
-        api::PodSandboxConfig {
-            metadata: Some(api::PodSandboxMetadata {
-                name: name.into(),
-                uid: uid.clone(),
-                namespace: namespace.into(),
-                attempt: 0,
-            }),
-            hostname: String::new(),
-            labels,
-            annotations: annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            linux: Some(api::LinuxPodSandboxConfig {
-                cgroup_parent: format!("{}/pod{uid}", self.cgroup_root),
-                security_context: Some(api::LinuxSandboxSecurityContext {
-                    namespace_options: Some(host_network()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-    }
-
-    /// RunPodSandbox through `handler` ("" = the default runtime).
-    pub fn run_pod(&self, handler: &str, config: api::PodSandboxConfig) -> Result<Pod, String> {
-        let req = api::RunPodSandboxRequest {
-            config: Some(config.clone()),
-            runtime_handler: handler.into(),
-        };
-        let r = self.call("RunPodSandbox", self.runtime().run_pod_sandbox(req))?;
-        self.ids.lock().unwrap().push(r.pod_sandbox_id.clone());
-        Ok(Pod {
-            id: r.pod_sandbox_id,
-            handler: handler.into(),
-            config,
-        })
-    }
-
-    /// CreateContainer in `pod` from the busybox image, running `cmd`, with
-    /// kubelet's labels and, when given, a CFS quota and period in µs
-    /// (`linux.resources`, as kubelet sets a CPU limit).
-    pub fn create_container(
-        &self,
-        pod: &Pod,
-        name: &str,
-        cmd: &[&str],
-        cpu: Option<(i64, i64)>,
-    ) -> Result<String, String> {
-        let meta = pod.config.metadata.clone().unwrap_or_default();
-        let labels = HashMap::from([
-            (POD_NAME_LABEL.to_string(), meta.name),
-            (POD_NAMESPACE_LABEL.to_string(), meta.namespace),
-            (POD_UID_LABEL.to_string(), meta.uid),
-            (CONTAINER_NAME_LABEL.to_string(), name.to_string()),
-        ]);
-        let resources = cpu.map(|(quota, period)| api::LinuxContainerResources {
-            cpu_quota: quota,
-            cpu_period: period,
-            cpu_shares: quota * 1024 / period,
-            ..Default::default()
-        });
-        let config = api::ContainerConfig {
-            metadata: Some(api::ContainerMetadata {
-                name: name.into(),
-                attempt: 0,
-            }),
-            image: Some(api::ImageSpec {
-                image: IMAGE_NAME.into(),
-                ..Default::default()
-            }),
-            command: cmd.iter().map(|s| s.to_string()).collect(),
-            labels,
-            linux: Some(api::LinuxContainerConfig {
-                resources,
-                security_context: Some(api::LinuxContainerSecurityContext {
-                    namespace_options: Some(host_network()),
-                    ..Default::default()
-                }),
-            }),
-            ..Default::default()
-        };
-        let req = api::CreateContainerRequest {
-            pod_sandbox_id: pod.id.clone(),
-            config: Some(config),
-            sandbox_config: Some(pod.config.clone()),
-        };
-        let r = self.call("CreateContainer", self.runtime().create_container(req))?;
-        self.ids.lock().unwrap().push(r.container_id.clone());
-        Ok(r.container_id)
-    }
-
-    pub fn start_container(&self, id: &str) -> Result<(), String> {
-        let req = api::StartContainerRequest {
-            container_id: id.into(),
-        };
-        self.call("StartContainer", self.runtime().start_container(req))
-            .map(drop)
-    }
-
-    /// ContainerStatus (verbose: `info` holds the pid and the OCI spec).
-    pub fn container_status(&self, id: &str) -> Result<api::ContainerStatusResponse, String> {
-        let req = api::ContainerStatusRequest {
-            container_id: id.into(),
-            verbose: true,
-        };
-        self.call("ContainerStatus", self.runtime().container_status(req))
-    }
-
-    /// The container's state (`ContainerState` as i32) and exit code.
-    pub fn container_state(&self, id: &str) -> Result<(api::ContainerState, i32), String> {
-        let st = self
-            .container_status(id)?
-            .status
-            .ok_or_else(|| format!("ContainerStatus {id}: no status"))?;
-        Ok((st.state(), st.exit_code))
-    }
-
-    /// The init pid of a running container (from the verbose `info`).
-    pub fn container_pid(&self, id: &str) -> Result<u32, String> {
-        let r = self.container_status(id)?;
-        let info = r
-            .info
-            .get("info")
-            .ok_or_else(|| format!("ContainerStatus {id}: no verbose info"))?;
-        let v: serde_json::Value = serde_json::from_str(info).map_err(|e| e.to_string())?;
-        v["pid"]
-            .as_u64()
-            .filter(|p| *p > 0)
-            .map(|p| p as u32)
-            .ok_or_else(|| format!("ContainerStatus {id}: no pid in {info}"))
-    }
-
-    pub fn stop_pod(&self, pod: &Pod) -> Result<(), String> {
-        let req = api::StopPodSandboxRequest {
-            pod_sandbox_id: pod.id.clone(),
-        };
-        self.call("StopPodSandbox", self.runtime().stop_pod_sandbox(req))
-            .map(drop)
-    }
-
-    pub fn remove_pod(&self, pod: &Pod) -> Result<(), String> {
-        let req = api::RemovePodSandboxRequest {
-            pod_sandbox_id: pod.id.clone(),
-        };
-        self.call("RemovePodSandbox", self.runtime().remove_pod_sandbox(req))
-            .map(drop)
-    }
-
     /// The OCI bundle of a task of this containerd (sandbox or container).
     pub fn bundle(&self, id: &str) -> PathBuf {
         self.dir
@@ -540,19 +355,6 @@ state = "{state}"
         v
     }
 
-    /// A pod's cgroup directory in the v1 `controller` hierarchy.
-    pub fn pod_cgroup(&self, controller: &str, pod: &Pod) -> PathBuf {
-        let parent = pod
-            .config
-            .linux
-            .as_ref()
-            .map(|l| l.cgroup_parent.clone())
-            .unwrap_or_default();
-        Path::new("/sys/fs/cgroup")
-            .join(controller)
-            .join(parent.trim_start_matches('/'))
-    }
-
     /// Shim processes serving this containerd (any runtime: their command
     /// line names its socket).
     pub fn shim_pids(&self) -> Vec<u32> {
@@ -568,17 +370,6 @@ state = "{state}"
                 .join(NAMESPACE)
                 .join(id),
         ]
-    }
-}
-
-/// Host network, a pid namespace per container, the pod's IPC: kubelet's
-/// choice for a `hostNetwork: true` pod.
-fn host_network() -> api::NamespaceOption {
-    api::NamespaceOption {
-        network: api::NamespaceMode::Node as i32,
-        pid: api::NamespaceMode::Container as i32,
-        ipc: api::NamespaceMode::Pod as i32,
-        ..Default::default()
     }
 }
 

@@ -459,3 +459,364 @@ fn image_env_and_requests_never_replace_the_orchestrator_cpuset() {
         force_delete(&rt, &b.id);
     }
 }
+
+/// A configuration the code refuses: `fail_mode` as given, and a typo'd key
+/// name in the policy (the kind of mistake docs used to invite).
+fn bad_config(mode: &str) -> PrivateConfig {
+    PrivateConfig::new(&format!(
+        "fail_mode = {mode:?}\n[qos]\nallowed_keys = [\"cpu-brust\"]\n"
+    ))
+}
+
+/// Finding 8: a bad configuration never widens what is allowed (the shim
+/// used to fall back to permissive defaults and write the cpuset an
+/// annotation asked for), and `fail_mode = "closed"` in a bad file still
+/// refuses containers (the hook used to exit 0).
+#[test]
+fn bad_config_never_widens_and_keeps_fail_closed() {
+    use throttlewatch_integration::containerd::{
+        build_busybox_image, Containerd, IMAGE_NAME, SHIM_RUNTIME,
+    };
+    use throttlewatch_integration::{bin, Scratch};
+    // The hook itself, as runc runs it from a spec that names the bad file.
+    for (mode, ok) in [("open", true), ("closed", false)] {
+        let cfg = bad_config(mode);
+        let b = Bundle::new(&id("badcfg-hook"), &ContainerOpts::sh("sleep 5"));
+        let hook = bin("throttlewatch-hook");
+        b.edit(|v| {
+            v["hooks"]["createRuntime"] = serde_json::json!([{
+                "path": hook.to_str().unwrap(),
+                "args": ["throttlewatch-hook", "createRuntime", "--config", cfg.path.to_str().unwrap()],
+            }])
+        });
+        let rt = OciCli::new("runc");
+        let o = rt.run_detached(&b);
+        assert_eq!(
+            o.status.success(),
+            ok,
+            "runc with our hook and a bad config, fail_mode {mode}: {}",
+            text(&o)
+        );
+        if !ok {
+            assert!(
+                text(&o).contains("cpu-brust"),
+                "the reason reaches runc: {}",
+                text(&o)
+            );
+        }
+        // Through the wrapper: refused before runc when closed was meant.
+        let rt = OciCli::throttlewatch(&cfg);
+        let b = Bundle::new(&id("badcfg-wrap"), &ContainerOpts::sh("sleep 5"));
+        let o = rt.run_detached(&b);
+        assert_eq!(
+            o.status.success(),
+            ok,
+            "wrapper, fail_mode {mode}: {}",
+            text(&o)
+        );
+        if ok {
+            assert!(
+                b.config()
+                    .get("hooks")
+                    .is_none_or(|h| h.get("createRuntime").is_none()),
+                "spec left unchanged: {}",
+                b.config()
+            );
+        }
+    }
+    // The shim: under a bad (fail-open) file, no spec change at all.
+    let cfg = bad_config("open");
+    let shim_dir = bin("containerd-shim-throttlewatch-v2")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let ctd = Containerd::start(
+        &[shim_dir],
+        &[("THROTTLEWATCH_CONFIG", cfg.path.to_str().unwrap())],
+    );
+    let img = Scratch::new("img");
+    ctd.import(&build_busybox_image(&img.0));
+    let all = std::fs::read_to_string("/sys/fs/cgroup/cpuset/cpuset.cpus").unwrap();
+    let out = ctd.ctr(&[
+        "run",
+        "--rm",
+        "--runtime",
+        SHIM_RUNTIME,
+        "--annotation",
+        "throttlewatch.io/cpuset=1",
+        IMAGE_NAME,
+        &id("badcfg-shim"),
+        "sh",
+        "-c",
+        "grep Cpus_allowed_list /proc/self/status",
+    ]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        ctd.log()
+    );
+    assert!(
+        said.trim().ends_with(all.trim()),
+        "the shim applied a cpuset under a bad config: {said:?} (machine: {all:?})"
+    );
+}
+
+/// Finding 8: `throttlewatch config check [FILE]` validates as the hook
+/// loads, and says what a file would do.
+#[test]
+fn config_check_validates_and_describes() {
+    use throttlewatch_integration::bin;
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/throttlewatch.toml");
+    let o = Command::new(bin("throttlewatch"))
+        .args(["config", "check", shipped])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        out.contains("valid") && out.contains("may set: watch, threshold, cpu-burst"),
+        "{out}"
+    );
+    let cfg = bad_config("closed");
+    let o = Command::new(bin("throttlewatch"))
+        .args(["config", "check"])
+        .arg(&cfg.path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("\"cpu-brust\" is not a key") && err.contains("containers are refused"),
+        "{err}"
+    );
+}
+
+/// Finding 9: the `end` written at poststop after runc removed the cgroup
+/// reports the last kernel reading, and says so (it used to report 0).
+#[test]
+fn end_after_the_cgroup_is_gone_keeps_the_last_kernel_reading() {
+    let _l = throttlewatch_integration::cpu_lock();
+    let cfg = PrivateConfig::new("snapshot_interval_s = 1");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let b = Bundle::new(
+        &id("gone"),
+        &ContainerOpts::busy(1, 3).quota(20_000, 100_000),
+    );
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "{}", text(&o));
+    rt.wait_stopped(&b.id, Duration::from_secs(30));
+    // runc itself (not the wrapper, which would end the log first): the
+    // cgroup is removed before the poststop hook runs.
+    let o = Command::new("runc")
+        .arg("--root")
+        .arg(&rt.root.0)
+        .args(["delete", &b.id])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let log = throttlewatch_integration::read_log(&cfg.log_of(&b.id));
+    let end = throttlewatch_integration::of_type(&log, "end")[0].clone();
+    let k = end["kernel_throttled_ns"].as_u64().unwrap();
+    assert!(k > 500_000_000, "a kernel figure that was read: {end}");
+    assert!(
+        end["kernel_stale"]
+            .as_str()
+            .is_some_and(|s| s.contains("last reading")),
+        "{end}"
+    );
+}
+
+/// Finding 9: the metrics server reads at most 8 KiB of a request and
+/// answers at once (it used to read a line of any length, until its timeout).
+#[test]
+fn metrics_server_bounds_what_it_reads() {
+    let port = free_port();
+    let cfg = PrivateConfig::new("");
+    let text = std::fs::read_to_string(&cfg.path).unwrap().replace(
+        "metrics_addr = \"\"",
+        &format!("metrics_addr = \"127.0.0.1:{port}\""),
+    );
+    std::fs::write(&cfg.path, text).unwrap();
+    let _agent = Agent::start(&cfg);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let t = std::time::Instant::now();
+    // 64 KiB of request line, no newline, and the connection kept open.
+    let _ = s.write_all(&vec![b'A'; 64 * 1024]);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let took = t.elapsed();
+    eprintln!("answer to a 64 KiB request line: {took:?}");
+    assert!(
+        String::from_utf8_lossy(&out).starts_with("HTTP/1.1 404"),
+        "{out:?}"
+    );
+    assert!(took < Duration::from_millis(1000), "took {took:?}");
+    assert!(http_get(port, "/metrics").starts_with("HTTP/1.1 200"));
+}
+
+/// Finding 9: a thread name with terminal escapes is printed escaped by
+/// `throttlewatch run` (it used to reach the terminal raw).
+#[test]
+fn thread_names_reach_the_terminal_escaped() {
+    use throttlewatch_integration::bin;
+    let _l = throttlewatch_integration::cpu_lock();
+    let o = Command::new(bin("throttlewatch"))
+        .args(["run", "--cpus", "0.2", "--", "sh", "-c"])
+        .arg("printf '\\033[2Jx\\ry' > /proc/self/comm; i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("frozen"), "some freezes are printed: {err}");
+    assert!(
+        !err.contains('\u{1b}') && !err.contains('\r'),
+        "raw control characters: {err:?}"
+    );
+    assert!(err.contains("\\u{1b}[2Jx\\ry"), "{err}");
+}
+
+/// `throttlewatch agent` with RLIMIT_NOFILE set to (soft, hard) before exec;
+/// killed (and reaped) on drop.
+struct LimitedAgent(std::process::Child);
+
+impl LimitedAgent {
+    fn start(cfg: &PrivateConfig, soft: u64, hard: u64) -> LimitedAgent {
+        use std::os::unix::process::CommandExt;
+        let mut c = Command::new(throttlewatch_integration::bin("throttlewatch"));
+        c.args(["agent", "--config"])
+            .arg(&cfg.path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: setrlimit only, between fork and exec.
+        unsafe {
+            c.pre_exec(move || {
+                let l = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let a = LimitedAgent(c.spawn().unwrap());
+        let t = std::time::Instant::now();
+        while !call(&cfg.socket, &Request::Status, Duration::from_secs(1)).is_ok_and(|r| r.ok) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "agent did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        a
+    }
+
+    /// (utime + stime) in clock ticks, and RSS in KiB, from /proc.
+    fn cpu_ticks(&self) -> u64 {
+        let st = std::fs::read_to_string(format!("/proc/{}/stat", self.0.id())).unwrap();
+        let f: Vec<&str> = st.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    }
+
+    fn rss_kib(&self) -> u64 {
+        throttlewatch_integration::containerd::vm_rss_kb(self.0.id()).unwrap()
+    }
+}
+
+impl Drop for LimitedAgent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Finding 5: 1000 containers (cgroups with a sleeping process) register
+/// with an agent started under a soft limit of 256 open files: the agent
+/// raises it to the hard limit, every register answers; RSS and CPU per
+/// container are printed.
+#[test]
+fn a_thousand_containers_register() {
+    const N: usize = 1000;
+    let cfg = PrivateConfig::new("snapshot_interval_s = 10");
+    let agent = LimitedAgent::start(&cfg, 256, 20_000);
+    let h = Hierarchies::discover().unwrap();
+    let rss0 = agent.rss_kib();
+    let t_setup = std::time::Instant::now();
+    let sleepers: Vec<Sleeper> = (0..N).map(|i| Sleeper::new(&h, &format!("k{i}"))).collect();
+    eprintln!("{N} cgroups with a sleeper: {:?}", t_setup.elapsed());
+    let ticks0 = agent.cpu_ticks();
+    let t = std::time::Instant::now();
+    // Four hooks at a time, as containers start on a busy node.
+    let failed: Vec<String> = std::thread::scope(|sc| {
+        let chunks: Vec<_> = sleepers
+            .iter()
+            .enumerate()
+            .collect::<Vec<_>>()
+            .chunks(N / 4)
+            .map(|c| c.to_vec())
+            .collect();
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| {
+                let socket = cfg.socket.clone();
+                sc.spawn(move || {
+                    let mut failed = vec![];
+                    for (i, s) in chunk {
+                        let r = call(
+                            &socket,
+                            &Request::Register(Register {
+                                container_id: format!("k{i}"),
+                                pid: Some(s.child.id()),
+                                cgroup_path: s.cg.group.rel.clone(),
+                                ..Default::default()
+                            }),
+                            Duration::from_secs(10),
+                        );
+                        match r {
+                            Ok(r) if r.ok => {}
+                            other => failed.push(format!("k{i}: {other:?}")),
+                        }
+                    }
+                    failed
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let took = t.elapsed();
+    let reg_ticks = agent.cpu_ticks() - ticks0;
+    let ticks1 = agent.cpu_ticks();
+    std::thread::sleep(Duration::from_secs(3));
+    let idle_ticks = agent.cpu_ticks() - ticks1;
+    let rss1 = agent.rss_kib();
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    eprintln!(
+        "{N} registers in {took:?} ({:.2} ms each); agent CPU {:.1} ms per register; idle with {N} watched: {:.2} % of a CPU; RSS {rss0} KiB -> {rss1} KiB ({:.1} KiB per container)",
+        took.as_secs_f64() * 1e3 / N as f64,
+        reg_ticks as f64 / hz * 1e3 / N as f64,
+        idle_ticks as f64 / hz / 3.0 * 100.0,
+        (rss1.saturating_sub(rss0)) as f64 / N as f64
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {N} registers failed, first: {}",
+        failed.len(),
+        failed[0]
+    );
+    let st = call(&cfg.socket, &Request::Status, Duration::from_secs(5)).unwrap();
+    assert_eq!(st.watch_map_entries, Some(N));
+    drop(sleepers);
+}

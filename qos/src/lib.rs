@@ -9,6 +9,7 @@
 
 pub mod apply;
 mod choice;
+pub mod config_check;
 pub mod exclusive;
 pub mod gpu;
 pub mod keys;

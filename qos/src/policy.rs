@@ -109,11 +109,10 @@ impl Policy {
 }
 
 impl From<&throttlewatch_core::config::QosPolicyConfig> for Policy {
-    /// The `[qos]` table of throttlewatch.toml (empty allowed list: all keys).
+    /// The `[qos]` table of throttlewatch.toml (no `allowed_keys`: all keys).
     fn from(c: &throttlewatch_core::config::QosPolicyConfig) -> Policy {
         Policy {
-            allowed_keys: (!c.allowed_annotations.is_empty())
-                .then(|| c.allowed_annotations.clone()),
+            allowed_keys: c.allowed_keys.clone(),
             max_burst_percent: c.max_burst_percent,
             allow_exclusive: c.allow_exclusive,
             env_keys: c.env_keys.clone(),

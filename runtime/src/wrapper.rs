@@ -25,11 +25,18 @@ pub fn main(args: Vec<OsString>) -> i32 {
     ));
     let log = RuncLog::new(args.log.clone(), args.log_format.as_deref());
     let config_path = config_path(&args);
-    let (cfg, cfg_ok) = match Config::load(config_path.as_deref()) {
+    let (cfg, cfg_ok) = match throttlewatch_qos::config_check::load(config_path.as_deref()) {
         Ok(c) => (c, true),
-        Err(e) => {
+        Err(bad)
+            if bad.fail_mode == FailMode::Closed
+                && matches!(args.subcommand(), Some("create") | Some("run")) =>
+        {
+            log.error(&format!("{bad} (fail-closed: create refused)"));
+            return 1;
+        }
+        Err(bad) => {
             log.error(&format!(
-                "{e}; passing through to the low-level runtime unchanged"
+                "{bad}; passing through to the low-level runtime unchanged"
             ));
             (Config::default(), false)
         }

@@ -8,7 +8,6 @@ use std::io::{IoSliceMut, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use log::warn;
@@ -16,8 +15,10 @@ use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
 const COPY_STACK: usize = 64 * 1024;
 
-/// A listening socket for one `runc create/exec --console-socket`; its file
-/// is removed on drop.
+/// A listening socket for one `runc create/exec --console-socket`, in a
+/// fresh directory of its own (mkdtemp: 0700, unpredictable name), so no
+/// other user of the shared temp directory can bind the name first or
+/// connect to it; both are removed on drop.
 pub struct ConsoleSocket {
     listener: UnixListener,
     path: PathBuf,
@@ -25,15 +26,11 @@ pub struct ConsoleSocket {
 
 impl ConsoleSocket {
     pub fn new() -> std::io::Result<ConsoleSocket> {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "tw-pty-{}-{}.sock",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let path = std::env::temp_dir().join(name);
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path)?;
+        let dir = nix::unistd::mkdtemp(&std::env::temp_dir().join("tw-pty-XXXXXX"))?;
+        let path = dir.join("console.sock");
+        let listener = UnixListener::bind(&path).inspect_err(|_| {
+            let _ = std::fs::remove_dir(&dir);
+        })?;
         Ok(ConsoleSocket { listener, path })
     }
 
@@ -95,6 +92,9 @@ impl ConsoleSocket {
 impl Drop for ConsoleSocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -263,6 +263,22 @@ mod tests {
         let path = sock.path().to_path_buf();
         drop(sock);
         assert!(!path.exists(), "socket file removed");
+        assert!(!path.parent().unwrap().exists(), "its directory too");
+    }
+
+    /// Issue 11: not a predictable name in the shared temp directory, but a
+    /// private (0700) directory of its own.
+    #[test]
+    fn the_socket_lives_in_a_private_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let (a, b) = (ConsoleSocket::new().unwrap(), ConsoleSocket::new().unwrap());
+        let dir = a.path().parent().unwrap();
+        assert_ne!(dir, std::env::temp_dir());
+        assert_ne!(dir, b.path().parent().unwrap());
+        let mode = std::fs::metadata(dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.contains(&std::process::id().to_string()), "{name}");
     }
 
     #[test]

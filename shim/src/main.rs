@@ -2,6 +2,7 @@
 //! runc with the throttlewatch spec modifiers applied on every create.
 
 mod console;
+mod drain;
 mod metrics;
 mod runc;
 mod service;

@@ -22,7 +22,7 @@ use containerd_shim::protos::ttrpc::{self, Server};
 use containerd_shim::protos::EventsClient;
 use containerd_shim::{api, Context, ExitSignal, Flags, StartOpts};
 use log::{error, info, warn};
-use throttlewatch_core::config::Config;
+use throttlewatch_core::config::{BadConfig, Config};
 use throttlewatch_lifecycle::spec_file::CONFIG_JSON;
 
 use crate::runc::{runc_binary, runc_root, Runc};
@@ -40,6 +40,9 @@ pub const GROUP_ANNOTATIONS: [&str; 3] = [
 ];
 
 type BoxError = Box<dyn std::error::Error>;
+
+/// How long the daemon waits, after Shutdown, for other requests to be answered.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub fn main() -> i32 {
     let args: Vec<_> = std::env::args_os().collect();
@@ -76,12 +79,19 @@ pub fn main() -> i32 {
     }
 }
 
-fn load_config() -> Config {
-    Config::load(None).unwrap_or_else(|e| {
-        warn!("{e}; using the built-in defaults");
-        eprintln!("{RUNTIME_ID}: {e}; using the built-in defaults");
-        Config::default()
-    })
+/// The configuration, or the built-in defaults for paths and the runtime
+/// with the reason it could not be used: the task service then changes no
+/// spec (the defaults would allow every key) and honours the fail mode the
+/// file meant.
+fn load_config() -> (Config, Option<BadConfig>) {
+    match throttlewatch_qos::config_check::load(None) {
+        Ok(c) => (c, None),
+        Err(bad) => {
+            warn!("{bad}; specs are left unchanged");
+            eprintln!("{RUNTIME_ID}: {bad}; specs are left unchanged");
+            (Config::default(), Some(bad))
+        }
+    }
 }
 
 /// The grouping key of a bundle's spec (cwd is the bundle on `start`).
@@ -127,7 +137,7 @@ fn start(flags: &Flags) -> Result<(), BoxError> {
 
 fn delete(flags: &Flags) -> Result<(), BoxError> {
     reap_children()?; // runc's exit status arrives through the reaper
-    let cfg = load_config();
+    let (cfg, _) = load_config();
     let runc = Runc {
         binary: runc_binary(&cfg),
         root: runc_root(&flags.namespace),
@@ -253,7 +263,7 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
         return Err(format!("set subreaper: {}", std::io::Error::last_os_error()).into());
     }
     reap_children()?;
-    let cfg = load_config();
+    let (cfg, bad_config) = load_config();
     let runc = Runc {
         binary: runc_binary(&cfg),
         root: runc_root(&flags.namespace),
@@ -262,13 +272,14 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
     let ttrpc_address = std::env::var("TTRPC_ADDRESS").map_err(|_| "TTRPC_ADDRESS is not set")?;
     publish_events(&ttrpc_address, flags.namespace.clone(), rx)?;
     let exit = Arc::new(ExitSignal::default());
-    let task = Arc::new(TaskService::new(runc, cfg, tx, exit.clone()));
+    let task = Arc::new(TaskService::new(runc, cfg, tx, exit.clone()).with_bad_config(bad_config));
 
     let Some(listener) = bind(&flags.socket)? else {
         containerd_shim::util::write_address(&flags.socket)?;
         signal_started();
         return Ok(());
     };
+    let in_flight = crate::drain::InFlight::default();
     let mut methods = containerd_shim::protos::create_task(task.clone());
     for (name, m) in containerd_shim::protos::create_task(task) {
         methods.insert(
@@ -284,11 +295,12 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
         .set_thread_count_default(1)
         .set_thread_count_max(1)
         .add_listener(listener.into_raw_fd())?
-        .register_service(methods);
+        .register_service(in_flight.wrap(methods));
     server.start_listen()?;
     signal_started();
     info!("serving {} for {}", flags.socket, flags.id);
     exit.wait();
+    in_flight.drain(DRAIN_LIMIT); // answer what is in flight (crate::drain)
     server.shutdown();
     let path = socket_path(&flags.socket);
     if std::fs::metadata(path)

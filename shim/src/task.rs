@@ -16,7 +16,7 @@ use containerd_shim::protos::topics;
 use containerd_shim::protos::ttrpc::{self, Code};
 use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
 use log::{info, warn};
-use throttlewatch_core::config::{Config, FailMode};
+use throttlewatch_core::config::{BadConfig, Config, FailMode};
 use throttlewatch_lifecycle::held_burst::{derive_for_bundle, HeldBurst};
 use throttlewatch_lifecycle::modifiers::{modify_bundle, ModifyContext};
 
@@ -29,6 +29,8 @@ pub struct TaskService {
     state: Shared,
     runc: Runc,
     cfg: Config,
+    /// Set when the configuration could not be used: no spec is modified.
+    bad_config: Option<BadConfig>,
     events: Mutex<mpsc::Sender<Event>>,
     exit: Arc<ExitSignal>,
 }
@@ -65,9 +67,15 @@ impl TaskService {
             state,
             runc,
             cfg,
+            bad_config: None,
             events: Mutex::new(events),
             exit,
         }
+    }
+
+    pub fn with_bad_config(mut self, bad: Option<BadConfig>) -> Self {
+        self.bad_config = bad;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -99,8 +107,20 @@ impl TaskService {
     }
 
     /// The throttlewatch spec modifiers on the bundle (fail-open unless
-    /// `fail_mode = "closed"`).
+    /// `fail_mode = "closed"`). Under a configuration that could not be
+    /// used the spec is left unchanged (the built-in defaults would allow
+    /// every key), or the create refused when the file meant fail-closed.
     fn modify_spec(&self, id: &str, bundle: &Path) -> TtrpcResult<()> {
+        match &self.bad_config {
+            Some(bad) if bad.fail_mode == FailMode::Closed => {
+                return Err(err(
+                    Code::FAILED_PRECONDITION,
+                    format!("throttlewatch: {bad} (fail-closed: create refused)"),
+                ));
+            }
+            Some(_) => return Ok(()),
+            None => {}
+        }
         let res = ModifyContext::from_env(&self.cfg)
             .map_err(|e| e.to_string())
             .and_then(|ctx| modify_bundle(bundle, &ctx).map_err(|e| e.to_string()));

@@ -1,0 +1,83 @@
+//! `throttlewatch config check [FILE]`: validate a configuration as the hook,
+//! the wrapper and the shim load it, and say what it would do.
+
+use std::path::Path;
+
+use throttlewatch_core::config::{Config, FailMode};
+use throttlewatch_qos::{Key, Policy};
+
+use crate::CliError;
+
+/// Exit 0 and a description for a valid file; 1 and the reason otherwise.
+pub fn check(file: Option<&Path>) -> Result<i32, CliError> {
+    let shown = file
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "the configuration in use".into());
+    match throttlewatch_qos::config_check::load(file) {
+        Ok(cfg) => {
+            println!("{shown}: valid");
+            print!("{}", describe(&cfg));
+            Ok(0)
+        }
+        Err(bad) => {
+            let then = match bad.fail_mode {
+                FailMode::Closed => "fail_mode = \"closed\" is meant: containers are refused",
+                FailMode::Open => "containers start unchanged and unwatched",
+            };
+            Err(CliError::fail(format!(
+                "{bad}\nwith this file the hook, the wrapper and the shim apply nothing; {then}"
+            )))
+        }
+    }
+}
+
+fn keys(list: impl Iterator<Item = Key>) -> String {
+    let v: Vec<&str> = list.map(|k| k.name()).collect();
+    if v.is_empty() {
+        "nothing".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// What the configuration does, one line per concern.
+pub fn describe(cfg: &Config) -> String {
+    let p = Policy::for_config(cfg);
+    let annotations = keys(Key::ALL.into_iter().filter(|k| p.allows(*k)));
+    let env = keys(
+        Key::ALL
+            .into_iter()
+            .filter(|k| p.allows(*k) && p.env_allows(*k).is_ok()),
+    );
+    let mode = match cfg.fail_mode {
+        FailMode::Open => "open: a bad annotation or a missing agent never breaks a container",
+        FailMode::Closed => "closed: a container whose QoS or registration fails is refused",
+    };
+    format!(
+        "fail_mode: {mode}\n\
+         annotations may set: {annotations}\n\
+         the environment (an image's ENV too) may set: {env}\n\
+         threshold: {} (containers may raise it, never lower it)\n\
+         max_burst_percent: {}; allow_exclusive: {}\n\
+         agent: socket {}, answer within {} ms, else the container {}\n\
+         hook entries: timeout {} s; exclusive-cores lock: wait at most {} ms\n\
+         logs: {}; metrics: {}\n",
+        cfg.threshold,
+        p.burst_cap_percent(),
+        cfg.qos.allow_exclusive,
+        cfg.socket.display(),
+        cfg.agent_timeout().as_millis(),
+        match cfg.fail_mode {
+            FailMode::Open => "starts unwatched",
+            FailMode::Closed => "is refused",
+        },
+        cfg.hook_timeout_s.max(1),
+        cfg.cpuset_lock_timeout().as_millis(),
+        cfg.log_dir.display(),
+        if cfg.metrics_addr.is_empty() {
+            "off".to_string()
+        } else {
+            cfg.metrics_addr.clone()
+        },
+    )
+}

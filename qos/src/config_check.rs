@@ -1,0 +1,93 @@
+//! The node configuration as the hook, the wrapper and the shim load it: the
+//! file must parse (core) and its `[qos]` key lists must name keys (here,
+//! where the keys are known). What fails is a [`BadConfig`]: callers then
+//! change nothing (never the permissive defaults) and honour the fail mode
+//! the file meant.
+
+use std::path::Path;
+
+use throttlewatch_core::config::{BadConfig, Config};
+
+use crate::keys::{Key, PREFIX};
+use crate::policy::ANNOTATION_ONLY;
+
+/// `Config::load_checked`, then [`check`].
+pub fn load(explicit: Option<&Path>) -> Result<Config, BadConfig> {
+    let cfg = Config::load_checked(explicit)?;
+    check(&cfg).map_err(|e| BadConfig {
+        error: format!("config {}: {e}", describe_path(explicit)),
+        fail_mode: cfg.fail_mode,
+    })?;
+    Ok(cfg)
+}
+
+fn describe_path(explicit: Option<&Path>) -> String {
+    explicit
+        .map(|p| p.display().to_string())
+        .or_else(|| std::env::var(throttlewatch_core::config::ENV_CONFIG).ok())
+        .unwrap_or_else(|| throttlewatch_core::config::DEFAULT_PATH.to_string())
+}
+
+/// Every name in `[qos] allowed_keys` and `env_keys` is a key; `env_keys`
+/// names no cpuset key (those are honoured from annotations only).
+pub fn check(cfg: &Config) -> Result<(), String> {
+    let known = || {
+        Key::ALL
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let key = |field: &str, name: &str| {
+        Key::from_name(name.strip_prefix(PREFIX).unwrap_or(name))
+            .ok_or_else(|| format!("[qos] {field}: {name:?} is not a key; known: {}", known()))
+    };
+    for n in cfg.qos.allowed_keys.iter().flatten() {
+        key("allowed_keys", n)?;
+    }
+    for n in &cfg.qos.env_keys {
+        let k = key("env_keys", n)?;
+        if ANNOTATION_ONLY.contains(&k) {
+            return Err(format!(
+                "[qos] env_keys: {n:?} cannot come from the environment (cpusets are honoured from annotations only)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, String> {
+        let c = Config::parse(Path::new("t.toml"), text).map_err(|e| e.to_string())?;
+        check(&c)?;
+        Ok(c)
+    }
+
+    #[test]
+    fn key_lists_name_keys() {
+        assert!(parse("[qos]\nallowed_keys = [\"watch\", \"throttlewatch.io/cpuset\"]").is_ok());
+        let e = parse("[qos]\nallowed_keys = [\"cpu-brust\"]").unwrap_err();
+        assert!(
+            e.contains("allowed_keys") && e.contains("cpu-brust") && e.contains("cpu-burst"),
+            "{e}"
+        );
+        let e = parse("[qos]\nenv_keys = [\"cpuset\"]").unwrap_err();
+        assert!(e.contains("annotations only"), "{e}");
+        assert!(parse("[qos]\nenv_keys = [\"qos-class\", \"gpus\"]").is_ok());
+    }
+
+    #[test]
+    fn allowed_keys_empty_means_none_and_old_name_is_read() {
+        let c = parse("[qos]\nallowed_keys = []").unwrap();
+        let p = crate::Policy::from(&c.qos);
+        assert!(Key::ALL.iter().all(|k| !p.allows(*k)), "[] allows nothing");
+        let c = parse("[qos]\nallowed_annotations = [\"watch\"]").unwrap();
+        let p = crate::Policy::from(&c.qos);
+        assert!(p.allows(Key::Watch) && !p.allows(Key::Cpuset));
+        let p = crate::Policy::from(&parse("").unwrap().qos);
+        assert!(Key::ALL.iter().all(|k| p.allows(*k)), "omitted: all");
+    }
+}

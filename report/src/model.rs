@@ -1,0 +1,231 @@
+//! One container's log folded into figures, in one pass and in memory that
+//! depends on the number of threads, CPUs and throttled periods, never on the
+//! number of records.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use throttlewatch_core::logfmt::{ColdStart, CpuStatSnapshot, End, Record, Runq, Start, Throttle};
+
+use crate::heatmap::Heatmaps;
+use crate::histogram::LogHistogram;
+
+/// Per-thread freeze figures.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ThreadFreezes {
+    pub tid: u32,
+    pub comm: String,
+    pub freezes: u64,
+    pub frozen_ns: u64,
+    pub longest_ns: u64,
+}
+
+/// One CFS period with throttling, as the records show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PeriodThrottle {
+    /// Sum over CPUs of the span from the first freeze on that CPU to the last thaw.
+    pub throttled_ns: u64,
+    /// Distinct threads frozen in it.
+    pub threads: u32,
+    /// CPUs with a freeze in it.
+    pub cpus: u32,
+}
+
+/// One throttled period: CPU -> (first freeze start, last thaw), and the threads frozen.
+type PeriodSpans = (HashMap<u32, (u64, u64)>, Vec<u32>);
+
+/// Everything the report needs from one log.
+#[derive(Debug, Default)]
+pub struct Container {
+    pub start: Option<Start>,
+    pub start_ts: Option<u64>,
+    pub last_ts: u64,
+    pub end: Option<End>,
+    pub resumes: u64,
+    pub cold_start: Option<ColdStart>,
+    pub last_cpu_stat: Option<CpuStatSnapshot>,
+    /// Interval `runq` records summed (used while there is no `end`).
+    pub runq_intervals: Runq,
+    pub runq_p99_max: Option<u64>,
+    pub freezes: LogHistogram,
+    pub queued_freezes: u64,
+    pub threads: HashMap<u32, ThreadFreezes>,
+    pub heat: Heatmaps,
+    /// period index -> CPU -> (first freeze start, last thaw), and its threads.
+    periods: BTreeMap<u64, PeriodSpans>,
+    /// Where thaws fall in the period (from the first freeze): periods are
+    /// counted from half a period before it, so one period's thaws share an index.
+    thaw_phase: Option<u64>,
+}
+
+impl Container {
+    pub fn period_ns(&self) -> u64 {
+        self.start
+            .as_ref()
+            .map(|s| s.period_us * 1000)
+            .filter(|p| *p > 0)
+            .unwrap_or(100_000_000)
+    }
+
+    pub fn add(&mut self, ts: u64, rec: Record) {
+        self.last_ts = self.last_ts.max(ts);
+        match rec {
+            Record::Start(s) => {
+                if self.start.is_none() {
+                    self.start_ts = Some(ts);
+                    self.heat = Heatmaps::new(ts, s.period_us * 1000);
+                    self.start = Some(s);
+                }
+            }
+            Record::Resume(_) => self.resumes += 1,
+            Record::Throttle(t) => self.add_throttle(t),
+            Record::CpuStat(c) => {
+                self.last_cpu_stat = Some(c);
+            }
+            Record::Runq(r) => {
+                let s = &mut self.runq_intervals;
+                s.interval_ns += r.interval_ns;
+                s.count += r.count;
+                s.total_ns += r.total_ns;
+                s.max_ns = s.max_ns.max(r.max_ns);
+                s.preempted_by_same += r.preempted_by_same;
+                s.preempted_by_other += r.preempted_by_other;
+                s.preempted_by_host += r.preempted_by_host;
+                s.excluded_thaws += r.excluded_thaws;
+                if let Some(p) = r.p99_ns {
+                    self.runq_p99_max = Some(self.runq_p99_max.unwrap_or(0).max(p));
+                }
+            }
+            Record::ColdStart(c) => self.cold_start = Some(c),
+            Record::End(e) => self.end = Some(e),
+        }
+    }
+
+    fn add_throttle(&mut self, t: Throttle) {
+        if self.start.is_none() && self.heat.is_empty() {
+            // A log whose start part is gone (rotated away): time from the first freeze.
+            self.heat = Heatmaps::new(t.start_ns, 100_000_000);
+        }
+        self.freezes.add(t.frozen_ns);
+        if t.queued {
+            self.queued_freezes += 1;
+        }
+        self.heat.add(&t);
+        let th = self.threads.entry(t.tid).or_insert_with(|| ThreadFreezes {
+            tid: t.tid,
+            ..Default::default()
+        });
+        if th.comm != t.comm {
+            th.comm = t.comm.clone();
+        }
+        th.freezes += 1;
+        th.frozen_ns += t.frozen_ns;
+        th.longest_ns = th.longest_ns.max(t.frozen_ns);
+        let p = self.period_ns();
+        let end = t.start_ns + t.frozen_ns;
+        self.thaw_phase.get_or_insert(end % p);
+        let index = self.period_index(end).unwrap_or(0);
+        let (cpus, tids) = self.periods.entry(index).or_default();
+        let span = cpus.entry(t.cpu).or_insert((t.start_ns, end));
+        span.0 = span.0.min(t.start_ns);
+        span.1 = span.1.max(end);
+        if !tids.contains(&t.tid) && tids.len() < 4096 {
+            tids.push(t.tid);
+        }
+    }
+
+    /// The period a thaw at `ts` ends (counted as the throttled periods are).
+    pub fn period_index(&self, ts: u64) -> Option<u64> {
+        let p = self.period_ns();
+        let phase = self.thaw_phase?;
+        Some((ts + p + p / 2 - phase) / p)
+    }
+
+    /// Throttled periods in order, each capped at what the CPUs can hold.
+    pub fn throttled_periods(&self) -> Vec<(u64, PeriodThrottle)> {
+        let p = self.period_ns();
+        self.periods
+            .iter()
+            .map(|(k, (cpus, tids))| {
+                let ns: u64 = cpus.values().map(|(a, b)| (b - a).min(p)).sum();
+                (
+                    *k,
+                    PeriodThrottle {
+                        throttled_ns: ns,
+                        threads: tids.len() as u32,
+                        cpus: cpus.len() as u32,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Threads by frozen time, most first.
+    pub fn top_threads(&self, n: usize) -> Vec<ThreadFreezes> {
+        let mut v: Vec<_> = self.threads.values().cloned().collect();
+        v.sort_by(|a, b| b.frozen_ns.cmp(&a.frozen_ns).then(a.tid.cmp(&b.tid)));
+        v.truncate(n);
+        v
+    }
+
+    /// Wall time the log covers: `end.duration_ns`, else first to last record.
+    pub fn wall_ns(&self) -> u64 {
+        if let Some(e) = &self.end {
+            return e.duration_ns;
+        }
+        self.start_ts
+            .map(|s| self.last_ts.saturating_sub(s))
+            .unwrap_or(0)
+    }
+
+    /// The kernel's throttled time: `end`, else the `cpu_stat` deltas.
+    pub fn kernel_throttled_ns(&self) -> Option<u64> {
+        if let Some(e) = &self.end {
+            return Some(e.kernel_throttled_ns);
+        }
+        // The counters are cumulative from the group's creation.
+        self.last_cpu_stat.as_ref().map(|c| c.throttled_ns)
+    }
+
+    /// (periods, throttled periods): `end`, else the last `cpu_stat`.
+    pub fn periods_throttled(&self) -> Option<(u64, u64)> {
+        if let Some(e) = &self.end {
+            return Some((e.nr_periods, e.nr_throttled));
+        }
+        self.last_cpu_stat
+            .as_ref()
+            .map(|c| (c.nr_periods, c.nr_throttled))
+    }
+
+    /// Run-queue figures for the whole watch: `end.runq`, else the intervals summed
+    /// (their percentiles are not additive: p50 is unknown, p99 is the worst interval's).
+    pub fn runq(&self) -> Option<Runq> {
+        if let Some(r) = self.end.as_ref().and_then(|e| e.runq.clone()) {
+            return Some(r);
+        }
+        if self.runq_intervals.interval_ns == 0 {
+            return None;
+        }
+        let mut r = self.runq_intervals.clone();
+        r.p50_ns = None;
+        r.p99_ns = self.runq_p99_max;
+        Some(r)
+    }
+
+    /// Per-thread frozen time summed (the `end` figure when present: it counts
+    /// freezes under the threshold too).
+    pub fn frozen_ns(&self) -> u64 {
+        self.end
+            .as_ref()
+            .map(|e| e.frozen_ns)
+            .unwrap_or_else(|| self.threads.values().map(|t| t.frozen_ns).sum())
+    }
+
+    pub fn name(&self) -> String {
+        match &self.start {
+            Some(s) if !s.container_name.is_empty() => s.container_name.clone(),
+            Some(s) => s.container_id.clone(),
+            None => String::new(),
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! Finding and streaming per-container logs (docs/log-format.md).
+//!
+//! A log is read one line at a time into a reused buffer, so memory stays flat
+//! in the log's size. Rotated parts (`X.jsonl.2`, `X.jsonl.1`, then `X.jsonl`)
+//! are read oldest first as one log. A last line without its newline that does
+//! not parse is a write in progress (or cut by a crash): it is skipped and
+//! counted. Anything else that does not parse stops the read with one line
+//! naming the file, the line number and the problem.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use throttlewatch_core::logfmt::{log_file_name, Line, Record, Throttle, SCHEMA_VERSION};
+
+/// The record types schema version 1 defines.
+const RECORD_TYPES: &str = "start, resume, throttle, cpu_stat, runq, cold_start, end";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {problem}")]
+    Malformed {
+        path: PathBuf,
+        line: u64,
+        problem: String,
+    },
+    #[error("{0}")]
+    NotFound(String),
+}
+
+/// One container's log: its parts, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSource {
+    pub parts: Vec<PathBuf>,
+}
+
+impl LogSource {
+    /// The current (newest) part, which names the log.
+    pub fn path(&self) -> &Path {
+        self.parts
+            .last()
+            .map(PathBuf::as_path)
+            .unwrap_or(Path::new(""))
+    }
+    pub fn total_bytes(&self) -> u64 {
+        self.parts
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+}
+
+/// Counters from one read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReadStats {
+    pub bytes: u64,
+    pub lines: u64,
+    /// Last lines without their newline that did not parse (being written, or cut).
+    pub truncated_lines: u64,
+    /// Lines with a schema version older than this reader's (read as v1 reads them).
+    pub older_version_lines: u64,
+}
+
+/// Resolve the command-line arguments: files, directories (every log in
+/// them), or container ids / names looked up in `log_dir`.
+pub fn resolve(args: &[String], log_dir: &Path) -> Result<Vec<LogSource>, ReadError> {
+    let mut out = Vec::new();
+    for a in args {
+        let p = Path::new(a);
+        if p.is_dir() {
+            let found = logs_in_dir(p)?;
+            if found.is_empty() {
+                return Err(ReadError::NotFound(format!(
+                    "{a}: no *.jsonl logs in this directory"
+                )));
+            }
+            out.extend(found);
+        } else if p.is_file() {
+            out.push(with_rotated_parts(p));
+        } else {
+            out.push(by_container(a, log_dir)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Every log in a directory (rotated parts folded into their log), by name.
+pub fn logs_in_dir(dir: &Path) -> Result<Vec<LogSource>, ReadError> {
+    let io = |source| ReadError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl") && p.is_file())
+        .collect();
+    names.sort();
+    Ok(names.iter().map(|p| with_rotated_parts(p)).collect())
+}
+
+/// `X.jsonl` with its rotated parts `X.jsonl.N` (N = 1 is the newest of them).
+pub fn with_rotated_parts(current: &Path) -> LogSource {
+    let mut parts = Vec::new();
+    let mut n = 1;
+    loop {
+        let mut s = current.as_os_str().to_owned();
+        s.push(format!(".{n}"));
+        let p = PathBuf::from(s);
+        if !p.is_file() {
+            break;
+        }
+        parts.push(p);
+        n += 1;
+    }
+    parts.reverse();
+    parts.push(current.to_path_buf());
+    LogSource { parts }
+}
+
+/// A container id, an unambiguous id prefix, or a container name, in `log_dir`.
+fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
+    let exact = log_dir.join(log_file_name(key));
+    if exact.is_file() {
+        return Ok(with_rotated_parts(&exact));
+    }
+    let all = logs_in_dir(log_dir).map_err(|_| {
+        ReadError::NotFound(format!(
+            "{key}: not a file, a directory, or a container with a log in {} (the configured log_dir, which cannot be read)",
+            log_dir.display()
+        ))
+    })?;
+    let prefix = log_file_name(key);
+    let prefix = prefix.trim_end_matches(".jsonl");
+    let mut hits: Vec<LogSource> = all
+        .iter()
+        .filter(|s| {
+            s.path()
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        })
+        .cloned()
+        .collect();
+    if hits.is_empty() {
+        hits = all
+            .into_iter()
+            .filter(|s| start_of(s).is_some_and(|st| st.container_name == key))
+            .collect();
+    }
+    match hits.len() {
+        1 => Ok(hits.remove(0)),
+        0 => Err(ReadError::NotFound(format!(
+            "{key}: not a file, a directory, or a container id/name with a log in {}",
+            log_dir.display()
+        ))),
+        n => Err(ReadError::NotFound(format!(
+            "{key}: matches {n} logs in {} ({}); give more of the id",
+            log_dir.display(),
+            hits.iter()
+                .map(|h| h.path().display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The start record of a log, if its first line is one.
+fn start_of(s: &LogSource) -> Option<throttlewatch_core::logfmt::Start> {
+    let f = File::open(s.parts.first()?).ok()?;
+    let mut line = String::new();
+    BufReader::new(f).read_line(&mut line).ok()?;
+    match serde_json::from_str::<Line>(&line).ok()?.record {
+        Record::Start(st) => Some(st),
+        _ => None,
+    }
+}
+
+/// Enough of a line to check its version and pick how to read the rest.
+#[derive(Deserialize)]
+struct Head<'a> {
+    v: Option<u64>,
+    #[serde(rename = "type", borrow)]
+    ty: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A `throttle` line read straight into its fields: the bulk of every log,
+/// so it skips the generic (buffering) tagged-enum path.
+#[derive(Deserialize)]
+struct ThrottleLine {
+    ts: u64,
+    tid: u32,
+    pid: u32,
+    comm: String,
+    cpu: u32,
+    cpu_in: u32,
+    start_ns: u64,
+    frozen_ns: u64,
+    cgroup_id: u64,
+    throttled_cgroup_id: u64,
+    throttled_level: u32,
+    #[serde(default)]
+    queued: bool,
+}
+
+const THROTTLE_TAG: &[u8] = b"\"type\":\"throttle\"";
+
+/// Stream every record of `src` to `each`; `progress` gets the bytes read so far.
+pub fn read(
+    src: &LogSource,
+    mut each: impl FnMut(u64, Record),
+    mut progress: impl FnMut(u64),
+) -> Result<ReadStats, ReadError> {
+    let mut stats = ReadStats::default();
+    let mut buf = Vec::with_capacity(4096);
+    for path in &src.parts {
+        let io = |source| ReadError::Io {
+            path: path.clone(),
+            source,
+        };
+        let f = File::open(path).map_err(io)?;
+        let mut r = BufReader::with_capacity(256 * 1024, f);
+        let mut lineno = 0u64;
+        loop {
+            buf.clear();
+            let n = r.by_ref().read_until(b'\n', &mut buf).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            lineno += 1;
+            stats.bytes += n as u64;
+            if lineno & 0xffff == 0 {
+                progress(stats.bytes);
+            }
+            let complete = buf.last() == Some(&b'\n');
+            let text = trim(&buf);
+            if text.is_empty() {
+                continue;
+            }
+            match parse_line(text) {
+                Ok(Some((v, ts, rec))) => {
+                    stats.lines += 1;
+                    if v < SCHEMA_VERSION as u64 {
+                        stats.older_version_lines += 1;
+                    }
+                    each(ts, rec);
+                }
+                Ok(None) => stats.lines += 1,
+                // A cut last line: the writer is mid-line, or crashed there.
+                Err(_) if !complete => stats.truncated_lines += 1,
+                Err(problem) => {
+                    return Err(ReadError::Malformed {
+                        path: path.clone(),
+                        line: lineno,
+                        problem,
+                    })
+                }
+            }
+        }
+    }
+    progress(stats.bytes);
+    Ok(stats)
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let s = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let e = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(s, |e| e + 1);
+    &b[s..e]
+}
+
+/// One line: `Ok(Some((v, ts, record)))`, or the problem in words.
+fn parse_line(text: &[u8]) -> Result<Option<(u64, u64, Record)>, String> {
+    if memfind(text, THROTTLE_TAG) {
+        if let Ok(t) = serde_json::from_slice::<ThrottleLine>(text) {
+            let v = check_version(text)?;
+            return Ok(Some((v, t.ts, Record::Throttle(t.into()))));
+        }
+    }
+    let head: Head = serde_json::from_slice(text).map_err(|e| format!("not JSON: {e}"))?;
+    check_head(&head)?;
+    let line: Line = serde_json::from_slice(text).map_err(|e| {
+        format!(
+            "a `{}` record that schema version {SCHEMA_VERSION} cannot read: {e}",
+            head.ty.as_deref().unwrap_or("")
+        )
+    })?;
+    Ok(Some((line.v as u64, line.ts, line.record)))
+}
+
+/// The version of a line already known to be a well-formed throttle record.
+/// Checked only where the writer put `"v":1` first; otherwise read the head.
+fn check_version(text: &[u8]) -> Result<u64, String> {
+    let one = format!("{{\"v\":{SCHEMA_VERSION},");
+    if text.starts_with(one.as_bytes()) {
+        return Ok(SCHEMA_VERSION as u64);
+    }
+    let head: Head = serde_json::from_slice(text).map_err(|e| format!("not JSON: {e}"))?;
+    check_head(&head)?;
+    Ok(head.v.unwrap_or(0))
+}
+
+fn check_head(head: &Head) -> Result<(), String> {
+    match head.v {
+        None => return Err("no `v` (schema version) field".into()),
+        Some(0) => return Err("`v` is 0: schema versions start at 1".into()),
+        Some(v) if v > SCHEMA_VERSION as u64 => {
+            return Err(format!(
+                "schema version {v} is newer than this reader's ({SCHEMA_VERSION}); use a newer throttlewatch"
+            ))
+        }
+        Some(_) => {}
+    }
+    match head.ty.as_deref() {
+        None => Err(format!("no `type` field (accepted: {RECORD_TYPES})")),
+        Some(t) if !RECORD_TYPES.split(", ").any(|k| k == t) => Err(format!(
+            "unknown record type `{t}` (accepted: {RECORD_TYPES})"
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+fn memfind(hay: &[u8], needle: &[u8]) -> bool {
+    // The tag sits near the start of every line the agent writes.
+    let hay = &hay[..hay.len().min(64)];
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+impl From<ThrottleLine> for Throttle {
+    fn from(t: ThrottleLine) -> Throttle {
+        Throttle {
+            tid: t.tid,
+            pid: t.pid,
+            comm: t.comm,
+            cpu: t.cpu,
+            cpu_in: t.cpu_in,
+            start_ns: t.start_ns,
+            frozen_ns: t.frozen_ns,
+            cgroup_id: t.cgroup_id,
+            throttled_cgroup_id: t.throttled_cgroup_id,
+            throttled_level: t.throttled_level,
+            queued: t.queued,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const START: &str = r#"{"v":1,"ts":5,"type":"start","container_id":"abc","container_name":"web","pid":null,"cgroup_path":"/x","cgroup_id":1,"cgroup_mode":"v1","quota_us":50000,"period_us":100000,"burst_us":0,"cpus":"0-1","mems":"0","kernel_release":"6.18","throttle_model":"task","probe":"tp_btf","threshold_ns":0}"#;
+    const THR: &str = r#"{"v":1,"ts":6,"type":"throttle","tid":7,"pid":7,"comm":"w","cpu":1,"cpu_in":1,"start_ns":10,"frozen_ns":20,"cgroup_id":1,"throttled_cgroup_id":1,"throttled_level":1}"#;
+
+    fn read_all(p: &Path) -> Result<(Vec<Record>, ReadStats), ReadError> {
+        let mut v = Vec::new();
+        let s = read(&with_rotated_parts(p), |_, r| v.push(r), |_| {})?;
+        Ok((v, s))
+    }
+
+    #[test]
+    fn reads_records_and_skips_a_cut_last_line() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("abc.jsonl");
+        std::fs::write(&p, format!("{START}\n{THR}\n{}", &THR[..40])).unwrap();
+        let (recs, s) = read_all(&p).unwrap();
+        assert_eq!(recs.len(), 2);
+        assert!(matches!(&recs[1], Record::Throttle(t) if t.frozen_ns == 20 && t.tid == 7));
+        assert_eq!(s.truncated_lines, 1);
+    }
+
+    #[test]
+    fn malformed_line_names_file_line_and_problem() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("abc.jsonl");
+        let cases = [
+            (
+                "{\"v\":1,\"ts\":1,\"type\":\"bogus\"}",
+                "unknown record type `bogus`",
+            ),
+            (
+                "{\"v\":2,\"ts\":1,\"type\":\"end\"}",
+                "schema version 2 is newer",
+            ),
+            ("{\"ts\":1,\"type\":\"end\"}", "no `v`"),
+            ("not json", "not JSON"),
+            (
+                "{\"v\":1,\"ts\":1,\"type\":\"throttle\",\"tid\":\"x\"}",
+                "`throttle` record that schema version 1 cannot read",
+            ),
+        ];
+        for (bad, want) in cases {
+            std::fs::write(&p, format!("{START}\n{bad}\n{THR}\n")).unwrap();
+            let e = read_all(&p).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("{}:2: ", p.display())), "{e}");
+            assert!(e.contains(want), "{e} lacks {want}");
+        }
+    }
+
+    #[test]
+    fn rotated_parts_are_read_oldest_first() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("abc.jsonl");
+        std::fs::write(d.path().join("abc.jsonl.2"), format!("{START}\n")).unwrap();
+        std::fs::write(d.path().join("abc.jsonl.1"), format!("{THR}\n")).unwrap();
+        std::fs::write(&p, THR.replace("\"tid\":7", "\"tid\":8") + "\n").unwrap();
+        let src = with_rotated_parts(&p);
+        assert_eq!(src.parts.len(), 3);
+        let (recs, _) = read_all(&p).unwrap();
+        assert!(matches!(recs[0], Record::Start(_)));
+        assert!(matches!(&recs[2], Record::Throttle(t) if t.tid == 8));
+        // A directory folds the parts into one log.
+        assert_eq!(logs_in_dir(d.path()).unwrap(), vec![src]);
+    }
+
+    #[test]
+    fn containers_resolve_by_id_prefix_and_name() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("abcdef.jsonl"), format!("{START}\n")).unwrap();
+        std::fs::write(d.path().join("zzz.jsonl"), "").unwrap();
+        let want = d.path().join("abcdef.jsonl");
+        for key in ["abcdef", "abc", "web"] {
+            let got = resolve(&[key.to_string()], d.path()).unwrap();
+            assert_eq!(got[0].path(), want, "{key}");
+        }
+        let e = resolve(&["nope".to_string()], d.path()).unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
+    }
+}

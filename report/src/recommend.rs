@@ -1,0 +1,313 @@
+//! Advice from one container's log, each with the setting to change and the
+//! throttled time the replay (replay.rs) predicts with it.
+
+use serde::Serialize;
+
+use crate::heatmap::short;
+use crate::model::{Container, PeriodThrottle};
+use crate::replay::{demand, replay, Bandwidth, PeriodDemand};
+
+/// One piece of advice.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recommendation {
+    /// `cpu-burst`, `quota`, `threshold`.
+    pub kind: &'static str,
+    /// The setting: an annotation key, or the orchestrator's field.
+    pub key: String,
+    pub value: String,
+    /// The same for `throttlewatch run`.
+    pub run_flag: String,
+    pub reason: String,
+    /// Throttled time observed and predicted with the change (kernel's measure).
+    pub observed_throttled_ns: u64,
+    pub predicted_throttled_ns: Option<u64>,
+}
+
+/// The demand rebuilt from the log, and what the replay needs.
+pub struct Model {
+    pub demand: Vec<PeriodDemand>,
+    pub bw: Bandwidth,
+    pub cpus: f64,
+    pub observed_ns: u64,
+}
+
+/// Rebuild the demand: per-period throttled spans from the records, scaled so
+/// they sum to the kernel's throttled time (records under the threshold and
+/// lost events are in the kernel's figure, not in the records).
+pub fn model(c: &Container) -> Option<Model> {
+    let start = c.start.as_ref()?;
+    let quota_ns = start.quota_us? * 1000;
+    let period_ns = c.period_ns();
+    let periods = c.throttled_periods();
+    let (first, last) = (periods.first()?.0, periods.last()?.0);
+    let recorded: u64 = periods.iter().map(|(_, p)| p.throttled_ns).sum();
+    let observed = c.kernel_throttled_ns().unwrap_or(recorded);
+    let scale = if recorded > 0 && observed > 0 {
+        observed as f64 / recorded as f64
+    } else {
+        1.0
+    };
+    // Through the log's end: whether the last throttled period was followed
+    // by one without throttling matters (replay.rs).
+    let last = last.max(c.period_index(c.last_ts).unwrap_or(last));
+    let mut t = vec![None; (last - first + 1) as usize];
+    for (k, p) in &periods {
+        t[(k - first) as usize] = Some(PeriodThrottle {
+            throttled_ns: (p.throttled_ns as f64 * scale) as u64,
+            ..*p
+        });
+    }
+    let cpus = start
+        .cpus
+        .as_deref()
+        .and_then(|s| throttlewatch_core::cpulist::CpuList::parse("cpus", s).ok())
+        .map(|v| v.len() as f64)
+        .filter(|n| *n > 0.0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
+    Some(Model {
+        demand: demand(&t, quota_ns, period_ns),
+        bw: Bandwidth {
+            quota_ns,
+            period_ns,
+            burst_ns: start.burst_us.unwrap_or(0) * 1000,
+        },
+        cpus,
+        observed_ns: observed,
+    })
+}
+
+pub fn recommend(c: &Container) -> Vec<Recommendation> {
+    let mut out = Vec::new();
+    if let Some(m) = model(c) {
+        if m.observed_ns > 0 {
+            out.extend(burst(&m));
+            out.extend(quota(c, &m));
+        }
+    }
+    out.extend(threshold(c));
+    out
+}
+
+fn burst(m: &Model) -> Option<Recommendation> {
+    let q = m.bw.quota_ns;
+    let observed = m.observed_ns as f64;
+    let at = |b: u64| {
+        replay(
+            &m.demand,
+            Bandwidth {
+                burst_ns: b,
+                ..m.bw
+            },
+            m.cpus,
+        )
+    };
+    // The smallest burst (in 5 % steps of the quota) that absorbs 90 % of the
+    // throttling; else the largest the kernel takes (the quota) if it helps.
+    let steps: Vec<u64> = (1..=20)
+        .map(|i| q * i / 20)
+        .filter(|b| *b > m.bw.burst_ns)
+        .collect();
+    let pick = steps
+        .iter()
+        .copied()
+        .find(|b| at(*b) <= 0.1 * observed)
+        .or_else(|| steps.last().copied().filter(|b| at(*b) <= 0.8 * observed))?;
+    let predicted = at(pick);
+    let b = round_us(pick);
+    Some(Recommendation {
+        kind: "cpu-burst",
+        key: "throttlewatch.io/cpu-burst".into(),
+        value: short_exact(b),
+        run_flag: format!("--burst {}", short_exact(b)),
+        reason: format!(
+            "the throttling comes in spikes after periods that left quota unused; a burst of {} (at most the quota, {}) lets them spend it",
+            short(b),
+            short(q)
+        ),
+        observed_throttled_ns: m.observed_ns,
+        predicted_throttled_ns: Some(predicted as u64),
+    })
+}
+
+fn quota(c: &Container, m: &Model) -> Option<Recommendation> {
+    let periods = c.throttled_periods();
+    let runnable = periods.iter().map(|(_, p)| p.threads).max()? as f64;
+    let cpus_now = m.bw.quota_ns as f64 / m.bw.period_ns as f64;
+    let limit_max = runnable.min(m.cpus).max(cpus_now);
+    let at = |cpus: f64| {
+        replay(
+            &m.demand,
+            Bandwidth {
+                quota_ns: (cpus * m.bw.period_ns as f64) as u64,
+                ..m.bw
+            },
+            m.cpus,
+        )
+    };
+    let observed = m.observed_ns as f64;
+    // The smallest limit, in tenths of a CPU, that removes 90 % of the throttling.
+    let mut l = (cpus_now * 10.0).floor() / 10.0 + 0.1;
+    while l < limit_max && at(l) > 0.1 * observed {
+        l = ((l + 0.1) * 10.0).round() / 10.0;
+    }
+    let l = l.min(limit_max);
+    if l <= cpus_now + 1e-9 {
+        return None;
+    }
+    let predicted = at(l);
+    let frozen_per_period = periods.iter().map(|(_, p)| p.throttled_ns).sum::<u64>() as f64
+        / periods.len().max(1) as f64;
+    let workers = cpus_now.floor().max(1.0);
+    Some(Recommendation {
+        kind: "quota",
+        key: "resources.limits.cpu".into(),
+        value: trim_float(l),
+        run_flag: format!("--cpus {}", trim_float(l)),
+        reason: format!(
+            "{} runnable threads under a quota of {} CPUs freeze for {} of each throttled period (summed over CPUs): run {} workers, or raise the limit to {}",
+            runnable,
+            trim_float(cpus_now),
+            short(frozen_per_period as u64),
+            workers,
+            trim_float(l)
+        ),
+        observed_throttled_ns: m.observed_ns,
+        predicted_throttled_ns: Some(predicted as u64),
+    })
+}
+
+/// A noisy log (many short freezes): a threshold that keeps the long ones.
+fn threshold(c: &Container) -> Option<Recommendation> {
+    let h = &c.freezes;
+    let thr = c.start.as_ref().map_or(0, |s| s.threshold_ns);
+    if h.count < 100_000 || thr >= 1_000_000 {
+        return None;
+    }
+    let p90 = h.quantile(0.9)?;
+    let t = round_us(p90.clamp(100_000, 1_000_000));
+    Some(Recommendation {
+        kind: "threshold",
+        key: "throttlewatch.io/threshold".into(),
+        value: short_exact(t),
+        run_flag: format!("--threshold {}", short_exact(t)),
+        reason: format!(
+            "{} freeze records, half of them under {}: a threshold keeps the log to the freezes that matter (the totals still count all)",
+            h.count,
+            short(h.quantile(0.5).unwrap_or(0))
+        ),
+        observed_throttled_ns: c.kernel_throttled_ns().unwrap_or(0),
+        predicted_throttled_ns: None,
+    })
+}
+
+fn round_us(ns: u64) -> u64 {
+    ns.div_ceil(1000) * 1000
+}
+
+/// A duration the annotation and flag parsers take back exactly (whole µs or ms).
+fn short_exact(ns: u64) -> String {
+    if ns / 1_000_000 * 1_000_000 == ns {
+        format!("{}ms", ns / 1_000_000)
+    } else {
+        format!("{}us", ns / 1000)
+    }
+}
+
+fn trim_float(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// `--what-if quota=30ms,burst=10ms`: settings to replay the log under.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WhatIf {
+    pub quota: Option<Quota>,
+    pub burst_ns: Option<u64>,
+}
+
+/// A quota as a duration per period, or in CPUs (resolved with the log's period).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Quota {
+    Ns(u64),
+    Cpus(f64),
+}
+
+/// The prediction for one container.
+#[derive(Debug, Clone, Serialize)]
+pub struct WhatIfResult {
+    pub quota_ns: Option<u64>,
+    pub period_ns: u64,
+    pub burst_ns: Option<u64>,
+    pub observed_throttled_ns: Option<u64>,
+    /// Null when the log cannot be replayed (no quota, or no throttling seen).
+    pub predicted_throttled_ns: Option<u64>,
+}
+
+const WHAT_IF_ACCEPTED: &str =
+    "comma-separated quota=DURATION, cpus=NUMBER, burst=DURATION (e.g. quota=30ms,burst=10ms)";
+
+impl WhatIf {
+    pub fn parse(s: &str) -> Result<WhatIf, String> {
+        use throttlewatch_core::units::{parse_cpus, parse_duration};
+        let mut w = WhatIf::default();
+        for kv in s.split(',').filter(|x| !x.is_empty()) {
+            let bad =
+                || format!("--what-if {s:?}: {kv:?} is not KEY=VALUE; expected {WHAT_IF_ACCEPTED}");
+            let (k, v) = kv.split_once('=').ok_or_else(bad)?;
+            let dur = |f: &str| {
+                parse_duration(f, v)
+                    .map(|d| d.as_nanos() as u64)
+                    .map_err(|e| format!("--what-if: {e}"))
+            };
+            match k.trim() {
+                "quota" | "cpus" if w.quota.is_some() => {
+                    return Err(format!(
+                        "--what-if {s:?}: give quota or cpus once, not both"
+                    ))
+                }
+                "quota" => w.quota = Some(Quota::Ns(dur("quota")?)),
+                "burst" => w.burst_ns = Some(dur("burst")?),
+                "cpus" => {
+                    w.quota = Some(Quota::Cpus(
+                        parse_cpus("cpus", v).map_err(|e| format!("--what-if: {e}"))?,
+                    ))
+                }
+                other => {
+                    return Err(format!(
+                        "--what-if {s:?}: unknown key {other:?}; expected {WHAT_IF_ACCEPTED}"
+                    ))
+                }
+            }
+        }
+        if w.quota.is_none() && w.burst_ns.is_none() {
+            return Err(format!(
+                "--what-if {s:?}: nothing to change; expected {WHAT_IF_ACCEPTED}"
+            ));
+        }
+        Ok(w)
+    }
+
+    pub fn predict(&self, c: &Container) -> WhatIfResult {
+        let period_ns = c.period_ns();
+        let quota_ns = self.quota.map(|q| match q {
+            Quota::Ns(n) => n,
+            Quota::Cpus(c) => (c * period_ns as f64).round() as u64,
+        });
+        let m = model(c);
+        let predicted = m.as_ref().map(|m| {
+            let bw = Bandwidth {
+                quota_ns: quota_ns.unwrap_or(m.bw.quota_ns),
+                burst_ns: self.burst_ns.unwrap_or(m.bw.burst_ns),
+                ..m.bw
+            };
+            replay(&m.demand, bw, m.cpus) as u64
+        });
+        WhatIfResult {
+            quota_ns: quota_ns.or(m.as_ref().map(|m| m.bw.quota_ns)),
+            period_ns,
+            burst_ns: self.burst_ns.or(m.as_ref().map(|m| m.bw.burst_ns)),
+            observed_throttled_ns: c.kernel_throttled_ns(),
+            predicted_throttled_ns: predicted,
+        }
+    }
+}

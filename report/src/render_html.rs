@@ -1,0 +1,187 @@
+//! One self-contained HTML page: the summary tables, the recommendations and
+//! the heatmaps as inline SVG. No script, no stylesheet or font from the
+//! network: it opens from a file.
+
+use std::fmt::Write;
+
+use crate::heatmap::short;
+use crate::render_svg;
+use crate::summary::ContainerReport;
+
+const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
+table{border-collapse:collapse;margin:.5em 0}td,th{padding:2px 10px;text-align:right}\
+th{border-bottom:1px solid #999}td.l,th.l{text-align:left}.missing{color:#777;font-size:12px}\
+figure{margin:1em 0}section{border-top:2px solid #c40;margin-top:2em}code{background:#f3f3f3}";
+
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or("-".into(), short)
+}
+
+pub fn page(reports: &[ContainerReport]) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>throttlewatch report</title><style>{CSS}</style></head><body>\n\
+         <h1>throttlewatch report</h1>\n"
+    );
+    if reports.len() > 1 {
+        s.push_str("<h2>Containers by frozen share</h2><table id=\"ranking\"><tr><th>frozen share</th><th>throttled</th><th>periods throttled</th><th class=\"l\">container</th></tr>\n");
+        for r in reports {
+            let _ = writeln!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td>{}/{}</td><td class=\"l\">{}</td></tr>",
+                r.frozen_share
+                    .map_or("-".into(), |f| format!("{:.1}%", f * 100.0)),
+                opt(r.kernel_throttled_ns),
+                r.nr_throttled.unwrap_or(0),
+                r.nr_periods.unwrap_or(0),
+                esc(&r.container_name)
+            );
+        }
+        s.push_str("</table>\n");
+    }
+    for (i, r) in reports.iter().enumerate() {
+        container(&mut s, i, r);
+    }
+    s.push_str("</body></html>\n");
+    s
+}
+
+fn container(s: &mut String, i: usize, r: &ContainerReport) {
+    let _ = writeln!(
+        s,
+        "<section id=\"c{i}\"><h2>{}</h2><p><code>{}</code> · quota {} per {} · burst {} · cpus {} · model {}{}</p>",
+        esc(if r.container_name.is_empty() { &r.container_id } else { &r.container_name }),
+        esc(&r.log),
+        r.quota_us.map_or("none".into(), |q| short(q * 1000)),
+        short(r.period_us * 1000),
+        short(r.burst_us.unwrap_or(0) * 1000),
+        esc(r.cpus.as_deref().unwrap_or("-")),
+        esc(&r.throttle_model),
+        if r.complete { "" } else { " · <b>no end record</b>" }
+    );
+    let _ = writeln!(
+        s,
+        "<table class=\"summary\"><tr><th class=\"l\">wall</th><th class=\"l\">frozen share</th><th class=\"l\">throttled</th><th class=\"l\">periods throttled</th><th class=\"l\">freezes</th><th class=\"l\">p50</th><th class=\"l\">p99</th><th class=\"l\">max</th></tr>\
+         <tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{} of {}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr></table>",
+        short(r.wall_ns),
+        r.frozen_share.map_or("-".into(), |f| format!("{:.1}%", f * 100.0)),
+        opt(r.kernel_throttled_ns),
+        r.nr_throttled.unwrap_or(0),
+        r.nr_periods.unwrap_or(0),
+        r.freezes.count,
+        opt(r.freezes.p50_ns),
+        opt(r.freezes.p99_ns),
+        opt(r.freezes.max_ns)
+    );
+    if let Some(q) = &r.runq {
+        let _ = writeln!(
+            s,
+            "<p>Run-queue: {} waits, p50 {}, p99 {}, max {}; preempted by the same container {}, another container {}, the host {}.</p>",
+            q.count, opt(q.p50_ns), opt(q.p99_ns), short(q.max_ns),
+            q.preempted_by_same, q.preempted_by_other, q.preempted_by_host
+        );
+    }
+    s.push_str("<h3>CPU split</h3><table class=\"split\"><tr><th class=\"l\"></th><th>running</th><th>run-queue wait</th><th>frozen</th></tr>\n");
+    let _ = writeln!(
+        s,
+        "<tr><td class=\"l\">container</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        opt(r.split.running_ns),
+        opt(r.split.runqueue_wait_ns),
+        opt(r.split.frozen_ns)
+    );
+    for t in &r.top_threads {
+        let _ = writeln!(
+            s,
+            "<tr><td class=\"l\">{} {}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            t.freezes.tid,
+            esc(&t.freezes.comm),
+            opt(t.split.running_ns),
+            opt(t.split.runqueue_wait_ns),
+            opt(t.split.frozen_ns)
+        );
+    }
+    s.push_str("</table>\n");
+    for m in r.split.missing.iter().chain(
+        r.top_threads
+            .first()
+            .map(|t| &t.split.missing[1..])
+            .into_iter()
+            .flatten(),
+    ) {
+        let _ = writeln!(s, "<p class=\"missing\">{}</p>", esc(m));
+    }
+    s.push_str("<h3>Top threads</h3><table class=\"threads\"><tr><th>tid</th><th class=\"l\">comm</th><th>freezes</th><th>frozen</th><th>longest</th></tr>\n");
+    for t in &r.top_threads {
+        let t = &t.freezes;
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            t.tid,
+            esc(&t.comm),
+            t.freezes,
+            short(t.frozen_ns),
+            short(t.longest_ns)
+        );
+    }
+    s.push_str("</table>\n");
+    if let Some(cs) = &r.cold_start {
+        s.push_str("<h3>Cold start</h3><table class=\"coldstart\"><tr><th class=\"l\">stage</th><th>since create</th></tr>\n");
+        for x in &cs.stages {
+            let _ = writeln!(
+                s,
+                "<tr><td class=\"l\">{}</td><td>{}</td></tr>",
+                esc(&x.stage),
+                x.since_create_ns
+                    .map_or("-".into(), |n| short(n.max(0) as u64))
+            );
+        }
+        s.push_str("</table>\n");
+        if let Some(n) = &cs.note {
+            let _ = writeln!(s, "<p class=\"missing\">{}</p>", esc(n));
+        }
+    }
+    if !r.recommendations.is_empty() {
+        s.push_str("<h3>Recommendations</h3><ul class=\"recommendations\">\n");
+        for x in &r.recommendations {
+            let _ = writeln!(
+                s,
+                "<li><code>{}={}</code> (<code>{}</code>): {}{}</li>",
+                esc(&x.key),
+                esc(&x.value),
+                esc(&x.run_flag),
+                esc(&x.reason),
+                x.predicted_throttled_ns
+                    .map(|p| format!(
+                        "; predicted throttled time {} (was {})",
+                        short(p),
+                        short(x.observed_throttled_ns)
+                    ))
+                    .unwrap_or_default()
+            );
+        }
+        s.push_str("</ul>\n");
+    }
+    for (name, svg) in render_svg::all(r) {
+        let g = match name {
+            "latency" => &r.heatmaps.latency,
+            "offset" => &r.heatmaps.offset,
+            _ => &r.heatmaps.threads,
+        };
+        let _ = writeln!(
+            s,
+            "<figure class=\"heatmap\" id=\"c{i}-{name}\" data-cells=\"{}\">{}</figure>",
+            g.nonzero_cells(),
+            svg.trim_start_matches(|c| c != '<')
+        );
+    }
+    s.push_str("</section>\n");
+}

@@ -1,0 +1,383 @@
+//! The summary a person reads first. Colours and block characters only when
+//! writing to a terminal and NO_COLOR is unset; plain ASCII otherwise.
+
+use std::fmt::Write;
+
+use crate::heatmap::{short, Grid};
+use crate::summary::ContainerReport;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    pub color: bool,
+    pub unicode: bool,
+}
+
+impl Style {
+    /// Decide from the output and the environment (https://no-color.org).
+    pub fn detect() -> Style {
+        use std::io::IsTerminal;
+        let tty = std::io::stdout().is_terminal();
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        Style {
+            color: tty && !no_color,
+            unicode: tty && !no_color,
+        }
+    }
+    pub fn plain() -> Style {
+        Style {
+            color: false,
+            unicode: false,
+        }
+    }
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    fn bold(&self, s: &str) -> String {
+        self.paint("1", s)
+    }
+    fn warn(&self, s: &str) -> String {
+        self.paint("1;31", s)
+    }
+    fn dim(&self, s: &str) -> String {
+        self.paint("2", s)
+    }
+}
+
+fn opt(v: Option<u64>) -> String {
+    v.map_or("-".into(), short)
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+/// Containers ranked by frozen share (a node report), before the details.
+pub fn ranking(reports: &[ContainerReport], st: Style) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{}", st.bold("containers by frozen share"));
+    let _ = writeln!(
+        s,
+        "  {:>7}  {:>10}  {:>9}  {:<24} log",
+        "frozen", "throttled", "periods", "container"
+    );
+    for r in reports {
+        let name = if r.container_name.is_empty() {
+            &r.container_id
+        } else {
+            &r.container_name
+        };
+        let _ = writeln!(
+            s,
+            "  {:>7}  {:>10}  {:>9}  {:<24} {}",
+            r.frozen_share.map_or("-".into(), pct),
+            opt(r.kernel_throttled_ns),
+            match (r.nr_throttled, r.nr_periods) {
+                (Some(t), Some(p)) => format!("{t}/{p}"),
+                _ => "-".into(),
+            },
+            clip(name, 24),
+            r.log
+        );
+    }
+    s
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        s.chars().take(n - 1).collect::<String>() + "~"
+    }
+}
+
+pub fn container(r: &ContainerReport, st: Style) -> String {
+    let mut s = String::new();
+    let name = if r.container_name.is_empty() {
+        r.container_id.clone()
+    } else {
+        r.container_name.clone()
+    };
+    let state = if r.complete {
+        ""
+    } else {
+        "  (no end record: still being written, or cut)"
+    };
+    let _ = writeln!(
+        s,
+        "{}  {}{}",
+        st.bold(&clip(&name, 60)),
+        st.dim(&r.log),
+        state
+    );
+    let quota = match r.quota_us {
+        Some(q) => format!(
+            "quota {} CPUs ({} per {})",
+            q as f64 / r.period_us.max(1) as f64,
+            short(q * 1000),
+            short(r.period_us * 1000)
+        ),
+        None => "no quota".into(),
+    };
+    let _ = writeln!(
+        s,
+        "  {quota}, burst {}, cpus {}, throttle model {}",
+        short(r.burst_us.unwrap_or(0) * 1000),
+        r.cpus.as_deref().unwrap_or("-"),
+        if r.throttle_model.is_empty() {
+            "-"
+        } else {
+            &r.throttle_model
+        }
+    );
+    if r.read.truncated_lines > 0 || r.read.older_version_lines > 0 {
+        let _ = writeln!(
+            s,
+            "  {} truncated last line(s) skipped, {} line(s) of an older schema",
+            r.read.truncated_lines, r.read.older_version_lines
+        );
+    }
+    let share = r.frozen_share.map_or("-".into(), pct);
+    let periods = match (r.nr_throttled, r.nr_periods) {
+        (Some(t), Some(p)) if p > 0 => format!(
+            "{t} of {p} periods throttled ({})",
+            pct(t as f64 / p as f64)
+        ),
+        _ => "periods: -".into(),
+    };
+    let _ = writeln!(
+        s,
+        "  wall {}   frozen {} of the CPUs' time   throttled {}   {periods}",
+        short(r.wall_ns),
+        if r.frozen_share.unwrap_or(0.0) > 0.05 {
+            st.warn(&share)
+        } else {
+            share
+        },
+        opt(r.kernel_throttled_ns),
+    );
+    let f = &r.freezes;
+    let _ = writeln!(
+        s,
+        "  freezes {} (records): p50 {}  p99 {}  max {}{}",
+        f.count,
+        opt(f.p50_ns),
+        opt(f.p99_ns),
+        opt(f.max_ns),
+        if r.queued_freezes > 0 {
+            format!("  ({} queued)", r.queued_freezes)
+        } else {
+            String::new()
+        }
+    );
+    match &r.runq {
+        Some(q) => {
+            let _ = writeln!(
+                s,
+                "  run-queue: {} waits, p50 {}  p99 {}  max {}; preempted by same container {} / other container {} / host {}",
+                q.count,
+                opt(q.p50_ns),
+                opt(q.p99_ns),
+                short(q.max_ns),
+                q.preempted_by_same,
+                q.preempted_by_other,
+                q.preempted_by_host
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "  run-queue: not in this log (raw_tp probe, or no runq record yet)"
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n  {}",
+        st.bold("CPU split (what docker stats cannot show)")
+    );
+    let _ = writeln!(
+        s,
+        "  {:<22} {:>10} {:>14} {:>10}",
+        "", "running", "run-queue wait", "frozen"
+    );
+    let sp = &r.split;
+    let _ = writeln!(
+        s,
+        "  {:<22} {:>10} {:>14} {:>10}",
+        "container",
+        opt(sp.running_ns),
+        opt(sp.runqueue_wait_ns),
+        opt(sp.frozen_ns)
+    );
+    for t in r.top_threads.iter().take(5) {
+        let _ = writeln!(
+            s,
+            "  {:<22} {:>10} {:>14} {:>10}",
+            clip(&format!("{} {}", t.freezes.tid, t.freezes.comm), 22),
+            opt(t.split.running_ns),
+            opt(t.split.runqueue_wait_ns),
+            opt(t.split.frozen_ns)
+        );
+    }
+    for m in sp.missing.iter().chain(
+        r.top_threads
+            .first()
+            .map(|t| &t.split.missing[1..])
+            .into_iter()
+            .flatten(),
+    ) {
+        let _ = writeln!(s, "  {}", st.dim(&format!("- {m}")));
+    }
+
+    if !r.top_threads.is_empty() {
+        let _ = writeln!(s, "\n  {}", st.bold("top threads"));
+        let _ = writeln!(
+            s,
+            "  {:>8}  {:<16} {:>8} {:>10} {:>10}",
+            "tid", "comm", "freezes", "frozen", "longest"
+        );
+        for t in &r.top_threads {
+            let t = &t.freezes;
+            let _ = writeln!(
+                s,
+                "  {:>8}  {:<16} {:>8} {:>10} {:>10}",
+                t.tid,
+                clip(&t.comm, 16),
+                t.freezes,
+                short(t.frozen_ns),
+                short(t.longest_ns)
+            );
+        }
+    }
+    if let Some(cs) = &r.cold_start {
+        s.push_str(&waterfall(cs, st));
+    }
+    if r.freezes.count > 0 {
+        s.push_str(&offset_heatmap(&r.heatmaps.offset, st));
+    }
+    if let Some(w) = &r.what_if {
+        let _ = writeln!(
+            s,
+            "\n  {} quota {} per {}, burst {}: predicted throttled {} (observed {})",
+            st.bold("what if"),
+            opt(w.quota_ns),
+            short(w.period_ns),
+            opt(w.burst_ns),
+            opt(w.predicted_throttled_ns),
+            opt(w.observed_throttled_ns)
+        );
+    }
+    if !r.recommendations.is_empty() {
+        let _ = writeln!(s, "\n  {}", st.bold("recommendations"));
+        for x in &r.recommendations {
+            let pred = x
+                .predicted_throttled_ns
+                .map(|p| {
+                    format!(
+                        " -> predicted throttled {} (was {})",
+                        short(p),
+                        short(x.observed_throttled_ns)
+                    )
+                })
+                .unwrap_or_default();
+            let _ = writeln!(s, "  * {}={}  ({}){pred}", x.key, x.value, x.run_flag);
+            let _ = writeln!(s, "    {}", x.reason);
+        }
+    }
+    s
+}
+
+/// The cold start as bars from `create` (or the first stage known).
+fn waterfall(cs: &throttlewatch_core::logfmt::ColdStart, st: Style) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\n  {} ({}, CPU target {}){}",
+        st.bold("cold start"),
+        cs.comm,
+        short(cs.cpu_target_ns),
+        if cs.complete {
+            String::new()
+        } else {
+            format!("  incomplete: {}", cs.note.as_deref().unwrap_or(""))
+        }
+    );
+    let Some(first) = cs.stages.iter().map(|x| x.unix_ns).min() else {
+        return s;
+    };
+    let span = cs
+        .stages
+        .iter()
+        .map(|x| x.unix_ns - first)
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    const W: u64 = 40;
+    for x in &cs.stages {
+        let at = x.unix_ns - first;
+        let n = (at * W).div_ceil(span) as usize;
+        let bar = if st.unicode {
+            "█".repeat(n)
+        } else {
+            "#".repeat(n)
+        };
+        let _ = writeln!(s, "  {:<10} {:>10}  |{bar}", x.stage, short(at));
+    }
+    s
+}
+
+/// The time x period-offset heatmap in at most 60 columns and 10 rows.
+pub fn offset_heatmap(g: &Grid, st: Style) -> String {
+    let mut s = String::new();
+    let mut cells = g.cells.clone();
+    let mut bin = g.bin_ns;
+    while cells.len() > 60 {
+        cells = cells
+            .chunks(2)
+            .map(|c| {
+                (0..c[0].len())
+                    .map(|r| c.iter().map(|x| x[r]).sum())
+                    .collect()
+            })
+            .collect();
+        bin *= 2;
+    }
+    let rows = g.row_labels.len();
+    let merged: Vec<Vec<u64>> = cells
+        .iter()
+        .map(|c| c.chunks(2).map(|p| p.iter().sum()).collect())
+        .collect();
+    let max = merged.iter().flatten().copied().max().unwrap_or(0).max(1);
+    let shades: Vec<&str> = if st.unicode {
+        vec![" ", "░", "▒", "▓", "█"]
+    } else {
+        vec![" ", ".", ":", "*", "#"]
+    };
+    let _ = writeln!(
+        s,
+        "\n  {} (column = {}, row = {} of the period; darker = more frozen)",
+        st.bold("frozen time by offset in the CFS period"),
+        short(bin),
+        short(g.row_ns * 2)
+    );
+    for r in 0..rows.div_ceil(2) {
+        let line: String = merged
+            .iter()
+            .map(|c| {
+                let v = c.get(r).copied().unwrap_or(0);
+                let i = if v == 0 {
+                    0
+                } else {
+                    1 + ((v * 4 - 1) / max) as usize
+                };
+                shades[i.min(4)]
+            })
+            .collect();
+        let _ = writeln!(s, "  {:>7} |{line}|", g.row_labels[r * 2]);
+    }
+    s
+}

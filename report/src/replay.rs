@@ -1,0 +1,185 @@
+//! Replaying the recorded per-period demand through the kernel's CFS
+//! bandwidth rules, to predict the throttled time under another quota or
+//! burst. The model and its assumptions are in docs/report.md.
+//!
+//! The kernel (kernel/sched/fair.c, `__refill_cfs_bandwidth_runtime`): each
+//! period the group's runtime grows by the quota and is capped at
+//! quota + burst; the group runs while runtime is left and is throttled
+//! until the next refill once it is spent.
+
+use serde::Serialize;
+
+use crate::model::PeriodThrottle;
+
+/// The demand of one period, rebuilt from the log.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PeriodDemand {
+    /// CPU time asked for in this period.
+    pub fresh_ns: f64,
+    /// The part of it the period could not have (observed): left over.
+    pub unmet_ns: f64,
+    /// The part of it that is the period before's leftover (0 or `fresh_ns`).
+    pub carried_ns: f64,
+    /// Throttled time per unit of unmet work (>= 1: a thread frozen to the
+    /// period's end may have needed less than the whole span).
+    pub span_per_unmet: f64,
+}
+
+/// What the replay needs to know of the group.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Bandwidth {
+    pub quota_ns: u64,
+    pub period_ns: u64,
+    pub burst_ns: u64,
+}
+
+/// Rebuild per-period demand from each period's throttling (`None`: a
+/// period without throttling), observed under `quota_ns`.
+///
+/// A throttled period used its quota. Its CPUs ran the group until the quota
+/// was spent and were throttled for the rest: `cpus x period - throttled` of
+/// CPU time ran the quota, so the group got `share = quota / that` of each CPU
+/// it ran on (1 when nothing else competed), and the work left over is
+/// `share x throttled`. It is at most one quota when the next period was not
+/// throttled (it was then done within that period's runtime). A period
+/// without throttling is taken to ask only for the work left over from the
+/// period before (none after a period without throttling).
+///
+/// Work left over is not carried into the replayed next period: the next
+/// period's observed demand already holds it (and the replay takes it out
+/// again where it served that work in the period it was asked in).
+pub fn demand(
+    periods: &[Option<PeriodThrottle>],
+    quota_ns: u64,
+    period_ns: u64,
+) -> Vec<PeriodDemand> {
+    let q = quota_ns as f64;
+    let unmet: Vec<f64> = (0..periods.len())
+        .map(|k| {
+            let Some(p) = periods[k] else { return 0.0 };
+            let t = p.throttled_ns as f64;
+            let ran = (p.cpus.max(1) as f64 * period_ns as f64 - t).max(1.0);
+            let share = (q / ran).min(1.0);
+            let u = share * t;
+            // The log's last period: what came next is not known.
+            let next_throttled = periods.get(k + 1).is_none_or(|n| n.is_some());
+            if next_throttled {
+                u
+            } else {
+                u.min(q)
+            }
+        })
+        .collect();
+    (0..periods.len())
+        .map(|k| match periods[k] {
+            Some(p) if unmet[k] > 0.0 => PeriodDemand {
+                fresh_ns: q + unmet[k],
+                unmet_ns: unmet[k],
+                carried_ns: 0.0,
+                span_per_unmet: p.throttled_ns as f64 / unmet[k],
+            },
+            Some(_) => PeriodDemand {
+                fresh_ns: q,
+                unmet_ns: 0.0,
+                carried_ns: 0.0,
+                span_per_unmet: 1.0,
+            },
+            None => {
+                let left = if k > 0 { unmet[k - 1] } else { 0.0 };
+                PeriodDemand {
+                    fresh_ns: left,
+                    unmet_ns: 0.0,
+                    carried_ns: left,
+                    span_per_unmet: 1.0,
+                }
+            }
+        })
+        .collect()
+}
+
+/// The throttled time the demand would have met under `bw`, with at most
+/// `cpus` CPUs' worth of throttled time per period.
+pub fn replay(demand: &[PeriodDemand], bw: Bandwidth, cpus: f64) -> f64 {
+    let q = bw.quota_ns as f64;
+    let cap = q + bw.burst_ns.min(bw.quota_ns) as f64;
+    let per_period_max = cpus * bw.period_ns as f64;
+    let mut runtime = q;
+    let mut throttled = 0.0;
+    // Of the last period's leftover, what the replay served in that period.
+    let mut absorbed = 0.0;
+    for d in demand {
+        let need = d.fresh_ns - d.carried_ns.min(absorbed);
+        let served = need.min(runtime).min(per_period_max);
+        let unmet = need - served;
+        if unmet > 0.0 {
+            throttled += (unmet * d.span_per_unmet).min(per_period_max);
+        }
+        absorbed = (served - (need - d.unmet_ns)).clamp(0.0, d.unmet_ns);
+        runtime = (runtime - served + q).min(cap);
+    }
+    throttled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 100_000_000;
+
+    fn bw(quota_ms: u64, burst_ms: u64) -> Bandwidth {
+        Bandwidth {
+            quota_ns: quota_ms * 1_000_000,
+            period_ns: P,
+            burst_ns: burst_ms * 1_000_000,
+        }
+    }
+
+    fn thr(ms: u64, cpus: u32) -> Option<PeriodThrottle> {
+        Some(PeriodThrottle {
+            throttled_ns: ms * 1_000_000,
+            threads: cpus,
+            cpus,
+        })
+    }
+
+    #[test]
+    fn a_busy_group_sharing_its_cpus_needs_less_than_its_frozen_time() {
+        // 10ms quota on 2 CPUs shared half with others: the quota lasts 10ms of
+        // wall time, 180ms throttled; with 30ms it lasts 30ms: 140ms.
+        let t = vec![thr(180, 2); 10];
+        let d = demand(&t, 10_000_000, P);
+        assert!((replay(&d, bw(10, 0), 2.0) - 1.8e9).abs() < 1e3);
+        let more = replay(&d, bw(30, 0), 2.0);
+        assert!((more - 1.4e9).abs() < 1e3, "{more}");
+    }
+
+    #[test]
+    fn replaying_the_observed_settings_gives_the_observed_time() {
+        // Busy on 2 CPUs under 50ms: 150ms throttled every period.
+        let t = vec![thr(150, 2); 10];
+        let d = demand(&t, 50_000_000, P);
+        assert!((replay(&d, bw(50, 0), 2.0) - 1.5e9).abs() < 1e3);
+        // 1.5 CPUs: 50ms each period; 2 CPUs: none. Burst cannot help a busy group.
+        assert!((replay(&d, bw(150, 0), 2.0) - 0.5e9).abs() < 1e3);
+        assert!(replay(&d, bw(200, 0), 2.0) < 1e3);
+        assert!(replay(&d, bw(50, 50), 2.0) > 1.4e9);
+    }
+
+    #[test]
+    fn burst_absorbs_a_spike_after_idle_periods() {
+        // A spike every 4th period that overran a 20ms quota by 10ms (80ms frozen).
+        let mut t = vec![None; 42];
+        for k in (3..40).step_by(4) {
+            t[k] = thr(80, 1);
+        }
+        let d = demand(&t, 20_000_000, P);
+        let observed = replay(&d, bw(20, 0), 2.0);
+        assert!((observed - 10.0 * 80e6).abs() < 1e3, "{observed}");
+        // The leftover is at most one quota (the next period was not throttled):
+        // a 20ms burst, refilled by the idle periods, absorbs it.
+        assert!(replay(&d, bw(20, 20), 2.0) < 1e3);
+        // Half of it absorbs half.
+        let half = replay(&d, bw(20, 10), 2.0);
+        assert!((half - observed / 2.0).abs() < 1e3, "{half}");
+    }
+}
