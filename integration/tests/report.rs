@@ -284,3 +284,103 @@ fn html_page_renders_in_chromium_with_the_expected_cells() {
         png.len()
     );
 }
+
+#[test]
+fn a_log_still_being_written_a_directory_and_the_terminal() {
+    let _l = cpu_lock();
+    let d = Scratch::new("report-live");
+    let log = d.0.join("live.jsonl");
+    let mut child = Command::new(bin("throttlewatch"))
+        .args([
+            "run",
+            "-q",
+            "--cpus",
+            "0.1",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+        ])
+        .arg(bin("tw-burn"))
+        .args(["--threads", "64", "--pin", "packed", "--ms", "4000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // 64 threads frozen every period: batches of 256 records reach the file, the end does not.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let r = report(&log, &[]);
+    assert_eq!(r["complete"], false, "{r:#}");
+    assert!(r["freezes"]["count"].as_u64().unwrap() > 0, "{r:#}");
+    assert!(child.wait().unwrap().success());
+    let r = report(&log, &[]);
+    assert_eq!(r["complete"], true);
+
+    // A directory: every log, most frozen first.
+    std::fs::write(d.0.join("idle.jsonl"), {
+        let s = std::fs::read_to_string(&log).unwrap();
+        s.lines()
+            .next()
+            .unwrap()
+            .replace("\"quota_us\":10000", "\"quota_us\":null")
+            + "\n"
+    })
+    .unwrap();
+    let out = Command::new(bin("throttlewatch"))
+        .args(["report", "--json", d.0.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let logs: Vec<&str> = v["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["log"].as_str().unwrap())
+        .collect();
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    assert!(logs[0].ends_with("live.jsonl"), "{logs:?}");
+
+    // Plain text into a pipe; colours on a terminal (script(1) gives it one), not with NO_COLOR.
+    let plain = Command::new(bin("throttlewatch"))
+        .args(["report", log.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(plain.stdout).unwrap();
+    assert!(
+        text.contains("frozen by offset") || text.contains("offset in the CFS period"),
+        "{text}"
+    );
+    assert!(text.is_ascii(), "non-ASCII in a pipe: {text}");
+    let tty = |no_color: bool| {
+        let mut c = Command::new("script");
+        c.args([
+            "-qec",
+            &format!(
+                "{} report {}",
+                bin("throttlewatch").display(),
+                log.display()
+            ),
+            "/dev/null",
+        ]);
+        c.env_remove("NO_COLOR");
+        if no_color {
+            c.env("NO_COLOR", "1");
+        }
+        String::from_utf8_lossy(&c.output().unwrap().stdout).to_string()
+    };
+    let coloured = tty(false);
+    assert!(
+        coloured.contains("\x1b[1m") && coloured.contains(['░', '▒', '▓', '█']),
+        "{coloured}"
+    );
+    let no_color = tty(true);
+    assert!(
+        !no_color.contains("\x1b[") && no_color.contains("top threads"),
+        "{no_color}"
+    );
+}
