@@ -88,6 +88,9 @@ pub struct Session {
     /// The last `cpu.stat` (and `.local`) read, with its time (Unix ns): the
     /// `end` of a container whose cgroup is already gone reports these.
     last_read: Option<(CpuStat, Option<CpuStat>, u64)>,
+    /// Records the log could not take, and whether that was said.
+    unwritten: u64,
+    said_unwritten: bool,
     /// With KernelSource::Ancestor: the ancestor holding the quota.
     ancestor: Option<CpuCgroup>,
     baseline_ancestor: CpuStat,
@@ -199,6 +202,8 @@ impl Session {
             baseline,
             baseline_local,
             last_read: None,
+            unwritten: 0,
+            said_unwritten: false,
             ancestor,
             baseline_ancestor,
             baseline_episodes: info.episodes_now,
@@ -245,26 +250,33 @@ impl Session {
             throttled_level: ev.throttled_level,
             queued: ev.queued,
         };
-        if let Some(log) = self.log.as_mut() {
-            if let Err(e) = log.write(Record::Throttle(rec.clone())) {
-                tracing::warn!("{}: writing log: {e}", self.spec.log_path.display());
-            }
-        }
+        self.write(Record::Throttle(rec.clone()));
         Some(rec)
     }
 
     /// Append a record (runq, cold_start) to the log, if still open.
     pub fn write(&mut self, rec: Record) {
-        if let Some(log) = self.log.as_mut() {
-            if let Err(e) = log.write(rec) {
-                tracing::warn!("{}: writing log: {e}", self.spec.log_path.display());
-            }
+        if let Some(Err(e)) = self.log.as_mut().map(|l| l.write(rec)) {
+            self.unwritten += 1;
+            self.say_unwritten(&e);
         }
     }
 
     pub fn flush(&mut self) {
-        if let Some(log) = self.log.as_mut() {
-            let _ = log.flush();
+        if let Some(Err(e)) = self.log.as_mut().map(|l| l.flush()) {
+            self.say_unwritten(&e);
+        }
+    }
+
+    /// A write that failed (a full disk): said once per container, then
+    /// only counted (`end.unwritten_records`); the agent goes on.
+    fn say_unwritten(&mut self, e: &std::io::Error) {
+        if !self.said_unwritten {
+            self.said_unwritten = true;
+            eprintln!(
+                "throttlewatch agent: {}: writing the log: {e}; records that do not fit are counted in end.unwritten_records, not reported again",
+                self.spec.log_path.display()
+            );
         }
     }
 
@@ -307,9 +319,7 @@ impl Session {
             local_throttled_ns: local.map(|l| l.throttled_ns),
             probe_throttled_ns: self.probe_ns(episodes),
         };
-        if let Some(log) = self.log.as_mut() {
-            let _ = log.write(Record::CpuStat(rec));
-        }
+        self.write(Record::CpuStat(rec));
     }
 
     pub fn threads(&self) -> &HashMap<u32, ThreadAgg> {
@@ -385,6 +395,7 @@ impl Session {
             kernel_throttled_ns: self.kernel_throttled_ns(&now, local.as_ref()),
             kernel_source: self.source().as_str().into(),
             kernel_stale,
+            unwritten_records: self.unwritten,
             nr_periods: d.nr_periods,
             nr_throttled: d.nr_throttled,
             nr_bursts: d.nr_bursts,
