@@ -384,3 +384,38 @@ fn a_log_still_being_written_a_directory_and_the_terminal() {
         "{no_color}"
     );
 }
+
+#[test]
+fn a_malformed_log_is_one_line_naming_file_line_and_problem() {
+    let d = Scratch::new("report-bad");
+    let log = d.0.join("bad.jsonl");
+    known_log(&log);
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.insert_str(
+        text.find('\n').unwrap() + 1,
+        "{\"v\":1,\"ts\":1,\"type\":\"throttle\",\"tid\":-3}\n",
+    );
+    std::fs::write(&log, text).unwrap();
+    for args in [vec![log.to_str().unwrap()], vec!["no-such-container-tw"]] {
+        let out = Command::new(bin("throttlewatch"))
+            .arg("report")
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(out.stdout.is_empty());
+        if args[0].ends_with(".jsonl") {
+            assert!(
+                err.contains(&format!("{}:2: ", log.display())) && err.contains("tid"),
+                "{err}"
+            );
+        } else {
+            assert!(
+                err.contains("no-such-container-tw") && err.contains("log_dir"),
+                "{err}"
+            );
+        }
+    }
+}
