@@ -283,7 +283,11 @@ mod tests {
             c.add(0, freeze(2, 0, k * p + 61_000_000, 39_000_000));
             c.add(0, freeze(3, 1, k * p + 70_000_000, 30_000_000));
         }
-        assert!(c.periods.len() <= OPEN_PERIODS as usize + 1, "{}", c.periods.len());
+        assert!(
+            c.periods.len() <= OPEN_PERIODS as usize + 1,
+            "{}",
+            c.periods.len()
+        );
         // A record for period 3 arriving long after it closed.
         c.add(0, freeze(4, 1, 3 * p + 50_000_000, 50_000_000));
         let v = c.throttled_periods();
