@@ -61,6 +61,9 @@ pub struct Session {
     /// The last reading of the cgroup's counters, with its time (Unix ns):
     /// the `end` of a container whose cgroup is already gone reports it.
     last_read: Option<(CgroupReading, u64)>,
+    /// Records the log could not take, and whether that was said.
+    unwritten: u64,
+    said_unwritten: bool,
     /// What the last `Counters` output covered.
     exported_kernel: Option<CpuStat>,
     exported_probe_ns: u64,
@@ -121,6 +124,8 @@ impl Session {
             carried,
             cold,
             last_read: None,
+            unwritten: 0,
+            said_unwritten: false,
             exported_kernel: None,
             exported_probe_ns: 0,
         })
@@ -145,7 +150,7 @@ impl Session {
             self.snapshot(&cg, out);
         }
         if let Err(e) = self.log.flush() {
-            tracing::warn!("{}: flushing log: {e}", self.spec.log_path.display());
+            self.say_unwritten(&e);
         }
     }
 
@@ -219,6 +224,7 @@ impl Session {
             kernel_throttled_ns: self.kernel.throttled_ns(cg),
             kernel_source: self.kernel.source().as_str().into(),
             kernel_stale: kernel_stale.clone(),
+            unwritten_records: self.unwritten,
             nr_periods: d.nr_periods,
             nr_throttled: d.nr_throttled,
             nr_bursts: d.nr_bursts,
@@ -328,7 +334,20 @@ impl Session {
 
     fn write(&mut self, rec: Record) {
         if let Err(e) = self.log.write(rec) {
-            tracing::warn!("{}: writing log: {e}", self.spec.log_path.display());
+            self.unwritten += 1;
+            self.say_unwritten(&e);
+        }
+    }
+
+    /// A write that failed (a full disk): said once per container, then
+    /// only counted (`end.unwritten_records`); the agent goes on.
+    fn say_unwritten(&mut self, e: &io::Error) {
+        if !self.said_unwritten {
+            self.said_unwritten = true;
+            eprintln!(
+                "throttlewatch agent: {}: writing the log: {e}; records that do not fit are counted in end.unwritten_records, not reported again",
+                self.spec.log_path.display()
+            );
         }
     }
 

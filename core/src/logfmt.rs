@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -180,6 +180,9 @@ pub struct End {
     pub kernel_throttled_ns: u64,
     /// "cpu.stat" or "cpu.stat.local" (throttling from an ancestor).
     pub kernel_source: String,
+    /// Records the log could not take (a full disk: ENOSPC), counted, not written.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unwritten_records: u64,
     /// Present when the kernel counters could not be read at the end (the
     /// runtime removed the cgroup first): why, and how old the reading is
     /// that the kernel figures come from.
@@ -207,6 +210,10 @@ pub struct End {
     pub runq: Option<Runq>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl End {
     /// Relative difference between the probe's and the kernel's throttled time.
     pub fn fidelity_error(&self) -> f64 {
@@ -228,9 +235,17 @@ pub fn now_unix_ns() -> u64 {
 /// Writes one container's log, batching lines; `finish` flushes and syncs.
 pub struct LogWriter {
     path: PathBuf,
-    out: BufWriter<File>,
+    file: File,
+    /// Whole lines not yet written.
+    buf: Vec<u8>,
+    /// The file's length after the last write that succeeded (a line end).
+    len_ok: u64,
     pending: usize,
 }
+
+/// The most bytes buffered; past it a record waits for a flush, or is
+/// refused while the disk is full.
+const BUFFER_BYTES: usize = 64 * 1024;
 
 /// How many records are buffered before a flush (the agent also flushes on a timer).
 pub const FLUSH_EVERY: usize = 256;
@@ -249,9 +264,12 @@ impl LogWriter {
             o.create(true).truncate(true);
         }
         let f = o.open(path)?;
+        let len_ok = f.metadata()?.len();
         Ok(LogWriter {
             path: path.to_path_buf(),
-            out: BufWriter::with_capacity(64 * 1024, f),
+            file: f,
+            buf: Vec::with_capacity(BUFFER_BYTES),
+            len_ok,
             pending: 0,
         })
     }
@@ -266,8 +284,14 @@ impl LogWriter {
             ts: now_unix_ns(),
             record,
         };
-        serde_json::to_writer(&mut self.out, &line)?;
-        self.out.write_all(b"\n")?;
+        let mut bytes = serde_json::to_vec(&line)?;
+        bytes.push(b'\n');
+        // Whole lines or nothing: on a full disk (ENOSPC) a record that does
+        // not fit the buffer is refused whole, never cut in the middle.
+        if self.buf.len() + bytes.len() > BUFFER_BYTES {
+            self.flush()?;
+        }
+        self.buf.extend_from_slice(&bytes);
         self.pending += 1;
         if self.pending >= FLUSH_EVERY {
             self.flush()?;
@@ -275,15 +299,34 @@ impl LogWriter {
         Ok(())
     }
 
+    /// Write the buffered lines. A write that fails part way (ENOSPC) is
+    /// cut back to the last whole line and the lines stay buffered, so the
+    /// log on disk is always valid JSONL and goes on once there is space.
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.pending = 0;
-        self.out.flush()
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        match self.file.write_all(&self.buf) {
+            Ok(()) => {
+                self.len_ok += self.buf.len() as u64;
+                self.buf.clear();
+                Ok(())
+            }
+            Err(e) => {
+                // Back to the last line end (the offset too: a log opened
+                // without O_APPEND would otherwise leave a hole).
+                let _ = self.file.set_len(self.len_ok);
+                let _ = std::io::Seek::seek(&mut self.file, std::io::SeekFrom::Start(self.len_ok));
+                Err(e)
+            }
+        }
     }
 
     /// Flush and fsync; the log is complete on disk afterwards.
     pub fn finish(mut self) -> std::io::Result<()> {
         self.flush()?;
-        self.out.get_ref().sync_all()
+        self.file.sync_all()
     }
 }
 

@@ -820,3 +820,74 @@ fn a_thousand_containers_register() {
     assert_eq!(st.watch_map_entries, Some(N));
     drop(sleepers);
 }
+
+/// A tmpfs of `size` mounted on `dir`, unmounted on drop.
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: &std::path::Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let o = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0750"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        SmallDisk(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// Finding 2 (the ENOSPC part): with the log directory full, the agent keeps
+/// serving, says so once per container (it used to warn for every record),
+/// keeps whole lines, and counts what it could not write in `end`.
+#[test]
+fn full_log_disk_is_said_once_and_counted() {
+    let _l = throttlewatch_integration::cpu_lock();
+    let cfg = PrivateConfig::new("snapshot_interval_s = 1");
+    let _disk = SmallDisk::mount(&cfg.log_dir, "256k");
+    // Leave about 4 KiB: the start record and a few throttle records.
+    std::fs::write(cfg.log_dir.join("filler"), vec![0u8; 252 * 1024]).unwrap();
+    let agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let b = Bundle::new(
+        &id("enospc"),
+        &ContainerOpts::busy(12, 4).quota(20_000, 100_000),
+    );
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "{}", text(&o));
+    rt.wait_stopped(&b.id, Duration::from_secs(30));
+    let st = call(&cfg.socket, &Request::Status, Duration::from_secs(5)).unwrap();
+    assert!(st.ok, "the agent still serves: {st:?}");
+    std::fs::remove_file(cfg.log_dir.join("filler")).unwrap();
+    let o = rt.delete(&b.id);
+    assert!(o.status.success(), "{}", text(&o));
+    let said = agent.output();
+    let n = said.matches("writing the log").count();
+    assert_eq!(n, 1, "said once: {said}");
+    let raw = std::fs::read_to_string(cfg.log_of(&b.id)).unwrap();
+    for (i, l) in raw.lines().enumerate() {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(l).is_ok(),
+            "line {i} of {} is cut: {l:?}",
+            raw.lines().count()
+        );
+    }
+    let log = throttlewatch_integration::read_log(&cfg.log_of(&b.id));
+    let end = throttlewatch_integration::of_type(&log, "end")[0].clone();
+    let unwritten = end["unwritten_records"].as_u64().unwrap_or(0);
+    let written = throttlewatch_integration::of_type(&log, "throttle").len();
+    eprintln!("full disk: {written} throttle records written, {unwritten} counted unwritten");
+    assert!(unwritten > 0, "{end}");
+}

@@ -155,3 +155,267 @@ fn burst_recommendation_absorbs_spikes() {
         err * 100.0
     );
 }
+
+/// A log with four known freezes (period 100 ms, log starting on a period boundary):
+/// tid 1 in period 0: 50 ms from +50 ms and 20 ms from +80 ms; tid 2: 20 ms from +80 ms in
+/// period 1, 1 ms from +99 ms in period 3. All thaw on a refill (offset 0).
+fn known_log(path: &std::path::Path) {
+    let t0: u64 = 1_790_000_000_000_000_000;
+    let ms = 1_000_000u64;
+    let start = format!(
+        r#"{{"v":1,"ts":{t0},"type":"start","container_id":"known","container_name":"known","pid":1,"cgroup_path":"/k","cgroup_id":9,"cgroup_mode":"v1","quota_us":20000,"period_us":100000,"burst_us":0,"cpus":"0-1","mems":"0","kernel_release":"6.18","throttle_model":"task","probe":"tp_btf","threshold_ns":0}}"#
+    );
+    let freeze = |tid: u32, at: u64, frozen: u64| {
+        format!(
+            r#"{{"v":1,"ts":{},"type":"throttle","tid":{tid},"pid":1,"comm":"w{tid}","cpu":0,"cpu_in":0,"start_ns":{},"frozen_ns":{},"cgroup_id":9,"throttled_cgroup_id":9,"throttled_level":1}}"#,
+            t0 + at + frozen,
+            t0 + at,
+            frozen
+        )
+    };
+    let lines = [
+        start,
+        freeze(1, 50 * ms, 50 * ms),
+        freeze(1, 80 * ms, 20 * ms),
+        freeze(2, 180 * ms, 20 * ms),
+        freeze(2, 399 * ms, ms),
+    ];
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+/// `chromium --headless`: (the DOM after load, the page's console messages).
+fn chromium(page: &std::path::Path, extra: &[&str]) -> (String, Vec<String>) {
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .args(extra)
+        .arg("--dump-dom")
+        .arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("chromium (scripts/setup.sh --test installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let console = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.contains(":CONSOLE"))
+        .map(str::to_string)
+        .collect();
+    (String::from_utf8_lossy(&out.stdout).to_string(), console)
+}
+
+/// The `<rect>`s inside `<figure ... id="ID"...>`.
+fn rects_in(dom: &str, id: &str) -> usize {
+    let at = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no figure {id}"));
+    let end = at + dom[at..].find("</figure>").unwrap();
+    dom[at..end].matches("<rect").count()
+}
+
+#[test]
+fn html_page_renders_in_chromium_with_the_expected_cells() {
+    let d = Scratch::new("report-html");
+    // The detector sees console errors (so their absence below means something).
+    let bad = d.0.join("bad.html");
+    std::fs::write(
+        &bad,
+        "<html><body><script>console.error('tw-boom')</script></body></html>",
+    )
+    .unwrap();
+    let (_, console) = chromium(&bad, &[]);
+    assert!(console.iter().any(|l| l.contains("tw-boom")), "{console:?}");
+
+    let log = d.0.join("known.jsonl");
+    known_log(&log);
+    let page = d.0.join("report.html");
+    let shot = d.0.join("report.png");
+    let out = Command::new(bin("throttlewatch"))
+        .args([
+            "report",
+            log.to_str().unwrap(),
+            "--html",
+            page.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http"),
+        "the page loads from the network"
+    );
+    let (dom, console) = chromium(
+        &page,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1000,1400",
+        ],
+    );
+    assert!(console.is_empty(), "console messages: {console:?}");
+    // Each heatmap: its non-empty cells and one background rect.
+    // latency: (period 0: 50 ms and 20 ms rows), (period 1: 20 ms), (period 3: 1 ms).
+    assert_eq!(rects_in(&dom, "c0-latency"), 4 + 1);
+    // offset (5 ms rows from the refill): period 0 covers +50..+100 ms = 10 rows,
+    // period 1 +80..+100 = 4, period 3 +95..+100 = 1.
+    assert_eq!(rects_in(&dom, "c0-offset"), 15 + 1);
+    // threads: tid 1 in period 0, tid 2 in periods 1 and 3.
+    assert_eq!(rects_in(&dom, "c0-threads"), 3 + 1);
+    assert!(
+        dom.contains("w1") && dom.contains("w2"),
+        "thread table missing"
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "screenshot: {} bytes",
+        png.len()
+    );
+}
+
+#[test]
+fn a_log_still_being_written_a_directory_and_the_terminal() {
+    let _l = cpu_lock();
+    let d = Scratch::new("report-live");
+    let log = d.0.join("live.jsonl");
+    let mut child = Command::new(bin("throttlewatch"))
+        .args([
+            "run",
+            "-q",
+            "--cpus",
+            "0.1",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+        ])
+        .arg(bin("tw-burn"))
+        .args(["--threads", "64", "--pin", "packed", "--ms", "4000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // 64 threads frozen every period: batches of 256 records reach the file, the end does not.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let r = report(&log, &[]);
+    assert_eq!(r["complete"], false, "{r:#}");
+    assert!(r["freezes"]["count"].as_u64().unwrap() > 0, "{r:#}");
+    assert!(child.wait().unwrap().success());
+    let r = report(&log, &[]);
+    assert_eq!(r["complete"], true);
+
+    // A directory: every log, most frozen first.
+    std::fs::write(d.0.join("idle.jsonl"), {
+        let s = std::fs::read_to_string(&log).unwrap();
+        s.lines()
+            .next()
+            .unwrap()
+            .replace("\"quota_us\":10000", "\"quota_us\":null")
+            + "\n"
+    })
+    .unwrap();
+    let out = Command::new(bin("throttlewatch"))
+        .args(["report", "--json", d.0.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let logs: Vec<&str> = v["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["log"].as_str().unwrap())
+        .collect();
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    assert!(logs[0].ends_with("live.jsonl"), "{logs:?}");
+
+    // Plain text into a pipe; colours on a terminal (script(1) gives it one), not with NO_COLOR.
+    let plain = Command::new(bin("throttlewatch"))
+        .args(["report", log.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(plain.stdout).unwrap();
+    assert!(
+        text.contains("frozen by offset") || text.contains("offset in the CFS period"),
+        "{text}"
+    );
+    assert!(text.is_ascii(), "non-ASCII in a pipe: {text}");
+    let tty = |no_color: bool| {
+        let mut c = Command::new("script");
+        c.args([
+            "-qec",
+            &format!(
+                "{} report {}",
+                bin("throttlewatch").display(),
+                log.display()
+            ),
+            "/dev/null",
+        ]);
+        c.env_remove("NO_COLOR");
+        if no_color {
+            c.env("NO_COLOR", "1");
+        }
+        String::from_utf8_lossy(&c.output().unwrap().stdout).to_string()
+    };
+    let coloured = tty(false);
+    assert!(
+        coloured.contains("\x1b[1m") && coloured.contains(['░', '▒', '▓', '█']),
+        "{coloured}"
+    );
+    let no_color = tty(true);
+    assert!(
+        !no_color.contains("\x1b[") && no_color.contains("top threads"),
+        "{no_color}"
+    );
+}
+
+#[test]
+fn a_malformed_log_is_one_line_naming_file_line_and_problem() {
+    let d = Scratch::new("report-bad");
+    let log = d.0.join("bad.jsonl");
+    known_log(&log);
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.insert_str(
+        text.find('\n').unwrap() + 1,
+        "{\"v\":1,\"ts\":1,\"type\":\"throttle\",\"tid\":-3}\n",
+    );
+    std::fs::write(&log, text).unwrap();
+    for args in [vec![log.to_str().unwrap()], vec!["no-such-container-tw"]] {
+        let out = Command::new(bin("throttlewatch"))
+            .arg("report")
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(out.stdout.is_empty());
+        if args[0].ends_with(".jsonl") {
+            assert!(
+                err.contains(&format!("{}:2: ", log.display())) && err.contains("tid"),
+                "{err}"
+            );
+        } else {
+            assert!(
+                err.contains("no-such-container-tw") && err.contains("log_dir"),
+                "{err}"
+            );
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! One container's log folded into figures, in one pass and in memory that
-//! depends on the number of threads, CPUs and throttled periods, never on the
-//! number of records.
+//! depends on the number of threads and CPUs, plus 16 bytes per throttled
+//! period, never on the number of records.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -34,6 +34,18 @@ pub struct PeriodThrottle {
 /// One throttled period: CPU -> (first freeze start, last thaw), and the threads frozen.
 type PeriodSpans = (HashMap<u32, (u64, u64)>, Vec<u32>);
 
+/// Periods kept open for late records (the agent flushes every second: 10 periods of
+/// 100 ms; 64 leaves room for slower flushes and shorter periods).
+const OPEN_PERIODS: u64 = 64;
+
+fn close((cpus, tids): &PeriodSpans, period_ns: u64) -> PeriodThrottle {
+    PeriodThrottle {
+        throttled_ns: cpus.values().map(|(a, b)| (b - a).min(period_ns)).sum(),
+        threads: tids.len() as u32,
+        cpus: cpus.len() as u32,
+    }
+}
+
 /// Everything the report needs from one log.
 #[derive(Debug, Default)]
 pub struct Container {
@@ -53,6 +65,8 @@ pub struct Container {
     pub heat: Heatmaps,
     /// period index -> CPU -> (first freeze start, last thaw), and its threads.
     periods: BTreeMap<u64, PeriodSpans>,
+    /// Periods no longer open, 16 bytes each (memory grows with the log's duration, not its records).
+    closed: Vec<(u64, PeriodThrottle)>,
     /// Where thaws fall in the period (from the first freeze): periods are
     /// counted from half a period before it, so one period's thaws share an index.
     thaw_phase: Option<u64>,
@@ -132,6 +146,16 @@ impl Container {
         if !tids.contains(&t.tid) && tids.len() < 4096 {
             tids.push(t.tid);
         }
+        // Records come in time order give or take a flush: periods well behind
+        // the newest are final and shrink to a `PeriodThrottle`.
+        while let Some((&k, _)) = self.periods.first_key_value() {
+            if k + OPEN_PERIODS > index {
+                break;
+            }
+            let (k, spans) = self.periods.pop_first().unwrap_or_default();
+            let done = close(&spans, p);
+            self.closed.push((k, done));
+        }
     }
 
     /// The period a thaw at `ts` ends (counted as the throttled periods are).
@@ -144,20 +168,25 @@ impl Container {
     /// Throttled periods in order, each capped at what the CPUs can hold.
     pub fn throttled_periods(&self) -> Vec<(u64, PeriodThrottle)> {
         let p = self.period_ns();
-        self.periods
+        let mut all: Vec<(u64, PeriodThrottle)> = self
+            .closed
             .iter()
-            .map(|(k, (cpus, tids))| {
-                let ns: u64 = cpus.values().map(|(a, b)| (b - a).min(p)).sum();
-                (
-                    *k,
-                    PeriodThrottle {
-                        throttled_ns: ns,
-                        threads: tids.len() as u32,
-                        cpus: cpus.len() as u32,
-                    },
-                )
-            })
-            .collect()
+            .copied()
+            .chain(self.periods.iter().map(|(k, s)| (*k, close(s, p))))
+            .collect();
+        all.sort_by_key(|(k, _)| *k);
+        // A record later than the window reopened its period: merge the parts.
+        all.dedup_by(|later, first| {
+            if later.0 != first.0 {
+                return false;
+            }
+            first.1.throttled_ns = (first.1.throttled_ns + later.1.throttled_ns)
+                .min(p * first.1.cpus.max(later.1.cpus) as u64);
+            first.1.threads = first.1.threads.max(later.1.threads);
+            first.1.cpus = first.1.cpus.max(later.1.cpus);
+            true
+        });
+        all
     }
 
     /// Threads by frozen time, most first.
@@ -227,5 +256,51 @@ impl Container {
             Some(s) => s.container_id.clone(),
             None => String::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn freeze(tid: u32, cpu: u32, start_ns: u64, frozen_ns: u64) -> Record {
+        Record::Throttle(Throttle {
+            tid,
+            cpu,
+            start_ns,
+            frozen_ns,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn periods_close_behind_the_newest_and_late_records_merge() {
+        let p = 100_000_000;
+        let mut c = Container::default();
+        for k in 0..500u64 {
+            // CPU 0 frozen from +60 ms to the refill (two threads), CPU 1 from +70 ms.
+            c.add(0, freeze(1, 0, k * p + 60_000_000, 40_000_000));
+            c.add(0, freeze(2, 0, k * p + 61_000_000, 39_000_000));
+            c.add(0, freeze(3, 1, k * p + 70_000_000, 30_000_000));
+        }
+        assert!(
+            c.periods.len() <= OPEN_PERIODS as usize + 1,
+            "{}",
+            c.periods.len()
+        );
+        // A record for period 3 arriving long after it closed.
+        c.add(0, freeze(4, 1, 3 * p + 50_000_000, 50_000_000));
+        let v = c.throttled_periods();
+        assert_eq!(v.len(), 500);
+        assert!(v.windows(2).all(|w| w[0].0 + 1 == w[1].0));
+        let normal = PeriodThrottle {
+            throttled_ns: 70_000_000,
+            threads: 3,
+            cpus: 2,
+        };
+        assert_eq!(v[0].1, normal);
+        assert_eq!(v[499].1, normal);
+        // Period 3: its CPU 1 part came twice (30 ms, then 50 ms): summed.
+        assert_eq!(v[3].1.throttled_ns, 40_000_000 + 30_000_000 + 50_000_000);
     }
 }

@@ -158,7 +158,7 @@ fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
     match hits.len() {
         1 => Ok(hits.remove(0)),
         0 => Err(ReadError::NotFound(format!(
-            "{key}: not a file, a directory, or a container id/name with a log in {}",
+            "{key}: not a file, a directory, or a container id/name with a log in {} (the configured log_dir)",
             log_dir.display()
         ))),
         n => Err(ReadError::NotFound(format!(
@@ -289,12 +289,14 @@ fn parse_line(text: &[u8]) -> Result<Option<(u64, u64, Record)>, String> {
             return Ok(Some((v, t.ts, Record::Throttle(t.into()))));
         }
     }
-    let head: Head = serde_json::from_slice(text).map_err(|e| format!("not JSON: {e}"))?;
+    let head: Head =
+        serde_json::from_slice(text).map_err(|e| format!("not JSON: {}", describe(text, &e)))?;
     check_head(&head)?;
     let line: Line = serde_json::from_slice(text).map_err(|e| {
         format!(
-            "a `{}` record that schema version {SCHEMA_VERSION} cannot read: {e}",
-            head.ty.as_deref().unwrap_or("")
+            "a `{}` record that schema version {SCHEMA_VERSION} cannot read: {}",
+            head.ty.as_deref().unwrap_or(""),
+            describe(text, &e)
         )
     })?;
     Ok(Some((line.v as u64, line.ts, line.record)))
@@ -307,9 +309,29 @@ fn check_version(text: &[u8]) -> Result<u64, String> {
     if text.starts_with(one.as_bytes()) {
         return Ok(SCHEMA_VERSION as u64);
     }
-    let head: Head = serde_json::from_slice(text).map_err(|e| format!("not JSON: {e}"))?;
+    let head: Head =
+        serde_json::from_slice(text).map_err(|e| format!("not JSON: {}", describe(text, &e)))?;
     check_head(&head)?;
     Ok(head.v.unwrap_or(0))
+}
+
+/// serde_json's message with the field it stopped in, and the column on the line.
+fn describe(text: &[u8], e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    let msg = msg
+        .rsplit_once(" at line ")
+        .map_or(msg.as_str(), |(m, _)| m)
+        .to_string();
+    let upto = &text[..e.column().min(text.len())];
+    // The last `"key":` before the column is the field being read.
+    let field = upto.windows(2).rposition(|w| w == b"\":").and_then(|end| {
+        let start = upto[..end].iter().rposition(|c| *c == b'"')?;
+        std::str::from_utf8(&upto[start + 1..end]).ok()
+    });
+    match field {
+        Some(f) => format!("field `{f}`: {msg} (column {})", e.column()),
+        None => format!("{msg} (column {})", e.column()),
+    }
 }
 
 fn check_head(head: &Head) -> Result<(), String> {
@@ -397,7 +419,7 @@ mod tests {
             ("not json", "not JSON"),
             (
                 "{\"v\":1,\"ts\":1,\"type\":\"throttle\",\"tid\":\"x\"}",
-                "`throttle` record that schema version 1 cannot read",
+                "`throttle` record that schema version 1 cannot read: field `tid`: invalid type: string \"x\", expected u32",
             ),
         ];
         for (bad, want) in cases {

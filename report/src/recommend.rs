@@ -164,11 +164,12 @@ fn quota(c: &Container, m: &Model) -> Option<Recommendation> {
         value: trim_float(l),
         run_flag: format!("--cpus {}", trim_float(l)),
         reason: format!(
-            "{} runnable threads under a quota of {} CPUs freeze for {} of each throttled period (summed over CPUs): run {} workers, or raise the limit to {}",
+            "{} runnable threads under a quota of {} CPUs freeze for {} of each throttled period (summed over CPUs): run {} worker{}, or raise the limit to {}",
             runnable,
             trim_float(cpus_now),
             short(frozen_per_period as u64),
             workers,
+            if workers > 1.0 { "s" } else { "" },
             trim_float(l)
         ),
         observed_throttled_ns: m.observed_ns,
