@@ -70,6 +70,7 @@ fn open_and_load(
         (&mut p.tw_cgroup_attach_btf, runq),
         (&mut p.tw_exec_btf, runq),
         (&mut p.tw_fork_btf, runq),
+        (&mut p.tw_iter_watched, runq),
         // Only the dequeue model follows waiting tasks across CPUs.
         (
             &mut p.tw_migrate_btf,
@@ -130,36 +131,40 @@ pub(crate) fn load(opts: &ProbeOptions, model: ThrottleModel) -> Result<Loaded, 
     }
 }
 
-/// Attach what was loaded.
-pub(crate) fn attach(l: &mut Loaded, model: ThrottleModel) -> Result<Vec<Link>, ProbeError> {
-    let kind = l.kind;
+/// Attach what was loaded (the timer programs unless `opts` leaves them out).
+pub(crate) fn attach(
+    l: &mut Loaded,
+    model: ThrottleModel,
+    opts: &ProbeOptions,
+) -> Result<Vec<Link>, ProbeError> {
+    let k = l.kind.as_str();
     let attach = |prog: &'static str, r: Result<Link, libbpf_rs::Error>| {
         r.map_err(|source| ProbeError::Attach { prog, source })
     };
     let p = &mut l.skel.progs;
-    let mut links = match kind {
-        ProbeKind::TpBtf => vec![
-            attach(kind.as_str(), p.tw_switch_btf.attach())?,
-            attach(kind.as_str(), p.tw_hrtimer_btf.attach())?,
-            attach(kind.as_str(), p.tw_hrtimer_exit_btf.attach())?,
-        ],
-        ProbeKind::RawTp => vec![
-            attach(
-                kind.as_str(),
-                p.tw_switch_raw.attach_raw_tracepoint("sched_switch"),
-            )?,
-            attach(
-                kind.as_str(),
+    let btf = l.kind == ProbeKind::TpBtf;
+    let mut links = vec![attach(
+        k,
+        if btf {
+            p.tw_switch_btf.attach()
+        } else {
+            p.tw_switch_raw.attach_raw_tracepoint("sched_switch")
+        },
+    )?];
+    if !opts.no_hrtimer {
+        let (entry, exit) = if btf {
+            (p.tw_hrtimer_btf.attach(), p.tw_hrtimer_exit_btf.attach())
+        } else {
+            (
                 p.tw_hrtimer_raw
                     .attach_raw_tracepoint("hrtimer_expire_entry"),
-            )?,
-            attach(
-                kind.as_str(),
                 p.tw_hrtimer_exit_raw
                     .attach_raw_tracepoint("hrtimer_expire_exit"),
-            )?,
-        ],
-    };
+            )
+        };
+        links.push(attach(k, entry)?);
+        links.push(attach(k, exit)?);
+    }
     if l.runq_error.is_some() {
         return Ok(links);
     }

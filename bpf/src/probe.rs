@@ -24,7 +24,16 @@ pub enum ProbeError {
     },
     #[error("watch map: {0}")]
     Map(#[source] libbpf_rs::Error),
+    #[error("{ENV_PROBE_SKIP}: unknown program group '{0}' (accepted: a comma-separated list of fentry, runq, hrtimer)")]
+    Skip(String),
 }
+
+/// Leaves program groups out of the probe: `fentry` (the optional
+/// fexit/fentry view), `runq` (run-queue latency and cold start), `hrtimer`
+/// (the bandwidth-timer programs: dequeue-model episodes then end at the
+/// switch-in). For diagnosis — the VM lane's soak uses it to tell which of
+/// our programs a kernel problem needs — not for production.
+pub const ENV_PROBE_SKIP: &str = "THROTTLEWATCH_PROBE_SKIP";
 
 /// How the running kernel throttles, chosen at load time with CO-RE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +100,28 @@ pub struct ProbeOptions {
     pub no_runq: bool,
     /// Ring buffer size in bytes (a power of two, at least a page); 0: the default 4 MiB.
     pub ringbuf_bytes: u32,
+    /// Do not attach the bandwidth-timer programs (diagnosis only).
+    pub no_hrtimer: bool,
+}
+
+impl ProbeOptions {
+    /// These options with the groups named in `THROTTLEWATCH_PROBE_SKIP` left out.
+    pub fn with_env_skips(&self) -> Result<ProbeOptions, ProbeError> {
+        let mut o = self.clone();
+        let Some(v) = std::env::var_os(ENV_PROBE_SKIP) else {
+            return Ok(o);
+        };
+        for w in v.to_string_lossy().split(',').map(str::trim) {
+            match w {
+                "" => {}
+                "fentry" => o.no_fentry = true,
+                "runq" => o.no_runq = true,
+                "hrtimer" => o.no_hrtimer = true,
+                other => return Err(ProbeError::Skip(other.to_string())),
+            }
+        }
+        Ok(o)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -120,6 +151,9 @@ pub struct ThrottleProbe {
 /// User space's side of the run-queue / cold-start counters in .bss.
 struct RunqControl {
     bss: *mut crate::skel::types::bss,
+    /// The task iterator that gives tasks already in a watched group their
+    /// task storage (see `watch`).
+    iter: Link,
     /// Cold starts armed and not finished (their count gates the kernel side).
     armed: RefCell<BTreeSet<u64>>,
 }
@@ -134,14 +168,21 @@ impl RunqControl {
 
 impl ThrottleProbe {
     pub fn load(opts: &ProbeOptions) -> Result<ThrottleProbe, ProbeError> {
+        let opts = &opts.with_env_skips()?;
         load::route_libbpf_messages();
         load::bump_memlock();
         let model = ThrottleModel::detect();
         let mut l = load::load(opts, model)?;
-        let links = load::attach(&mut l, model)?;
+        let links = load::attach(&mut l, model, opts)?;
         let runq = match (&l.runq_error, l.skel.maps.bss_data.as_deref_mut()) {
             (None, Some(bss)) => Some(RunqControl {
                 bss: bss as *mut crate::skel::types::bss,
+                iter: l.skel.progs.tw_iter_watched.attach().map_err(|source| {
+                    ProbeError::Attach {
+                        prog: "runq (task iterator)",
+                        source,
+                    }
+                })?,
                 armed: RefCell::default(),
             }),
             (why, _) => {
@@ -224,6 +265,15 @@ impl ThrottleProbe {
             .update(&cgroup_id.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
             .map_err(ProbeError::Map)?;
         self.sync_watch_counters();
+        if let Some(r) = &self.runq {
+            // Tasks already in the group get their task storage here, in
+            // this process's context: the scheduler-side programs only look
+            // it up (creating it under the run-queue lock can deadlock
+            // kernels before 6.4); new tasks get it at fork, exec or attach.
+            let mut it = libbpf_rs::Iter::new(&r.iter).map_err(ProbeError::Map)?;
+            std::io::copy(&mut it, &mut std::io::sink())
+                .map_err(|e| ProbeError::Map(libbpf_rs::Error::from(e)))?;
+        }
         Ok(())
     }
 

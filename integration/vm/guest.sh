@@ -14,6 +14,8 @@
 #   running     (guest) index of the command in progress
 #   preamble    (guest) environment check report, preamble.fail on failure
 #   boot        (guest) guest uptime when the job started
+#   kallsyms    (guest) text lines of /proc/kallsyms, for run.sh's vCPU dump
+#   heartbeat   (guest) rewritten every 2 s while the guest runs
 #   done        (guest) written last, before power-off
 #   artifacts/  writable dir, visible to commands as $THROTTLEWATCH_VM_ARTIFACTS
 
@@ -67,6 +69,19 @@ mount -t cgroup2 -o nsdelegate cgroup2 "$H/sys/fs/cgroup" || die "mount cgroup2"
 mount -t bpf -o mode=0700 bpf "$H/sys/fs/bpf" || die "mount bpffs"
 mount -t tracefs tracefs "$H/sys/kernel/tracing" || die "mount tracefs"
 mount -t debugfs debugfs "$H/sys/kernel/debug" 2>/dev/null || true
+
+# Kernel trouble prints its stacks on the console, which run.sh watches and
+# fails on at the first lockup, stall, hung task or oops (the boot itself
+# stays quiet at loglevel 4): console level 7, every CPU's backtrace at a
+# hung task too (soft lockups: softlockup_all_cpu_backtrace=1 on the
+# command line), hung tasks reported after 60 s instead of 120 s.
+echo 7 >/proc/sys/kernel/printk
+for kv in hung_task_all_cpu_backtrace=1 hung_task_timeout_secs=60; do
+    [ -w "/proc/sys/kernel/${kv%%=*}" ] && echo "${kv#*=}" >"/proc/sys/kernel/${kv%%=*}"
+done
+
+# The text symbols, for run.sh's vCPU dump (0.7 s, in the background).
+(grep -E ' [tTwW] ' /proc/kallsyms >"$J/kallsyms.tmp" && mv "$J/kallsyms.tmp" "$J/kallsyms") &
 
 # Loopback up: the agent serves metrics on 127.0.0.1.
 ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up 2>/dev/null || die "loopback up"
@@ -134,6 +149,10 @@ mount -o bind "$J/artifacts" "$H/run/throttlewatch-vm/artifacts" || die "bind ar
         echo "guest $kver: cgroup2 only, controllers [$ctl], cpu.max.burst ok, BTF ok" >"$J/preamble.short"
     fi
 } >"$J/preamble" 2>&1
+
+# ---- heartbeat: run.sh fails the run when it stops (a guest wedged with
+# interrupts off on every CPU prints nothing on the console) ----
+( while :; do cut -d' ' -f1 /proc/uptime >"$J/heartbeat"; sleep 2; done ) &
 
 # ---- the commands ----
 set -- PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The VM lane of the test suite: the root tests that matter for a different
 # kernel and cgroup layout, run inside a Linux 6.1 guest with pure cgroup v2
-# (dequeue-based throttling, fentry available). One boot runs them all;
+# (dequeue-based throttling, fentry available), then a short soak of the
+# probe. One boot runs them all; run.sh fails the lane at the first soft
+# lockup, RCU stall, hung task, oops or BUG on the guest console;
 # docker and containerd stay on the host lane (no image store in the guest),
 # and so does `agent` (see integration/vm/README.md).
 set -euo pipefail
@@ -29,4 +31,11 @@ while read -r name exe; do
   echo "timeout -s KILL 420 $exe --test-threads=1 --nocapture" >>"$script"
 done <<<"$exes"
 [[ -s "$script" ]] || { echo "lane: no test executables found" >&2; exit 1; }
+# A short soak in the same boot (about 45 s): attach -> throttled workload ->
+# detach cycles next to a throttled unwatched neighbour, and one agent cycle
+# with two restarts under load (integration/vm/soak.sh; the long version is
+# run by hand, see integration/vm/README.md). LANE_SOAK_CYCLES=0 leaves it out.
+soak=${LANE_SOAK_CYCLES:-6}
+[[ "$soak" =~ ^[0-9]+$ ]] || { echo "lane: LANE_SOAK_CYCLES '$soak': expected a whole number" >&2; exit 2; }
+[[ "$soak" -gt 0 ]] && echo "timeout -s KILL 300 integration/vm/soak.sh --guest $soak 6 full 800" >>"$script"
 exec integration/vm/run.sh --timeout 900 --script "$script"

@@ -45,9 +45,14 @@ current directory, THROTTLEWATCH_VM=1, TMPDIR=/tmp (tmpfs, writable).
   --keep             keep the job directory (console log, outputs)
   --refresh          re-pick the newest kernel package and rebuild the cache
 env: VM_MEM (MiB, 2048), VM_SMP (2), VM_ACCEL (tcg), VM_KERNEL_PKG, VM_CACHE,
-     VM_PVH=0 (boot the bzImage, not the extracted vmlinux)
+     VM_PVH=0 (boot the bzImage, not the extracted vmlinux), VM_WATCH_LINES (80)
+     and VM_WATCH_GRACE (20 s): console lines printed after the first sign of
+     kernel trouble, VM_HEARTBEAT_S (60): a guest silent that long is wedged,
+     VM_TROUBLE_LOG=FILE: keep the console and vCPU dump of a failed run
 exit: 0 all passed; 1 a command failed; 2 usage; 3 lane failure (setup,
-      boot, timeout, kernel panic/oops, preamble check)
+      boot, timeout, preamble check, or kernel trouble: the run stops at the
+      first soft/hard lockup, RCU stall, hung task, oops, BUG or panic on the
+      console, or a stopped heartbeat, and prints the stacks)
 EOF
     exit 2
 }
@@ -290,11 +295,16 @@ for i in "${!CMDS[@]}"; do printf '%s' "${CMDS[$i]}" >"$JOB/cmd.$((i + 1))"; don
 # the same time base, as on real hardware.
 APPEND="console=ttyS0 quiet loglevel=4 panic=-1 rdinit=/init tsc=reliable"
 APPEND+=" systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all"
+# Kernel trouble must show its stack: every CPU's backtrace at a soft
+# lockup or hung task (guest.sh raises the console level once booted), and
+# the vCPU dump below.
+APPEND+=" softlockup_all_cpu_backtrace=1"
 QEMU=(qemu-system-x86_64 -accel "$ACCEL" -cpu max -m "$MEM" -smp "$SMP"
       -nographic -nodefaults -no-user-config -serial stdio -no-reboot
       -kernel "$KERNEL" -initrd "$INITRD" -append "$APPEND"
       -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
-      -virtfs "local,path=$JOB,mount_tag=job,security_model=none,multidevs=remap")
+      -virtfs "local,path=$JOB,mount_tag=job,security_model=none,multidevs=remap"
+      -monitor "unix:$JOB/monitor.sock,server=on,wait=off")
 
 # qboot (qemu-system-data) boots faster than SeaBIOS and prints nothing
 for d in /usr/share/qemu /usr/share/qemu-system-data; do
@@ -305,12 +315,56 @@ T_QEMU=$(now)
 "${QEMU[@]}" </dev/null >"$JOB/console.log" 2>&1 &
 QPID=$!
 [ "$VERBOSE" = 1 ] && tail -n +1 -f --pid="$QPID" "$JOB/console.log" >&2 &
+# The console is watched while the guest runs: the first line that says the
+# kernel is in trouble (soft or hard lockup, RCU stall, hung task, oops, BUG,
+# panic) fails the run at once.  The watcher lets the kernel finish printing
+# the stacks (VM_WATCH_LINES lines after the match, or VM_WATCH_GRACE
+# seconds), asks QEMU for every vCPU's registers and stack (vcpu-dump.py,
+# symbolised with the guest's kallsyms, which guest.sh copies to the job
+# share; Debian's System.map is a placeholder), then kills QEMU.
+TROUBLE_RE='soft lockup|hard LOCKUP|rcu: INFO:|rcu_[a-z_]* (self-)?detected stall|detected stalls on CPUs|rcu_[a-z_]* kthread (timer wakeup didn.t happen|starved)|hung_task|blocked for more than|Oops|BUG:|kernel BUG|Kernel panic|general protection'
+WATCH_LINES=${VM_WATCH_LINES:-80}
+WATCH_GRACE=${VM_WATCH_GRACE:-20}
+SYSMAP="$JOB/kallsyms"
+HEARTBEAT_S=${VM_HEARTBEAT_S:-60}
 timed_out=0
+wedged=0
+trouble=""        # line number of the first match in console.log
+trouble_at=0
 deadline=$(( $(date +%s) + TIMEOUT ))
 T_BOOT=""
 while kill -0 "$QPID" 2>/dev/null; do
     [ -z "$T_BOOT" ] && [ -e "$JOB/boot" ] && T_BOOT=$(now)
+    if [ -z "$trouble" ]; then
+        m=$(grep -anm1 -E "$TROUBLE_RE" "$JOB/console.log" 2>/dev/null | cut -d: -f1) || true
+        if [ -n "$m" ]; then
+            trouble=$m
+            trouble_at=$(date +%s)
+            log "guest kernel trouble at console line $m: $(sed -n "${m}p" "$JOB/console.log" | tr -d '\r')"
+        fi
+    elif [ "$(wc -l <"$JOB/console.log")" -ge $((trouble + WATCH_LINES)) ] \
+            || [ "$(date +%s)" -ge $((trouble_at + WATCH_GRACE)) ]; then
+        python3 "$HERE/vcpu-dump.py" "$JOB/monitor.sock" "$SYSMAP" >"$JOB/vcpus.txt" 2>&1 || true
+        kill "$QPID" 2>/dev/null || true
+        sleep 1
+        kill -KILL "$QPID" 2>/dev/null || true
+        break
+    fi
+    # a guest that stops rewriting its heartbeat is wedged (every CPU
+    # spinning with interrupts off prints nothing): fail it the same way
+    if [ -z "$trouble" ] && [ -e "$JOB/heartbeat" ] \
+            && [ $(( $(date +%s) - $(stat -c %Y "$JOB/heartbeat") )) -ge "$HEARTBEAT_S" ]; then
+        log "guest heartbeat stopped ${HEARTBEAT_S}s ago: the guest is wedged"
+        wedged=1
+        python3 "$HERE/vcpu-dump.py" "$JOB/monitor.sock" "$SYSMAP" >"$JOB/vcpus.txt" 2>&1 || true
+        kill "$QPID" 2>/dev/null || true
+        sleep 1
+        kill -KILL "$QPID" 2>/dev/null || true
+        break
+    fi
     if [ "$(date +%s)" -ge "$deadline" ]; then
+        [ -z "$trouble" ] && python3 "$HERE/vcpu-dump.py" "$JOB/monitor.sock" "$SYSMAP" \
+            >"$JOB/vcpus.txt" 2>&1 || true
         timed_out=1
         kill "$QPID" 2>/dev/null || true
         sleep 1
@@ -354,11 +408,27 @@ for i in $(seq 1 "$n"); do
 done
 
 console="$JOB/console.log"
+clean() { sed 's/\x1b\[[0-9;?]*[A-Za-z]//g; s/\x1b.//g; s/\r//g'; }
 [ "$timed_out" = 1 ] && lane_fail+=("guest did not finish within ${TIMEOUT}s (qemu killed)")
-if grep -q 'Kernel panic' "$console" 2>/dev/null; then
-    lane_fail+=("kernel panic: $(grep -m1 'Kernel panic' "$console" | tr -d '\r')")
-elif grep -qE 'Oops|BUG:' "$console" 2>/dev/null; then
-    lane_fail+=("kernel oops/BUG in the console log")
+[ "$wedged" = 1 ] && lane_fail+=("guest kernel wedged: no heartbeat for ${HEARTBEAT_S}s and nothing on the console (see the vCPU dump)")
+# the loop above stops at the first match; a guest that ended on its own
+# (a panic with panic=-1) is checked here too
+[ -z "$trouble" ] && trouble=$(grep -anm1 -E "$TROUBLE_RE" "$console" 2>/dev/null | cut -d: -f1) || true
+if [ -n "$trouble" ]; then
+    lane_fail+=("guest kernel: $(sed -n "${trouble}p" "$console" | clean)")
+    {
+        echo "vm: ---- guest console from the first sign of trouble (line $trouble) ----"
+        sed -n "$((trouble > 5 ? trouble - 5 : 1)),$((trouble + WATCH_LINES))p" "$console" | clean
+        if [ -s "$JOB/vcpus.txt" ]; then
+            echo "vm: ---- vCPU registers and stacks from QEMU ----"
+            cat "$JOB/vcpus.txt"
+        fi
+        echo "vm: ----"
+    } >&2
+    # VM_TROUBLE_LOG=FILE keeps the whole console and the vCPU dump
+    if [ -n "${VM_TROUBLE_LOG:-}" ]; then
+        { clean <"$console"; echo "---- vcpus"; cat "$JOB/vcpus.txt" 2>/dev/null; } >"$VM_TROUBLE_LOG" || true
+    fi
 elif grep -q 'WARNING: CPU' "$console" 2>/dev/null; then
     log "warning: the guest kernel logged a WARNING (see the console with --keep/-v)"
 fi
@@ -371,9 +441,13 @@ boot="boot ?"
 [ -s "$JOB/boot" ] && boot+=" (guest uptime $(cat "$JOB/boot")s)"
 for s in "${summary[@]}"; do echo "$s"; done
 if [ ${#lane_fail[@]} -gt 0 ]; then
-    if [ "$VERBOSE" = 0 ]; then
+    if [ "$VERBOSE" = 0 ] && [ -z "$trouble" ]; then
         echo "vm: ---- guest console (last 60 lines) ----" >&2
-        tail -n 60 "$console" | sed 's/\x1b\[[0-9;?]*[A-Za-z]//g; s/\x1b.//g; s/\r//g' >&2 || true
+        tail -n 60 "$console" | clean >&2 || true
+        if [ -s "$JOB/vcpus.txt" ]; then
+            echo "vm: ---- vCPU registers and stacks from QEMU ----" >&2
+            cat "$JOB/vcpus.txt" >&2
+        fi
         echo "vm: ----" >&2
     fi
     for f in "${lane_fail[@]}"; do echo "vm: LANE FAIL: $f" >&2; done

@@ -75,13 +75,19 @@ struct {
 	__type(value, struct tw_coldstart);
 } coldstarts SEC(".maps");
 
-/* The task's storage with an up-to-date watched cgroup (created on demand). */
+/* The task's storage, if it has one, with an up-to-date watched cgroup.
+ * Only looked up here: the callers run in sched_switch and sched_wakeup
+ * with the run-queue lock held, where creating task storage is not safe
+ * before Linux 6.4 (a kmalloc that can wake kswapd; see frozen_by_tid in
+ * throttle.bpf.c). Watched tasks get their storage in process context
+ * instead: task_storage_create() below, at fork, exec and cgroup attach,
+ * and from the task iterator user space runs when it adds a watched group. */
 static __always_inline struct tw_task *task_cached(struct task_struct *t)
 {
 	struct tw_task *ts;
 	__u64 gen = watch_gen | TW_GEN_VALID, own;
 
-	ts = bpf_task_storage_get(&tw_tasks, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	ts = bpf_task_storage_get(&tw_tasks, t, 0, 0);
 	if (!ts)
 		return 0;
 	if (ts->gen != gen) {
@@ -124,6 +130,14 @@ static __always_inline __u64 task_group_watched(struct task_struct *t)
 		c->cg = cg;
 	}
 	return cg;
+}
+
+/* Process context only (no scheduler lock held): storage for a task of a
+ * watched group, so that the scheduler-side programs find it. */
+static __always_inline void task_storage_create(struct task_struct *t)
+{
+	if (task_group_watched(t))
+		bpf_task_storage_get(&tw_tasks, t, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 }
 
 static __always_inline __u32 log2_slot(__u64 v)
@@ -244,19 +258,36 @@ int BPF_PROG(tw_wakeup_new_btf, struct task_struct *p)
 	return on_wakeup(p);
 }
 
-/* Tasks that change cgroup must have their cached watched cgroup recomputed. */
+/* Tasks that change cgroup must have their cached watched cgroup
+ * recomputed; a task moved into a watched group gets its storage (the
+ * tracepoint runs in the writer's process context). */
 SEC("tp_btf/cgroup_attach_task")
 int BPF_PROG(tw_cgroup_attach_btf, struct cgroup *dst, const char *path, struct task_struct *task, bool threadgroup)
 {
-	if (runq_enabled && nr_watched)
+	if (runq_enabled && nr_watched) {
 		__sync_fetch_and_add(&watch_gen, 1);
+		task_storage_create(task);
+	}
+	return 0;
+}
+
+/* Run by user space (a read of the iterator) right after it adds a group
+ * to the watch map: gives the tasks already in watched groups their
+ * storage, in the reader's process context. */
+SEC("iter/task")
+int tw_iter_watched(struct bpf_iter__task *ctx)
+{
+	struct task_struct *t = ctx->task;
+
+	if (runq_enabled && nr_watched && t)
+		task_storage_create(t);
 	return 0;
 }
 
 /* `prev` is switched out runnable and not throttled: preempted (or yielded). */
 static __always_inline void on_preempt(struct task_struct *prev, struct task_struct *next, __u64 now)
 {
-	struct tw_task *ts, *nts;
+	struct tw_task *ts;
 	struct tw_runq *h;
 	__u64 cg, ncg = 0;
 
@@ -268,11 +299,8 @@ static __always_inline void on_preempt(struct task_struct *prev, struct task_str
 	h = bpf_map_lookup_elem(&runq_hist, &cg);
 	if (!h)
 		return;
-	if (next->pid) {
-		nts = task_cached(next);
-		if (nts)
-			ncg = nts->cg;
-	}
+	if (next->pid)
+		ncg = task_group_watched(next);
 	if (ncg == cg)
 		h->preempt_same++;
 	else if (ncg)
@@ -421,7 +449,11 @@ int BPF_PROG(tw_exec_btf, struct task_struct *p, pid_t old_pid, struct linux_bin
 	struct tw_task *ts;
 	__u64 cg, own, now;
 
-	if (!runq_enabled || !nr_coldstart)
+	if (!runq_enabled)
+		return 0;
+	if (nr_watched)
+		task_storage_create(p);
+	if (!nr_coldstart)
 		return 0;
 	cg = watched_group(p, &own);
 	if (!cg)
@@ -449,7 +481,11 @@ int BPF_PROG(tw_fork_btf, struct task_struct *parent, struct task_struct *child)
 {
 	struct tw_task *ts, *cts;
 
-	if (!runq_enabled || !nr_coldstart)
+	if (!runq_enabled)
+		return 0;
+	if (nr_watched)
+		task_storage_create(child);
+	if (!nr_coldstart)
 		return 0;
 	ts = bpf_task_storage_get(&tw_tasks, parent, 0, 0);
 	if (!ts || !ts->cs_cg || child->tgid != parent->tgid)

@@ -46,14 +46,14 @@ struct frozen {
 	__u32 throttled_level;
 };
 
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct frozen);
-} frozen_tasks SEC(".maps");
-
-/* raw_tp programs cannot use task storage: the same state keyed by tid. */
+/* Freeze state per thread, keyed by tid, in a preallocated map: it is
+ * created at the freeze, in sched_switch, with the run-queue lock held.
+ * Task local storage must not be created there: before Linux 6.4 ("bpf:
+ * Use bpf_mem_cache_alloc/free in bpf_local_storage") that allocates with
+ * kmalloc(GFP_ATOMIC), which can wake kswapd (a boosted or low watermark),
+ * and a wakeup that picks this run-queue spins on the lock its own CPU
+ * holds: the CPU stops with interrupts off (see docs/vm-lane.md). A
+ * preallocated map's update takes an element from a free list. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -283,10 +283,7 @@ static __always_inline struct frozen *frozen_get(struct task_struct *t, bool dir
 	struct frozen zero = {}, *f;
 	__u32 tid;
 
-	if (direct)
-		return bpf_task_storage_get(&frozen_tasks, t, 0,
-					    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
-	tid = BPF_CORE_READ(t, pid);
+	tid = direct ? t->pid : BPF_CORE_READ(t, pid);
 	f = bpf_map_lookup_elem(&frozen_by_tid, &tid);
 	if (!f && create) {
 		bpf_map_update_elem(&frozen_by_tid, &tid, &zero, BPF_NOEXIST);

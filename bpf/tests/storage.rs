@@ -1,0 +1,55 @@
+//! Per-task state is never created by the programs that run under the
+//! scheduler's run-queue lock (creating task storage there allocates, and
+//! before Linux 6.4 that can wake kswapd and deadlock the CPU): tasks get it
+//! in process context. The case that needs user space: tasks that were in
+//! the group before it was watched (a `watch` of a running container, an
+//! agent restart) get theirs from the task iterator `watch()` runs.
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use throttlewatch_bpf::{ProbeOptions, ThrottleProbe};
+use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
+
+struct Spinners(Vec<Child>);
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn tasks_in_the_group_before_the_watch_get_run_queue_records() {
+    let p = ThrottleProbe::load(&ProbeOptions::default()).expect("load");
+    assert!(p.runq_available(), "runq: {:?}", p.runq_error());
+    let h = Hierarchies::discover().unwrap();
+    let cg =
+        TransientCgroup::create(&h, &format!("/tw-test-storage-{}", std::process::id())).unwrap();
+    // Two spinners on one CPU preempt each other; they are in the group
+    // (moved there while it was not watched: no fork, exec or attach of
+    // theirs happens after the watch begins).
+    let mut s = Spinners(vec![]);
+    for _ in 0..2 {
+        let c = Command::new("taskset")
+            .args(["-c", "0", "sh", "-c", "while :; do :; done"])
+            .spawn()
+            .expect("taskset");
+        cg.group.add_pid(c.id()).unwrap();
+        s.0.push(c);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let id = cg.group.id().unwrap();
+    p.watch(id).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = p.runq_totals(id).expect("histogram");
+    drop(s);
+    p.unwatch(id).unwrap();
+    assert!(
+        t.count > 0,
+        "no run-queue wait was recorded for tasks that were in the group before the watch: {t:?}"
+    );
+}
