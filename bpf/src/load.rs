@@ -13,6 +13,10 @@ use crate::event::Event;
 use crate::probe::{ProbeError, ProbeKind, ProbeOptions, ThrottleModel};
 use crate::skel::{ThrottleSkel, ThrottleSkelBuilder};
 
+/// `enum tw_model` of throttle.h.
+const TW_MODEL_TASK: u32 = 1;
+const TW_MODEL_RQ: u32 = 2;
+
 /// The smallest ring buffer the kernel takes (a page).
 const MIN_RINGBUF_BYTES: u32 = 4096;
 
@@ -36,7 +40,6 @@ fn open_and_load(
     opts: &ProbeOptions,
     kind: ProbeKind,
     runq: bool,
-    model: ThrottleModel,
 ) -> Result<ThrottleSkel<'static>, ProbeError> {
     let mut open = ThrottleSkelBuilder::default()
         .open(leak())
@@ -71,11 +74,8 @@ fn open_and_load(
         (&mut p.tw_exec_btf, runq),
         (&mut p.tw_fork_btf, runq),
         (&mut p.tw_iter_watched, runq),
-        // Only the dequeue model follows waiting tasks across CPUs.
-        (
-            &mut p.tw_migrate_btf,
-            runq && model == ThrottleModel::RunQueue,
-        ),
+        // Loaded with the others; attached on the dequeue model only.
+        (&mut p.tw_migrate_btf, runq),
     ] {
         prog.set_autoload(on);
     }
@@ -84,16 +84,12 @@ fn open_and_load(
 
 /// The throttle programs alone: tp_btf, else raw_tp. `why`: why the
 /// run-queue programs are left out.
-fn throttle_only(
-    opts: &ProbeOptions,
-    model: ThrottleModel,
-    why: String,
-) -> Result<Loaded, ProbeError> {
-    let (skel, kind) = match open_and_load(opts, ProbeKind::TpBtf, false, model) {
+fn throttle_only(opts: &ProbeOptions, why: String) -> Result<Loaded, ProbeError> {
+    let (skel, kind) = match open_and_load(opts, ProbeKind::TpBtf, false) {
         Ok(s) => (s, ProbeKind::TpBtf),
         Err(e) => {
             tracing::warn!("tp_btf/sched_switch did not load ({e}); falling back to raw_tp");
-            let s = open_and_load(opts, ProbeKind::RawTp, false, model)?;
+            let s = open_and_load(opts, ProbeKind::RawTp, false)?;
             (s, ProbeKind::RawTp)
         }
     };
@@ -105,18 +101,18 @@ fn throttle_only(
 }
 
 /// The richest flavour that loads (or the one `opts` asks for).
-pub(crate) fn load(opts: &ProbeOptions, model: ThrottleModel) -> Result<Loaded, ProbeError> {
+pub(crate) fn load(opts: &ProbeOptions) -> Result<Loaded, ProbeError> {
     if opts.force_raw_tp {
         return Ok(Loaded {
-            skel: open_and_load(opts, ProbeKind::RawTp, false, model)?,
+            skel: open_and_load(opts, ProbeKind::RawTp, false)?,
             kind: ProbeKind::RawTp,
             runq_error: Some("raw_tp: needs tp_btf (task local storage)".into()),
         });
     }
     if opts.no_runq {
-        return throttle_only(opts, model, "disabled".into());
+        return throttle_only(opts, "disabled".into());
     }
-    match open_and_load(opts, ProbeKind::TpBtf, true, model) {
+    match open_and_load(opts, ProbeKind::TpBtf, true) {
         Ok(skel) => Ok(Loaded {
             skel,
             kind: ProbeKind::TpBtf,
@@ -126,8 +122,24 @@ pub(crate) fn load(opts: &ProbeOptions, model: ThrottleModel) -> Result<Loaded, 
             tracing::warn!(
                 "run-queue latency / cold-start programs did not load ({e}); throttling only"
             );
-            throttle_only(opts, model, e.to_string())
+            throttle_only(opts, e.to_string())
         }
+    }
+}
+
+/// The throttling model the object decided at load (core_fixes.bpf.h): its
+/// `tw_model` program answers it, run once and never attached.
+pub(crate) fn model(l: &Loaded) -> Result<ThrottleModel, ProbeError> {
+    let out = l
+        .skel
+        .progs
+        .tw_model
+        .test_run(libbpf_rs::ProgramInput::default())
+        .map_err(ProbeError::Load)?;
+    match out.return_value {
+        TW_MODEL_TASK => Ok(ThrottleModel::Task),
+        TW_MODEL_RQ => Ok(ThrottleModel::RunQueue),
+        other => Err(ProbeError::Model(other)),
     }
 }
 

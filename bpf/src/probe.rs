@@ -24,6 +24,8 @@ pub enum ProbeError {
     },
     #[error("watch map: {0}")]
     Map(#[source] libbpf_rs::Error),
+    #[error("the probe's tw_model program answered {0}: expected 1 (task) or 2 (runqueue)")]
+    Model(u32),
     #[error("{ENV_PROBE_SKIP}: unknown program group '{0}' (accepted: a comma-separated list of fentry, runq, hrtimer)")]
     Skip(String),
 }
@@ -35,7 +37,8 @@ pub enum ProbeError {
 /// our programs a kernel problem needs — not for production.
 pub const ENV_PROBE_SKIP: &str = "THROTTLEWATCH_PROBE_SKIP";
 
-/// How the running kernel throttles, chosen at load time with CO-RE.
+/// How the running kernel throttles, as the loaded object decided it with
+/// CO-RE (`tw_dequeue_model()` in core_fixes.bpf.h; read back by `load::model`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThrottleModel {
     /// Linux >= 6.18: threads are frozen one by one (`task_struct.throttled`).
@@ -49,23 +52,6 @@ impl ThrottleModel {
         match self {
             ThrottleModel::Task => "task",
             ThrottleModel::RunQueue => "runqueue",
-        }
-    }
-
-    /// Ask the kernel's BTF: does `task_struct` have `throttled`?
-    pub fn detect() -> ThrottleModel {
-        let has = libbpf_rs::btf::Btf::from_vmlinux()
-            .ok()
-            .and_then(|btf| {
-                let s = btf.type_by_name::<libbpf_rs::btf::types::Struct<'_>>("task_struct")?;
-                let found = s.iter().any(|m| m.name.is_some_and(|n| n == "throttled"));
-                Some(found)
-            })
-            .unwrap_or(false);
-        if has {
-            ThrottleModel::Task
-        } else {
-            ThrottleModel::RunQueue
         }
     }
 }
@@ -171,8 +157,8 @@ impl ThrottleProbe {
         let opts = &opts.with_env_skips()?;
         load::route_libbpf_messages();
         load::bump_memlock();
-        let model = ThrottleModel::detect();
-        let mut l = load::load(opts, model)?;
+        let mut l = load::load(opts)?;
+        let model = load::model(&l)?;
         let links = load::attach(&mut l, model, opts)?;
         let runq = match (&l.runq_error, l.skel.maps.bss_data.as_deref_mut()) {
             (None, Some(bss)) => Some(RunqControl {

@@ -10,6 +10,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "throttle.h"
+#include "maps.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -34,9 +35,9 @@ static __always_inline int key_of(struct cfs_rq *rq, struct tw_episode_key *key)
 	return 0;
 }
 
-/* throttle_cfs_rq() returns whether it throttled (since Linux 5.8, "sched/fair:
- * Prevent unlimited runtime on throttled group"); the kernel's clock starts
- * inside it. */
+/* throttle_cfs_rq() returns whether it throttled since commit 2a4b03ffc69f
+ * ("sched/fair: Prevent unlimited runtime on throttled group"), Linux 5.8;
+ * the kernel's clock starts inside it. */
 SEC("fexit/throttle_cfs_rq")
 int BPF_PROG(tw_fexit_throttle, struct cfs_rq *cfs_rq, bool throttled)
 {
@@ -45,13 +46,9 @@ int BPF_PROG(tw_fexit_throttle, struct cfs_rq *cfs_rq, bool throttled)
 
 	if (!throttled || key_of(cfs_rq, &key))
 		return 0;
-	ep = bpf_map_lookup_elem(&fentry_episodes, &key);
-	if (!ep) {
-		bpf_map_update_elem(&fentry_episodes, &key, &zero, BPF_NOEXIST);
-		ep = bpf_map_lookup_elem(&fentry_episodes, &key);
-		if (!ep)
-			return 0;
-	}
+	ep = tw_lookup_or_init(&fentry_episodes, &key, &zero, NULL);
+	if (!ep)
+		return 0;
 	if (!ep->open_ns)
 		ep->open_ns = bpf_ktime_get_ns();
 	return 0;

@@ -1,22 +1,27 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* Run-queue latency and cold start of watched cgroups. Included by
- * throttle.bpf.c (one object, one sched_switch program): uses its
- * `watched_group()` and `emit()`. tp_btf only (task local storage).
+/* Run-queue latency of watched cgroups (ABI: runq.h). tp_btf only (task
+ * local storage); its sched_switch part runs inside throttle.bpf.c's one
+ * sched_switch program (a second program would cost every switch on the
+ * node another invocation), which passes whether `prev` was frozen and
+ * whether `next` thawed.
  *
  * Run-queue wait = sched_wakeup / sched_wakeup_new, or a switch-out while
  * runnable and not throttled (preemption, yield) -> the next switch-in.
  * A wait that ends in a thaw (the thread was frozen by CFS bandwidth
  * control) is a freeze, not queueing, and is only counted as `excluded`.
+ * On the dequeue model a waiting thread is frozen with its run-queue
+ * without a switch: the part of its wait that the run-queue's episodes
+ * covered is reported as a queued freeze and left out.
  *
  * Cost: while no cgroup is watched every entry point returns after one
  * load. Otherwise a wakeup first checks the task's group against the last
  * group seen on this CPU (per-CPU array, no task storage for unwatched
- * tasks while their group repeats); whether a task is watched is cached in its task storage
- * (valid while `watch_gen` is unchanged; user space bumps it on watch and
- * unwatch, cgroup_attach_task bumps it when tasks move), so a wakeup costs
- * one task-storage lookup and a switch-in one more only while some watched
- * thread waits (`nr_waiting`). Histograms are per-CPU entries that user
- * space creates; the kernel only looks them up.
+ * tasks while their group repeats); whether a task is watched is cached in
+ * its task storage (valid while `watch_gen` is unchanged; user space bumps
+ * it on watch and unwatch, cgroup_attach_task bumps it when tasks move), so
+ * a wakeup costs one task-storage lookup and a switch-in one more only
+ * while some watched thread waits (`nr_waiting`). Histograms are per-CPU
+ * entries that user space creates; the kernel only looks them up.
  */
 #ifndef __THROTTLEWATCH_RUNQ_BPF_H
 #define __THROTTLEWATCH_RUNQ_BPF_H
@@ -31,11 +36,10 @@ const volatile bool runq_enabled = false;
 __u64 nr_watched = 0;
 __u64 watch_gen = 0;
 __u64 runq_epoch = 0;
-/* cold starts armed and not yet complete (user space's count) */
-__u64 nr_coldstart = 0;
 /* watched threads with a pending run-queue wait (kernel's count) */
 __u64 nr_waiting = 0;
 
+/* Per-task state of the run-queue and cold-start features. */
 struct tw_task {
 	__u64 gen;	/* watch_gen | TW_GEN_VALID when `cg` was computed */
 	__u64 cg;	/* watched cgroup of the task, 0: not watched */
@@ -68,18 +72,11 @@ struct {
 	__type(value, struct tw_runq);
 } runq_hist SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct tw_coldstart);
-} coldstarts SEC(".maps");
-
 /* The task's storage, if it has one, with an up-to-date watched cgroup.
  * Only looked up here: the callers run in sched_switch and sched_wakeup
  * with the run-queue lock held, where creating task storage is not safe
  * before Linux 6.4 (a kmalloc that can wake kswapd; see frozen_by_tid in
- * throttle.bpf.c). Watched tasks get their storage in process context
+ * freeze.bpf.h). Watched tasks get their storage in process context
  * instead: task_storage_create() below, at fork, exec and cgroup attach,
  * and from the task iterator user space runs when it adds a watched group. */
 static __always_inline struct tw_task *task_cached(struct task_struct *t)
@@ -197,7 +194,7 @@ static __always_inline void start_wait(struct tw_task *ts, __u64 cg, __u32 cpu, 
 		return;
 	ts->wait_ns = now;
 	ts->wait_cg = cg;
-	if (!tw_task_based_throttle()) {
+	if (tw_dequeue_model()) {
 		ts->frozen_acc = 0;
 		snapshot_wait(ts, cpu, now);
 	}
@@ -214,7 +211,7 @@ int BPF_PROG(tw_migrate_btf, struct task_struct *p, int dest_cpu)
 	struct tw_task *ts;
 	__u64 now;
 
-	if (!runq_enabled || !nr_waiting || tw_task_based_throttle())
+	if (!runq_enabled || !nr_waiting || !tw_dequeue_model())
 		return 0;
 	ts = bpf_task_storage_get(&tw_tasks, p, 0, 0);
 	if (!ts || !ts->wait_ns || ts->wait_cpu == (__u32)dest_cpu)
@@ -236,11 +233,7 @@ static __always_inline int on_wakeup(struct task_struct *p)
 	ts = task_cached(p);
 	if (!ts || !ts->cg || ts->wait_ns)
 		return 0;
-	/* 6.18: it will be frozen on its own way to user mode and switched
-	 * out throttled. Dequeue model: the wait starts now; the part of it
-	 * that the episode covers is told apart at the switch-in. */
-	if (tw_task_based_throttle() &&
-	    tw_cfs_rq_throttle_count(BPF_CORE_READ(p, se.cfs_rq)) > 0)
+	if (tw_woken_into_freeze(p))
 		return 0;
 	start_wait(ts, ts->cg, p->thread_info.cpu, bpf_ktime_get_ns());
 	return 0;
@@ -364,7 +357,7 @@ static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __
 	cg = ts->wait_cg;
 	ts->wait_ns = 0;
 	__sync_fetch_and_sub(&nr_waiting, 1);
-	if (!thawed && !tw_task_based_throttle() && now > w)
+	if (!thawed && tw_dequeue_model() && now > w)
 		frozen = queued_freeze(next, ts, w, now);
 	h = bpf_map_lookup_elem(&runq_hist, &cg);
 	if (!h)
@@ -389,138 +382,25 @@ static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __
 		h->epoch_max_ns = lat;
 }
 
-static __always_inline void emit_stage(struct task_struct *t, __u64 cg, __u32 stage, __u64 start, __u64 at)
-{
-	struct tw_event ev = {};
-
-	ev.kind = TW_EV_COLDSTART;
-	ev.tid = t->pid;
-	ev.tgid = t->tgid;
-	ev.cpu_out = stage;
-	ev.cpu_in = bpf_get_smp_processor_id();
-	ev.start_ns = start;
-	ev.end_ns = at;
-	ev.cgroup_id = cg;
-	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), t->comm);
-	emit(&ev);
-}
-
-/* Cold start bookkeeping at a switch (only while one is pending). */
-static __always_inline void coldstart_switch(struct task_struct *prev, struct task_struct *next, __u64 now)
-{
-	struct tw_coldstart *cs;
-	struct tw_task *ts;
-	__u64 cg, before, d, last;
-
-	ts = bpf_task_storage_get(&tw_tasks, prev, 0, 0);
-	if (ts && ts->cs_cg && ts->cs_last_in) {
-		cg = ts->cs_cg;
-		last = ts->cs_last_in;
-		ts->cs_last_in = 0;
-		cs = bpf_map_lookup_elem(&coldstarts, &cg);
-		if (!cs || cs->cpu_done_ns) {
-			ts->cs_cg = 0;
-		} else if (now > last) {
-			d = now - last;
-			before = __sync_fetch_and_add(&cs->oncpu_ns, d);
-			if (before < cs->target_ns && before + d >= cs->target_ns) {
-				__u64 at = last + (cs->target_ns - before);
-				if (__sync_bool_compare_and_swap(&cs->cpu_done_ns, 0, at))
-					emit_stage(prev, cg, TW_CS_CPU, cs->exec_ns, at);
-				ts->cs_cg = 0;
-			}
-		}
-	}
-	ts = bpf_task_storage_get(&tw_tasks, next, 0, 0);
-	if (ts && ts->cs_cg) {
-		ts->cs_last_in = now;
-		cg = ts->cs_cg;
-		cs = bpf_map_lookup_elem(&coldstarts, &cg);
-		if (cs && !cs->first_run_ns && __sync_bool_compare_and_swap(&cs->first_run_ns, 0, now))
-			emit_stage(next, cg, TW_CS_FIRST_RUN, cs->exec_ns, now);
-	}
-}
-
-/* The first exec in an armed cgroup is its entrypoint. */
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(tw_exec_btf, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
-{
-	struct tw_coldstart *cs;
-	struct tw_task *ts;
-	__u64 cg, own, now;
-
-	if (!runq_enabled)
-		return 0;
-	if (nr_watched)
-		task_storage_create(p);
-	if (!nr_coldstart)
-		return 0;
-	cg = watched_group(p, &own);
-	if (!cg)
-		return 0;
-	cs = bpf_map_lookup_elem(&coldstarts, &cg);
-	if (!cs || cs->exec_ns)
-		return 0;
-	now = bpf_ktime_get_ns();
-	if (!__sync_bool_compare_and_swap(&cs->exec_ns, 0, now))
-		return 0;
-	cs->tgid = p->tgid;
-	cs->state = 1;
-	ts = bpf_task_storage_get(&tw_tasks, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (ts) {
-		ts->cs_cg = cg;
-		ts->cs_last_in = now; /* it is on a CPU right now */
-	}
-	emit_stage(p, cg, TW_CS_EXEC, BPF_CORE_READ(p, group_leader, start_time), now);
-	return 0;
-}
-
-/* Threads the entrypoint starts count towards its first N ms of CPU. */
-SEC("tp_btf/sched_process_fork")
-int BPF_PROG(tw_fork_btf, struct task_struct *parent, struct task_struct *child)
-{
-	struct tw_task *ts, *cts;
-
-	if (!runq_enabled)
-		return 0;
-	if (nr_watched)
-		task_storage_create(child);
-	if (!nr_coldstart)
-		return 0;
-	ts = bpf_task_storage_get(&tw_tasks, parent, 0, 0);
-	if (!ts || !ts->cs_cg || child->tgid != parent->tgid)
-		return 0;
-	cts = bpf_task_storage_get(&tw_tasks, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (cts) {
-		cts->cs_cg = ts->cs_cg;
-		cts->cs_last_in = 0;
-	}
-	return 0;
-}
-
-/* The runq / cold-start part of the sched_switch program. */
-static __always_inline void runq_switch(struct task_struct *prev, struct task_struct *next, bool frozen, bool thawed)
+/* The run-queue part of the sched_switch program. Returns the time it
+ * read (0: none), for the cold-start part to reuse. */
+static __always_inline __u64 runq_switch(struct task_struct *prev, struct task_struct *next,
+					 bool frozen, bool thawed)
 {
 	__u64 now = 0;
 
-	if (!runq_enabled)
-		return;
-	if (nr_watched) {
-		if (!frozen && tw_task_state_direct(prev) == 0) {
-			now = bpf_ktime_get_ns();
-			on_preempt(prev, next, now);
-		}
-		if (nr_waiting) {
-			if (!now)
-				now = bpf_ktime_get_ns();
-			on_runq_in(next, thawed, now);
-		}
+	if (!nr_watched)
+		return 0;
+	if (!frozen && tw_task_state_direct(prev) == 0) {
+		now = bpf_ktime_get_ns();
+		on_preempt(prev, next, now);
 	}
-	if (nr_coldstart) {
+	if (nr_waiting) {
 		if (!now)
 			now = bpf_ktime_get_ns();
-		coldstart_switch(prev, next, now);
+		on_runq_in(next, thawed, now);
 	}
+	return now;
 }
 
 #endif

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* The ABI between throttle.bpf.c and user space: fixed-width fields, no pointers.
+/* The ABI of the throttle feature (freezes and (cgroup, CPU) episodes)
+ * between the BPF programs and user space: fixed-width fields, no pointers.
  * Mirrored by bpf/src/event.rs; change both together and bump TW_ABI_VERSION. */
 #ifndef __THROTTLEWATCH_THROTTLE_H
 #define __THROTTLEWATCH_THROTTLE_H
 
-#define TW_ABI_VERSION 3
+#define TW_ABI_VERSION 4
 #define TW_COMM_LEN 16
 /* How far up the cgroup tree a frozen task's group is matched against the
  * watch map, and how far the throttled run-queue is searched. */
@@ -14,12 +15,11 @@ enum tw_event_kind {
 	/* One thread was frozen by CFS bandwidth control: switched out
 	 * throttled at start_ns, switched back in at end_ns. */
 	TW_EV_FREEZE = 1,
-	/* A (watched cgroup, CPU) run-queue throttle episode: what the kernel
-	 * sums into cpu.stat throttled_time. */
-	TW_EV_EPISODE = 2,
-	/* A cold-start stage of a watched cgroup (see tw_coldstart_stage):
-	 * tid/tgid/comm of the entrypoint, cpu_out = the stage, end_ns = when,
-	 * start_ns = the process's creation (task start_time) on TW_CS_EXEC. */
+	/* 2 was a per-episode event; the totals live in the `episodes` map,
+	 * so it was retired (ABI 4). Never reuse it. */
+	/* A cold-start stage of a watched cgroup (see runq.h): tid/tgid/comm
+	 * of the entrypoint, cpu_out = the stage, end_ns = when, start_ns =
+	 * the process's creation (task start_time) on TW_CS_EXEC. */
 	TW_EV_COLDSTART = 3,
 	/* Dequeue model (before 6.18) only: a thread that was waiting on the
 	 * run-queue (preempted, or woken) when its group was throttled there.
@@ -29,16 +29,8 @@ enum tw_event_kind {
 	TW_EV_FREEZE_QUEUED = 4,
 };
 
-enum tw_coldstart_stage {
-	/* sched_process_exec of the first task of the cgroup after it was armed */
-	TW_CS_EXEC = 1,
-	/* the first switch-in of one of its threads after the exec */
-	TW_CS_FIRST_RUN = 2,
-	/* the moment its threads had target_ns of CPU since the exec */
-	TW_CS_CPU = 3,
-};
-
-/* The kernel's throttling model, chosen at load time with CO-RE. */
+/* The kernel's throttling model (core_fixes.bpf.h decides it), as the
+ * `throttle_model` global reports it to user space. */
 enum tw_model {
 	/* Linux >= 6.18: task_struct.throttled, tasks are dequeued one by
 	 * one on their way back to user mode. */
@@ -52,7 +44,7 @@ struct tw_event {
 	__u32 kind;
 	__u32 tid;
 	__u32 tgid;
-	__u32 cpu_out;	/* EPISODE: the CPU of the episode */
+	__u32 cpu_out;
 	__u32 cpu_in;
 	/* depth of the throttled run-queue's cgroup (root = 0) */
 	__u32 throttled_level;
@@ -87,39 +79,6 @@ struct tw_episode {
 	/* the last episode that ended, for threads that waited through it */
 	__u64 last_open_ns;
 	__u64 last_end_ns;
-};
-
-/* Run-queue latency per watched cgroup, one per CPU (BPF_MAP_TYPE_PERCPU_HASH,
- * created by user space at watch time; the kernel only looks it up).
- * slots[i] counts waits in [2^i, 2^(i+1)) ns (slot 0: [0, 2)); the last
- * slot takes everything longer. */
-#define TW_RUNQ_SLOTS 32
-
-struct tw_runq {
-	__u64 slots[TW_RUNQ_SLOTS];
-	__u64 count;
-	__u64 total_ns;
-	__u64 max_ns;		/* over the whole watch */
-	/* the longest wait since user space last bumped runq_epoch */
-	__u64 epoch;
-	__u64 epoch_max_ns;
-	/* a watched thread switched out runnable (not throttled), by whom */
-	__u64 preempt_same;	/* a task of the same watched cgroup */
-	__u64 preempt_other;	/* a task of another watched cgroup */
-	__u64 preempt_host;	/* anything else */
-	/* waits that ended in a thaw: freezes, not queueing */
-	__u64 excluded;
-};
-
-/* Cold start of one watched cgroup, armed by user space (hash, by cgroup id). */
-struct tw_coldstart {
-	__u64 target_ns;	/* on-CPU time that completes the cold start */
-	__u64 exec_ns;
-	__u64 first_run_ns;
-	__u64 cpu_done_ns;
-	__u64 oncpu_ns;
-	__u32 tgid;
-	__u32 state;		/* 0 armed, 1 exec seen */
 };
 
 #endif
