@@ -104,6 +104,11 @@ pub struct ProbeOptions {
     pub ringbuf_bytes: u32,
     /// Do not attach the bandwidth-timer programs (diagnosis only).
     pub no_hrtimer: bool,
+    /// Cgroups watched at most: sizes the per-cgroup maps (`watched`,
+    /// `runq_hist`, `coldstarts`) before load. `runq_hist` is a preallocated
+    /// per-CPU hash, so its kernel memory is entries × 328 B × CPUs. 0: the
+    /// object's own sizes (16384).
+    pub max_watched: u32,
 }
 
 impl ProbeOptions {
@@ -213,6 +218,13 @@ impl ThrottleProbe {
                 ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
                 ro.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
                 ro.runq_enabled = runq;
+            }
+            if opts.max_watched > 0 {
+                let m = &mut open.maps;
+                for map in [&mut m.watched, &mut m.runq_hist, &mut m.coldstarts] {
+                    map.set_max_entries(opts.max_watched)
+                        .map_err(ProbeError::Load)?;
+                }
             }
             if opts.ringbuf_bytes > 0 {
                 open.maps
