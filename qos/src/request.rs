@@ -190,7 +190,7 @@ pub fn parse_request(
     }
 
     for (k, r) in env_refused {
-        if !raw.get(&k).is_some_and(|o| !o.key.starts_with(ENV_PREFIX)) {
+        if raw.get(&k).is_none_or(|o| o.key.starts_with(ENV_PREFIX)) {
             refused.push(r);
         }
     }

@@ -10,8 +10,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+/// What a target runs on one input.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name of its corpus directory and fuzz binary.
-pub const TARGETS: [(&str, fn(&[u8])); 10] = [
+pub const TARGETS: [(&str, Target); 10] = [
     ("oci_state", oci_state),
     ("bundle_spec", bundle_spec),
     ("spec_modifiers", spec_modifiers),
