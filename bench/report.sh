@@ -57,12 +57,11 @@ echo "log: $LOG, $((bytes / 1024 / 1024)) MB, $(wc -l <"$LOG") lines" >&2
 cat "$LOG" >/dev/null
 results=()
 for _ in $(seq "$RUNS"); do
-  out=$( { /usr/bin/time -f "%e %M" "$BIN" report --json "$LOG" >/dev/null; } 2>&1 | tail -1)
+  out=$( { /usr/bin/time -f "%e %M %U" "$BIN" report --json "$LOG" >/dev/null; } 2>&1 | tail -1)
   results+=("$out")
-  echo "  run: ${out% *} s, max RSS ${out#* } KiB" >&2
+  read -r e m u <<<"$out"
+  echo "  run: $e s wall, $u s user CPU, max RSS $m KiB" >&2
 done
-median=$(printf '%s\n' "${results[@]}" | sort -n | sed -n "$(((RUNS + 1) / 2))p")
-secs=${median% *}
-rss=${median#* }
-awk -v b="$bytes" -v s="$secs" -v r="$rss" \
-  'BEGIN { printf "report: %.0f MB in %.2f s = %.0f MB/s, max RSS %.1f MiB (median of runs)\n", b/1048576, s, b/1048576/s, r/1024 }'
+read -r secs rss user <<<"$(printf '%s\n' "${results[@]}" | sort -n | sed -n "$(((RUNS + 1) / 2))p")"
+awk -v b="$bytes" -v s="$secs" -v r="$rss" -v u="$user" \
+  'BEGIN { printf "report: %.0f MB in %.2f s = %.0f MB/s (%.0f MB per CPU-second), max RSS %.1f MiB (median run)\n", b/1048576, s, b/1048576/s, b/1048576/u, r/1024 }'

@@ -459,7 +459,16 @@ impl Agent {
             cold_start: Some(cold_start_spec(&r)),
             register: Some(r),
         };
-        let id = self.engine.watch(spec, g).map_err(|e| e.to_string())?;
+        let watching = self.engine.sessions().count();
+        let max = self.cfg.max_containers;
+        let id = self.engine.watch(spec, g).map_err(|e| {
+            // The kernel maps are sized from max_containers (E2BIG when full).
+            if watching >= max as usize {
+                format!("{e}: {watching} containers are watched, max_containers = {max} (the kernel maps are sized from it)")
+            } else {
+                e.to_string()
+            }
+        })?;
         self.persist(id);
         self.count_watched();
         Ok(Response {

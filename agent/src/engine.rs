@@ -20,6 +20,7 @@ use crate::spec::SessionSpec;
 pub fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
     ProbeOptions {
         ringbuf_bytes: cfg.ring_buffer_kib.saturating_mul(1024),
+        max_watched: cfg.max_containers.max(1),
         ..Default::default()
     }
 }

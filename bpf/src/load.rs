@@ -49,6 +49,13 @@ fn open_and_load(
         ro.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
         ro.runq_enabled = runq;
     }
+    if opts.max_watched > 0 {
+        let m = &mut open.maps;
+        for map in [&mut m.watched, &mut m.runq_hist, &mut m.coldstarts] {
+            map.set_max_entries(opts.max_watched)
+                .map_err(ProbeError::Load)?;
+        }
+    }
     if opts.ringbuf_bytes > 0 {
         let bytes = opts
             .ringbuf_bytes

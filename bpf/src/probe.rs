@@ -88,6 +88,11 @@ pub struct ProbeOptions {
     pub ringbuf_bytes: u32,
     /// Do not attach the bandwidth-timer programs (diagnosis only).
     pub no_hrtimer: bool,
+    /// Cgroups watched at most: sizes the per-cgroup maps (`watched`,
+    /// `runq_hist`, `coldstarts`) before load. `runq_hist` is a preallocated
+    /// per-CPU hash, so its kernel memory is entries × 328 B × CPUs. 0: the
+    /// object's own sizes (16384).
+    pub max_watched: u32,
 }
 
 impl ProbeOptions {

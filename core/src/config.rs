@@ -76,6 +76,10 @@ pub struct Config {
     pub poll_interval_ms: u64,
     /// Size of the node-wide event ring buffer, KiB (a power of two).
     pub ring_buffer_kib: u32,
+    /// Containers the agent watches at most. Sizes the kernel maps at load
+    /// (`runq_hist` is per CPU and preallocated: this × 328 B × CPUs); a
+    /// register past it is refused with the reason.
+    pub max_containers: u32,
     /// Milliseconds the hook waits for the agent on the create path (connect,
     /// send, answer, each); past it the container starts unwatched (fail-open)
     /// or is refused (fail-closed).
@@ -105,6 +109,7 @@ impl Default for Config {
             snapshot_interval_s: 10,
             poll_interval_ms: 50,
             ring_buffer_kib: 4096,
+            max_containers: 1024,
             agent_timeout_ms: 500,
             hook_timeout_s: 15,
             cpuset_lock_timeout_ms: 500,

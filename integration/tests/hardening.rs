@@ -891,3 +891,76 @@ fn full_log_disk_is_said_once_and_counted() {
     eprintln!("full disk: {written} throttle records written, {unwritten} counted unwritten");
     assert!(unwritten > 0, "{end}");
 }
+
+/// Kernel memory of the agent's BPF maps (`memlock` in each map's fdinfo),
+/// and runq_hist's max_entries.
+fn bpf_maps(pid: u32) -> (u64, Option<u64>) {
+    let mut total = 0;
+    let mut runq = None;
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let t = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let field = |k: &str| {
+            t.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let Some(m) = field("memlock:").filter(|_| t.contains("map_type:")) {
+            total += m;
+            // runq_hist: the per-CPU hash (map_type 5) with value size 328.
+            if field("map_type:") == Some(5) && field("value_size:") == Some(328) {
+                runq = field("max_entries:");
+            }
+        }
+    }
+    (total, runq)
+}
+
+/// Finding 6 (the user-space part): the per-cgroup maps are sized from
+/// `max_containers` before load, and a register past it is refused with
+/// the reason. Prints the kernel memory of the loaded maps.
+#[test]
+fn kernel_maps_follow_max_containers() {
+    let h = Hierarchies::discover().unwrap();
+    let sleepers: Vec<Sleeper> = (0..5).map(|i| Sleeper::new(&h, &format!("m{i}"))).collect();
+    for (max, want_ok) in [(4u32, 4usize), (1024, 5), (16384, 5)] {
+        let cfg = PrivateConfig::new(&format!("max_containers = {max}"));
+        let agent = Agent::start(&cfg);
+        let (memlock, runq) = bpf_maps(agent.child.id());
+        eprintln!(
+            "max_containers = {max}: runq_hist max_entries {runq:?}, BPF maps {} KiB of kernel memory ({} CPUs)",
+            memlock / 1024,
+            std::thread::available_parallelism().unwrap()
+        );
+        assert_eq!(runq, Some(max as u64));
+        let mut ok = 0;
+        let mut last_err = String::new();
+        for (i, s) in sleepers.iter().enumerate() {
+            let r = call(
+                &cfg.socket,
+                &Request::Register(Register {
+                    container_id: format!("m{i}"),
+                    pid: Some(s.child.id()),
+                    cgroup_path: s.cg.group.rel.clone(),
+                    ..Default::default()
+                }),
+                Duration::from_secs(5),
+            )
+            .unwrap();
+            if r.ok {
+                ok += 1;
+            } else {
+                last_err = r.error.unwrap_or_default();
+            }
+        }
+        assert_eq!(ok, want_ok, "{last_err}");
+        if ok < sleepers.len() {
+            assert!(
+                last_err.contains("max_containers"),
+                "the reason names the limit: {last_err}"
+            );
+        }
+    }
+}

@@ -32,7 +32,10 @@ pub struct Heatmaps {
     bin_ns: u64,
     cols: usize,
     latency: Vec<[u64; LAT_ROWS]>,
+    /// Frozen time in part of a fine slot, added directly.
     offset: Vec<[u64; FINE]>,
+    /// Whole fine slots covered: a difference array (prefix sums give the time per slot).
+    offset_full: Vec<[i64; FINE + 1]>,
     thaw: Vec<u64>,
     threads: HashMap<u32, Vec<u64>>,
 }
@@ -69,6 +72,7 @@ impl Heatmaps {
             cols: 0,
             latency: vec![[0; LAT_ROWS]; MAX_COLS],
             offset: vec![[0; FINE]; MAX_COLS],
+            offset_full: vec![[0; FINE + 1]; MAX_COLS],
             thaw: vec![0; FINE],
             threads: HashMap::new(),
         }
@@ -104,6 +108,7 @@ impl Heatmaps {
         }
         fold(&mut self.latency, |a, b| a + b);
         fold(&mut self.offset, |a, b| a + b);
+        fold(&mut self.offset_full, |a, b| a + b);
         for row in self.threads.values_mut() {
             for i in 0..row.len() / 2 {
                 row[i] = row[2 * i] + row[2 * i + 1];
@@ -125,25 +130,22 @@ impl Heatmaps {
         self.latency[c][row] += 1;
 
         // Spread the freeze over the offsets it covers (whole periods evenly).
-        let slot = self.period / FINE as u64;
         let whole = t.frozen_ns / self.period;
         let rest = t.frozen_ns % self.period;
         if whole > 0 {
-            for v in self.offset[c].iter_mut() {
-                *v += whole * slot;
-            }
+            let slot = (self.period / FINE as u64) as i64;
+            self.offset_full[c][0] += whole as i64 * slot;
+            self.offset_full[c][FINE] -= whole as i64 * slot;
         }
-        let mut at = t.start_ns % self.period;
-        let mut left = rest;
-        while left > 0 {
-            let i = ((at / slot) as usize).min(FINE - 1);
-            let room = (i as u64 + 1) * slot - at;
-            let take = room.min(left).max(1);
-            self.offset[c][i] += take;
-            left = left.saturating_sub(take);
-            at = (at + take) % self.period;
+        let from = t.start_ns % self.period;
+        if from + rest <= self.period {
+            self.add_offsets(c, from, from + rest);
+        } else {
+            self.add_offsets(c, from, self.period);
+            self.add_offsets(c, 0, from + rest - self.period);
         }
-        let thaw = ((t.start_ns + t.frozen_ns) % self.period / slot) as usize;
+        let thaw =
+            ((t.start_ns + t.frozen_ns) % self.period / (self.period / FINE as u64)) as usize;
         self.thaw[thaw.min(FINE - 1)] += 1;
 
         if self.threads.len() < MAX_THREADS || self.threads.contains_key(&t.tid) {
@@ -151,6 +153,40 @@ impl Heatmaps {
                 .entry(t.tid)
                 .or_insert_with(|| vec![0; MAX_COLS])[c] += t.frozen_ns;
         }
+    }
+
+    /// Frozen time over offsets [from, to) of the period: the slots it covers
+    /// whole go into the difference array (constant time per freeze).
+    fn add_offsets(&mut self, c: usize, from: u64, to: u64) {
+        let slot = self.period / FINE as u64;
+        let (from, to) = (from.min(slot * FINE as u64), to.min(slot * FINE as u64));
+        if from >= to {
+            return;
+        }
+        let (i0, i1) = ((from / slot) as usize, (to / slot) as usize);
+        if i0 == i1 {
+            self.offset[c][i0] += to - from;
+            return;
+        }
+        self.offset[c][i0] += (i0 as u64 + 1) * slot - from;
+        if i1 < FINE {
+            self.offset[c][i1] += to - i1 as u64 * slot;
+        }
+        if i1 > i0 + 1 {
+            self.offset_full[c][i0 + 1] += slot as i64;
+            self.offset_full[c][i1] -= slot as i64;
+        }
+    }
+
+    /// Frozen time per fine offset slot of column `c`.
+    fn offsets(&self, c: usize) -> [u64; FINE] {
+        let mut out = self.offset[c];
+        let mut run = 0i64;
+        for (i, v) in out.iter_mut().enumerate() {
+            run += self.offset_full[c][i];
+            *v += run.max(0) as u64;
+        }
+        out
     }
 
     /// The fine slot where periods begin: the most common thaw.
@@ -192,8 +228,8 @@ impl Heatmaps {
     pub fn offset(&self) -> Grid {
         let ph = self.phase();
         let per = FINE / OFF_ROWS;
-        let cells = self.offset[..self.cols()]
-            .iter()
+        let cells = (0..self.cols())
+            .map(|i| self.offsets(i))
             .map(|c| {
                 (0..OFF_ROWS)
                     .map(|r| (0..per).map(|k| c[(ph + r * per + k) % FINE]).sum())
@@ -285,6 +321,27 @@ mod tests {
             .all(|c| c.iter().enumerate().all(|(r, v)| *v == 0 || r == 12)));
         let t = h.threads(&[(1, "w".into())]);
         assert_eq!(t.cells.iter().flatten().sum::<u64>(), 1000 * 40_000_000);
+    }
+
+    #[test]
+    fn long_and_wrapping_freezes_cover_their_offsets() {
+        let p = 100_000_000;
+        let ms = 1_000_000;
+        let mut h = Heatmaps::new(0, p);
+        // +90 ms for 130 ms: one whole period, then +90..+100 and +0..+20 (thaw at +20).
+        h.add(&freeze(1, 90 * ms, 130 * ms));
+        // +80..+100 (thaw at the refill: offset 0 stays where it is).
+        h.add(&freeze(2, 80 * ms, 20 * ms));
+        let g = h.offset();
+        let rows: Vec<u64> = (0..OFF_ROWS)
+            .map(|r| g.cells.iter().map(|c| c[r]).sum())
+            .collect();
+        let mut want = vec![5 * ms; OFF_ROWS];
+        (0..4).for_each(|r| want[r] += 5 * ms);
+        (16..20).for_each(|r| want[r] += 5 * ms);
+        (18..20).for_each(|r| want[r] += 5 * ms);
+        assert_eq!(rows, want);
+        assert_eq!(rows.iter().sum::<u64>(), 150 * ms);
     }
 
     #[test]

@@ -305,8 +305,9 @@ fn parse_line(text: &[u8]) -> Result<Option<(u64, u64, Record)>, String> {
 /// The version of a line already known to be a well-formed throttle record.
 /// Checked only where the writer put `"v":1` first; otherwise read the head.
 fn check_version(text: &[u8]) -> Result<u64, String> {
-    let one = format!("{{\"v\":{SCHEMA_VERSION},");
-    if text.starts_with(one.as_bytes()) {
+    const V1: &[u8] = b"{\"v\":1,";
+    const _: () = assert!(SCHEMA_VERSION == 1, "update V1");
+    if text.starts_with(V1) {
         return Ok(SCHEMA_VERSION as u64);
     }
     let head: Head =

@@ -280,7 +280,7 @@ int tw_iter_watched(struct bpf_iter__task *ctx)
 /* `prev` is switched out runnable and not throttled: preempted (or yielded). */
 static __always_inline void on_preempt(struct task_struct *prev, struct task_struct *next, __u64 now)
 {
-	struct tw_task *ts;
+	struct tw_task *ts, *nts;
 	struct tw_runq *h;
 	__u64 cg, ncg = 0;
 
@@ -292,8 +292,12 @@ static __always_inline void on_preempt(struct task_struct *prev, struct task_str
 	h = bpf_map_lookup_elem(&runq_hist, &cg);
 	if (!h)
 		return;
-	if (next->pid)
-		ncg = task_group_watched(next);
+	if (next->pid) {
+		/* watched tasks have storage (unwatched ones: none, "host") */
+		nts = task_cached(next);
+		if (nts)
+			ncg = nts->cg;
+	}
 	if (ncg == cg)
 		h->preempt_same++;
 	else if (ncg)

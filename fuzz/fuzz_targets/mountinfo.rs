@@ -1,0 +1,2 @@
+#![no_main]
+libfuzzer_sys::fuzz_target!(|data: &[u8]| throttlewatch_fuzz_cases::mountinfo(data));
