@@ -9,9 +9,17 @@ use serde_json::Value;
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
 
 /// `throttlewatch run FLAGS -- tw-burn ARGS`; the kernel's throttled time (ns) from the log.
-fn run(d: &Scratch, name: &str, flags: &[&str], burn: &[&str]) -> (std::path::PathBuf, f64) {
+fn run(
+    d: &Scratch,
+    name: &str,
+    flags: &[&str],
+    burn: &[&str],
+    nice: i32,
+) -> (std::path::PathBuf, f64) {
     let log = d.0.join(format!("{name}.jsonl"));
-    let out = Command::new(bin("throttlewatch"))
+    let out = Command::new("nice")
+        .args(["-n", &nice.to_string()])
+        .arg(bin("throttlewatch"))
         .args(["run", "-q", "--log", log.to_str().unwrap()])
         .args(flags)
         .arg("--")
@@ -61,7 +69,7 @@ const BUSY: &[&str] = &["--threads", "2", "--pin", "packed", "--ms", "2500"];
 fn quota_predictions_match_the_kernel() {
     let _l = cpu_lock();
     let d = Scratch::new("report-quota");
-    let (log, observed) = run(&d, "before", &["--cpus", "0.05"], BUSY);
+    let (log, observed) = run(&d, "before", &["--cpus", "0.05"], BUSY, 0);
     assert!(
         observed > 1e9,
         "the workload was not throttled: {observed} ns"
@@ -73,7 +81,7 @@ fn quota_predictions_match_the_kernel() {
 
     // What if the quota were three times as large?
     let predicted = r["what_if"]["predicted_throttled_ns"].as_f64().unwrap();
-    let (_, measured) = run(&d, "what-if", &["--cpus", "0.15"], BUSY);
+    let (_, measured) = run(&d, "what-if", &["--cpus", "0.15"], BUSY, 0);
     let err = (measured - predicted).abs() / predicted;
     eprintln!(
         "what-if cpus=0.15: observed {:.0} ms, predicted {:.0} ms, measured {:.0} ms, error {:.1} %",
@@ -90,7 +98,7 @@ fn quota_predictions_match_the_kernel() {
     let flag = q["run_flag"].as_str().unwrap();
     let cpus = flag.strip_prefix("--cpus ").unwrap();
     let predicted = q["predicted_throttled_ns"].as_f64().unwrap();
-    let (_, measured) = run(&d, "recommended", &["--cpus", cpus], BUSY);
+    let (_, measured) = run(&d, "recommended", &["--cpus", cpus], BUSY, 0);
     let err = (measured - predicted).abs() / observed;
     eprintln!(
         "recommended {flag}: observed {:.0} ms, predicted {:.0} ms, measured {:.0} ms, error {:.1} % of the observed",
@@ -111,23 +119,26 @@ fn quota_predictions_match_the_kernel() {
 fn burst_recommendation_absorbs_spikes() {
     let _l = cpu_lock();
     let d = Scratch::new("report-burst");
-    // Spikes of 2 x 60 ms on one CPU every 400 ms under 0.2 CPUs: each overruns
-    // the quota, and the periods between leave it unused.
+    // Spikes of 40 ms of CPU every 400 ms under 0.2 CPUs: each can overrun the
+    // quota (20 ms) but not quota + the largest burst (40 ms), and the
+    // periods between leave the quota unused.
     let spiky = &[
         "--threads",
-        "2",
+        "1",
         "--pin",
         "packed",
         "--spin",
-        "60",
+        "40",
         "--sleep",
-        "340",
+        "360",
         "--ms",
         "4000",
     ];
-    let (log, observed) = run(&d, "before", &["--cpus", "0.2"], spiky);
+    // At nice -20 the spikes get their CPU whatever else the machine runs (tw-burn
+    // spins to a wall-clock deadline: its demand would shrink under contention).
+    let (log, observed) = run(&d, "before", &["--cpus", "0.2"], spiky, -20);
     assert!(
-        observed > 20e6,
+        observed > 10e6,
         "the workload was not throttled: {observed} ns"
     );
     let r = report(&log, &[]);
@@ -136,7 +147,13 @@ fn burst_recommendation_absorbs_spikes() {
     let flag = b["run_flag"].as_str().unwrap();
     let burst = flag.strip_prefix("--burst ").unwrap();
     let predicted = b["predicted_throttled_ns"].as_f64().unwrap();
-    let (_, measured) = run(&d, "burst", &["--cpus", "0.2", "--burst", burst], spiky);
+    let (_, measured) = run(
+        &d,
+        "burst",
+        &["--cpus", "0.2", "--burst", burst],
+        spiky,
+        -20,
+    );
     let err = (measured - predicted).abs() / observed;
     eprintln!(
         "recommended {flag}: observed {:.1} ms, predicted {:.1} ms, measured {:.1} ms, error {:.1} % of the observed",
@@ -146,13 +163,14 @@ fn burst_recommendation_absorbs_spikes() {
         err * 100.0
     );
     assert!(measured < observed / 2.0, "throttling did not fall by half");
+    assert!(predicted < observed, "the replay predicted no fall");
     // The replay cannot know how much of a spike's frozen work the workload
     // still wanted after the thaw (tw-burn spins to a wall-clock deadline):
     // it assumes the most the log allows, so it errs high (docs/report.md).
+    // It must not err low: the kernel may not throttle more than it predicts.
     assert!(
-        err <= 0.4,
-        "prediction off by {:.1} % of the observed",
-        err * 100.0
+        measured <= predicted + 0.25 * observed,
+        "measured {measured} ns above the prediction {predicted} ns by more than 25 % of the observed"
     );
 }
 
@@ -290,7 +308,9 @@ fn a_log_still_being_written_a_directory_and_the_terminal() {
     let _l = cpu_lock();
     let d = Scratch::new("report-live");
     let log = d.0.join("live.jsonl");
-    let mut child = Command::new(bin("throttlewatch"))
+    let mut child = Command::new("nice")
+        .args(["-n", "-20"])
+        .arg(bin("throttlewatch"))
         .args([
             "run",
             "-q",
@@ -301,15 +321,24 @@ fn a_log_still_being_written_a_directory_and_the_terminal() {
             "--",
         ])
         .arg(bin("tw-burn"))
-        .args(["--threads", "64", "--pin", "packed", "--ms", "4000"])
+        .args(["--threads", "64", "--pin", "packed", "--ms", "6000"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     // 64 threads frozen every period: batches of 256 records reach the file, the end does not.
-    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let frozen =
+        || std::fs::read_to_string(&log).is_ok_and(|s| s.contains("\"type\":\"throttle\""));
+    let t0 = std::time::Instant::now();
+    while !frozen() && t0.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let r = report(&log, &[]);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended before the check"
+    );
     assert_eq!(r["complete"], false, "{r:#}");
     assert!(r["freezes"]["count"].as_u64().unwrap() > 0, "{r:#}");
     assert!(child.wait().unwrap().success());
@@ -355,7 +384,11 @@ fn a_log_still_being_written_a_directory_and_the_terminal() {
         text.contains("frozen by offset") || text.contains("offset in the CFS period"),
         "{text}"
     );
-    assert!(text.is_ascii(), "non-ASCII in a pipe: {text}");
+    // (µ of µs is the only non-ASCII character, as in the rest of the CLI.)
+    assert!(
+        !text.contains(['░', '▒', '▓', '█', '\x1b']),
+        "block characters or escapes in a pipe: {text}"
+    );
     let tty = |no_color: bool| {
         let mut c = Command::new("script");
         c.args([

@@ -14,7 +14,12 @@ CACHE=${VM_CACHE:-$HERE/cache}
 TIMEOUT=${VM_TIMEOUT:-600}
 MEM=${VM_MEM:-2048}
 SMP=${VM_SMP:-2}
-ACCEL=${VM_ACCEL:-tcg}
+# Single-threaded TCG: both vCPUs on one host thread, one at a time. With
+# multi-threaded TCG a vCPU kept executing a stale translation of code the
+# other vCPU had just rewritten (the int3 of text_poke_bp() at __schedule's
+# tracepoint call site, while a probe was unloaded), and the two deadlocked
+# (docs/vm-lane.md, issue #18). VM_ACCEL=tcg gets the multi-threaded one back.
+ACCEL=${VM_ACCEL:-tcg,thread=single}
 VERBOSE=0
 KEEP=0
 REFRESH=0
@@ -44,7 +49,7 @@ current directory, THROTTLEWATCH_VM=1, TMPDIR=/tmp (tmpfs, writable).
   -v, --verbose      stream the guest console
   --keep             keep the job directory (console log, outputs)
   --refresh          re-pick the newest kernel package and rebuild the cache
-env: VM_MEM (MiB, 2048), VM_SMP (2), VM_ACCEL (tcg), VM_KERNEL_PKG, VM_CACHE,
+env: VM_MEM (MiB, 2048), VM_SMP (2), VM_ACCEL (tcg,thread=single), VM_KERNEL_PKG, VM_CACHE,
      VM_PVH=0 (boot the bzImage, not the extracted vmlinux), VM_WATCH_LINES (80)
      and VM_WATCH_GRACE (20 s): console lines printed after the first sign of
      kernel trouble, VM_HEARTBEAT_S (60): a guest silent that long is wedged,
@@ -425,10 +430,6 @@ if [ -n "$trouble" ]; then
         fi
         echo "vm: ----"
     } >&2
-    # VM_TROUBLE_LOG=FILE keeps the whole console and the vCPU dump
-    if [ -n "${VM_TROUBLE_LOG:-}" ]; then
-        { clean <"$console"; echo "---- vcpus"; cat "$JOB/vcpus.txt" 2>/dev/null; } >"$VM_TROUBLE_LOG" || true
-    fi
 elif grep -q 'WARNING: CPU' "$console" 2>/dev/null; then
     log "warning: the guest kernel logged a WARNING (see the console with --keep/-v)"
 fi
@@ -436,6 +437,10 @@ fi
 [ "$timed_out" = 0 ] && [ ! -e "$JOB/done" ] && [ ${#lane_fail[@]} -eq 0 ] \
     && lane_fail+=("guest stopped before finishing the job")
 
+# VM_TROUBLE_LOG=FILE keeps the whole console and the vCPU dump of a failed run
+if [ ${#lane_fail[@]} -gt 0 ] && [ -n "${VM_TROUBLE_LOG:-}" ]; then
+    { clean <"$console"; echo "---- vcpus"; cat "$JOB/vcpus.txt" 2>/dev/null; } >"$VM_TROUBLE_LOG" || true
+fi
 boot="boot ?"
 [ -n "$T_BOOT" ] && boot="boot $(fmt "$T_QEMU" "$T_BOOT")s"
 [ -s "$JOB/boot" ] && boot+=" (guest uptime $(cat "$JOB/boot")s)"

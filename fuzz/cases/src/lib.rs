@@ -33,12 +33,12 @@ fn text(data: &[u8]) -> &str {
 
 /// The OCI state a hook reads on stdin.
 pub fn oci_state(data: &[u8]) {
-    let _ = throttlewatch_hook::state::OciState::parse(data);
+    let _ = throttlewatch_lifecycle::OciState::parse(data);
 }
 
 /// The parts of config.json the hook reads.
 pub fn bundle_spec(data: &[u8]) {
-    if let Ok(s) = serde_json::from_slice::<throttlewatch_hook::spec::BundleSpec>(data) {
+    if let Ok(s) = serde_json::from_slice::<throttlewatch_lifecycle::BundleSpec>(data) {
         let _ = s.cpu_quota();
         let _ = s.orchestrator_cpus();
         let _ = s.container_name();
@@ -53,12 +53,12 @@ pub fn spec_modifiers(data: &[u8]) {
         return;
     };
     let before = spec.clone();
-    let ctx = throttlewatch_runtime::modifiers::ModifyContext {
+    let ctx = throttlewatch_lifecycle::modifiers::ModifyContext {
         hook_path: PathBuf::from("/usr/local/bin/throttlewatch-hook"),
         config_path: None,
         cfg: Default::default(),
     };
-    if throttlewatch_runtime::modifiers::apply_modifiers(&mut spec, &ctx).is_err() {
+    if throttlewatch_lifecycle::modifiers::apply_to_value(&mut spec, &ctx).is_err() {
         return;
     }
     if let (Some(b), Some(a)) = (before.as_object(), spec.as_object()) {
@@ -67,10 +67,10 @@ pub fn spec_modifiers(data: &[u8]) {
         }
     }
     let again = spec.clone();
-    throttlewatch_runtime::modifiers::apply_modifiers(&mut spec, &ctx).unwrap();
+    throttlewatch_lifecycle::modifiers::apply_to_value(&mut spec, &ctx).unwrap();
     let stamp = |v: &mut Value| {
         if let Some(a) = v.get_mut("annotations").and_then(Value::as_object_mut) {
-            a.remove(throttlewatch_core::protocol::ANNOTATION_CREATED_NS);
+            a.remove(&throttlewatch_qos::Key::CreatedUnixNs.annotation());
         }
     };
     let (mut x, mut y) = (again, spec);

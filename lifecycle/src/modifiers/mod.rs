@@ -86,21 +86,26 @@ pub fn apply_modifiers(file: &mut SpecFile, ctx: &ModifyContext) -> Result<Vec<S
             kind: json::kind(&file.value),
         });
     }
-    if is_pod_sandbox_spec(&file.value) {
+    apply_to_value(&mut file.value, ctx).map_err(|(modifier, why)| SpecError::Modifier {
+        path: file.path.clone(),
+        modifier,
+        why,
+    })
+}
+
+/// [`apply_modifiers`] on a bare document (no file): the changes made, or
+/// the modifier that refused and why.
+pub fn apply_to_value(
+    spec: &mut Value,
+    ctx: &ModifyContext,
+) -> Result<Vec<String>, (&'static str, String)> {
+    if is_pod_sandbox_spec(spec) {
         return Ok(vec![]); // the pause container stays as the CRI made it
     }
     let mut changes = vec![];
     for (name, m) in MODIFIERS {
-        match m(&mut file.value, ctx) {
-            Ok(Some(c)) => changes.push(c),
-            Ok(None) => {}
-            Err(why) => {
-                return Err(SpecError::Modifier {
-                    path: file.path.clone(),
-                    modifier: name,
-                    why,
-                })
-            }
+        if let Some(c) = m(spec, ctx).map_err(|why| (name, why))? {
+            changes.push(c);
         }
     }
     Ok(changes)
