@@ -105,10 +105,16 @@ pub fn qos_request(data: &[u8]) {
             let _ = r.to_string();
         }
         assert!(
-            req.threshold_us.is_none_or(|t| t >= policy.min_threshold_us),
+            req.threshold_us
+                .is_none_or(|t| t >= policy.min_threshold_us),
             "threshold below the node's"
         );
-        assert!(req.cpuset.is_none() || !req.origins[&throttlewatch_qos::Key::Cpuset].key.starts_with("THROTTLEWATCH_"));
+        assert!(
+            req.cpuset.is_none()
+                || !req.origins[&throttlewatch_qos::Key::Cpuset]
+                    .key
+                    .starts_with("THROTTLEWATCH_")
+        );
         let _ = serde_json::to_string(&req).unwrap();
     }
 }
