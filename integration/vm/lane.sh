@@ -9,6 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# The binaries the tests start (throttlewatch, the hook, the wrapper,
+# tw-burn): built here too, so the lane runs alone on a fresh checkout.
+cargo build --workspace --bins --quiet
+bindir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug
 # Test executables by target name, from cargo's own build plan.
 exes=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
@@ -37,5 +41,5 @@ done <<<"$exes"
 # run by hand, see integration/vm/README.md). LANE_SOAK_CYCLES=0 leaves it out.
 soak=${LANE_SOAK_CYCLES:-6}
 [[ "$soak" =~ ^[0-9]+$ ]] || { echo "lane: LANE_SOAK_CYCLES '$soak': expected a whole number" >&2; exit 2; }
-[[ "$soak" -gt 0 ]] && echo "timeout -s KILL 300 integration/vm/soak.sh --guest $soak 6 full 800" >>"$script"
+[[ "$soak" -gt 0 ]] && echo "timeout -s KILL 300 integration/vm/soak.sh --guest $soak 6 full 800 run $bindir" >>"$script"
 exec integration/vm/run.sh --timeout 900 --script "$script"

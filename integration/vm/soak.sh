@@ -202,7 +202,8 @@ cargo build -q -p throttlewatch-integration --bins
 bindir=integration/vm/cache/soak-bin.$$
 mkdir -p "$bindir"
 trap 'rm -rf "$bindir"' EXIT
-cp target/debug/throttlewatch target/debug/tw-burn "$bindir/"
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+cp "$target/debug/throttlewatch" "$target/debug/tw-burn" "$bindir/"
 troubles=0 failed=0 done_cycles=0
 t_start=$(date +%s)
 for b in $(seq 1 "$boots"); do
