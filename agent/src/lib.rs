@@ -17,6 +17,7 @@ pub mod labels;
 pub mod live;
 pub mod metrics;
 pub mod output;
+pub mod privileges;
 pub mod reading;
 pub mod run;
 pub mod runq;

@@ -9,6 +9,7 @@ fn main() {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(throttlewatch::privileges::stderr_colour())
         .init();
     let cli = Cli::parse();
     let code = match dispatch(&cli) {
@@ -28,6 +29,15 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
     }
     let cfg = throttlewatch_qos::config_check::load(cli.config.as_deref())
         .map_err(|e| CliError::usage(e.to_string()))?;
+    let needs_probe = match &cli.command {
+        Command::Run(_) => Some("throttlewatch run"),
+        Command::Watch(_) => Some("throttlewatch watch"),
+        Command::Agent(_) => Some("throttlewatch agent"),
+        _ => None,
+    };
+    if let Some(what) = needs_probe {
+        throttlewatch::privileges::check(what).map_err(CliError::usage)?;
+    }
     match &cli.command {
         Command::Run(a) => throttlewatch::run::run(&cfg, a),
         Command::Watch(a) => throttlewatch::watch::watch(&cfg, a),

@@ -59,6 +59,16 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
     };
     let threshold = threshold_ns(&a.out, cfg)?;
     let g = target(&h, a)?;
+    if let (Some(pid), "/") = (&a.pid, g.rel.as_str()) {
+        // The root cgroup has no CFS quota: watching it would log "0 of 0
+        // periods". `--cgroup /` still watches it on purpose.
+        eprintln!(
+            "throttlewatch: process {} is in the root cpu cgroup: it has no CPU limit, so nothing can throttle it; \
+             nothing to watch (use --cgroup / to watch the root cgroup anyway)",
+            pid.trim()
+        );
+        return Ok(0);
+    }
     let name = g.rel.clone();
     let log = log_path(
         &a.out,

@@ -13,7 +13,10 @@ use crate::Scratch;
 /// Debian's busybox-static.
 pub const BUSYBOX: &str = "/bin/busybox";
 /// Every test container's cgroup lies below this (absolute cgroupsPath).
-pub const CGROUP_PARENT: &str = "/tw-test";
+/// Test containers' cgroups sit directly below the root, `/tw-test-<id>…`:
+/// runc removes a container's own directory on delete, never a parent, so a
+/// shared parent directory would be left behind in every v1 hierarchy.
+pub const CGROUP_PREFIX: &str = "/tw-test-";
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// What the container runs and with which limits.
@@ -101,7 +104,7 @@ pub fn populate_rootfs(dir: &Path) {
 pub struct Bundle {
     pub scratch: Scratch,
     pub id: String,
-    /// Absolute cgroupsPath, `/tw-test/<escaped id>`.
+    /// Absolute cgroupsPath, `/tw-test-<escaped id>-<pid>-<n>`.
     pub cgroup_path: String,
 }
 
@@ -130,7 +133,7 @@ impl Bundle {
             })
             .collect();
         let cgroup_path = format!(
-            "{CGROUP_PARENT}/{safe}-{}-{}",
+            "{CGROUP_PREFIX}{safe}-{}-{}",
             std::process::id(),
             crate::unique()
         );

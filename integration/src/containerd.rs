@@ -419,11 +419,13 @@ impl Drop for Containerd {
         let _ = std::fs::remove_dir_all(
             Path::new("/run/containerd/throttlewatch").join(&self.namespace),
         );
-        for ctrl in [
-            "cpu", "cpuacct", "cpuset", "memory", "pids", "blkio", "devices", "freezer",
-        ] {
-            let _ =
-                std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(ctrl).join(&self.namespace));
+        // The namespace's cgroup parent, which runc never removes: in every
+        // mounted hierarchy (v1 controllers, the named systemd one, unified)
+        // and at the root of a pure v2 tree. Empty directories only.
+        let root = Path::new("/sys/fs/cgroup");
+        let _ = std::fs::remove_dir(root.join(&self.namespace));
+        for h in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_dir(h.path().join(&self.namespace));
         }
     }
 }

@@ -274,3 +274,94 @@ fn topology_on_a_fixture_tree() {
     assert_eq!(v["plan"]["cpus"], "4-7", "GPU 1 sits on node 1: {v}");
     assert_eq!(v["topology"]["gpus"].as_array().unwrap().len(), 2);
 }
+
+/// Issue 19: an unprivileged user gets one line saying what is needed, not a
+/// warning per fallback the probe loader tries on its way to EPERM.
+#[test]
+fn unprivileged_run_says_once_what_it_needs() {
+    use std::os::unix::fs::PermissionsExt;
+    // A copy the unprivileged user can reach, wherever the checkout lives.
+    let d = Scratch::new("unpriv");
+    std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = d.0.join("throttlewatch");
+    std::fs::copy(bin("throttlewatch"), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(&exe)
+        .args(["run", "--cpus", "1", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line, got: {err}");
+    assert!(
+        err.contains("needs root (or CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN)"),
+        "{err}"
+    );
+}
+
+/// Issue 19: diagnostics written to a file or a pipe carry no colour codes.
+#[test]
+fn diagnostics_in_a_pipe_have_no_colour() {
+    let _l = cpu_lock();
+    let d = Scratch::new("nocolour");
+    let log = d.0.join("r.jsonl");
+    let o = Command::new(bin("throttlewatch"))
+        .env("THROTTLEWATCH_LOG", "debug")
+        .env_remove("NO_COLOR")
+        .args([
+            "run",
+            "--cpus",
+            "1",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "true",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("DEBUG"),
+        "the test needs diagnostics to look at: {err}"
+    );
+    assert!(!err.contains('\u{1b}'), "ANSI escapes in a pipe: {err:?}");
+}
+
+/// Issue 19: `watch --pid` of a process in the root cgroup says there is
+/// nothing to throttle and writes no log.
+#[test]
+fn watch_pid_in_the_root_cgroup_has_nothing_to_watch() {
+    let h = Hierarchies::discover().unwrap();
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    std::fs::write(h.cpu.join("cgroup.procs"), child.id().to_string()).unwrap();
+    let d = Scratch::new("watchroot");
+    let log = d.0.join("w.jsonl");
+    let o = tw(&[
+        "watch",
+        "--pid",
+        &child.id().to_string(),
+        "--duration",
+        "1s",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("root cpu cgroup") && err.contains("no CPU limit"),
+        "{err}"
+    );
+    assert!(!log.exists(), "a log was written for the root cgroup");
+}

@@ -101,6 +101,18 @@ fn shim_runs_containers_with_output_and_exit_codes() {
     wait_until("shims to exit", Duration::from_secs(5), || {
         s.ctd.shim_pids().is_empty()
     });
+    // Issue 19: nothing of the namespace's cgroup parent is left behind.
+    let ns = s.ctd.namespace.clone();
+    drop(s);
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let left: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|h| h.path().join(&ns))
+        .chain([root.join(&ns)])
+        .filter(|p| p.exists())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }
 
 #[test]

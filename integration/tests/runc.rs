@@ -544,3 +544,36 @@ fn update_without_a_burst_record_derives_it_from_the_bundle() {
     assert!(!record(&b.id).exists());
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
 }
+
+/// Issue 19: a container's cgroup leaves nothing behind in any hierarchy
+/// (no shared parent such as `/tw-test` that runc never removes).
+#[test]
+fn a_deleted_container_leaves_no_cgroup_directory() {
+    let rt = OciCli::new("runc");
+    let b = Bundle::new(&id("leftover"), &ContainerOpts::default());
+    let top = b
+        .cgroup_path
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "{}", text(&o));
+    let cpu = b.group().cpu_dir;
+    assert!(
+        cpu.exists(),
+        "the container has its cgroup: {}",
+        cpu.display()
+    );
+    assert!(rt.run(&["delete", "-f", &b.id]).status.success());
+    drop(b);
+    let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .flatten()
+        .map(|c| c.path().join(&top))
+        .chain([std::path::Path::new("/sys/fs/cgroup").join(&top)])
+        .filter(|p| p.exists())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

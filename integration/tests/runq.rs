@@ -79,7 +79,7 @@ fn burn(cg: &TransientCgroup, args: &[&str]) -> (Child, u32, Vec<u32>) {
 fn transient(h: &Hierarchies, tag: &str) -> TransientCgroup {
     TransientCgroup::create(
         h,
-        &format!("/tw-test/runq-{tag}-{}-{}", std::process::id(), unique()),
+        &format!("/tw-test-runq-{tag}-{}-{}", std::process::id(), unique()),
     )
     .unwrap()
 }
