@@ -74,7 +74,13 @@ def main():
         return 2
     sock, sysmap = sys.argv[1], sys.argv[2]
     nwords = int(sys.argv[3]) if len(sys.argv) > 3 else 512
-    addrs, names, lo, hi = load_symbols(sysmap)
+    try:
+        addrs, names, lo, hi = load_symbols(sysmap)
+    except OSError as e:
+        # A guest that wedged before it copied its kallsyms: raw addresses,
+        # and kernel text taken as the usual x86-64 kernel mapping.
+        print(f"vcpu-dump: no symbols ({e}); addresses are raw", file=sys.stderr)
+        addrs, names, lo, hi = [], [], 0xffffffff80000000, 0xffffffffc0000000
 
     def sym(a):
         i = bisect.bisect_right(addrs, a) - 1
