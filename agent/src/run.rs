@@ -255,6 +255,7 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
     let mut cg = TransientCgroup::create(&h, &rel)
         .map_err(|e| CliError::fail(format!("creating cgroup {rel}: {e}")))?;
     apply_limits(&cg.group, &limits)?;
+    tracing::debug!(cgroup = %rel, "run: transient cgroup created, limits applied");
 
     let name: String = a.cmd.join(" ").chars().take(200).collect();
     let spec = SessionSpec {
