@@ -183,18 +183,23 @@ mod tests {
     use super::*;
     use crate::cli::Stage;
 
+    /// Logs, socket and state in `dir`; no agent is started.
+    fn private_config(dir: &Path) -> Config {
+        Config {
+            log_dir: dir.join("logs"),
+            socket: dir.join("none.sock"),
+            state_dir: dir.join("state"),
+            start_agent: false,
+            ..Config::default()
+        }
+    }
+
     /// The pause container is passed over before anything else is read (a
     /// workload container without a pid fails at the pid).
     #[test]
     fn create_passes_over_a_pod_sandbox() {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config {
-            log_dir: d.path().join("logs"),
-            socket: d.path().join("none.sock"),
-            state_dir: d.path().join("state"),
-            start_agent: false,
-            ..Config::default()
-        };
+        let cfg = private_config(d.path());
         let args = HookArgs {
             stage: Stage::CreateRuntime,
             config: None,
@@ -219,13 +224,7 @@ mod tests {
     #[test]
     fn poststop_without_an_agent_warns() {
         let d = tempfile::tempdir().unwrap();
-        let cfg = Config {
-            log_dir: d.path().join("logs"),
-            socket: d.path().join("none.sock"),
-            state_dir: d.path().join("state"),
-            start_agent: false,
-            ..Config::default()
-        };
+        let cfg = private_config(d.path());
         let args = HookArgs {
             stage: Stage::Poststop,
             config: None,

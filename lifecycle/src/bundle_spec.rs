@@ -39,6 +39,23 @@ pub struct BundleSpec {
     pub hostname: Option<String>,
 }
 
+#[cfg(test)]
+impl BundleSpec {
+    /// A spec with these annotations and environment (unit tests).
+    pub(crate) fn with(annotations: &[(&str, &str)], env: &[&str]) -> BundleSpec {
+        BundleSpec {
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            process: Some(Process {
+                env: env.iter().map(|s| s.to_string()).collect(),
+            }),
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct Process {
     #[serde(default)]

@@ -199,16 +199,7 @@ mod tests {
     fn record_derived_from_annotation_or_environment() {
         let cfg = Config::default();
         let mut quiet = |_: &str| {};
-        let spec = |ann: &[(&str, &str)], env: &[&str]| BundleSpec {
-            annotations: ann
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            process: Some(crate::bundle_spec::Process {
-                env: env.iter().map(|s| s.to_string()).collect(),
-            }),
-            ..Default::default()
-        };
+        let spec = BundleSpec::with;
         let s = spec(&[("throttlewatch.io/cpu-burst", "20ms")], &[]);
         let r = derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &mut quiet).unwrap();
         assert_eq!(

@@ -286,16 +286,7 @@ mod tests {
     }
 
     fn spec(annotations: &[(&str, &str)], env: &[&str]) -> BundleSpec {
-        BundleSpec {
-            annotations: annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            process: Some(crate::bundle_spec::Process {
-                env: env.iter().map(|s| s.to_string()).collect(),
-            }),
-            ..Default::default()
-        }
+        BundleSpec::with(annotations, env)
     }
 
     #[test]
