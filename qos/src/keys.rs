@@ -64,7 +64,7 @@ impl Key {
     /// Whether the key is a QoS setting (else it is read by the agent or
     /// written by the wrapper, and QoS parsing passes over it).
     pub fn is_qos(self) -> bool {
-        !matches!(self, Key::CreatedUnixNs | Key::ColdStartCpu)
+        Key::QOS.contains(&self)
     }
 
     /// The name after the prefix, e.g. `cpu-burst`.
