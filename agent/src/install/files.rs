@@ -2,9 +2,10 @@
 //! atomically (a temporary file in the same directory, then rename) with the
 //! mode of the file they replace, backups beside the original.
 
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+use throttlewatch_core::state_dir::{self, WriteOptions};
 
 use crate::CliError;
 
@@ -64,7 +65,9 @@ pub fn write_atomic(path: &Path, text: &str, mode: u32) -> Result<(), CliError> 
     write_as(path, text, (mode, None))
 }
 
-/// `write_atomic`, the new file also given `owner` (uid, gid) when known.
+/// `write_atomic`, the new file also given `owner` (uid, gid) when known:
+/// core's atomic writer with fsync (configuration must survive a crash),
+/// then the directory synced so the rename does too.
 fn write_as(
     path: &Path,
     text: &str,
@@ -72,28 +75,12 @@ fn write_as(
 ) -> Result<(), CliError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.throttlewatch-tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(|e| io_err(&tmp, e))?;
-    if let Some((uid, gid)) = owner {
-        // Root installs; keep a file that belonged to someone else theirs.
-        let _ = std::os::unix::fs::fchown(&f, Some(uid), Some(gid));
-    }
-    let done = f
-        .write_all(text.as_bytes())
-        .and_then(|_| f.set_permissions(std::fs::Permissions::from_mode(mode)))
-        .and_then(|_| f.sync_all())
-        .and_then(|_| std::fs::rename(&tmp, path));
-    if let Err(e) = done {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io_err(path, e));
-    }
+    let opts = WriteOptions {
+        mode,
+        owner,
+        fsync: true,
+    };
+    state_dir::write_atomic(path, text.as_bytes(), &opts).map_err(|e| io_err(path, e))?;
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
