@@ -9,7 +9,9 @@ fn main() {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
-        .with_ansi(throttlewatch::privileges::stderr_colour())
+        .with_ansi(throttlewatch_core::printable::colour_on(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        ))
         .init();
     let cli = Cli::parse();
     let code = match dispatch(&cli) {

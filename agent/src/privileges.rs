@@ -2,8 +2,6 @@
 //! unprivileged `throttlewatch run` says once what is missing instead of
 //! logging each fallback it attempts on the way to EPERM.
 
-use std::io::IsTerminal;
-
 /// Capability bits (linux/capability.h).
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
@@ -47,19 +45,6 @@ pub fn check(what: &str) -> Result<(), String> {
     ))
 }
 
-/// Colour in diagnostics only on a terminal, and never with `NO_COLOR` set
-/// (https://no-color.org: any non-empty value).
-pub fn stderr_colour() -> bool {
-    colour_allowed(
-        std::io::stderr().is_terminal(),
-        std::env::var_os("NO_COLOR"),
-    )
-}
-
-fn colour_allowed(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
-    terminal && no_color.is_none_or(|v| v.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,13 +64,5 @@ mod tests {
             ["CAP_PERFMON", "CAP_SYS_ADMIN"]
         );
         assert_eq!(effective_caps("garbage"), None);
-    }
-
-    #[test]
-    fn colour_only_on_a_terminal_without_no_color() {
-        assert!(colour_allowed(true, None));
-        assert!(!colour_allowed(false, None));
-        assert!(!colour_allowed(true, Some("1".into())));
-        assert!(colour_allowed(true, Some("".into())));
     }
 }

@@ -4,6 +4,16 @@
 
 use std::borrow::Cow;
 
+/// Colour (and other escapes) on an output stream: only on a terminal, and
+/// never with `NO_COLOR` set to a non-empty value (https://no-color.org).
+pub fn colour_on(stream_is_terminal: bool) -> bool {
+    colour_allowed(stream_is_terminal, std::env::var_os("NO_COLOR"))
+}
+
+fn colour_allowed(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// `s` with every control character (C0, DEL, C1) written as an escape:
 /// `\n`, `\r`, `\t`, else `\u{1b}`; a backslash stays as it is.
 pub fn printable(s: &str) -> Cow<'_, str> {
@@ -38,5 +48,13 @@ mod tests {
         assert!(!printable("\u{1b}]0;pwned\u{7}")
             .chars()
             .any(char::is_control));
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour_allowed(true, None));
+        assert!(!colour_allowed(false, None));
+        assert!(!colour_allowed(true, Some("1".into())));
+        assert!(colour_allowed(true, Some("".into())));
     }
 }

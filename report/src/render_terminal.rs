@@ -16,11 +16,10 @@ impl Style {
     /// Decide from the output and the environment (https://no-color.org).
     pub fn detect() -> Style {
         use std::io::IsTerminal;
-        let tty = std::io::stdout().is_terminal();
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let on = throttlewatch_core::printable::colour_on(std::io::stdout().is_terminal());
         Style {
-            color: tty && !no_color,
-            unicode: tty && !no_color,
+            color: on,
+            unicode: on,
         }
     }
     pub fn plain() -> Style {
