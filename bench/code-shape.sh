@@ -1,0 +1,24 @@
+#!/bin/sh
+# The code-shape figures of issue 10 (crate graph, longest functions, state-file names,
+# agent clients, atomic writers), from the repository root: bench/code-shape.sh
+echo "## crate graph (cargo metadata --format-version 1 --no-deps): workspace deps of each crate"
+cargo metadata --format-version 1 --no-deps 2>/dev/null | python3 -c '
+import json,sys
+m=json.load(sys.stdin); names={p["name"] for p in m["packages"]}
+for p in sorted(m["packages"], key=lambda p:p["name"]):
+    d=sorted({x["name"] for x in p["dependencies"] if x["name"] in names and x["kind"] is None})
+    print("  "+p["name"]+" -> "+(", ".join(d) or "-"))'
+echo "## ten longest functions in the front-end crates (hook runtime shim + lifecycle when present; non-test)"
+python3 "$(dirname "$0")/fnlen.py" 10 hook runtime shim $( [ -d lifecycle ] && echo lifecycle )
+echo "## ten longest functions, all front-end related libraries (adds qos cgroup core)"
+python3 "$(dirname "$0")/fnlen.py" 10 hook runtime shim qos cgroup core $( [ -d lifecycle ] && echo lifecycle )
+SRC="agent/src bpf/src cgroup/src core/src qos/src hook/src runtime/src shim/src integration/src $( [ -d lifecycle ] && echo lifecycle/src )"
+echo "## places naming each state file (string literals, code lines, excluding comments)"
+for s in '"agent.lock"' '"containers"' '"bursts"' '"cpusets"' '"cpusets.json"' '"cpusets.lock"' '.replace(".jsonl"' '"config.json"'; do
+  n=$(grep -rnF -- "$s" $SRC 2>/dev/null | grep -v '^[^:]*:[0-9]*:\s*//' | wc -l)
+  echo "  $s: $n"; grep -rnF -- "$s" $SRC 2>/dev/null | grep -v '^[^:]*:[0-9]*:\s*//' | sed 's/^/      /' | cut -c1-140
+done
+echo "## agent clients (code that sends a protocol Request to the agent socket, outside core::protocol and tests)"
+grep -rnE 'protocol::\{?[^}]*\bcall\b|call_on\(|fn call\(' $SRC 2>/dev/null | grep -v '^integration' | sed 's/^/  /'
+echo "## atomic-write helpers (temp file then rename)"
+grep -rnE 'fs::rename\(&?tmp' $SRC agent/src/install*.rs agent/src/install/ 2>/dev/null | sort -u | sed 's/^/  /'

@@ -1,0 +1,27 @@
+#!/usr/bin/env python3
+"""Longest Rust functions (non-test code): fnlen.py N DIR... -> 'lines file:line name'."""
+import re, sys, pathlib
+n = int(sys.argv[1]); out = []
+for d in sys.argv[2:]:
+    for p in pathlib.Path(d).rglob('*.rs'):
+        if p.name.endswith('_tests.rs'): continue
+        lines = p.read_text().split('\n')
+        # stop at #[cfg(test)]
+        end = next((i for i, l in enumerate(lines) if l.strip() == '#[cfg(test)]'), len(lines))
+        i = 0
+        while i < end:
+            m = re.match(r'\s*(pub(\([^)]*\))?\s+)?(const\s+|async\s+|unsafe\s+)*fn\s+(\w+)', lines[i])
+            if m:
+                depth = 0; started = False; j = i
+                while j < end:
+                    s = re.sub(r'"(\\.|[^"\\])*"', '""', lines[j]); s = re.sub(r"'(\\.|[^'\\])'", "''", s); s = s.split('//')[0]
+                    for ch in s:
+                        if ch == '{': depth += 1; started = True
+                        elif ch == '}': depth -= 1
+                    if started and depth == 0: break
+                    if not started and s.rstrip().endswith(';'): break
+                    j += 1
+                if started: out.append((j - i + 1, f'{p}:{i+1}', m.group(4)))
+            i += 1
+out.sort(reverse=True)
+for l, loc, name in out[:n]: print(f'{l:4d} {loc} {name}')
