@@ -111,7 +111,7 @@ fn burst(m: &Model) -> Option<Recommendation> {
         .iter()
         .copied()
         .find(|b| at(*b) <= 0.1 * observed)
-        .or_else(|| steps.last().copied().filter(|b| at(*b) <= 0.8 * observed))?;
+        .or_else(|| steps.last().copied().filter(|b| at(*b) <= 0.95 * observed))?;
     let predicted = at(pick);
     let b = round_us(pick);
     Some(Recommendation {
