@@ -393,6 +393,9 @@ impl Agent {
                 }
                 self.reap_gone();
                 self.persist_all();
+                if let Ok(m) = self.metrics.lock() {
+                    m.sweep(Instant::now());
+                }
             }
         }
     }
@@ -447,7 +450,11 @@ impl Agent {
         }
         let g = CpuCgroup::open(&self.h, &r.cgroup_path)
             .map_err(|e| format!("cgroup_path {:?}: {e}", r.cgroup_path))?;
-        let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations);
+        let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations)
+            .with_qos_summary(r.qos.as_ref());
+        if let Ok(m) = self.metrics.lock() {
+            m.keep(&labels);
+        }
         let log_path: PathBuf = self.cfg.log_dir.join(log_file_name(&r.container_id));
         let spec = SessionSpec {
             labels: Arc::new(labels),
@@ -500,7 +507,8 @@ impl Agent {
         self.observe(&f.outputs);
         self.state.remove(f.spec.container_id());
         if let Ok(m) = self.metrics.lock() {
-            m.forget(&f.spec.labels);
+            let grace = Duration::from_secs(self.cfg.metrics_grace_s);
+            m.retire(&f.spec.labels, grace, Instant::now());
         }
         self.count_watched();
         Some(f.spec.log_path)

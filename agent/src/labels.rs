@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use throttlewatch_qos::{Key, QosClass};
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerLabels {
@@ -12,6 +13,9 @@ pub struct ContainerLabels {
     pub namespace: LabelValue,
     pub pod: LabelValue,
     pub container: LabelValue,
+    /// `latency-critical`, `burstable`, `best-effort` (the
+    /// `throttlewatch.io/qos-class` request) or empty: three values at most.
+    pub qos_class: LabelValue,
 }
 
 /// A label value that a container chose (its id, names, annotations),
@@ -58,6 +62,15 @@ impl prometheus_client::encoding::EncodeLabelValue for LabelValue {
     }
 }
 
+/// Only the classes `QosClass` accepts become label values.
+fn qos_class_name(v: &str) -> Option<&'static str> {
+    Some(match QosClass::parse(v)? {
+        QosClass::LatencyCritical => "latency-critical",
+        QosClass::Burstable => "burstable",
+        QosClass::BestEffort => "best-effort",
+    })
+}
+
 /// Annotation keys that name the Kubernetes objects (kubelet/dockershim and CRI containerd).
 const NAMESPACE_KEYS: [&str; 2] = [
     "io.kubernetes.pod.namespace",
@@ -85,7 +98,25 @@ impl ContainerLabels {
             namespace: pick(&NAMESPACE_KEYS),
             pod: pick(&POD_KEYS),
             container: pick(&CONTAINER_KEYS),
+            qos_class: annotations
+                .get(&Key::QosClass.annotation())
+                .and_then(|v| qos_class_name(v))
+                .unwrap_or_default()
+                .into(),
         }
+    }
+
+    /// The class the hook resolved (its `qos` summary: `request.qos_class`,
+    /// from either the annotation or the environment channel) wins over
+    /// the annotation read here.
+    pub fn with_qos_summary(mut self, qos: Option<&serde_json::Value>) -> ContainerLabels {
+        if let Some(c) = qos
+            .and_then(|q| q["request"]["qos_class"].as_str())
+            .and_then(qos_class_name)
+        {
+            self.qos_class = c.into();
+        }
+        self
     }
 
     /// A container outside Kubernetes (`run`, `watch`): an id and a name only.
@@ -126,5 +157,27 @@ mod tests {
         assert_eq!(m.len(), 2, "{m:?}");
         assert!(!m.contains_key("k8s_container"));
         assert!(ContainerLabels::plain("x", "y").as_map().is_empty());
+    }
+
+    #[test]
+    fn qos_class_only_from_the_known_classes() {
+        let ann = |v: &str| -> BTreeMap<String, String> {
+            [(Key::QosClass.annotation(), v.to_string())]
+                .into_iter()
+                .collect()
+        };
+        let l = ContainerLabels::new("id", "n", &ann(" latency-critical "));
+        assert_eq!(l.qos_class.as_str(), "latency-critical");
+        let l = ContainerLabels::new("id", "n", &ann("gold\"} 1"));
+        assert_eq!(
+            l.qos_class.as_str(),
+            "",
+            "an unknown class is no label value"
+        );
+        let summary = serde_json::json!({"request": {"qos_class": "best-effort"}});
+        let l = l.with_qos_summary(Some(&summary));
+        assert_eq!(l.qos_class.as_str(), "best-effort");
+        let l = l.with_qos_summary(Some(&serde_json::json!({"request": {}})));
+        assert_eq!(l.qos_class.as_str(), "best-effort", "kept without a class");
     }
 }

@@ -11,6 +11,7 @@ pub mod configcheck;
 pub mod daemon;
 pub mod engine;
 pub mod freezes;
+pub mod histograms;
 pub mod install;
 pub mod kernel_counters;
 pub mod labels;

@@ -5,6 +5,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -13,56 +16,74 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
+use throttlewatch_bpf::runq::RUNQ_SLOTS;
+
+use crate::histograms::Log2Histogram;
 pub use crate::labels::{ContainerLabels, LabelValue};
 use crate::output::Output;
 
-/// A container and one of a few fixed kinds (`by` of a preemption, `stage` of a cold start).
+/// A container's preemptions by who preempted it: `same` (its own threads),
+/// `other` (another container's), `host` (anything else).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
-    pub kind: LabelValue,
+pub struct PreemptLabels {
+    pub by: LabelValue,
     #[prometheus(flatten)]
     pub container: ContainerLabels,
 }
 
-impl KindLabels {
-    pub fn new(container: &ContainerLabels, kind: &str) -> KindLabels {
-        KindLabels {
+impl PreemptLabels {
+    pub fn new(container: &ContainerLabels, by: &str) -> PreemptLabels {
+        PreemptLabels {
             container: container.clone(),
-            kind: kind.into(),
+            by: by.into(),
         }
     }
 }
 
+/// Cold starts are aggregated per namespace and class: one observation per
+/// container would be 6 stages × 14 series that nobody reads alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    pub namespace: LabelValue,
+    pub qos_class: LabelValue,
+    pub stage: LabelValue,
+}
+
+pub const PREEMPTORS: [&str; 3] = ["same", "other", "host"];
+
 type FCounter = Family<ContainerLabels, Counter<f64, AtomicU64>>;
-type FGauge = Family<ContainerLabels, Gauge<f64, AtomicU64>>;
 
 pub struct Metrics {
     pub registry: Registry,
-    pub freeze_seconds: Family<ContainerLabels, Histogram>,
+    /// Per-thread freezes, one observation per throttle event.
+    pub freeze_seconds: Family<ContainerLabels, Log2Histogram>,
+    /// Run-queue waits, from the kernel's log2 histogram deltas.
+    pub runq_latency: Family<ContainerLabels, Log2Histogram>,
     pub throttled_seconds: FCounter,
     pub kernel_throttled_seconds: FCounter,
     pub periods: FCounter,
     pub throttled_periods: FCounter,
     pub bursts: FCounter,
     pub burst_seconds: FCounter,
+    /// Preemptions of watched threads, by `by`: same, other (container), host.
+    pub runq_preemptions: Family<PreemptLabels, Counter<f64, AtomicU64>>,
+    /// Cold-start stages, seconds after the runtime's create.
+    pub cold_start_seconds: Family<StageLabels, Histogram>,
     pub lost_events: Counter,
     pub watched: Gauge,
-    /// Run-queue latency: waits, their sum, and p50/p99/max of the last interval.
-    pub runq_waits: FCounter,
-    pub runq_wait_seconds: FCounter,
-    pub runq_p50_seconds: FGauge,
-    pub runq_p99_seconds: FGauge,
-    pub runq_max_seconds: FGauge,
-    /// Preemptions of watched threads, by `kind`: same, other (container), host.
-    pub runq_preemptions: Family<KindLabels, Counter<f64, AtomicU64>>,
-    /// Cold-start stages, seconds after the runtime's create, by `kind` (stage).
-    pub cold_start_seconds: Family<KindLabels, Gauge<f64, AtomicU64>>,
+    /// The node's idle CPU time (`/proc/stat` idle + iowait), read at each scrape.
+    pub node_idle_seconds: Counter<f64, AtomicU64>,
+    pub node_cpus: Gauge,
+    node_idle_read: Mutex<f64>,
+    /// Ended containers and when their series go.
+    retiring: Mutex<HashMap<ContainerLabels, Instant>>,
 }
 
-fn freeze_histogram() -> Histogram {
+/// Cold-start bounds: 5 ms … 30 s.
+fn cold_start_histogram() -> Histogram {
     Histogram::new(
         [
-            0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
         ]
         .into_iter(),
     )
@@ -83,31 +104,29 @@ impl Metrics {
     /// Registration order is the exposition order.
     pub fn new() -> Metrics {
         let mut r = Registry::with_prefix("throttlewatch");
-        let freeze_seconds = Family::<ContainerLabels, Histogram>::new_with_constructor(
-            freeze_histogram as fn() -> Histogram,
-        );
-        r.register(
-            "freeze_duration_seconds",
-            "Per-thread throttle freezes (switched out throttled until switched back in)",
-            freeze_seconds.clone(),
+        let cold_start_seconds = Family::<StageLabels, Histogram>::new_with_constructor(
+            cold_start_histogram as fn() -> Histogram,
         );
         Metrics {
-            freeze_seconds,
-            throttled_seconds: reg(&mut r, "throttled_seconds", "Throttled time seen by the probe ((cgroup, CPU) episodes)"),
-            kernel_throttled_seconds: reg(&mut r, "kernel_throttled_seconds", "Throttled time by the kernel's cpu.stat"),
-            periods: reg(&mut r, "periods", "CFS bandwidth periods (cpu.stat nr_periods)"),
+            freeze_seconds: reg(&mut r, "freeze_duration_seconds", "Per-thread throttle freezes: switched out throttled until switched back in (le: powers of two of ns)"),
+            runq_latency: reg(&mut r, "runq_latency_seconds", "Run-queue waits of watched threads, wakeup or preemption to switch-in, freezes excluded (le: the kernel's log2 slots)"),
+            throttled_seconds: reg(&mut r, "throttled_seconds", "Throttled time seen by the probe ((cgroup, CPU) episodes, as cpu.stat counts)"),
+            kernel_throttled_seconds: reg(&mut r, "kernel_throttled_seconds", "Throttled time by the kernel's cpu.stat throttled_time"),
+            periods: reg(&mut r, "periods", "CFS bandwidth periods with runnable threads (cpu.stat nr_periods)"),
             throttled_periods: reg(&mut r, "throttled_periods", "Periods in which the group was throttled (cpu.stat nr_throttled)"),
             bursts: reg(&mut r, "bursts", "Periods in which burst was used (cpu.stat nr_bursts)"),
-            burst_seconds: reg(&mut r, "burst_seconds", "Time spent over quota thanks to burst"),
+            burst_seconds: reg(&mut r, "burst_seconds", "Time spent over quota thanks to burst (cpu.stat burst_time)"),
+            runq_preemptions: reg(&mut r, "runq_preemptions", "Watched threads switched out runnable, by who preempted them (same, other, host)"),
+            cold_start_seconds: {
+                r.register("cold_start_seconds", "Cold-start stages, seconds after the runtime's create, by namespace, class and stage", cold_start_seconds.clone());
+                cold_start_seconds
+            },
             lost_events: reg(&mut r, "lost_events", "Events the kernel could not deliver (ring buffer full), node-wide"),
             watched: reg(&mut r, "watched_containers", "Containers being watched"),
-            runq_waits: reg(&mut r, "runq_waits", "Run-queue waits of watched threads (wakeup or preemption to switch-in; freezes excluded)"),
-            runq_wait_seconds: reg(&mut r, "runq_wait_seconds", "Time watched threads waited in the run queue (freezes excluded)"),
-            runq_p50_seconds: reg(&mut r, "runq_latency_p50_seconds", "Run-queue latency p50 over the last snapshot interval"),
-            runq_p99_seconds: reg(&mut r, "runq_latency_p99_seconds", "Run-queue latency p99 over the last snapshot interval"),
-            runq_max_seconds: reg(&mut r, "runq_latency_max_seconds", "Longest run-queue wait over the last snapshot interval"),
-            runq_preemptions: reg(&mut r, "runq_preemptions", "Watched threads switched out runnable, by kind of preemptor (same, other, host)"),
-            cold_start_seconds: reg(&mut r, "cold_start_seconds", "Cold-start stages, seconds after the runtime's create, by stage"),
+            node_idle_seconds: reg(&mut r, "node_idle_cpu_seconds", "Idle CPU time of the node (/proc/stat idle + iowait, all CPUs)"),
+            node_cpus: reg(&mut r, "node_cpus", "CPUs online on the node"),
+            node_idle_read: Mutex::new(0.0),
+            retiring: Mutex::new(HashMap::new()),
             registry: r,
         }
     }
@@ -122,9 +141,13 @@ impl Metrics {
             } => self
                 .freeze_seconds
                 .get_or_create(container)
-                .observe(*frozen_ns as f64 / 1e9),
+                .observe_ns(*frozen_ns),
             Output::ColdStart { container, record } => self.observe_cold_start(container, record),
-            Output::Runq { container, record } => self.observe_runq(container, record),
+            Output::Runq {
+                container,
+                record,
+                slots,
+            } => self.observe_runq(container, record, slots),
             Output::Counters {
                 container,
                 kernel,
@@ -157,6 +180,7 @@ impl Metrics {
             .inc_by(secs(probe_ns));
     }
 
+    /// Remove a container's series now.
     pub fn forget(&self, l: &ContainerLabels) {
         for f in [
             &self.throttled_seconds,
@@ -169,67 +193,147 @@ impl Metrics {
             f.remove(l);
         }
         self.freeze_seconds.remove(l);
-        for f in [&self.runq_waits, &self.runq_wait_seconds] {
-            f.remove(l);
-        }
-        for f in [
-            &self.runq_p50_seconds,
-            &self.runq_p99_seconds,
-            &self.runq_max_seconds,
-        ] {
-            f.remove(l);
-        }
-        for k in ["same", "other", "host"] {
-            self.runq_preemptions.remove(&KindLabels::new(l, k));
-        }
-        for k in crate::coldstart::Stage::ALL {
-            self.cold_start_seconds
-                .remove(&KindLabels::new(l, k.name()));
+        self.runq_latency.remove(l);
+        for by in PREEMPTORS {
+            self.runq_preemptions.remove(&PreemptLabels::new(l, by));
         }
     }
 
-    /// Export one interval's `runq` record.
-    fn observe_runq(&self, l: &ContainerLabels, r: &throttlewatch_core::logfmt::Runq) {
-        self.runq_waits.get_or_create(l).inc_by(r.count as f64);
-        self.runq_wait_seconds
+    /// A container ended: its series stay `grace` longer (so a scrape sees
+    /// the last increments), then [`Metrics::sweep`] removes them.
+    pub fn retire(&self, l: &ContainerLabels, grace: Duration, now: Instant) {
+        if grace.is_zero() {
+            self.forget(l);
+            return;
+        }
+        if let Ok(mut r) = self.retiring.lock() {
+            r.insert(l.clone(), now + grace);
+        }
+    }
+
+    /// A container watched again (a restarted agent resuming it) keeps its series.
+    pub fn keep(&self, l: &ContainerLabels) {
+        if let Ok(mut r) = self.retiring.lock() {
+            r.remove(l);
+        }
+    }
+
+    /// Remove the series whose grace period is over; returns how many containers.
+    pub fn sweep(&self, now: Instant) -> usize {
+        let due: Vec<ContainerLabels> = match self.retiring.lock() {
+            Ok(mut r) => {
+                let due: Vec<_> = r
+                    .iter()
+                    .filter(|(_, at)| **at <= now)
+                    .map(|(l, _)| l.clone())
+                    .collect();
+                for l in &due {
+                    r.remove(l);
+                }
+                due
+            }
+            Err(_) => vec![],
+        };
+        for l in &due {
+            self.forget(l);
+        }
+        due.len()
+    }
+
+    /// Export one interval's run-queue histogram and preemptions.
+    fn observe_runq(
+        &self,
+        l: &ContainerLabels,
+        r: &throttlewatch_core::logfmt::Runq,
+        slots: &[u64; RUNQ_SLOTS],
+    ) {
+        self.runq_latency
             .get_or_create(l)
-            .inc_by(r.total_ns as f64 / 1e9);
-        self.runq_p50_seconds
-            .get_or_create(l)
-            .set(r.p50_ns.unwrap_or(0) as f64 / 1e9);
-        self.runq_p99_seconds
-            .get_or_create(l)
-            .set(r.p99_ns.unwrap_or(0) as f64 / 1e9);
-        self.runq_max_seconds
-            .get_or_create(l)
-            .set(r.max_ns as f64 / 1e9);
-        for (k, n) in [
+            .add_slots(slots, r.total_ns);
+        for (by, n) in [
             ("same", r.preempted_by_same),
             ("other", r.preempted_by_other),
             ("host", r.preempted_by_host),
         ] {
             self.runq_preemptions
-                .get_or_create(&KindLabels::new(l, k))
+                .get_or_create(&PreemptLabels::new(l, by))
                 .inc_by(n as f64);
         }
     }
 
-    /// Export a `cold_start` record.
+    /// Export a `cold_start` record: one observation per stage it reached.
     fn observe_cold_start(&self, l: &ContainerLabels, c: &throttlewatch_core::logfmt::ColdStart) {
         for s in &c.stages {
+            let Some(stage) = crate::coldstart::Stage::ALL
+                .into_iter()
+                .find(|k| k.name() == s.stage)
+            else {
+                continue;
+            };
             if let Some(d) = s.since_create_ns {
                 self.cold_start_seconds
-                    .get_or_create(&KindLabels::new(l, &s.stage))
-                    .set(d as f64 / 1e9);
+                    .get_or_create(&StageLabels {
+                        namespace: l.namespace.clone(),
+                        qos_class: l.qos_class.clone(),
+                        stage: stage.name().into(),
+                    })
+                    .observe(d as f64 / 1e9);
+            }
+        }
+    }
+
+    /// Node-wide CPU figures, read when scraped.
+    fn sample_node(&self) {
+        let Some((idle, cpus)) = read_proc_stat() else {
+            return;
+        };
+        self.node_cpus.set(cpus as i64);
+        if let Ok(mut last) = self.node_idle_read.lock() {
+            if idle > *last {
+                self.node_idle_seconds.inc_by(idle - *last);
+                *last = idle;
             }
         }
     }
 
     pub fn encode(&self) -> String {
+        self.sample_node();
         let mut s = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
     }
+}
+
+/// `/proc/stat`: idle + iowait seconds over all CPUs, and the CPU count.
+fn read_proc_stat() -> Option<(f64, usize)> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    parse_proc_stat(&text, clock_ticks())
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+fn parse_proc_stat(text: &str, ticks: f64) -> Option<(f64, usize)> {
+    let mut lines = text.lines();
+    let all: Vec<f64> = lines
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or(0.0))
+        .collect();
+    let idle = all.get(3)? + all.get(4).copied().unwrap_or(0.0);
+    let cpus = lines
+        .take_while(|l| l.starts_with("cpu"))
+        .filter(|l| l[3..].starts_with(|c: char| c.is_ascii_digit()))
+        .count();
+    Some((idle / ticks, cpus))
 }
 
 impl Default for Metrics {
@@ -276,4 +380,194 @@ pub fn serve(addr: &str, metrics: Arc<Mutex<Metrics>>) -> std::io::Result<std::n
         }
     })?;
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use throttlewatch_core::logfmt::{ColdStart, ColdStartStage, Runq};
+
+    use super::*;
+
+    fn labels(id: &str) -> Arc<ContainerLabels> {
+        Arc::new(ContainerLabels::plain(id, "n"))
+    }
+
+    fn lines_of<'a>(body: &'a str, id: &str) -> Vec<&'a str> {
+        let key = format!("container_id=\"{id}\"");
+        body.lines().filter(|l| l.contains(&key)).collect()
+    }
+
+    #[test]
+    fn runq_slots_become_buckets_and_preemptions_by_who() {
+        let m = Metrics::new();
+        let mut slots = [0u64; RUNQ_SLOTS];
+        slots[21] = 3; // [2.1, 4.2) ms
+        m.observe(&Output::Runq {
+            container: labels("a"),
+            record: Runq {
+                count: 3,
+                total_ns: 7_000_000,
+                preempted_by_other: 2,
+                preempted_by_host: 1,
+                ..Default::default()
+            },
+            slots,
+        });
+        let body = m.encode();
+        let a = lines_of(&body, "a");
+        let has = |prefix: &str| a.iter().any(|l| l.starts_with(prefix));
+        assert!(
+            has("throttlewatch_runq_latency_seconds_count{")
+                && a.iter().any(
+                    |l| l.starts_with("throttlewatch_runq_latency_seconds_count{")
+                        && l.ends_with(" 3")
+                ),
+            "{body}"
+        );
+        assert!(
+            a.iter()
+                .any(|l| l.starts_with("throttlewatch_runq_latency_seconds_sum{")
+                    && l.ends_with(" 0.007")),
+            "{body}"
+        );
+        let bucket = |le: &str| {
+            a.iter()
+                .find(|l| {
+                    l.starts_with("throttlewatch_runq_latency_seconds_bucket{")
+                        && l.contains(&format!("le=\"{le}\""))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .unwrap_or_else(|| panic!("le {le}: {body}"))
+                .to_string()
+        };
+        assert_eq!(bucket("0.002097152"), "0", "2^21 ns holds values under it");
+        assert_eq!(bucket("0.004194304"), "3", "2^22 ns");
+        assert_eq!(bucket("+Inf"), "3");
+        for (by, n) in [("same", "0.0"), ("other", "2.0"), ("host", "1.0")] {
+            assert!(
+                a.iter()
+                    .any(|l| l.starts_with("throttlewatch_runq_preemptions_total{")
+                        && l.contains(&format!("by=\"{by}\""))
+                        && l.ends_with(&format!(" {n}"))),
+                "{by}: {body}"
+            );
+        }
+    }
+
+    #[test]
+    fn cold_starts_aggregate_by_namespace_class_and_stage() {
+        let m = Metrics::new();
+        let mut l = ContainerLabels::plain("c", "n");
+        l.namespace = "ns".into();
+        l.qos_class = "burstable".into();
+        let stage = |s: &str, ns: i64| ColdStartStage {
+            stage: s.into(),
+            since_create_ns: Some(ns),
+            ..Default::default()
+        };
+        m.observe(&Output::ColdStart {
+            container: Arc::new(l),
+            record: ColdStart {
+                stages: vec![
+                    stage("exec", 40_000_000),
+                    stage("bogus\"x", 1),
+                    stage("cpu", 200_000_000),
+                ],
+                ..Default::default()
+            },
+        });
+        let body = m.encode();
+        let count = |stage: &str| {
+            body.lines()
+                .find(|l| {
+                    l.starts_with("throttlewatch_cold_start_seconds_count{")
+                        && l.contains(&format!("stage=\"{stage}\""))
+                })
+                .map(|l| l.to_string())
+        };
+        let exec = count("exec").unwrap_or_else(|| panic!("{body}"));
+        assert!(
+            exec.contains("namespace=\"ns\"")
+                && exec.contains("qos_class=\"burstable\"")
+                && exec.ends_with(" 1"),
+            "{exec}"
+        );
+        assert!(
+            !exec.contains("container_id"),
+            "no per-container label: {exec}"
+        );
+        assert!(count("cpu").is_some());
+        assert!(!body.contains("bogus"), "only the six stage names: {body}");
+    }
+
+    #[test]
+    fn ended_containers_go_after_the_grace_period() {
+        let m = Metrics::new();
+        let t0 = Instant::now();
+        for id in ["gone", "back", "now"] {
+            m.observe(&Output::Freeze {
+                container: labels(id),
+                frozen_ns: 50_000_000,
+                record: None,
+            });
+        }
+        m.retire(&labels("gone"), Duration::from_secs(300), t0);
+        m.retire(&labels("back"), Duration::from_secs(300), t0);
+        m.retire(&labels("now"), Duration::ZERO, t0);
+        m.keep(&labels("back"));
+        let body = m.encode();
+        assert!(lines_of(&body, "now").is_empty(), "grace 0: gone at once");
+        assert!(
+            !lines_of(&body, "gone").is_empty(),
+            "kept during the grace period"
+        );
+        assert_eq!(m.sweep(t0 + Duration::from_secs(299)), 0);
+        assert_eq!(m.sweep(t0 + Duration::from_secs(300)), 1);
+        let body = m.encode();
+        assert!(lines_of(&body, "gone").is_empty(), "{body}");
+        assert!(!lines_of(&body, "back").is_empty(), "watched again: kept");
+    }
+
+    #[test]
+    fn per_container_series_are_bounded() {
+        let m = Metrics::new();
+        let l = labels("x");
+        m.observe(&Output::Freeze {
+            container: l.clone(),
+            frozen_ns: 1,
+            record: None,
+        });
+        m.observe(&Output::Runq {
+            container: l.clone(),
+            record: Runq::default(),
+            slots: [0; RUNQ_SLOTS],
+        });
+        m.observe(&Output::Counters {
+            container: l.clone(),
+            kernel: Default::default(),
+            probe_throttled_ns: 0,
+        });
+        let body = m.encode();
+        // 2 histograms × (18 bounds + Inf + sum + count) + 6 counters + 3 preemption kinds.
+        assert_eq!(lines_of(&body, "x").len(), 2 * 21 + 6 + 3, "{body}");
+    }
+
+    #[test]
+    fn proc_stat_idle_and_cpus() {
+        let text = "cpu  100 0 50 1000 20 0 0 0 0 0\ncpu0 50 0 25 500 10 0 0 0 0 0\ncpu1 50 0 25 500 10 0 0 0 0 0\nintr 1\n";
+        assert_eq!(parse_proc_stat(text, 100.0), Some((10.2, 2)));
+        assert_eq!(parse_proc_stat("intr 1\n", 100.0), None);
+        let m = Metrics::new();
+        let body = m.encode();
+        assert!(
+            body.contains("throttlewatch_node_idle_cpu_seconds_total "),
+            "{body}"
+        );
+        assert!(
+            !body.contains("throttlewatch_node_cpus 0"),
+            "this machine has CPUs: {body}"
+        );
+    }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use throttlewatch_bpf::runq::RUNQ_SLOTS;
 use throttlewatch_cgroup::CpuStat;
 use throttlewatch_core::logfmt::{ColdStart, Runq, Throttle};
 
@@ -21,10 +22,12 @@ pub enum Output {
         container: Arc<ContainerLabels>,
         record: ColdStart,
     },
-    /// A `runq` record was written.
+    /// A `runq` record was written; `slots` are the kernel's log2
+    /// histogram counts of the same interval (the metrics' buckets).
     Runq {
         container: Arc<ContainerLabels>,
         record: Runq,
+        slots: [u64; RUNQ_SLOTS],
     },
     /// Kernel counters and the probe's throttled time since the last
     /// `Counters` of this container (from `Due::Tick`).

@@ -2,6 +2,7 @@
 //! histograms per (cgroup, CPU); each `runq` record is the difference
 //! since the previous one, the `end` record the difference since the start.
 
+use throttlewatch_bpf::runq::RUNQ_SLOTS;
 use throttlewatch_bpf::RunqTotals;
 use throttlewatch_core::logfmt::Runq;
 
@@ -42,6 +43,12 @@ impl RunqTracker {
             started_mono: mono_ns,
             last_mono: mono_ns,
         }
+    }
+
+    /// The kernel's log2 slot counts since the last interval (call before
+    /// [`RunqTracker::interval`] closes it).
+    pub fn slots_since_last(&self, now: &RunqTotals) -> [u64; RUNQ_SLOTS] {
+        now.since(&self.last).slots
     }
 
     /// The `runq` record of the interval that ends now.

@@ -310,11 +310,13 @@ impl Session {
             }));
         }
         if let (Some(t), Some(now)) = (self.runq.as_mut(), self.now.runq) {
+            let slots = t.slots_since_last(&now);
             let record = t.interval(now, self.now.mono_ns);
             self.write(Record::Runq(record.clone()));
             out.push(Output::Runq {
                 container: self.spec.labels.clone(),
                 record,
+                slots,
             });
         }
         if self

@@ -66,6 +66,9 @@ pub struct Config {
     pub threshold: String,
     /// Prometheus metrics listen address; empty disables.
     pub metrics_addr: String,
+    /// Seconds an ended container's series stay in /metrics (so the last
+    /// increments are scraped) before they are removed.
+    pub metrics_grace_s: u64,
     /// Whether the hook starts an agent when none answers.
     pub start_agent: bool,
     /// The `throttlewatch` binary the hook starts; empty: next to the hook, then PATH.
@@ -104,6 +107,7 @@ impl Default for Config {
             fail_mode: FailMode::Open,
             threshold: "0".into(),
             metrics_addr: "127.0.0.1:9477".into(),
+            metrics_grace_s: 300,
             start_agent: true,
             agent_binary: String::new(),
             snapshot_interval_s: 10,
