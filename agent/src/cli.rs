@@ -30,9 +30,10 @@ pub enum Command {
     Agent(AgentArgs),
     /// NUMA/SMT/GPU topology, and the cpuset a container's annotations would get.
     Topology(TopologyArgs),
-    /// Add the runtime `throttlewatch` to containerd's or docker's configuration (backups kept).
+    /// Add the runtime `throttlewatch` to containerd's or docker's configuration (backups
+    /// kept), or our OCI hook files to podman's or CRI-O's hooks.d.
     Install(InstallArgs),
-    /// Take the runtime `throttlewatch` out again (files restored byte for byte when unchanged).
+    /// Take them out again (files restored byte for byte when unchanged).
     Uninstall(UninstallArgs),
     /// Summary, heatmaps (--svg, --html) and recommendations from container logs.
     Report(throttlewatch_report::ReportArgs),
@@ -50,7 +51,7 @@ pub enum ConfigCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct InstallArgs {
-    /// containerd or docker
+    /// containerd, docker, podman or crio
     pub engine: String,
     /// Show the diff, write nothing.
     #[arg(long)]
@@ -59,15 +60,21 @@ pub struct InstallArgs {
     /// read as ETC_ROOT/etc/containerd/config.toml (default /).
     #[arg(long, default_value = "/")]
     pub etc_root: PathBuf,
-    /// Where the throttlewatch binaries are installed (docker's runtime path;
-    /// containerd finds containerd-shim-throttlewatch-v2 in its PATH).
+    /// Where the throttlewatch binaries are installed (docker's runtime path,
+    /// the hook files' hook.path; containerd finds containerd-shim-throttlewatch-v2
+    /// in its PATH).
     #[arg(long, default_value = "/usr/local/bin")]
     pub bin_dir: PathBuf,
+    /// Make the engine load the change: none (default; print what to do),
+    /// signal (dockerd: SIGHUP) or systemd (systemctl restart containerd|crio,
+    /// reload docker; chrooted into --etc-root when it is not /).
+    #[arg(long, default_value = "none")]
+    pub restart: String,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct UninstallArgs {
-    /// containerd or docker
+    /// containerd, docker, podman or crio
     pub engine: String,
     /// Show the diff, write nothing.
     #[arg(long)]
@@ -75,6 +82,9 @@ pub struct UninstallArgs {
     /// Root the configuration lives under (default /).
     #[arg(long, default_value = "/")]
     pub etc_root: PathBuf,
+    /// Make the engine load the change: none, signal or systemd (as for install).
+    #[arg(long, default_value = "none")]
+    pub restart: String,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,3 +1,5 @@
+use std::path::Path;
+
 use clap::Parser;
 use throttlewatch::cli::{Cli, Command, ConfigCommand};
 use throttlewatch::CliError;
@@ -50,13 +52,43 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
             .map_err(|e| CliError::fail(e.to_string())),
         Command::Topology(a) => throttlewatch::topology::topology(&cfg, a),
         Command::Install(a) => {
-            throttlewatch::install::install(&a.engine, a.dry_run, &a.etc_root, &a.bin_dir)
+            let o = install_options(cli, &cfg, a.dry_run, &a.etc_root, &a.bin_dir, &a.restart)?;
+            throttlewatch::install::install(&a.engine, &o)
         }
         Command::Uninstall(a) => {
-            throttlewatch::install::uninstall(&a.engine, a.dry_run, &a.etc_root)
+            let o = install_options(
+                cli,
+                &cfg,
+                a.dry_run,
+                &a.etc_root,
+                Path::new("/"),
+                &a.restart,
+            )?;
+            throttlewatch::install::uninstall(&a.engine, &o)
         }
         Command::Config(ConfigCommand::Check { file }) => {
             throttlewatch::configcheck::check(file.as_deref().or(cli.config.as_deref()))
         }
     }
+}
+
+fn install_options(
+    cli: &Cli,
+    cfg: &throttlewatch_core::config::Config,
+    dry_run: bool,
+    root: &Path,
+    bin_dir: &Path,
+    restart: &str,
+) -> Result<throttlewatch::install::Options, CliError> {
+    let mut o = throttlewatch::install::Options::new(root, bin_dir);
+    o.dry_run = dry_run;
+    o.restart = throttlewatch::install::restart::Restart::parse(restart)?;
+    o.hook_config = cli
+        .config
+        .as_deref()
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(|e| CliError::fail(format!("--config: {e}")))?;
+    o.hook_timeout_s = cfg.hook_timeout_s;
+    Ok(o)
 }

@@ -8,6 +8,7 @@ pub mod bundle;
 pub mod containerd;
 pub mod cri;
 pub mod daemons;
+pub mod podman;
 
 /// A binary of this workspace, built by `cargo build --workspace` (the test
 /// command does that first); next to the test executable's `deps/` folder.

@@ -3,7 +3,8 @@
 use std::os::unix::fs::PermissionsExt;
 
 use super::*;
-use crate::install::{files, install, uninstall};
+use crate::install::files;
+use crate::install::test_support::{install, uninstall};
 
 const NVIDIA: &str = include_str!("../../../integration/fixtures/docker/nvidia/daemon.json");
 

@@ -1,5 +1,7 @@
-//! `throttlewatch install|uninstall containerd|docker [--dry-run]`: give an
-//! engine the runtime `throttlewatch`, or take it away again.
+//! `throttlewatch install|uninstall containerd|docker|podman|crio [--dry-run]
+//! [--etc-root DIR] [--restart none|signal|systemd]`: give an engine the
+//! runtime `throttlewatch` (containerd, docker) or our OCI hook files
+//! (podman, CRI-O), or take them away again.
 //!
 //! Each engine module turns the files it finds into a [`Plan`]: a list of
 //! [`Edit`]s and notes. The plan is printed (a unified diff per file) and,
@@ -13,6 +15,8 @@ pub mod containerd;
 pub mod diff;
 pub mod docker;
 pub mod files;
+pub mod hooks;
+pub mod restart;
 
 use std::path::{Path, PathBuf};
 
@@ -146,39 +150,141 @@ impl Plan {
 pub enum Engine {
     Containerd,
     Docker,
+    Podman,
+    Crio,
 }
 
 impl Engine {
+    pub const ACCEPTED: &'static str = "containerd, docker, podman, crio";
+
     pub fn parse(s: &str, command: &str) -> Result<Engine, CliError> {
         match s {
             "containerd" => Ok(Engine::Containerd),
             "docker" => Ok(Engine::Docker),
+            "podman" => Ok(Engine::Podman),
+            "crio" | "cri-o" => Ok(Engine::Crio),
             other => Err(CliError::usage(format!(
-                "{command}: unknown engine {other:?}; accepted: containerd, docker"
+                "{command}: unknown engine {other:?}; accepted: {}",
+                Engine::ACCEPTED
             ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Containerd => "containerd",
+            Engine::Docker => "docker",
+            Engine::Podman => "podman",
+            Engine::Crio => "crio",
         }
     }
 }
 
-/// `throttlewatch install ENGINE`: `root` is the filesystem root the
-/// configuration lives under (`/`; a temporary tree in tests), `bin_dir`
-/// where `throttlewatch-runtime` is installed (docker's runtime path).
-pub fn install(engine: &str, dry_run: bool, root: &Path, bin_dir: &Path) -> Result<i32, CliError> {
-    let plan = match Engine::parse(engine, "install")? {
-        Engine::Containerd => containerd::install_plan(root)?,
-        Engine::Docker => docker::install_plan(root, bin_dir)?,
+/// What install and uninstall are told.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub dry_run: bool,
+    /// The filesystem root the configuration lives under (`/`; the host's
+    /// root mounted in a pod; a temporary tree in tests).
+    pub root: PathBuf,
+    /// Where the throttlewatch binaries are on the host (docker's runtime
+    /// path, the hook files' hook.path).
+    pub bin_dir: PathBuf,
+    /// `--restart`: how the engine is made to load the change.
+    pub restart: restart::Restart,
+    /// The configuration the hook files pass to the hook (`--config`).
+    pub hook_config: Option<PathBuf>,
+    /// The hook files' `timeout` (the configuration's `hook_timeout_s`).
+    pub hook_timeout_s: u64,
+}
+
+impl Options {
+    pub fn new(root: &Path, bin_dir: &Path) -> Options {
+        Options {
+            dry_run: false,
+            root: root.to_path_buf(),
+            bin_dir: bin_dir.to_path_buf(),
+            restart: restart::Restart::None,
+            hook_config: None,
+            hook_timeout_s: 15,
+        }
+    }
+
+    fn hook_settings(&self) -> hooks::HookSettings {
+        hooks::HookSettings {
+            bin_dir: self.bin_dir.clone(),
+            config: self.hook_config.clone(),
+            timeout_s: self.hook_timeout_s,
+        }
+    }
+}
+
+/// Carry out `plan`, then restart as asked (only when something was written).
+fn finish(plan: Plan, engine: Engine, o: &Options) -> Result<i32, CliError> {
+    let action = restart::action(engine, o.restart)?;
+    let code = plan.carry_out(o.dry_run)?;
+    match action {
+        Some(a) if o.dry_run => {
+            if let Some(c) = a.command(&o.root) {
+                println!("(dry run: would run `{}`)", c.join(" "));
+            } else {
+                println!("(dry run: would send SIGHUP to {}'s daemon)", engine.name());
+            }
+        }
+        Some(a) if !plan.edits.is_empty() => println!("{}", a.run(&o.root)?),
+        _ => {}
+    }
+    Ok(code)
+}
+
+/// `throttlewatch install ENGINE`.
+pub fn install(engine: &str, o: &Options) -> Result<i32, CliError> {
+    let e = Engine::parse(engine, "install")?;
+    let plan = match e {
+        Engine::Containerd => containerd::install_plan(&o.root)?,
+        Engine::Docker => docker::install_plan(&o.root, &o.bin_dir)?,
+        Engine::Podman => {
+            hooks::install_plan(hooks::HookEngine::Podman, &o.root, &o.hook_settings())?
+        }
+        Engine::Crio => hooks::install_plan(hooks::HookEngine::Crio, &o.root, &o.hook_settings())?,
     };
-    plan.carry_out(dry_run)
+    finish(plan, e, o)
 }
 
 /// `throttlewatch uninstall ENGINE`: the files back as they were before install
 /// (byte for byte when they were not changed since; otherwise only our entries removed).
-pub fn uninstall(engine: &str, dry_run: bool, root: &Path) -> Result<i32, CliError> {
-    let plan = match Engine::parse(engine, "uninstall")? {
-        Engine::Containerd => containerd::uninstall_plan(root)?,
-        Engine::Docker => docker::uninstall_plan(root)?,
+pub fn uninstall(engine: &str, o: &Options) -> Result<i32, CliError> {
+    let e = Engine::parse(engine, "uninstall")?;
+    let plan = match e {
+        Engine::Containerd => containerd::uninstall_plan(&o.root)?,
+        Engine::Docker => docker::uninstall_plan(&o.root)?,
+        Engine::Podman => hooks::uninstall_plan(hooks::HookEngine::Podman, &o.root)?,
+        Engine::Crio => hooks::uninstall_plan(hooks::HookEngine::Crio, &o.root)?,
     };
-    plan.carry_out(dry_run)
+    finish(plan, e, o)
+}
+
+/// The old positional calls, for the unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    pub fn install(
+        engine: &str,
+        dry_run: bool,
+        root: &Path,
+        bin_dir: &Path,
+    ) -> Result<i32, CliError> {
+        let mut o = Options::new(root, bin_dir);
+        o.dry_run = dry_run;
+        super::install(engine, &o)
+    }
+
+    pub fn uninstall(engine: &str, dry_run: bool, root: &Path) -> Result<i32, CliError> {
+        let mut o = Options::new(root, Path::new("/usr/local/bin"));
+        o.dry_run = dry_run;
+        super::uninstall(engine, &o)
+    }
 }
 
 /// `abs` (a path as the engine sees it) under `root`.

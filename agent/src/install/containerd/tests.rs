@@ -6,7 +6,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
 use super::*;
-use crate::install::{files, install, uninstall};
+use crate::install::files;
+use crate::install::test_support::{install, uninstall};
 
 const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -284,12 +285,12 @@ fn bad_input_is_refused_and_nothing_written() {
     );
     let d = tempfile::tempdir().unwrap();
     assert_eq!(
-        install("podman", false, d.path(), Path::new("/b"))
+        install("kata", false, d.path(), Path::new("/b"))
             .unwrap_err()
             .code,
         2
     );
-    assert_eq!(uninstall("crio", false, d.path()).unwrap_err().code, 2);
+    assert_eq!(uninstall("lxc", false, d.path()).unwrap_err().code, 2);
 }
 
 #[test]

@@ -1,0 +1,254 @@
+//! Podman and CRI-O: OCI hook files (oci-hooks(5), schema 1.0.0) in a
+//! `hooks.d` directory, one per stage.
+//!
+//! One file per stage because a hook file has one `hook` (one argument
+//! list) for all its `stages`, and our hook is told its stage by its
+//! arguments: `throttlewatch-hook createRuntime` and `throttlewatch-hook
+//! poststop`, as the runtime wrapper and the shim write them into config.json.
+//!
+//! `when` is an annotation match (`^throttlewatch\.io/` keys, any value),
+//! not `always`: a hooks directory applies to every container the engine
+//! starts, so the match makes throttlewatch opt-in per container — the same
+//! contract as `runtimeClassName: throttlewatch` and `--runtime
+//! throttlewatch` — and containers that did not ask pay no hook run and get
+//! no log. `throttlewatch.io/watch=true` asks for a log without any QoS.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::files::read_optional;
+use super::{under_root, Edit, Plan};
+use crate::CliError;
+
+/// The hook binary the files run.
+pub const HOOK_BINARY: &str = "throttlewatch-hook";
+/// Where Podman (as root) reads hook files with the highest precedence
+/// (after /usr/share/containers/oci/hooks.d, which a same-named file here masks).
+pub const PODMAN_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
+/// CRI-O's compiled-in `hooks_dir` (containers/common `hooks.DefaultDir`),
+/// used when its configuration sets none.
+pub const CRIO_DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
+/// CRI-O's configuration file and drop-in directory.
+pub const CRIO_CONF: &str = "/etc/crio/crio.conf";
+pub const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
+/// The annotation match of `when`: any key under our prefix, any value.
+pub const WHEN_KEY: &str = r"^throttlewatch\.io/";
+pub const WHEN_VALUE: &str = ".*";
+/// The stages we hook, each with its own file.
+pub const STAGES: [&str; 2] = ["createRuntime", "poststop"];
+
+/// The engines that read OCI hook files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookEngine {
+    Podman,
+    Crio,
+}
+
+impl HookEngine {
+    pub fn name(self) -> &'static str {
+        match self {
+            HookEngine::Podman => "podman",
+            HookEngine::Crio => "crio",
+        }
+    }
+}
+
+/// What the hook files say beyond the fixed parts.
+#[derive(Debug, Clone)]
+pub struct HookSettings {
+    /// Directory of `throttlewatch-hook` on the host.
+    pub bin_dir: PathBuf,
+    /// `--config FILE` for the hook (the `--config` install was given).
+    pub config: Option<PathBuf>,
+    /// Seconds the runtime lets the hook run (`hook_timeout_s`).
+    pub timeout_s: u64,
+}
+
+/// The file name for `stage`: `throttlewatch-createRuntime.json`.
+pub fn file_name(stage: &str) -> String {
+    format!("throttlewatch-{stage}.json")
+}
+
+/// The JSON text of the hook file for `stage`.
+pub fn hook_file(stage: &str, s: &HookSettings) -> String {
+    let mut args = vec![json!(HOOK_BINARY), json!(stage)];
+    if let Some(c) = &s.config {
+        args.push(json!("--config"));
+        args.push(json!(c.to_string_lossy()));
+    }
+    let doc = json!({
+        "version": "1.0.0",
+        "hook": {
+            "path": s.bin_dir.join(HOOK_BINARY).to_string_lossy(),
+            "args": args,
+            "timeout": s.timeout_s.max(1),
+        },
+        "when": { "annotations": { WHEN_KEY: WHEN_VALUE } },
+        "stages": [stage],
+    });
+    serde_json::to_string_pretty(&doc).expect("json") + "\n"
+}
+
+/// A hook file of ours: its `hook.path` names `throttlewatch-hook`.
+fn is_ours(text: &str) -> bool {
+    serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| v["hook"]["path"].as_str().map(str::to_string))
+        .is_some_and(|p| Path::new(&p).file_name().is_some_and(|n| n == HOOK_BINARY))
+}
+
+/// The hooks directory `engine` reads (as the engine sees it).
+pub fn hooks_dir(engine: HookEngine, root: &Path) -> Result<PathBuf, CliError> {
+    match engine {
+        HookEngine::Podman => Ok(PathBuf::from(PODMAN_HOOKS_DIR)),
+        HookEngine::Crio => crio_hooks_dir(root),
+    }
+}
+
+/// The first `crio.runtime.hooks_dir` of CRI-O's configuration (crio.conf,
+/// then crio.conf.d/*.conf sorted, later files winning), else CRI-O's default.
+fn crio_hooks_dir(root: &Path) -> Result<PathBuf, CliError> {
+    let mut files = vec![under_root(root, Path::new(CRIO_CONF))];
+    let d = under_root(root, Path::new(CRIO_CONF_D));
+    let mut dropins: Vec<PathBuf> = std::fs::read_dir(&d)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "conf"))
+        .collect();
+    dropins.sort();
+    files.extend(dropins);
+    let mut dir = None;
+    for f in files {
+        let Some(text) = read_optional(&f)? else {
+            continue;
+        };
+        let doc: toml::Table = toml::from_str(&text).map_err(|e| {
+            CliError::usage(format!(
+                "{}: not TOML ({}); accepted: a CRI-O configuration file",
+                f.display(),
+                e.message()
+            ))
+        })?;
+        let Some(v) = doc
+            .get("crio")
+            .and_then(|c| c.get("runtime"))
+            .and_then(|r| r.get("hooks_dir"))
+        else {
+            continue;
+        };
+        let first = v
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(|x| x.as_str());
+        match (v.as_array().map(Vec::len), first) {
+            (Some(0), _) => dir = None,
+            (_, Some(p)) if p.starts_with('/') => dir = Some(PathBuf::from(p)),
+            _ => {
+                return Err(CliError::usage(format!(
+                    "{}: crio.runtime.hooks_dir = {v} is not accepted; accepted: an array of absolute paths",
+                    f.display()
+                )))
+            }
+        }
+    }
+    Ok(dir.unwrap_or_else(|| PathBuf::from(CRIO_DEFAULT_HOOKS_DIR)))
+}
+
+fn then(engine: HookEngine, dir: &Path) -> String {
+    match engine {
+        HookEngine::Podman => format!(
+            "podman reads {} at every container start (no restart): `podman run --annotation \
+             throttlewatch.io/cpu-burst=20ms --cpus 1 …` (any throttlewatch.io/ annotation, e.g. \
+             throttlewatch.io/watch=true) is watched",
+            dir.display()
+        ),
+        HookEngine::Crio => format!(
+            "CRI-O runs hooks from {} (its hooks_dir) for containers whose spec carries a \
+             throttlewatch.io/ annotation; restart crio if it does not pick the files up",
+            dir.display()
+        ),
+    }
+}
+
+/// What `throttlewatch install podman|crio` does under `root`.
+pub fn install_plan(engine: HookEngine, root: &Path, s: &HookSettings) -> Result<Plan, CliError> {
+    let dir = hooks_dir(engine, root)?;
+    let host_dir = under_root(root, &dir);
+    let mut plan = Plan {
+        then: then(engine, &dir),
+        nothing_to_do: format!(
+            "already installed: {} has the throttlewatch hook files",
+            host_dir.display()
+        ),
+        ..Plan::default()
+    };
+    let hook = under_root(root, &s.bin_dir.join(HOOK_BINARY));
+    if !hook.exists() {
+        plan.notes.push(format!(
+            "{}: not there yet; {} skips a hook file whose hook.path is missing: install the binary \
+             there (or pass --bin-dir)",
+            hook.display(),
+            engine.name()
+        ));
+    }
+    for stage in STAGES {
+        let path = host_dir.join(file_name(stage));
+        let want = hook_file(stage, s);
+        let have = read_optional(&path)?;
+        match &have {
+            Some(t) if *t == want => continue,
+            Some(t) if !is_ours(t) => {
+                return Err(CliError::usage(format!(
+                    "{}: exists and is not a throttlewatch hook file; refusing to replace it; accepted: \
+                     no file of that name, or one whose hook.path is {HOOK_BINARY}",
+                    path.display()
+                )))
+            }
+            _ => {}
+        }
+        plan.edits.push(Edit::Write {
+            path,
+            before: have,
+            after: want,
+            backup: false,
+        });
+    }
+    Ok(plan)
+}
+
+/// What `throttlewatch uninstall podman|crio` does under `root`: our two
+/// files removed, nothing else.
+pub fn uninstall_plan(engine: HookEngine, root: &Path) -> Result<Plan, CliError> {
+    let dir = hooks_dir(engine, root)?;
+    let host_dir = under_root(root, &dir);
+    let mut plan = Plan {
+        then: format!("{} runs no throttlewatch hook from now on", engine.name()),
+        nothing_to_do: format!(
+            "not installed: no throttlewatch hook files in {}",
+            host_dir.display()
+        ),
+        ..Plan::default()
+    };
+    for stage in STAGES {
+        let path = host_dir.join(file_name(stage));
+        let Some(text) = read_optional(&path)? else {
+            continue;
+        };
+        if is_ours(&text) {
+            plan.edits.push(Edit::Delete { path, before: text });
+        } else {
+            plan.notes.push(format!(
+                "{}: not a throttlewatch hook file (hook.path is not {HOOK_BINARY}); left alone",
+                path.display()
+            ));
+        }
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+#[path = "hooks_tests.rs"]
+mod tests;
