@@ -1,13 +1,16 @@
 //! The cold-start timeline of one container: the runtime's create (stamped
 //! into the spec by the wrapper), the container init's creation, the hook,
-//! and from the kernel the entrypoint's exec, its first switch-in after the
-//! exec, and the moment it had its first N ms of CPU. One `cold_start`
-//! record, written when the last stage arrives or when watching ends.
+//! and from the kernel the entrypoint's exec (where it first runs: the
+//! exec'ing thread is on a CPU and goes on into the new image) and the
+//! moment the entrypoint with every thread and process it started had its
+//! first N ms of CPU, with the time in between split into running,
+//! run-queue wait, frozen and blocked. One `cold_start` record, written when
+//! the last stage arrives or when watching ends.
 
 use std::time::Duration;
 
 use throttlewatch_bpf::{ColdStartEvent, ColdStartStage};
-use throttlewatch_core::logfmt::{self, ColdStart};
+use throttlewatch_core::logfmt::{self, ColdStart, ColdStartSplit};
 
 use crate::clock::Clock;
 
@@ -28,9 +31,10 @@ pub enum Stage {
     Hook,
     /// The entrypoint's exec (kernel).
     Exec,
-    /// Its first switch-in after the exec (kernel).
+    /// It first ran after the exec: the exec's moment (the exec'ing
+    /// thread is on a CPU and returns to user space in the new image).
     FirstRun,
-    /// It had its CPU target (kernel).
+    /// It and what it started had its CPU target (kernel).
     Cpu,
 }
 
@@ -60,7 +64,6 @@ impl Stage {
     fn of_event(s: ColdStartStage) -> Stage {
         match s {
             ColdStartStage::Exec => Stage::Exec,
-            ColdStartStage::FirstRun => Stage::FirstRun,
             ColdStartStage::Cpu => Stage::Cpu,
         }
     }
@@ -96,6 +99,7 @@ pub struct ColdStartTracker {
     at: Timeline,
     pid: Option<u32>,
     comm: String,
+    split: Option<ColdStartSplit>,
     armed_mono: u64,
     written: bool,
 }
@@ -111,6 +115,7 @@ impl ColdStartTracker {
             at,
             pid: None,
             comm: String::new(),
+            split: None,
             armed_mono,
             written: false,
         }
@@ -123,7 +128,17 @@ impl ColdStartTracker {
         }
         let stage = Stage::of_event(ev.stage);
         self.at.set(stage, Some(clock.to_unix_ns(ev.at_ns)));
+        if stage == Stage::Cpu {
+            self.split = ev.split.map(|s| ColdStartSplit {
+                running_ns: s.running_ns,
+                runq_ns: s.runq_ns,
+                frozen_ns: s.frozen_ns,
+                blocked_ns: s.blocked_ns,
+            });
+        }
         if stage == Stage::Exec {
+            self.at
+                .set(Stage::FirstRun, Some(clock.to_unix_ns(ev.at_ns)));
             self.pid = Some(ev.tgid);
             self.comm = ev.comm.clone();
             // The exec'd process is the container's init: its start_time
@@ -134,7 +149,7 @@ impl ColdStartTracker {
                 self.at.set(Stage::Init, Some(clock.to_unix_ns(ev.ref_ns)));
             }
         }
-        let kernel_stages = [Stage::Exec, Stage::FirstRun, Stage::Cpu];
+        let kernel_stages = [Stage::Exec, Stage::Cpu];
         if kernel_stages.iter().all(|s| self.at.get(*s).is_some()) {
             return Some(self.record(None));
         }
@@ -175,6 +190,7 @@ impl ColdStartTracker {
             stages,
             complete,
             note: if complete { None } else { note },
+            exec_to_cpu: self.split,
         }
     }
 }
@@ -217,6 +233,12 @@ mod tests {
             comm: "app".into(),
             at_ns: at,
             ref_ns: 50,
+            split: (stage == ColdStartStage::Cpu).then_some(throttlewatch_bpf::ColdStartSplit {
+                running_ns: 120,
+                runq_ns: 30,
+                frozen_ns: 40,
+                blocked_ns: 10,
+            }),
         }
     }
 
@@ -232,9 +254,6 @@ mod tests {
         };
         let mut t = ColdStartTracker::new(spec, 0);
         assert!(t.on_event(&ev(ColdStartStage::Exec, 100), &clock).is_none());
-        assert!(t
-            .on_event(&ev(ColdStartStage::FirstRun, 200), &clock)
-            .is_none());
         let r = t.on_event(&ev(ColdStartStage::Cpu, 300), &clock).unwrap();
         assert!(r.complete && r.note.is_none());
         let names: Vec<&str> = r.stages.iter().map(|s| s.stage.as_str()).collect();
@@ -244,7 +263,18 @@ mod tests {
             Some(40),
             "init from the exec event's start_time"
         );
+        assert_eq!(
+            r.stages[4].since_create_ns,
+            Some(90),
+            "first run: the exec, where the entrypoint is on a CPU"
+        );
         assert_eq!(r.stages[5].since_create_ns, Some(290));
+        let s = r.exec_to_cpu.expect("the split from the CPU stage");
+        assert_eq!(
+            s.running_ns + s.runq_ns + s.frozen_ns + s.blocked_ns,
+            200,
+            "{s:?}"
+        );
         assert!(t.finish("end").is_none(), "written once");
     }
 

@@ -43,10 +43,23 @@ impl FreezeEvent {
 pub enum ColdStartStage {
     /// `sched_process_exec` of the first task in the cgroup after it was armed.
     Exec,
-    /// The first switch-in of one of its threads after the exec.
-    FirstRun,
-    /// The moment its threads had the armed amount of CPU since the exec.
+    /// The moment the entrypoint and the threads and processes it started
+    /// had the armed amount of CPU between them since the exec. (Stage 2,
+    /// the first switch-in after the exec, is retired: the exec'ing thread
+    /// runs from its exec on.)
     Cpu,
+}
+
+/// The time from the exec to the CPU target, by what the entrypoint's
+/// threads were doing (one state at a time, by precedence: one ran; else
+/// one was frozen by the quota; else one waited on a run-queue; else all
+/// were blocked). The four sum to the time to the target.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ColdStartSplit {
+    pub running_ns: u64,
+    pub runq_ns: u64,
+    pub frozen_ns: u64,
+    pub blocked_ns: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +74,9 @@ pub struct ColdStartEvent {
     /// Exec: the process's creation (task start_time, CLOCK_MONOTONIC);
     /// other stages: the exec.
     pub ref_ns: u64,
+    /// Cpu: the split of exec..at_ns (filled by `ThrottleProbe::poll` from
+    /// the `coldstarts` map; None where it could not be read).
+    pub split: Option<ColdStartSplit>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +118,6 @@ impl Event {
             KIND_COLDSTART => {
                 let stage = match e.cpu_out {
                     1 => ColdStartStage::Exec,
-                    2 => ColdStartStage::FirstRun,
                     3 => ColdStartStage::Cpu,
                     _ => return None,
                 };
@@ -114,6 +129,7 @@ impl Event {
                     comm: String::from_utf8_lossy(&comm).into_owned(),
                     at_ns: e.end_ns,
                     ref_ns: e.start_ns,
+                    split: None,
                 }))
             }
             _ => None,
@@ -167,14 +183,16 @@ mod tests {
         assert_eq!(Event::decode(&raw(99)), None);
         assert_eq!(Event::decode(&raw(2)), None, "the retired episode kind");
         let mut cs = raw(KIND_COLDSTART);
-        cs[12] = 2; // cpu_out: the stage
+        cs[12] = 3; // cpu_out: the stage
         let Some(Event::ColdStart(c)) = Event::decode(&cs) else {
             panic!()
         };
         assert_eq!(
             (c.stage, c.at_ns, c.ref_ns, c.comm.as_str()),
-            (ColdStartStage::FirstRun, 3500, 1000, "worker")
+            (ColdStartStage::Cpu, 3500, 1000, "worker")
         );
+        cs[12] = 2; // the retired first-switch-in stage
+        assert_eq!(Event::decode(&cs), None);
         assert_eq!(Event::decode(&[0u8; 8]), None);
     }
 }

@@ -18,6 +18,6 @@ mod load;
 pub mod probe;
 pub mod runq;
 
-pub use event::{ColdStartEvent, ColdStartStage, Event, FreezeEvent};
+pub use event::{ColdStartEvent, ColdStartSplit, ColdStartStage, Event, FreezeEvent};
 pub use probe::{EpisodeTotals, ProbeError, ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe};
 pub use runq::RunqTotals;

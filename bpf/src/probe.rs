@@ -6,11 +6,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer};
 
-use crate::event::Event;
+use crate::event::{ColdStartSplit, ColdStartStage, Event};
 use crate::load;
 use crate::runq::RunqTotals;
 use crate::skel::types::{tw_coldstart, tw_episode, tw_episode_key, tw_runq};
 use crate::skel::ThrottleSkel;
+
+/// The `coldstarts` map's value is a `tw_coldstart` behind a `bpf_spin_lock`
+/// and its padding (struct tw_coldstart_locked in coldstart.bpf.h).
+const COLDSTART_LOCK_BYTES: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -356,12 +360,16 @@ impl ThrottleProbe {
             ..Default::default()
         };
         let p = (&v as *const tw_coldstart).cast::<u8>();
+        // The value is the struct behind its spin lock (coldstart.bpf.h).
+        let mut bytes = vec![0u8; COLDSTART_LOCK_BYTES];
         // SAFETY: the bytes of a POD value.
-        let bytes = unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<tw_coldstart>()) };
+        bytes.extend_from_slice(unsafe {
+            std::slice::from_raw_parts(p, std::mem::size_of::<tw_coldstart>())
+        });
         self.skel
             .maps
             .coldstarts
-            .update(&cgroup_id.to_ne_bytes(), bytes, MapFlags::ANY)
+            .update(&cgroup_id.to_ne_bytes(), &bytes, MapFlags::ANY)
             .map_err(ProbeError::Map)?;
         let n = {
             let mut a = r.armed.borrow_mut();
@@ -395,7 +403,41 @@ impl ThrottleProbe {
     /// Drain what the kernel has queued; returns the events in order.
     pub fn poll(&mut self) -> Vec<Event> {
         let _ = self.rb.consume();
-        std::mem::take(&mut *self.queue.borrow_mut())
+        let mut events = std::mem::take(&mut *self.queue.borrow_mut());
+        for ev in events.iter_mut() {
+            if let Event::ColdStart(c) = ev {
+                if c.stage == ColdStartStage::Cpu {
+                    c.split = self.cold_start_split(c.cgroup_id);
+                }
+            }
+        }
+        events
+    }
+
+    /// The split of a cold start's time from the exec (final once its CPU
+    /// stage was reported: the kernel no longer writes the entry).
+    pub fn cold_start_split(&self, cgroup_id: u64) -> Option<ColdStartSplit> {
+        let v = self
+            .skel
+            .maps
+            .coldstarts
+            .lookup(&cgroup_id.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        let v = v.get(COLDSTART_LOCK_BYTES..)?;
+        if v.len() < std::mem::size_of::<tw_coldstart>() {
+            return None;
+        }
+        // SAFETY: length checked; tw_coldstart is plain old data.
+        let c: tw_coldstart = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
+        if c.exec_ns == 0 {
+            return None;
+        }
+        Some(ColdStartSplit {
+            running_ns: c.running_ns,
+            runq_ns: c.queued_ns,
+            frozen_ns: c.frozen_ns,
+            blocked_ns: c.blocked_ns,
+        })
     }
 
     /// Events the kernel could not put in the ring buffer, node-wide.

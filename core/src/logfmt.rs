@@ -81,6 +81,22 @@ pub struct ColdStart {
     /// Why it is incomplete (e.g. "entrypoint used less CPU than the target").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The time from `exec` to `cpu` by what the entrypoint's threads did
+    /// (absent when the kernel part could not tell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec_to_cpu: Option<ColdStartSplit>,
+}
+
+/// A cold start's time to its CPU target, one state at a time by precedence:
+/// a thread of the entrypoint ran; else one was frozen by the quota; else one
+/// waited on a run-queue; else all were blocked (sleep, I/O, join). Sums to
+/// the `cpu` stage's time after `exec`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdStartSplit {
+    pub running_ns: u64,
+    pub runq_ns: u64,
+    pub frozen_ns: u64,
+    pub blocked_ns: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

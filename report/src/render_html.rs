@@ -9,6 +9,8 @@ use crate::render_svg;
 use crate::summary::ContainerReport;
 
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
+.wf{display:inline-block;height:11px;vertical-align:middle}.wf.stage{background:#47a}\
+.wf.running{background:#2a7}.wf.runq{background:#e90}.wf.frozen{background:#c40}.wf.blocked{background:#aaa}\
 table{border-collapse:collapse;margin:.5em 0}td,th{padding:2px 10px;text-align:right}\
 th{border-bottom:1px solid #999}td.l,th.l{text-align:left}.missing{color:#777;font-size:12px}\
 figure{margin:1em 0}section{border-top:2px solid #c40;margin-top:2em}code{background:#f3f3f3}";
@@ -134,17 +136,7 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
     }
     s.push_str("</table>\n");
     if let Some(cs) = &r.cold_start {
-        s.push_str("<h3>Cold start</h3><table class=\"coldstart\"><tr><th class=\"l\">stage</th><th>since create</th></tr>\n");
-        for x in &cs.stages {
-            let _ = writeln!(
-                s,
-                "<tr><td class=\"l\">{}</td><td>{}</td></tr>",
-                esc(&x.stage),
-                x.since_create_ns
-                    .map_or("-".into(), |n| short(n.max(0) as u64))
-            );
-        }
-        s.push_str("</table>\n");
+        cold_start(s, cs);
         if let Some(n) = &cs.note {
             let _ = writeln!(s, "<p class=\"missing\">{}</p>", esc(n));
         }
@@ -184,4 +176,72 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
         );
     }
     s.push_str("</section>\n");
+}
+
+/// The cold-start waterfall: one bar per stage from the first one known, and
+/// under them the time from `exec` to the CPU target split into running,
+/// run-queue wait, frozen by the quota and blocked.
+fn cold_start(s: &mut String, cs: &throttlewatch_core::logfmt::ColdStart) {
+    const PX: f64 = 400.0;
+    let first = cs.stages.iter().map(|x| x.unix_ns).min().unwrap_or(0);
+    let span = cs
+        .stages
+        .iter()
+        .map(|x| x.unix_ns - first)
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let px = |ns: u64| format!("{:.1}px", ns as f64 * PX / span);
+    let _ = writeln!(
+        s,
+        "<h3>Cold start</h3><p>{} to {} of CPU (its threads and processes together)</p>\
+         <table class=\"coldstart\"><tr><th class=\"l\">stage</th><th>since create</th><th class=\"l\"></th></tr>",
+        esc(&cs.comm),
+        short(cs.cpu_target_ns)
+    );
+    for x in &cs.stages {
+        let _ = writeln!(
+            s,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\"><span class=\"wf stage\" style=\"width:{}\"></span></td></tr>",
+            esc(&x.stage),
+            x.since_create_ns
+                .map_or("-".into(), |n| short(n.max(0) as u64)),
+            px(x.unix_ns - first)
+        );
+    }
+    let exec = cs.stages.iter().find(|x| x.stage == "exec");
+    if let (Some(sp), Some(exec)) = (cs.exec_to_cpu, exec) {
+        let parts = [
+            ("running", "running", sp.running_ns),
+            ("runq", "run-queue wait", sp.runq_ns),
+            ("frozen", "frozen by the quota", sp.frozen_ns),
+            ("blocked", "blocked", sp.blocked_ns),
+        ];
+        let total: u64 = parts.iter().map(|p| p.2).sum();
+        let _ = write!(
+            s,
+            "<tr class=\"split\"><td class=\"l\">exec&#8594;cpu</td><td>{}</td><td class=\"l\"><span class=\"wf\" style=\"width:{}\"></span>",
+            short(total),
+            px(exec.unix_ns - first)
+        );
+        for (class, name, ns) in parts {
+            let _ = write!(
+                s,
+                "<span class=\"wf {class}\" style=\"width:{}\" title=\"{name} {}\"></span>",
+                px(ns),
+                short(ns)
+            );
+        }
+        s.push_str("</td></tr>\n</table>\n<p class=\"legend\">");
+        for (class, name, ns) in parts {
+            let _ = write!(
+                s,
+                "<span class=\"wf {class}\" style=\"width:11px\"></span> {name} {} &nbsp; ",
+                short(ns)
+            );
+        }
+        s.push_str("</p>\n");
+    } else {
+        s.push_str("</table>\n");
+    }
 }

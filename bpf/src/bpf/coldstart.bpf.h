@@ -1,18 +1,38 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Cold start of watched cgroups (ABI: runq.h): the entrypoint's exec (the
- * first exec in a cgroup user space armed), its first switch-in after the
- * exec, and the moment its threads had the armed amount of CPU, each one
- * TW_EV_COLDSTART. tp_btf only; shares the per-task storage of runq.bpf.h
- * and runs its sched_switch part inside throttle.bpf.c's program, only while
- * a cold start is pending (`nr_coldstart`). */
+ * first exec in a cgroup user space armed) and the moment the entrypoint,
+ * with every thread and process it started, had the armed amount of CPU,
+ * each one TW_EV_COLDSTART; in between, the time is split by what those
+ * threads did (tw_coldstart). tp_btf only; shares the per-task storage of
+ * runq.bpf.h and runs its sched_switch and sched_wakeup parts inside
+ * throttle.bpf.c's programs, only while a cold start is pending
+ * (`nr_coldstart`) and only for the threads it follows (`cs_cg`).
+ *
+ * The CPU is counted as the integral of the number of its threads running
+ * (exact at any moment, not only at switch-outs: two threads that run side
+ * by side reach 10 ms in 5 ms), and the wall time from the exec as one
+ * state at a time, by precedence: a thread ran; else one was frozen by the
+ * quota; else one waited on a run-queue; else all were blocked. The four
+ * sum to the time to the target. Threads move under the entry's spin lock
+ * (taken by tp_btf programs only: Linux >= 5.11 allows it there). */
 #ifndef __THROTTLEWATCH_COLDSTART_BPF_H
 #define __THROTTLEWATCH_COLDSTART_BPF_H
+
+/* The map's value: the ABI struct behind the lock that guards it. The lock
+ * stays out of struct tw_coldstart, whose dummy instance in .bss gives the
+ * skeleton its type: a .bss holding a spin lock would bar every raw_tp
+ * program ("tracing progs cannot use bpf_spin_lock"). */
+struct tw_coldstart_locked {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	struct tw_coldstart cs;
+};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
-	__type(value, struct tw_coldstart);
+	__type(value, struct tw_coldstart_locked);
 } coldstarts SEC(".maps");
 
 /* cold starts armed and not yet complete (user space's count) */
@@ -34,46 +54,122 @@ static __always_inline void emit_stage(struct task_struct *t, __u64 cg, __u32 st
 	emit(&ev);
 }
 
-/* Cold start bookkeeping at a switch (only while one is pending). */
-static __always_inline void coldstart_switch(struct task_struct *prev, struct task_struct *next, __u64 now)
+/* One thread moves from `from` to `to` at `now`. The time since the last
+ * move goes to the state the whole cold start was in, and its CPU to the
+ * target. Returns when the target was reached (0: not in this step); the
+ * split then stops there. No helper calls while the lock is held. */
+static __always_inline __u64 cs_move(struct tw_coldstart_locked *l, __u32 from, __u32 to, __u64 now)
 {
-	struct tw_coldstart *cs;
-	struct tw_task *ts;
-	__u64 cg, before, d, last;
+	struct tw_coldstart *cs = &l->cs;
+	__u64 d, need, n, at = 0;
 
-	ts = bpf_task_storage_get(&tw_tasks, prev, 0, 0);
-	if (ts && ts->cs_cg && ts->cs_last_in) {
-		cg = ts->cs_cg;
-		last = ts->cs_last_in;
-		ts->cs_last_in = 0;
-		cs = bpf_map_lookup_elem(&coldstarts, &cg);
-		if (!cs || cs->cpu_done_ns) {
-			ts->cs_cg = 0;
-		} else if (now > last) {
-			d = now - last;
-			before = __sync_fetch_and_add(&cs->oncpu_ns, d);
-			if (before < cs->target_ns && before + d >= cs->target_ns) {
-				__u64 at = last + (cs->target_ns - before);
-				if (__sync_bool_compare_and_swap(&cs->cpu_done_ns, 0, at))
-					emit_stage(prev, cg, TW_CS_CPU, cs->exec_ns, at);
-				ts->cs_cg = 0;
+	bpf_spin_lock(&l->lock);
+	if (cs->cpu_done_ns || !cs->last_ns)
+		goto out;
+	if (now > cs->last_ns) {
+		d = now - cs->last_ns;
+		n = cs->nr_running;
+		if (n) {
+			need = cs->target_ns > cs->oncpu_ns ? cs->target_ns - cs->oncpu_ns : 0;
+			if (d * n >= need) {
+				d = (need + n - 1) / n;
+				at = cs->last_ns + d;
+				cs->cpu_done_ns = at;
 			}
+			cs->oncpu_ns += d * n;
+			cs->running_ns += d;
+		} else if (cs->nr_frozen) {
+			cs->frozen_ns += d;
+		} else if (cs->nr_queued) {
+			cs->queued_ns += d;
+		} else {
+			cs->blocked_ns += d;
 		}
+		cs->last_ns += d;
 	}
-	ts = bpf_task_storage_get(&tw_tasks, next, 0, 0);
-	if (ts && ts->cs_cg) {
-		ts->cs_last_in = now;
-		cg = ts->cs_cg;
-		cs = bpf_map_lookup_elem(&coldstarts, &cg);
-		if (cs && !cs->first_run_ns && __sync_bool_compare_and_swap(&cs->first_run_ns, 0, now))
-			emit_stage(next, cg, TW_CS_FIRST_RUN, cs->exec_ns, now);
+	if (at)
+		goto out;
+	if (from == TW_CS_RUNNING && cs->nr_running)
+		cs->nr_running--;
+	else if (from == TW_CS_FROZEN && cs->nr_frozen)
+		cs->nr_frozen--;
+	else if (from == TW_CS_QUEUED && cs->nr_queued)
+		cs->nr_queued--;
+	if (to == TW_CS_RUNNING)
+		cs->nr_running++;
+	else if (to == TW_CS_FROZEN)
+		cs->nr_frozen++;
+	else if (to == TW_CS_QUEUED)
+		cs->nr_queued++;
+out:
+	bpf_spin_unlock(&l->lock);
+	return at;
+}
+
+/* A followed thread changes state; it stops being followed once its cold
+ * start is complete or gone. */
+static __always_inline void cs_thread_to(struct task_struct *t, struct tw_task *ts, __u32 to, __u64 now)
+{
+	struct tw_coldstart_locked *l;
+	__u64 cg = ts->cs_cg, at;
+	__u32 from = (__u32)ts->cs_state;
+
+	l = bpf_map_lookup_elem(&coldstarts, &cg);
+	if (!l || l->cs.cpu_done_ns) {
+		ts->cs_cg = 0;
+		return;
+	}
+	if (from == to)
+		return;
+	ts->cs_state = to;
+	at = cs_move(l, from, to, now);
+	if (at) {
+		ts->cs_cg = 0;
+		emit_stage(t, cg, TW_CS_CPU, l->cs.exec_ns, at);
 	}
 }
 
-/* The first exec in an armed cgroup is its entrypoint. */
+/* Cold start bookkeeping at a switch (only while one is pending). */
+static __always_inline void coldstart_switch(struct task_struct *prev, struct task_struct *next,
+					     bool frozen, __u64 now)
+{
+	struct tw_task *ts;
+	__u32 to;
+
+	ts = bpf_task_storage_get(&tw_tasks, prev, 0, 0);
+	if (ts && ts->cs_cg) {
+		if (frozen)
+			to = TW_CS_FROZEN;
+		else if (tw_task_state_direct(prev) == 0)
+			to = TW_CS_QUEUED;
+		else
+			to = TW_CS_BLOCKED;
+		cs_thread_to(prev, ts, to, now);
+	}
+	ts = bpf_task_storage_get(&tw_tasks, next, 0, 0);
+	if (ts && ts->cs_cg)
+		cs_thread_to(next, ts, TW_CS_RUNNING, now);
+}
+
+/* Cold start bookkeeping at a wakeup: the thread waits for a CPU, or for
+ * the unthrottle when its hierarchy is throttled (task model). */
+static __always_inline void coldstart_wakeup(struct task_struct *p)
+{
+	struct tw_task *ts;
+
+	if (!runq_enabled || !nr_coldstart || !nr_watched || !task_group_watched(p))
+		return;
+	ts = bpf_task_storage_get(&tw_tasks, p, 0, 0);
+	if (ts && ts->cs_cg)
+		cs_thread_to(p, ts, tw_woken_into_freeze(p) ? TW_CS_FROZEN : TW_CS_QUEUED,
+			     bpf_ktime_get_ns());
+}
+
+/* The first exec in an armed cgroup is its entrypoint: on a CPU now. */
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(tw_exec_btf, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
+	struct tw_coldstart_locked *l;
 	struct tw_coldstart *cs;
 	struct tw_task *ts;
 	__u64 cg, own, now;
@@ -87,24 +183,31 @@ int BPF_PROG(tw_exec_btf, struct task_struct *p, pid_t old_pid, struct linux_bin
 	cg = watched_group(p, &own);
 	if (!cg)
 		return 0;
-	cs = bpf_map_lookup_elem(&coldstarts, &cg);
-	if (!cs || cs->exec_ns)
+	l = bpf_map_lookup_elem(&coldstarts, &cg);
+	if (!l)
+		return 0;
+	cs = &l->cs;
+	if (cs->exec_ns)
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (!__sync_bool_compare_and_swap(&cs->exec_ns, 0, now))
 		return 0;
 	cs->tgid = p->tgid;
-	cs->state = 1;
 	ts = bpf_task_storage_get(&tw_tasks, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (ts) {
 		ts->cs_cg = cg;
-		ts->cs_last_in = now; /* it is on a CPU right now */
+		ts->cs_state = TW_CS_RUNNING;
+		bpf_spin_lock(&l->lock);
+		cs->last_ns = now;
+		cs->nr_running = 1;
+		bpf_spin_unlock(&l->lock);
 	}
 	emit_stage(p, cg, TW_CS_EXEC, BPF_CORE_READ(p, group_leader, start_time), now);
 	return 0;
 }
 
-/* Threads the entrypoint starts count towards its first N ms of CPU. */
+/* Threads and processes the entrypoint starts count towards its CPU
+ * target (they start blocked: sched_wakeup_new follows). */
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(tw_fork_btf, struct task_struct *parent, struct task_struct *child)
 {
@@ -117,12 +220,12 @@ int BPF_PROG(tw_fork_btf, struct task_struct *parent, struct task_struct *child)
 	if (!nr_coldstart)
 		return 0;
 	ts = bpf_task_storage_get(&tw_tasks, parent, 0, 0);
-	if (!ts || !ts->cs_cg || child->tgid != parent->tgid)
+	if (!ts || !ts->cs_cg)
 		return 0;
 	cts = bpf_task_storage_get(&tw_tasks, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (cts) {
 		cts->cs_cg = ts->cs_cg;
-		cts->cs_last_in = 0;
+		cts->cs_state = TW_CS_BLOCKED;
 	}
 	return 0;
 }

@@ -46,7 +46,7 @@ struct tw_task {
 	__u64 wait_ns;	/* start of a pending run-queue wait, 0: none */
 	__u64 wait_cg;	/* the cgroup the wait is charged to */
 	__u64 cs_cg;	/* cold start this thread counts for, 0: none */
-	__u64 cs_last_in; /* when it last switched in (0: not on a CPU) */
+	__u64 cs_state;	/* what it is doing for the cold start: enum tw_cs_thread */
 	/* dequeue model: the throttle episodes of (wait_cg, wait_cpu) when
 	 * the wait began (cumulative total and count, the open one's start) */
 	__u64 ep_total0;
@@ -223,7 +223,8 @@ int BPF_PROG(tw_migrate_btf, struct task_struct *p, int dest_cpu)
 }
 
 /* Wakeups: a watched task starts waiting, unless its hierarchy is throttled
- * right now (then it waits for the unthrottle: a freeze, not queueing). */
+ * right now (then it waits for the unthrottle: a freeze, not queueing).
+ * The sched_wakeup programs are in throttle.bpf.c (with the cold start's). */
 static __always_inline int on_wakeup(struct task_struct *p)
 {
 	struct tw_task *ts;
@@ -237,18 +238,6 @@ static __always_inline int on_wakeup(struct task_struct *p)
 		return 0;
 	start_wait(ts, ts->cg, p->thread_info.cpu, bpf_ktime_get_ns());
 	return 0;
-}
-
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(tw_wakeup_btf, struct task_struct *p)
-{
-	return on_wakeup(p);
-}
-
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(tw_wakeup_new_btf, struct task_struct *p)
-{
-	return on_wakeup(p);
 }
 
 /* Tasks that change cgroup must have their cached watched cgroup

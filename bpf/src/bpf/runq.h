@@ -29,21 +29,45 @@ struct tw_runq {
 enum tw_coldstart_stage {
 	/* sched_process_exec of the first task of the cgroup after it was armed */
 	TW_CS_EXEC = 1,
-	/* the first switch-in of one of its threads after the exec */
-	TW_CS_FIRST_RUN = 2,
-	/* the moment its threads had target_ns of CPU since the exec */
+	/* 2 was "the first switch-in after the exec": the exec'ing thread is on
+	 * a CPU at its exec and runs on into the new image, so the first run is
+	 * the exec's moment (user space writes it). Retired, never reused. */
+	/* the moment the entrypoint and the threads and processes it started
+	 * had target_ns of CPU between them since the exec */
 	TW_CS_CPU = 3,
 };
 
-/* Cold start of one watched cgroup, armed by user space (hash, by cgroup id). */
+/* What a thread of a pending cold start is doing (tw_task.cs_state). */
+enum tw_cs_thread {
+	TW_CS_BLOCKED = 0,	/* sleeping, waiting for I/O, not started, exited */
+	TW_CS_QUEUED = 1,	/* runnable, waiting on a run-queue */
+	TW_CS_RUNNING = 2,
+	TW_CS_FROZEN = 3,	/* throttled by CFS bandwidth control */
+};
+
+/* Cold start of one watched cgroup, armed by user space (hash, by cgroup
+ * id; the map's value is this behind an 8-byte spin lock, see
+ * coldstart.bpf.h). The kernel updates it under the lock; once cpu_done_ns
+ * is set it is final and user space reads it. */
 struct tw_coldstart {
+	__u32 tgid;
+	__u32 pad0;
 	__u64 target_ns;	/* on-CPU time that completes the cold start */
 	__u64 exec_ns;
-	__u64 first_run_ns;
 	__u64 cpu_done_ns;
-	__u64 oncpu_ns;
-	__u32 tgid;
-	__u32 state;		/* 0 armed, 1 exec seen */
+	__u64 oncpu_ns;		/* CPU its threads had since the exec */
+	/* exec .. cpu_done_ns (or .. last_ns while pending) by what its
+	 * threads were doing: one ran; else one was frozen by the quota; else
+	 * one waited on a run-queue; else all were blocked */
+	__u64 running_ns;
+	__u64 frozen_ns;
+	__u64 queued_ns;
+	__u64 blocked_ns;
+	__u64 last_ns;		/* the split is counted up to here */
+	__u32 nr_running;	/* its threads in each state */
+	__u32 nr_frozen;
+	__u32 nr_queued;
+	__u32 pad;
 };
 
 #endif

@@ -50,7 +50,7 @@ static __always_inline void runq_and_coldstart(struct task_struct *prev, struct 
 	if (nr_coldstart) {
 		if (!now)
 			now = bpf_ktime_get_ns();
-		coldstart_switch(prev, next, now);
+		coldstart_switch(prev, next, frozen, now);
 	}
 }
 
@@ -80,6 +80,23 @@ SEC("raw_tp/sched_switch")
 int BPF_PROG(tw_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	return handle_switch(prev, next, false);
+}
+
+/* Wakeups: the run-queue wait starts, and a cold start's thread waits. */
+SEC("tp_btf/sched_wakeup")
+int BPF_PROG(tw_wakeup_btf, struct task_struct *p)
+{
+	on_wakeup(p);
+	coldstart_wakeup(p);
+	return 0;
+}
+
+SEC("tp_btf/sched_wakeup_new")
+int BPF_PROG(tw_wakeup_new_btf, struct task_struct *p)
+{
+	on_wakeup(p);
+	coldstart_wakeup(p);
+	return 0;
 }
 
 /* The throttling model core_fixes.bpf.h decided, for user space: it runs
