@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
-use throttlewatch_core::logfmt::{log_file_name, LogWriter, Record};
+use throttlewatch_core::logfmt::{LogWriter, Record};
 use throttlewatch_core::protocol::{self, Register, Request, Response, MAX_REQUEST_BYTES};
+use throttlewatch_core::ContainerKey;
 use throttlewatch_core::EndReason;
 use throttlewatch_qos::Key;
 
@@ -414,8 +415,9 @@ impl Agent {
             Request::Unregister {
                 container_id,
                 reason,
+                scope,
                 exit_code,
-            } => self.unregister(&container_id, reason, exit_code),
+            } => self.unregister(&ContainerKey::new(container_id, scope), reason, exit_code),
             Request::Status => Response {
                 ok: true,
                 watched: Some(
@@ -439,8 +441,9 @@ impl Agent {
             ));
         }
         if let Some(s) = self
+        let key = r.key();
             .engine
-            .find(&r.container_id)
+            .find(&key)
             .and_then(|id| self.engine.session(id))
         {
             return Ok(Response {
@@ -455,7 +458,8 @@ impl Agent {
         if let Ok(m) = self.metrics.lock() {
             m.keep(&labels);
         }
-        let log_path: PathBuf = self.cfg.log_dir.join(log_file_name(&r.container_id));
+        // (scope, id): `web` of two runc roots or namespaces has two logs.
+        let log_path: PathBuf = self.cfg.log_dir.join(key.log_file_name());
         let spec = SessionSpec {
             labels: Arc::new(labels),
             pid: r.pid,
@@ -486,13 +490,13 @@ impl Agent {
 
     fn unregister(
         &mut self,
-        container_id: &str,
+        key: &ContainerKey,
         reason: EndReason,
         exit_code: Option<i32>,
     ) -> Response {
-        let Some(id) = self.engine.find(container_id) else {
-            self.state.remove(container_id);
-            return Response::not_watched(container_id);
+        let Some(id) = self.engine.find(key) else {
+            self.state.remove(key);
+            return Response::not_watched(key);
         };
         let log = self.end(id, reason, exit_code);
         Response {
@@ -505,7 +509,7 @@ impl Agent {
     fn end(&mut self, id: u64, reason: EndReason, exit_code: Option<i32>) -> Option<PathBuf> {
         let f = self.engine.finish(id, reason, exit_code)?;
         self.observe(&f.outputs);
-        self.state.remove(f.spec.container_id());
+        self.state.remove(&f.spec.key());
         if let Ok(m) = self.metrics.lock() {
             let grace = Duration::from_secs(self.cfg.metrics_grace_s);
             m.retire(&f.spec.labels, grace, Instant::now());
@@ -545,7 +549,7 @@ impl Agent {
             baseline: s.baseline(),
         };
         if let Err(e) = self.state.save(&p) {
-            tracing::warn!("persisting {}: {e}", r.container_id);
+            tracing::warn!("persisting {}: {e}", r.key());
         }
     }
 
@@ -558,7 +562,7 @@ impl Agent {
     /// Resume the sessions of a previous agent; end those whose container is gone.
     fn restore(&mut self) {
         for p in self.state.load_all() {
-            let cid = p.register.container_id.clone();
+            let cid = p.register.key();
             let alive = CpuCgroup::open(&self.h, &p.register.cgroup_path)
                 .ok()
                 .and_then(|g| g.id().ok())

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use throttlewatch_bpf::{Event, ProbeError, ProbeOptions, ThrottleProbe};
 use throttlewatch_cgroup::CpuCgroup;
 use throttlewatch_core::logfmt::End;
-use throttlewatch_core::EndReason;
+use throttlewatch_core::{ContainerKey, EndReason};
 
 use crate::clock::Clock;
 use crate::output::Output;
@@ -159,10 +159,11 @@ impl Engine {
         self.sessions.iter()
     }
 
-    pub fn find(&self, container_id: &str) -> Option<u64> {
+    /// The session of a container, by (scope, id).
+    pub fn find(&self, key: &ContainerKey) -> Option<u64> {
         self.sessions
             .iter()
-            .find(|(_, s)| s.spec.container_id() == container_id)
+            .find(|(_, s)| s.spec.key() == *key)
             .map(|(id, _)| *id)
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use throttlewatch_cgroup::CpuStat;
 use throttlewatch_core::logfmt::End;
 use throttlewatch_core::protocol::Register;
-use throttlewatch_core::EndReason;
+use throttlewatch_core::{ContainerKey, EndReason};
 
 use crate::coldstart::ColdStartSpec;
 use crate::labels::ContainerLabels;
@@ -37,6 +37,14 @@ impl SessionSpec {
     }
 }
 
+
+    /// (scope, id): the scope is the registration's (None for `run`/`watch`).
+    pub fn key(&self) -> ContainerKey {
+        ContainerKey::new(
+            self.container_id(),
+            self.register.as_ref().and_then(|r| r.scope.clone()),
+        )
+    }
 /// What a session needs to survive an agent restart (persisted by the agent).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Baseline {

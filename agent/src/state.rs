@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use throttlewatch_core::protocol::Register;
 use throttlewatch_core::state_dir::{self, WriteOptions};
+use throttlewatch_core::ContainerKey;
 
 use crate::spec::Baseline;
 
@@ -31,19 +32,19 @@ impl StateDir {
         Ok(StateDir { layout, dir })
     }
 
-    fn path(&self, container_id: &str) -> PathBuf {
-        self.layout.container_file(container_id)
+    fn path(&self, key: &ContainerKey) -> PathBuf {
+        self.layout.container_file(key)
     }
 
     /// Write atomically, 0600. No fsync: the state lives on /run (tmpfs)
     /// and matters only while the node is up.
     pub fn save(&self, p: &Persisted) -> std::io::Result<()> {
-        let path = self.path(&p.register.container_id);
+        let path = self.path(&p.register.key());
         state_dir::write_atomic(&path, &serde_json::to_vec(p)?, &WriteOptions::STATE)
     }
 
-    pub fn remove(&self, container_id: &str) {
-        let _ = std::fs::remove_file(self.path(container_id));
+    pub fn remove(&self, key: &ContainerKey) {
+        let _ = std::fs::remove_file(self.path(key));
     }
 
     pub fn load_all(&self) -> Vec<Persisted> {
@@ -91,8 +92,14 @@ mod tests {
             .unwrap()
             .collect();
         assert_eq!(files.len(), 1, "stays inside the state dir");
-        assert_eq!(s.load_all(), vec![p]);
-        s.remove("a/../b");
-        assert!(s.load_all().is_empty());
+        // The same id in another scope is another file.
+        let mut q = p.clone();
+        q.register.scope = Some(throttlewatch_core::Scope::of_namespace("n"));
+        s.save(&q).unwrap();
+        let mut all = s.load_all();
+        all.sort_by_key(|p| p.register.scope.is_some());
+        assert_eq!(all, vec![p.clone(), q]);
+        s.remove(&p.register.key());
+        assert_eq!(s.load_all().len(), 1);
     }
 }

@@ -3,6 +3,7 @@
 //! and the runtime wrapper link this and stay small.
 
 pub mod config;
+pub mod container_key;
 pub mod cpulist;
 pub mod end_reason;
 pub mod logfmt;
@@ -11,6 +12,7 @@ pub mod protocol;
 pub mod state_dir;
 pub mod units;
 
+pub use container_key::{ContainerKey, Scope};
 pub use cpulist::CpuList;
 pub use end_reason::EndReason;
 pub use state_dir::StateDir;

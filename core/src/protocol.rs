@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::container_key::{ContainerKey, Scope};
 use crate::end_reason::EndReason;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -16,6 +17,9 @@ pub enum Request {
     Register(Register),
     Unregister {
         container_id: String,
+        /// The id space of `container_id` (see [`Scope`]); None: runc's default root.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<Scope>,
         reason: EndReason,
         exit_code: Option<i32>,
     },
@@ -25,6 +29,11 @@ pub enum Request {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Register {
     pub container_id: String,
+    /// The id space of `container_id`: the runc root or containerd namespace
+    /// (see [`Scope`]); None: runc's default root. Sessions, logs and state
+    /// files are keyed by (scope, id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Scope>,
     pub container_name: String,
     pub pid: Option<u32>,
     /// cpu-controller cgroup path relative to the hierarchy root.
@@ -41,6 +50,13 @@ pub struct Register {
     pub threshold_ns: Option<u64>,
     /// What the hook applied and refused (written into the `start` record).
     pub qos: Option<serde_json::Value>,
+}
+
+impl Register {
+    /// The container as the agent keys it.
+    pub fn key(&self) -> ContainerKey {
+        ContainerKey::new(self.container_id.clone(), self.scope.clone())
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -85,10 +101,10 @@ impl Response {
     }
 
     /// The answer to an unregister of a container the agent does not watch.
-    pub fn not_watched(container_id: &str) -> Response {
+    pub fn not_watched(key: &ContainerKey) -> Response {
         Response {
             code: Some(ErrorCode::NotWatched),
-            ..Response::err(format!("container {container_id:?} is not watched"))
+            ..Response::err(format!("container {key} is not watched"))
         }
     }
 }
@@ -181,6 +197,7 @@ mod tests {
         assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), r);
         let u = Request::Unregister {
             container_id: "x".into(),
+            scope: Some(Scope::of_namespace("k8s.io")),
             reason: EndReason::Poststop,
             exit_code: None,
         };
@@ -191,7 +208,7 @@ mod tests {
 
     #[test]
     fn not_watched_is_a_code_and_absent_otherwise() {
-        let r = Response::not_watched("c1");
+        let r = Response::not_watched(&ContainerKey::new("c1", None));
         let text = serde_json::to_string(&r).unwrap();
         assert!(text.contains("\"code\":\"not-watched\""), "{text}");
         assert_eq!(

@@ -9,15 +9,16 @@
 //! cpusets/                 exclusive cpuset holdings (throttlewatch-qos: cpusets.json, cpusets.lock)
 //! unwatched/<id>           a container the agent was never told about (the hook skips its unregister)
 //! ```
-//! `<id>` is the container id escaped like the log file names, so it never
-//! leaves its directory.
+//! `<id>` is the container's [`ContainerKey::file_stem`]: the id escaped like
+//! the log file names (so it never leaves its directory), then `@<scope>`
+//! when the container has a scope (a runc root or containerd namespace).
 
 use std::fs::{DirBuilder, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::logfmt::escape_id;
+use crate::container_key::ContainerKey;
 
 pub const AGENT_LOCK: &str = "agent.lock";
 pub const CONTAINERS_DIR: &str = "containers";
@@ -51,20 +52,19 @@ impl StateDir {
         self.root.join(CONTAINERS_DIR)
     }
 
-    /// `containers/<escaped id>.json`.
-    pub fn container_file(&self, container_id: &str) -> PathBuf {
+    /// `containers/<key>.json`.
+    pub fn container_file(&self, key: &ContainerKey) -> PathBuf {
         self.containers_dir()
-            .join(format!("{}.json", escape_id(container_id)))
+            .join(format!("{}.json", key.file_stem()))
     }
 
     pub fn bursts_dir(&self) -> PathBuf {
         self.root.join(BURSTS_DIR)
     }
 
-    /// `bursts/<escaped id>.json`.
-    pub fn burst_file(&self, container_id: &str) -> PathBuf {
-        self.bursts_dir()
-            .join(format!("{}.json", escape_id(container_id)))
+    /// `bursts/<key>.json`.
+    pub fn burst_file(&self, key: &ContainerKey) -> PathBuf {
+        self.bursts_dir().join(format!("{}.json", key.file_stem()))
     }
 
     pub fn cpusets_dir(&self) -> PathBuf {
@@ -75,9 +75,9 @@ impl StateDir {
         self.root.join(UNWATCHED_DIR)
     }
 
-    /// `unwatched/<escaped id>` (an empty marker).
-    pub fn unwatched_file(&self, container_id: &str) -> PathBuf {
-        self.unwatched_dir().join(escape_id(container_id))
+    /// `unwatched/<key>` (an empty marker).
+    pub fn unwatched_file(&self, key: &ContainerKey) -> PathBuf {
+        self.unwatched_dir().join(key.file_stem())
     }
 
     /// Create `dir` (and its parents) with [`DIR_MODE`].
@@ -152,15 +152,24 @@ mod tests {
     #[test]
     fn every_file_stays_in_its_directory() {
         let s = StateDir::new("/run/tw");
+        let key = |id: &str| ContainerKey::new(id, None);
         assert_eq!(s.agent_lock(), Path::new("/run/tw/agent.lock"));
         assert_eq!(
-            s.container_file("../../etc/x"),
+            s.container_file(&key("../../etc/x")),
             Path::new("/run/tw/containers/%2E%2E%2F%2E%2E%2Fetc%2Fx.json")
         );
-        assert_eq!(s.burst_file("c1"), Path::new("/run/tw/bursts/c1.json"));
+        assert_eq!(
+            s.burst_file(&key("c1")),
+            Path::new("/run/tw/bursts/c1.json")
+        );
+        let scoped = ContainerKey::new("c1", Some(crate::container_key::Scope::of_namespace("a")));
+        assert_eq!(
+            s.burst_file(&scoped),
+            Path::new("/run/tw/bursts/c1@ns-a.json")
+        );
         assert_eq!(s.cpusets_dir(), Path::new("/run/tw/cpusets"));
         assert_eq!(
-            s.unwatched_file("a/b"),
+            s.unwatched_file(&key("a/b")),
             Path::new("/run/tw/unwatched/a%2Fb")
         );
     }

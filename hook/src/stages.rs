@@ -12,8 +12,8 @@ use throttlewatch_core::protocol::Register;
 use throttlewatch_lifecycle::qos::{self, QosOutcome, Requested, Target};
 use throttlewatch_lifecycle::timing::Phases;
 use throttlewatch_lifecycle::{
-    agent_start, burst_record, unwatched, AgentClient, AgentError, BundleSpec, EndReason, OciState,
-    StateDir,
+    agent_start, burst_record, scope, unwatched, AgentClient, AgentError, BundleSpec, ContainerKey,
+    EndReason, OciState, StateDir,
 };
 use throttlewatch_qos::{ExclusiveAllocator, Key};
 
@@ -29,11 +29,13 @@ pub fn run_stage(
 ) -> anyhow::Result<()> {
     let state = OciState::read(stdin).map_err(|e| anyhow!(e))?;
     rep.set_container(&state.id);
+    // The id space: the --root of the runtime running this hook.
+    let key = scope::hook_key(&state.id);
     t.mark("state");
     if args.stage.starts_container() {
-        on_create(args, cfg, rep, &state, t)
+        on_create(args, cfg, rep, &state, &key, t)
     } else {
-        on_poststop(cfg, rep, &state);
+        on_poststop(cfg, rep, &key);
         Ok(())
     }
 }
@@ -44,6 +46,7 @@ fn on_create(
     cfg: &Config,
     rep: &mut Reporter,
     st: &OciState,
+    key: &ContainerKey,
     t: &mut Phases,
 ) -> anyhow::Result<()> {
     let spec = BundleSpec::load(&st.bundle)?;
@@ -63,7 +66,7 @@ fn on_create(
     let cg = CpuCgroup::open(&h, &rel)?;
     t.mark("cgroup");
     let target = Target {
-        id: &st.id,
+        key,
         pid,
         hierarchies: &h,
         cgroup: &cg,
@@ -73,43 +76,43 @@ fn on_create(
     for r in &q.refused {
         rep.error(&r.to_string());
     }
-    record_burst(cfg, rep, &st.id, &q);
+    record_burst(cfg, rep, key, &q);
     t.mark("burst_record");
     if q.watch == Some(false) {
-        mark_unwatched(cfg, rep, &st.id);
+        mark_unwatched(cfg, rep, key);
         return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
     }
-    let reg = registration(st, &spec, pid, rel, q);
+    let reg = registration(st, key, &spec, pid, rel, q);
     match agent_start::register(cfg, args.config.as_deref(), &reg, early) {
-        Ok(_) => unwatched::clear(&StateDir::new(&cfg.state_dir), &st.id),
+        Ok(_) => unwatched::clear(&StateDir::new(&cfg.state_dir), key),
         Err(e) => {
             rep.error(&e);
-            mark_unwatched(cfg, rep, &st.id);
+            mark_unwatched(cfg, rep, key);
         }
     }
     t.mark("register");
     Ok(())
 }
 
-fn mark_unwatched(cfg: &Config, rep: &mut Reporter, id: &str) {
-    if let Err(e) = unwatched::mark(&StateDir::new(&cfg.state_dir), id) {
+fn mark_unwatched(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
+    if let Err(e) = unwatched::mark(&StateDir::new(&cfg.state_dir), key) {
         rep.warn(&format!(
-            "cannot mark {id:?} unwatched in {}: {e} (poststop will ask the agent)",
+            "cannot mark {key} unwatched in {}: {e} (poststop will ask the agent)",
             cfg.state_dir.display()
         ));
     }
 }
 
 /// The burst record for `update`, or none when no burst was written.
-fn record_burst(cfg: &Config, rep: &mut Reporter, id: &str, q: &QosOutcome) {
+fn record_burst(cfg: &Config, rep: &mut Reporter, key: &ContainerKey, q: &QosOutcome) {
     let state = StateDir::new(&cfg.state_dir);
     let Some(b) = &q.burst else {
-        burst_record::remove(&state, id);
+        burst_record::remove(&state, key);
         return;
     };
     if let Err(e) = burst_record::save(&state, b) {
         rep.error(&format!(
-            "cannot record the burst of {id:?} in {}: {e} (`update` will not restore it)",
+            "cannot record the burst of {key} in {}: {e} (`update` will not restore it)",
             cfg.state_dir.display()
         ));
     }
@@ -117,13 +120,15 @@ fn record_burst(cfg: &Config, rep: &mut Reporter, id: &str, q: &QosOutcome) {
 
 fn registration(
     st: &OciState,
+    key: &ContainerKey,
     spec: &BundleSpec,
     pid: u32,
     rel: String,
     q: QosOutcome,
 ) -> Register {
     Register {
-        container_id: st.id.clone(),
+        container_id: key.id.clone(),
+        scope: key.scope.clone(),
         container_name: spec.container_name(),
         pid: Some(pid),
         cgroup_path: rel,
@@ -143,37 +148,38 @@ fn registration(
 /// are released. Errors are reported but never fail the delete. A container
 /// the agent no longer watches (the wrapper ended it before `delete`) is not
 /// an error; one it was never told about (marked unwatched) is not asked.
-fn on_poststop(cfg: &Config, rep: &mut Reporter, st: &OciState) {
-    let id = &st.id;
+fn on_poststop(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
     let state = StateDir::new(&cfg.state_dir);
-    if !unwatched::take(&state, id) {
-        unregister(cfg, rep, id);
+    if !unwatched::take(&state, key) {
+        unregister(cfg, rep, key);
     }
     let cpusets = state.cpusets_dir();
     if cpusets
         .join(throttlewatch_qos::exclusive::STATE_FILE)
         .exists()
     {
-        let released = ExclusiveAllocator::open(&cpusets)
-            .and_then(|a| a.with_lock_timeout(cfg.cpuset_lock_timeout()).release(id));
+        let released = ExclusiveAllocator::open(&cpusets).and_then(|a| {
+            a.with_lock_timeout(cfg.cpuset_lock_timeout())
+                .release(&key.qualified())
+        });
         if let Err(e) = released {
             rep.warn(&format!(
-                "cannot release the exclusive cpuset of {id:?}: {e}"
+                "cannot release the exclusive cpuset of {key}: {e}"
             ));
         }
     }
-    burst_record::remove(&state, id);
+    burst_record::remove(&state, key);
 }
 
-fn unregister(cfg: &Config, rep: &mut Reporter, id: &str) {
-    match AgentClient::of(cfg).unregister(id, EndReason::Poststop, None) {
+fn unregister(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
+    match AgentClient::of(cfg).unregister(key, EndReason::Poststop, None) {
         Ok(_) => {}
         Err(AgentError::Refused(r)) => rep.warn(&format!(
-            "the agent refused to unregister container {id:?}: {}",
+            "the agent refused to unregister container {key}: {}",
             r.error.unwrap_or_else(|| "no reason given".into())
         )),
         Err(e) => rep.warn(&format!(
-            "{e}; the end record of container {id:?} may not be written"
+            "{e}; the end record of container {key} may not be written"
         )),
     }
 }

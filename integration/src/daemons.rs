@@ -51,9 +51,30 @@ impl PrivateConfig {
         }
     }
 
+    /// The log of a container: `<escaped id>.jsonl` (runc's default root, or
+    /// registered without a scope), else the one `<escaped id>@<scope>.jsonl`
+    /// (a private runc root, a containerd namespace). Resolved when called:
+    /// call it once the container is registered.
     pub fn log_of(&self, container_id: &str) -> PathBuf {
-        self.log_dir
-            .join(throttlewatch_core::logfmt::log_file_name(container_id))
+        let stem = throttlewatch_core::logfmt::escape_id(container_id);
+        let bare = self.log_dir.join(format!("{stem}.jsonl"));
+        if bare.exists() {
+            return bare;
+        }
+        let scoped: Vec<PathBuf> = std::fs::read_dir(&self.log_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let n = p.file_name().unwrap_or_default().to_string_lossy();
+                n.starts_with(&format!("{stem}@")) && n.ends_with(".jsonl")
+            })
+            .collect();
+        match <[PathBuf; 1]>::try_from(scoped) {
+            Ok([one]) => one,
+            Err(_) => bare,
+        }
     }
 
     pub fn hook_log(&self) -> String {

@@ -179,6 +179,7 @@ fn two_containers_two_logs_metrics_and_clean_unregister() {
     for (id, cg, pid) in [("ctr/one", &c1, b1.id()), ("ctr-two", &c2, b2.id())] {
         let r = a.call(Request::Unregister {
             container_id: id.into(),
+            scope: None,
             reason: throttlewatch_core::EndReason::Poststop,
             exit_code: Some(0),
         });
@@ -249,6 +250,7 @@ fn restart_resumes_the_log() {
     wait_burner(&mut b, &cg);
     let r = a.call(Request::Unregister {
         container_id: "resumer".into(),
+        scope: None,
         reason: throttlewatch_core::EndReason::Poststop,
         exit_code: None,
     });

@@ -316,8 +316,15 @@ fn weird_ids_keep_the_log_inside_the_log_dir() {
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d a..b: {}", text(&o));
     assert!(rt.run(&["delete", "-f", "a..b"]).status.success());
+    // `<escaped id>@<scope of the private runc root>.jsonl`.
     assert!(
-        cfg.log_dir.join("a%2E%2Eb.jsonl").is_file(),
+        cfg.log_of("a..b").is_file()
+            && cfg
+                .log_of("a..b")
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("a%2E%2Eb@root-"),
         "{:?}",
         std::fs::read_dir(&cfg.log_dir).unwrap().collect::<Vec<_>>()
     );
@@ -486,7 +493,10 @@ fn concurrent_creates_start_only_one_agent() {
 fn update_without_a_burst_record_derives_it_from_the_bundle() {
     let cfg = PrivateConfig::new("");
     let rt = OciCli::throttlewatch(&cfg);
-    let record = |id: &str| throttlewatch_core::StateDir::new(&cfg.state_dir).burst_file(id);
+    let record = |id: &str| {
+        throttlewatch_core::StateDir::new(&cfg.state_dir)
+            .burst_file(&throttlewatch_core::ContainerKey::new(id, None))
+    };
     // From an annotation.
     let opts = ContainerOpts::default()
         .quota(30_000, 100_000)

@@ -42,6 +42,7 @@ fn unregister(cfg: &PrivateConfig, cid: &str) -> Vec<Value> {
         cfg,
         Request::Unregister {
             container_id: cid.into(),
+            scope: None,
             reason: throttlewatch_core::EndReason::Exit,
             exit_code: None,
         },

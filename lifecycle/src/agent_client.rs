@@ -12,7 +12,7 @@ use throttlewatch_core::config::Config;
 use throttlewatch_core::protocol::{
     call, call_on, connect, ErrorCode, Register, Request, Response,
 };
-use throttlewatch_core::EndReason;
+use throttlewatch_core::{ContainerKey, EndReason};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -151,12 +151,13 @@ impl AgentClient {
     /// Have the agent write the `end` record. Never starts an agent.
     pub fn unregister(
         &self,
-        container_id: &str,
+        key: &ContainerKey,
         reason: EndReason,
         exit_code: Option<i32>,
     ) -> Result<Unregistered, AgentError> {
         let req = Request::Unregister {
-            container_id: container_id.to_string(),
+            container_id: key.id.clone(),
+            scope: key.scope.clone(),
             reason,
             exit_code,
         };
@@ -175,18 +176,22 @@ impl AgentClient {
 /// `cpu.stat` is gone: the agent writes the `end` record first, while the
 /// cgroup still exists, and the poststop hook then finds the container
 /// already ended. Fail-open: returns a warning to log, never fails the delete.
-pub fn end_before_delete(cfg: &Config, id: &str, exit_code: Option<i32>) -> Result<(), String> {
+pub fn end_before_delete(
+    cfg: &Config,
+    key: &ContainerKey,
+    exit_code: Option<i32>,
+) -> Result<(), String> {
     if !cfg.socket.exists() {
         return Ok(());
     }
-    match AgentClient::of(cfg).unregister(id, EndReason::Delete, exit_code) {
+    match AgentClient::of(cfg).unregister(key, EndReason::Delete, exit_code) {
         Ok(_) => Ok(()),
         Err(AgentError::Refused(r)) => Err(format!(
-            "the agent could not end the log of {id:?}: {}",
+            "the agent could not end the log of {key}: {}",
             r.error.unwrap_or_default()
         )),
         Err(e) => Err(format!(
-            "{e}; the end record of {id:?} is left to the poststop hook"
+            "{e}; the end record of {key} is left to the poststop hook"
         )),
     }
 }
@@ -263,7 +268,9 @@ mod tests {
             c.socket(),
             "{\"ok\":false,\"error\":\"whatever words\",\"code\":\"not-watched\"}\n",
         );
-        let r = c.unregister("c", EndReason::Poststop, None).unwrap();
+        let r = c
+            .unregister(&ContainerKey::new("c", None), EndReason::Poststop, None)
+            .unwrap();
         assert_eq!(r, Unregistered::NotWatched);
         assert!(t.join().unwrap().contains("\"reason\":\"poststop\""));
         std::fs::remove_file(c.socket()).unwrap();
@@ -271,11 +278,13 @@ mod tests {
             c.socket(),
             "{\"ok\":false,\"error\":\"container \\\"c\\\" is not watched\"}\n",
         );
-        let e = c.unregister("c", EndReason::Delete, Some(0)).unwrap_err();
+        let e = c
+            .unregister(&ContainerKey::new("c", None), EndReason::Delete, Some(0))
+            .unwrap_err();
         t.join().unwrap();
         assert!(matches!(e, AgentError::Refused(_)), "{e:?}");
         let e = AgentClient::new(d.path().join("none.sock"), T)
-            .unregister("c", EndReason::Delete, None)
+            .unregister(&ContainerKey::new("c", None), EndReason::Delete, None)
             .unwrap_err();
         assert!(e.is_no_listener(), "{e:?}");
     }
@@ -285,10 +294,13 @@ mod tests {
     fn the_daemons_answer_is_not_watched() {
         let d = tempfile::tempdir().unwrap();
         let c = AgentClient::new(d.path().join("a.sock"), T);
-        let line = serde_json::to_string(&Response::not_watched("c")).unwrap() + "\n";
+        let line = serde_json::to_string(&Response::not_watched(&ContainerKey::new("c", None)))
+            .unwrap()
+            + "\n";
         let t = fake_agent(c.socket(), Box::leak(line.into_boxed_str()));
         assert_eq!(
-            c.unregister("c", EndReason::Poststop, None).unwrap(),
+            c.unregister(&ContainerKey::new("c", None), EndReason::Poststop, None)
+                .unwrap(),
             Unregistered::NotWatched
         );
         t.join().unwrap();
@@ -301,9 +313,12 @@ mod tests {
             socket: d.path().join("a.sock"),
             ..Config::default()
         };
-        assert_eq!(end_before_delete(&cfg, "c", None), Ok(()));
+        assert_eq!(
+            end_before_delete(&cfg, &ContainerKey::new("c", None), None),
+            Ok(())
+        );
         let t = fake_agent(&cfg.socket, "{\"ok\":false,\"error\":\"disk full\"}\n");
-        let w = end_before_delete(&cfg, "c", Some(1)).unwrap_err();
+        let w = end_before_delete(&cfg, &ContainerKey::new("c", None), Some(1)).unwrap_err();
         assert!(t.join().unwrap().contains("\"reason\":\"delete\""));
         assert!(w.contains("\"c\"") && w.contains("disk full"), "{w}");
     }

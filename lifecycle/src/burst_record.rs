@@ -1,4 +1,4 @@
-//! The burst the hook applied, kept in `<state_dir>/bursts/<escaped id>.json`
+//! The burst the hook applied, kept in `<state_dir>/bursts/<key>.json`
 //! ([`StateDir::burst_file`]) so that the runtime wrapper and the shim can
 //! write it back after the low-level runtime's update (runc 1.1 does not
 //! know the burst and a quota change can leave it invalid).
@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use throttlewatch_core::state_dir::{write_atomic, StateDir, WriteOptions};
+use throttlewatch_core::{ContainerKey, Scope};
 use throttlewatch_qos::BurstSpec;
 
 pub const RECORD_VERSION: u32 = 1;
@@ -35,6 +36,9 @@ impl From<BurstSpec> for BurstRequest {
 pub struct BurstRecord {
     pub v: u32,
     pub container_id: String,
+    /// The id space of `container_id` (runc root or containerd namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Scope>,
     /// cpu-controller cgroup path relative to the hierarchy root.
     pub cgroup_path: String,
     pub request: BurstRequest,
@@ -44,6 +48,10 @@ pub struct BurstRecord {
 }
 
 impl BurstRecord {
+    pub fn key(&self) -> ContainerKey {
+        ContainerKey::new(self.container_id.clone(), self.scope.clone())
+    }
+
     /// The burst for a quota: the request, clamped to the cap (the kernel
     /// refuses a burst above the quota). None without a quota.
     pub fn burst_for_quota(&self, quota_us: Option<u64>) -> Option<u64> {
@@ -58,14 +66,14 @@ impl BurstRecord {
 
 /// Write atomically ([`write_atomic`]): directory 0700, file 0600.
 pub fn save(state: &StateDir, rec: &BurstRecord) -> std::io::Result<PathBuf> {
-    let path = state.burst_file(&rec.container_id);
+    let path = state.burst_file(&rec.key());
     StateDir::create_dir(&state.bursts_dir())?;
     write_atomic(&path, &serde_json::to_vec(rec)?, &WriteOptions::STATE)?;
     Ok(path)
 }
 
-pub fn load(state: &StateDir, container_id: &str) -> std::io::Result<Option<BurstRecord>> {
-    let path = state.burst_file(container_id);
+pub fn load(state: &StateDir, key: &ContainerKey) -> std::io::Result<Option<BurstRecord>> {
+    let path = state.burst_file(key);
     let mut f = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -86,8 +94,8 @@ pub fn load(state: &StateDir, container_id: &str) -> std::io::Result<Option<Burs
     Ok(Some(rec))
 }
 
-pub fn remove(state: &StateDir, container_id: &str) {
-    let _ = std::fs::remove_file(state.burst_file(container_id));
+pub fn remove(state: &StateDir, key: &ContainerKey) {
+    let _ = std::fs::remove_file(state.burst_file(key));
 }
 
 #[cfg(test)]
@@ -100,6 +108,7 @@ mod tests {
         BurstRecord {
             v: RECORD_VERSION,
             container_id: id.into(),
+            scope: None,
             cgroup_path: "/tw/c".into(),
             request,
             cap_percent: 100,
@@ -118,9 +127,18 @@ mod tests {
             std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o600
         );
-        assert_eq!(load(&st, "../../a..b").unwrap(), Some(r));
-        remove(&st, "../../a..b");
-        assert_eq!(load(&st, "../../a..b").unwrap(), None);
+        let key = r.key();
+        // The same id in another scope is another record.
+        let other = BurstRecord {
+            scope: Some(Scope::of_namespace("b")),
+            applied_us: 1,
+            ..r.clone()
+        };
+        save(&st, &other).unwrap();
+        assert_eq!(load(&st, &key).unwrap(), Some(r));
+        remove(&st, &key);
+        assert_eq!(load(&st, &key).unwrap(), None);
+        assert_eq!(load(&st, &other.key()).unwrap(), Some(other));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::path::Path;
 use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
-use throttlewatch_core::StateDir;
+use throttlewatch_core::{ContainerKey, StateDir};
 
 use crate::bundle_spec::BundleSpec;
 use crate::burst_record::{self, BurstRecord, RECORD_VERSION};
@@ -37,11 +37,11 @@ impl HeldBurst {
     /// None when the container has no burst or its cgroup is gone.
     pub fn take(
         cfg: &Config,
-        id: &str,
+        key: &ContainerKey,
         derive: impl FnOnce(Warn) -> Option<BurstRecord>,
         warn: Warn,
     ) -> Option<HeldBurst> {
-        let record = match burst_record::load(&StateDir::new(&cfg.state_dir), id) {
+        let record = match burst_record::load(&StateDir::new(&cfg.state_dir), key) {
             Ok(Some(r)) => r,
             Ok(None) => derive(&mut *warn)?,
             Err(e) => {
@@ -71,17 +71,17 @@ impl HeldBurst {
 /// The burst record for the container of `bundle` whose init is `pid`.
 pub fn derive_for_bundle(
     cfg: &Config,
-    id: &str,
+    key: &ContainerKey,
     bundle: &Path,
     pid: u32,
     warn: Warn,
 ) -> Option<BurstRecord> {
     let spec = BundleSpec::load(bundle)
-        .map_err(|e| warn(&format!("no burst record for {id:?} and {e}")))
+        .map_err(|e| warn(&format!("no burst record for {key} and {e}")))
         .ok()?;
     derive_from_spec(
         cfg,
-        id,
+        key,
         &spec,
         |mode| cpu_cgroup_of_pid(Path::new("/proc"), pid, mode).ok(),
         warn,
@@ -92,7 +92,7 @@ pub fn derive_for_bundle(
 /// for the hierarchy's mode.
 pub fn derive_from_spec(
     cfg: &Config,
-    id: &str,
+    key: &ContainerKey,
     spec: &BundleSpec,
     cgroup_of: impl FnOnce(throttlewatch_cgroup::CgroupMode) -> Option<String>,
     warn: Warn,
@@ -104,13 +104,14 @@ pub fn derive_from_spec(
         .ok()?;
     let Some(cgroup_path) = cgroup_of(h.mode) else {
         warn(&format!(
-            "container {id:?}: no cgroup for its init process; its burst is not restored"
+            "container {key}: no cgroup for its init process; its burst is not restored"
         ));
         return None;
     };
     Some(BurstRecord {
         v: RECORD_VERSION,
-        container_id: id.to_string(),
+        container_id: key.id.clone(),
+        scope: key.scope.clone(),
         cgroup_path,
         request: burst.into(),
         cap_percent: req.burst_cap_percent,
@@ -176,6 +177,7 @@ mod tests {
         let rec = BurstRecord {
             v: RECORD_VERSION,
             container_id: "c".into(),
+            scope: None,
             cgroup_path: "/tw/c".into(),
             request: BurstRequest::Micros(20_000),
             cap_percent: 100,
@@ -187,7 +189,7 @@ mod tests {
             "15000"
         );
         assert_eq!(
-            burst_record::load(&StateDir::new(&cfg.state_dir), "c")
+            burst_record::load(&StateDir::new(&cfg.state_dir), &rec.key())
                 .unwrap()
                 .unwrap()
                 .applied_us,
@@ -200,8 +202,9 @@ mod tests {
         let cfg = Config::default();
         let mut quiet = |_: &str| {};
         let spec = BundleSpec::with;
+        let c = ContainerKey::new("c", None);
         let s = spec(&[("throttlewatch.io/cpu-burst", "20ms")], &[]);
-        let r = derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &mut quiet).unwrap();
+        let r = derive_from_spec(&cfg, &c, &s, |_| Some("/tw/c".into()), &mut quiet).unwrap();
         assert_eq!(
             (r.request, r.cgroup_path.as_str(), r.container_id.as_str()),
             (BurstRequest::Micros(20_000), "/tw/c", "c")
@@ -209,7 +212,7 @@ mod tests {
         assert_eq!(r.burst_for_quota(Some(15_000)), Some(15_000));
         let s = spec(&[], &["PATH=/bin", "THROTTLEWATCH_CPU_BURST=10ms"]);
         assert_eq!(
-            derive_from_spec(&cfg, "c", &s, |_| Some("/tw/c".into()), &mut quiet)
+            derive_from_spec(&cfg, &c, &s, |_| Some("/tw/c".into()), &mut quiet)
                 .unwrap()
                 .request,
             BurstRequest::Micros(10_000)
@@ -217,7 +220,7 @@ mod tests {
         // No request, a refused value, or no cgroup: no record.
         assert!(derive_from_spec(
             &cfg,
-            "c",
+            &c,
             &spec(&[], &["PATH=/bin"]),
             |_| Some("/x".into()),
             &mut quiet
@@ -225,12 +228,12 @@ mod tests {
         .is_none());
         assert!(derive_from_spec(
             &cfg,
-            "c",
+            &c,
             &spec(&[("throttlewatch.io/cpu-burst", "abc")], &[]),
             |_| Some("/x".into()),
             &mut quiet
         )
         .is_none());
-        assert!(derive_from_spec(&cfg, "c", &s, |_| None, &mut quiet).is_none());
+        assert!(derive_from_spec(&cfg, &c, &s, |_| None, &mut quiet).is_none());
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::json;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
-use throttlewatch_core::{CpuList, StateDir};
+use throttlewatch_core::{ContainerKey, CpuList, StateDir};
 use throttlewatch_qos::{
     apply_plan, parse_request, plan, CpusetTarget, ExclusiveAllocator, Key, Plan, PlanInput,
     Policy, QosRequest, Refusal, Topology,
@@ -39,7 +39,8 @@ impl Requested {
 /// The container whose cgroup gets the QoS.
 #[derive(Debug, Clone, Copy)]
 pub struct Target<'a> {
-    pub id: &'a str,
+    /// The container (its exclusive cores are held under this key).
+    pub key: &'a ContainerKey,
     /// Its init process (the holder of exclusive cores).
     pub pid: u32,
     pub hierarchies: &'a Hierarchies,
@@ -76,11 +77,12 @@ pub fn apply(cfg: &Config, spec: &BundleSpec, asked: Requested, t: Target) -> Qo
     let (quota_us, period_us) = bandwidth(spec, t.cgroup);
     let (topo, alloc) = cpuset_context(cfg, &req, t.pid, &mut refused);
     let parent_cpus = parent_cpus(&req, t, bound.as_ref());
+    let holder = t.key.qualified();
     let p = plan(&PlanInput {
         req: &req,
         topo: &topo,
         alloc: alloc.as_ref(),
-        container_id: t.id,
+        container_id: &holder,
         parent_cpus: &parent_cpus,
         quota_us,
         period_us,
@@ -92,7 +94,8 @@ pub fn apply(cfg: &Config, spec: &BundleSpec, asked: Requested, t: Target) -> Qo
     let burst = match (p.burst_us, req.burst) {
         (Some(us), Some(spec)) if !w.burst_failed => Some(BurstRecord {
             v: RECORD_VERSION,
-            container_id: t.id.to_string(),
+            container_id: t.key.id.clone(),
+            scope: t.key.scope.clone(),
             cgroup_path: t.cgroup.rel.clone(),
             request: spec.into(),
             cap_percent: req.burst_cap_percent,
@@ -217,7 +220,7 @@ fn write(p: &Plan, t: Target, alloc: Option<&ExclusiveAllocator>) -> Written {
     let cpuset_failed = refused.iter().any(|r| r.is_about(Key::Cpuset));
     if p.exclusive && cpuset_failed {
         if let Some(a) = alloc {
-            let _ = a.release(t.id);
+            let _ = a.release(&t.key.qualified());
         }
     }
     Written {
@@ -277,7 +280,7 @@ mod tests {
 
     fn run(cfg: &Config, s: &BundleSpec, h: &Hierarchies, g: &CpuCgroup) -> QosOutcome {
         let t = Target {
-            id: "c1",
+            key: &ContainerKey::new("c1", None),
             pid: 1,
             hierarchies: h,
             cgroup: g,

@@ -1,4 +1,4 @@
-//! Containers the agent was never told about: `<state_dir>/unwatched/<escaped id>`
+//! Containers the agent was never told about: `<state_dir>/unwatched/<key>`
 //! ([`StateDir::unwatched_file`]), an empty file written at create when the
 //! register failed (or was not sent: `watch=false`), removed at poststop.
 //! With it the poststop hook skips the unregister: a stopped agent then
@@ -9,9 +9,10 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 
 use throttlewatch_core::state_dir::{StateDir, FILE_MODE};
+use throttlewatch_core::ContainerKey;
 
 /// Mark `id` as never registered (0600 in a 0700 directory).
-pub fn mark(state: &StateDir, id: &str) -> std::io::Result<()> {
+pub fn mark(state: &StateDir, key: &ContainerKey) -> std::io::Result<()> {
     StateDir::create_dir(&state.unwatched_dir())?;
     OpenOptions::new()
         .write(true)
@@ -19,18 +20,18 @@ pub fn mark(state: &StateDir, id: &str) -> std::io::Result<()> {
         .truncate(true)
         .mode(FILE_MODE)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(state.unwatched_file(id))
+        .open(state.unwatched_file(key))
         .map(drop)
 }
 
 /// Whether `id` was marked; the mark is removed.
-pub fn take(state: &StateDir, id: &str) -> bool {
-    std::fs::remove_file(state.unwatched_file(id)).is_ok()
+pub fn take(state: &StateDir, key: &ContainerKey) -> bool {
+    std::fs::remove_file(state.unwatched_file(key)).is_ok()
 }
 
 /// A successful register clears a stale mark (an id reused after a crash).
-pub fn clear(state: &StateDir, id: &str) {
-    let _ = std::fs::remove_file(state.unwatched_file(id));
+pub fn clear(state: &StateDir, key: &ContainerKey) {
+    let _ = std::fs::remove_file(state.unwatched_file(key));
 }
 
 #[cfg(test)]
@@ -41,10 +42,13 @@ mod tests {
     fn mark_take_once() {
         let d = tempfile::tempdir().unwrap();
         let st = StateDir::new(d.path());
-        assert!(!take(&st, "a/b"));
-        mark(&st, "a/b").unwrap();
-        assert!(take(&st, "a/b"));
-        assert!(!take(&st, "a/b"), "taken once");
+        let k = ContainerKey::new("a/b", None);
+        let other = ContainerKey::new("a/b", Some(throttlewatch_core::Scope::of_namespace("x")));
+        assert!(!take(&st, &k));
+        mark(&st, &k).unwrap();
+        assert!(!take(&st, &other), "another scope's mark");
+        assert!(take(&st, &k));
+        assert!(!take(&st, &k), "taken once");
         let m = std::fs::metadata(st.unwatched_dir()).unwrap();
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777,

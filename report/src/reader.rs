@@ -126,13 +126,18 @@ pub fn with_rotated_parts(current: &Path) -> LogSource {
     LogSource { parts }
 }
 
-/// A container id, an unambiguous id prefix, or a container name, in `log_dir`.
+/// A container id, an unambiguous id prefix, a log's file stem (`web@ns-k8s.io`:
+/// the id of a runc root or containerd namespace), or a container name, in `log_dir`.
 fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
     let exact = log_dir.join(log_file_name(key));
     if exact.is_file() {
         return Ok(with_rotated_parts(&exact));
     }
     let all = logs_in_dir(log_dir).map_err(|_| {
+    let stem = log_dir.join(format!("{key}.jsonl"));
+    if !key.contains('/') && stem.is_file() {
+        return Ok(with_rotated_parts(&stem));
+    }
         ReadError::NotFound(format!(
             "{key}: not a file, a directory, or a container with a log in {} (the configured log_dir, which cannot be read)",
             log_dir.display()

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 /// the low-level runtime sees the arguments.
 pub const CONFIG_FLAG: &str = "--throttlewatch-config";
 
-/// runc 1.1 global flags that take a value (`--root X`, `--root=X`, `-root X`).
-const GLOBAL_VALUE_FLAGS: [&str; 5] = ["root", "log", "log-format", "criu", "rootless"];
+use throttlewatch_lifecycle::scope::{flag_name, RUNC_GLOBAL_VALUE_FLAGS as GLOBAL_VALUE_FLAGS};
+use throttlewatch_lifecycle::{ContainerKey, Scope};
 
 /// Subcommand flags that take a value, for `create`, `run` and `update`
 /// (so that a value is never mistaken for the container id).
@@ -49,18 +49,6 @@ pub struct RuncArgs {
     pub log_format: Option<String>,
     /// `--throttlewatch-config FILE`.
     pub config: Option<PathBuf>,
-}
-
-/// `--name`, `-name`, `--name=value`, `-name=value` → (name, inline value).
-fn flag_name(a: &str) -> Option<(&str, Option<&str>)> {
-    let body = a.strip_prefix("--").or_else(|| a.strip_prefix('-'))?;
-    if body.is_empty() {
-        return None;
-    }
-    Some(match body.split_once('=') {
-        Some((n, v)) => (n, Some(v)),
-        None => (body, None),
-    })
 }
 
 impl RuncArgs {
@@ -108,6 +96,18 @@ impl RuncArgs {
             i += 1;
         }
         r
+    }
+
+    /// The id space of the containers this runc works on: its `--root`.
+    pub fn scope(&self) -> Option<Scope> {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        throttlewatch_lifecycle::scope::of_runc(self.root.as_deref(), &cwd)
+    }
+
+    /// The container of `update`/`delete`, keyed by (scope, id).
+    pub fn container_key(&self) -> Option<ContainerKey> {
+        let id = self.container_id()?.to_string_lossy().into_owned();
+        Some(ContainerKey::new(id, self.scope()))
     }
 
     pub fn subcommand(&self) -> Option<&str> {

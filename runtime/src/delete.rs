@@ -13,21 +13,18 @@ use crate::lowlevel;
 use crate::runlog::RuncLog;
 
 pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) {
-    let Some(id) = args
-        .container_id()
-        .map(|i| i.to_string_lossy().into_owned())
-    else {
+    let Some(key) = args.container_key() else {
         return;
     };
     if !cfg.socket.exists() {
         return;
     }
     if !args.has_sub_flag(&["force", "f"])
-        && status(runtime, args, &id).as_deref() != Some("stopped")
+        && status(runtime, args, &key.id).as_deref() != Some("stopped")
     {
         return; // a running container: runc refuses the delete, the log goes on
     }
-    if let Err(w) = agent_client::end_before_delete(cfg, &id, None) {
+    if let Err(w) = agent_client::end_before_delete(cfg, &key, None) {
         log.warning(&w);
     }
 }

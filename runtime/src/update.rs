@@ -8,6 +8,7 @@ use std::path::Path;
 use throttlewatch_core::config::{Config, FailMode};
 use throttlewatch_lifecycle::burst_record::BurstRecord;
 use throttlewatch_lifecycle::held_burst::{derive_for_bundle, HeldBurst, Warn};
+use throttlewatch_lifecycle::ContainerKey;
 
 use crate::args::RuncArgs;
 use crate::lowlevel;
@@ -15,17 +16,14 @@ use crate::runlog::RuncLog;
 
 pub fn update(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) -> i32 {
     let mut warn = |m: &str| log.warning(m);
-    let held = args
-        .container_id()
-        .map(|i| i.to_string_lossy().into_owned())
-        .and_then(|id| {
-            HeldBurst::take(
-                cfg,
-                &id,
-                |w| derive_record(runtime, args, cfg, &id, w),
-                &mut warn,
-            )
-        });
+    let held = args.container_key().and_then(|key| {
+        HeldBurst::take(
+            cfg,
+            &key,
+            |w| derive_record(runtime, args, cfg, &key, w),
+            &mut warn,
+        )
+    });
     let code = match lowlevel::run_child(runtime, &args.argv) {
         Ok(c) => c,
         Err(e) => {
@@ -51,9 +49,9 @@ fn derive_record(
     runtime: &Path,
     args: &RuncArgs,
     cfg: &Config,
-    id: &str,
+    key: &ContainerKey,
     warn: Warn,
 ) -> Option<BurstRecord> {
-    let state = lowlevel::state(runtime, args.global_args(), id)?;
-    derive_for_bundle(cfg, id, &state.bundle, state.init_pid()?, warn)
+    let state = lowlevel::state(runtime, args.global_args(), &key.id)?;
+    derive_for_bundle(cfg, key, &state.bundle, state.init_pid()?, warn)
 }

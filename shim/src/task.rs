@@ -19,6 +19,7 @@ use log::{info, warn};
 use throttlewatch_core::config::{BadConfig, Config, FailMode};
 use throttlewatch_lifecycle::held_burst::{derive_for_bundle, HeldBurst};
 use throttlewatch_lifecycle::modifiers::{modify_bundle, ModifyContext};
+use throttlewatch_lifecycle::{ContainerKey, Scope};
 
 use crate::metrics::metrics_any;
 use crate::runc::Runc;
@@ -37,6 +38,14 @@ pub struct TaskService {
 
 fn err(code: Code, msg: impl ToString) -> ttrpc::Error {
     ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg))
+}
+
+impl TaskService {
+    /// A container of this shim keyed by (scope, id): the scope of the runc
+    /// root it uses, which is that of its containerd namespace.
+    pub(crate) fn key(&self, id: &str) -> ContainerKey {
+        ContainerKey::new(id, Scope::of_runc_root(&self.runc.root, Path::new("/")))
+    }
 }
 
 fn not_found(id: &str) -> ttrpc::Error {
@@ -388,10 +397,11 @@ impl Task for TaskService {
             .unwrap_or_default();
         // runc clears a CFS burst it does not know: hold it across the update.
         let mut warn = |m: &str| warn!("{m}");
+        let key = self.key(&req.id);
         let held = HeldBurst::take(
             &self.cfg,
-            &req.id,
-            |w| bundle.and_then(|b| derive_for_bundle(&self.cfg, &req.id, &b, init.pid, w)),
+            &key,
+            |w| bundle.and_then(|b| derive_for_bundle(&self.cfg, &key, &b, init.pid, w)),
             &mut warn,
         );
         let res = self.runc.update(&req.id, &json);

@@ -126,7 +126,7 @@ impl TaskService {
         };
         // The log's `end` record while cpu.stat still exists (runc delete
         // removes the cgroup before its poststop hook runs).
-        if let Err(w) = end_before_delete(&self.cfg, &id, exit_code) {
+        if let Err(w) = end_before_delete(&self.cfg, &self.key(&id), exit_code) {
             warn!("{id}: {w}");
         }
         self.runc.delete(&id).map_err(|e| err(Code::INTERNAL, e))?;
