@@ -9,6 +9,7 @@ pub mod containerd;
 pub mod cri;
 pub mod daemons;
 pub mod podman;
+pub mod private_dockerd;
 
 /// A binary of this workspace, built by `cargo build --workspace` (the test
 /// command does that first); next to the test executable's `deps/` folder.

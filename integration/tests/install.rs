@@ -7,13 +7,16 @@
 //! imports resolve, with its own root, state and sockets — and its CRI plugin
 //! must load (`ctr plugins ls`: ok) with runc, the other runtimes and ours in
 //! `containerd config dump`. Uninstall must give the files back byte for byte.
+//! containerd 1.7's default config goes the same way; 2.0's (version 3) is
+//! installed, parsed and uninstalled byte for byte (no 2.x runs here).
 //! The same for dockerd 20.10 and a daemon.json with an nvidia runtime.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use throttlewatch_integration::daemons::{stop_child, unmount_below, DOCKER_API_VERSION};
+use throttlewatch_integration::daemons::stop_child;
+use throttlewatch_integration::private_dockerd::PrivateDockerd;
 use throttlewatch_integration::{bin, Scratch};
 
 const CRI: &str = "io.containerd.grpc.v1.cri";
@@ -303,6 +306,69 @@ fn debian_default_config() {
     install_then_containerd(Some("debian-1.6-default"), false, false);
 }
 
+/// containerd 1.7's `config default` (config version 2, `sandbox_mode`,
+/// NRI, transfer service): containerd 1.6 ignores the keys it does not know,
+/// so the real CRI plugin loads it here too.
+#[test]
+fn containerd_1_7_default_config() {
+    install_then_containerd(Some("containerd-1.7-default"), false, false);
+}
+
+/// containerd 2.0's `config default` (config version 3, single-quoted keys,
+/// the runtimes under `io.containerd.cri.v1.runtime`). No containerd 2.x runs
+/// here: the installed file is parsed and checked, and uninstall must give it
+/// back byte for byte.
+#[test]
+fn containerd_2_0_default_config_version_3() {
+    const V3: &str = "io.containerd.cri.v1.runtime";
+    let dir = Scratch::new("install-v3");
+    let root = dir.0.join("fsroot");
+    let etc = root.join("etc/containerd");
+    copy_tree(&fixtures("containerd", "containerd-2.0-default"), &etc);
+    let before = snapshot(&root);
+    let original = std::fs::read_to_string(etc.join("config.toml")).unwrap();
+    throttlewatch("install", "containerd", &root, &[]);
+    let installed = std::fs::read_to_string(etc.join("config.toml")).unwrap();
+    let doc: toml::Table = toml::from_str(&installed).unwrap();
+    let runtimes = &doc["plugins"][V3]["containerd"]["runtimes"];
+    let ours = &runtimes["throttlewatch"];
+    assert_eq!(
+        ours["runtime_type"].as_str(),
+        Some("io.containerd.throttlewatch.v2")
+    );
+    for k in ["pod_annotations", "container_annotations"] {
+        assert_eq!(
+            ours[k].as_array().unwrap()[0].as_str(),
+            Some("throttlewatch.io/*")
+        );
+    }
+    assert_eq!(
+        runtimes["runc"]["sandboxer"].as_str(),
+        Some("podsandbox"),
+        "runc kept"
+    );
+    assert!(
+        doc["plugins"]["io.containerd.grpc.v1.cri"]
+            .get("containerd")
+            .is_none(),
+        "nothing added to the v2 plugin's table"
+    );
+    // Only lines added: every original line is still there, in order.
+    let mut kept = installed.lines();
+    for line in original.lines() {
+        assert!(
+            kept.any(|l| l == line),
+            "line {line:?} changed:\n{installed}"
+        );
+    }
+    throttlewatch("uninstall", "containerd", &root, &[]);
+    assert_eq!(
+        snapshot(&root),
+        before,
+        "uninstall must give config.toml back byte for byte"
+    );
+}
+
 #[test]
 fn systemd_cgroup_and_nvidia_runtime() {
     install_then_containerd(Some("systemd-nvidia"), true, true);
@@ -357,94 +423,6 @@ fn an_older_drop_in_breaks_cri_and_install_repairs_it() {
     );
 }
 
-/// dockerd on `daemon_json` with private data-root, exec-root, pidfile and
-/// socket (as flags: the installed file stays as it is); on drop it and its
-/// containerd are stopped by PID and its mounts below `dir` detached.
-struct PrivateDockerd {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl PrivateDockerd {
-    fn start(daemon_json: &Path, dir: &Path) -> PrivateDockerd {
-        let log = std::fs::File::create(dir.join("dockerd.log")).unwrap();
-        let child = Command::new("dockerd")
-            .arg("--config-file")
-            .arg(daemon_json)
-            .arg("--data-root")
-            .arg(dir.join("data"))
-            .arg("--exec-root")
-            .arg(dir.join("x"))
-            .arg("--pidfile")
-            .arg(dir.join("d.pid"))
-            .arg("-H")
-            .arg(format!("unix://{}", dir.join("d.sock").display()))
-            .args([
-                "--iptables=false",
-                "--ip6tables=false",
-                "--ip-masq=false",
-                "--ip-forward=false",
-            ])
-            .args(["--bridge=none", "--storage-driver=vfs"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("dockerd (apt-get install docker.io)");
-        PrivateDockerd {
-            child,
-            dir: dir.to_path_buf(),
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("dockerd.log")).unwrap_or_default()
-    }
-
-    /// `docker info`'s runtimes, once dockerd answers; then dockerd is stopped.
-    fn runtimes(mut self) -> String {
-        let t0 = Instant::now();
-        loop {
-            let o = Command::new("docker")
-                .env("DOCKER_API_VERSION", DOCKER_API_VERSION)
-                .arg("-H")
-                .arg(format!("unix://{}", self.dir.join("d.sock").display()))
-                .args(["info", "--format", "{{json .Runtimes}}"])
-                .output()
-                .unwrap();
-            if o.status.success() {
-                return String::from_utf8_lossy(&o.stdout).into_owned();
-            }
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("dockerd exited ({st}): {}", self.log());
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "dockerd did not answer: {}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for PrivateDockerd {
-    fn drop(&mut self) {
-        let containerd: Option<i32> =
-            std::fs::read_to_string(self.dir.join("x/containerd/containerd.pid"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok());
-        stop_child(&mut self.child, Duration::from_secs(20));
-        if let Some(pid) = containerd {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-        unmount_below(&self.dir);
-    }
-}
-
 /// Install into a daemon.json with an nvidia runtime; the real dockerd lists
 /// both runtimes (and runc); uninstall gives the file back byte for byte.
 #[test]
@@ -457,7 +435,7 @@ fn dockerd_keeps_nvidia_and_gets_throttlewatch() {
     let before = snapshot(&root);
     throttlewatch("install", "docker", &root, &["--bin-dir", "/opt/tw/bin"]);
 
-    let d = PrivateDockerd::start(&daemon_json, &dir.0);
+    let mut d = PrivateDockerd::start(&daemon_json, &dir.0);
     let info = d.runtimes();
     let runtimes: serde_json::Value =
         serde_json::from_str(&info).unwrap_or_else(|e| panic!("{e}: {info}"));

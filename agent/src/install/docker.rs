@@ -229,7 +229,10 @@ pub fn install_plan(root: &Path, bin_dir: &Path) -> Result<Plan, CliError> {
 pub fn uninstall_plan(root: &Path) -> Result<Plan, CliError> {
     let target: PathBuf = under_root(root, Path::new(DAEMON_JSON));
     let mut plan = Plan {
-        then: "reload dockerd (SIGHUP or `systemctl reload docker`)".into(),
+        then: "reload dockerd (SIGHUP or `systemctl reload docker`); when daemon.json is left without \
+               a \"runtimes\" key, dockerd keeps listing the runtime until it restarts (a reload only \
+               replaces the keys the file has), but nothing uses it unless asked for by name"
+            .into(),
         nothing_to_do: format!(
             "not installed: {} has no runtime {RUNTIME_NAME}",
             target.display()
