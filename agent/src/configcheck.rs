@@ -61,7 +61,8 @@ pub fn describe(cfg: &Config) -> String {
          max_burst_percent: {}; allow_exclusive: {}\n\
          agent: socket {}, answer within {} ms, else the container {}\n\
          hook entries: timeout {} s; exclusive-cores lock: wait at most {} ms\n\
-         logs: {}; metrics: {}\n",
+         logs: {}; metrics: {}\n\
+         {}\n",
         cfg.threshold,
         p.burst_cap_percent(),
         cfg.qos.allow_exclusive,
@@ -79,5 +80,28 @@ pub fn describe(cfg: &Config) -> String {
         } else {
             cfg.metrics_addr.clone()
         },
+        log_limits(cfg),
+    )
+}
+
+/// The log limits, as `config check` says them.
+fn log_limits(cfg: &Config) -> String {
+    let or_off = |n: u64, what: String| if n == 0 { "off".to_string() } else { what };
+    format!(
+        "log budget per container: {} (log_budget_bytes_per_s, log_budget_burst_bytes)\n\
+         log rotation: {} (log_max_bytes, log_keep; container logs, hook.log, agent.log)\n\
+         log directory cap: {} (log_dir_max_bytes; closed logs removed oldest first)",
+        or_off(
+            cfg.log_budget_bytes_per_s,
+            format!(
+                "{} bytes/s, bursts of {} bytes; past it freezes are folded into throttle_summary records",
+                cfg.log_budget_bytes_per_s, cfg.log_budget_burst_bytes
+            )
+        ),
+        or_off(
+            cfg.log_max_bytes,
+            format!("at {} bytes, keeping {} parts", cfg.log_max_bytes, cfg.log_keep)
+        ),
+        or_off(cfg.log_dir_max_bytes, format!("{} bytes", cfg.log_dir_max_bytes)),
     )
 }

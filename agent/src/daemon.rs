@@ -391,6 +391,7 @@ impl Agent {
                 last_tick = Instant::now();
                 if due == Due::Snapshot {
                     last_snap = last_tick;
+                    self.sweep_logs();
                 }
                 self.reap_gone();
                 self.persist_all();
@@ -414,8 +415,8 @@ impl Agent {
             Request::Register(r) => self.register(r, None).unwrap_or_else(Response::err),
             Request::Unregister {
                 container_id,
-                reason,
                 scope,
+                reason,
                 exit_code,
             } => self.unregister(&ContainerKey::new(container_id, scope), reason, exit_code),
             Request::Status => Response {
@@ -440,8 +441,8 @@ impl Agent {
                 r.container_id
             ));
         }
-        if let Some(s) = self
         let key = r.key();
+        if let Some(s) = self
             .engine
             .find(&key)
             .and_then(|id| self.engine.session(id))
@@ -469,6 +470,7 @@ impl Agent {
             resume: resume.map(|p| p.baseline.clone()),
             cold_start: Some(cold_start_spec(&r)),
             register: Some(r),
+            log: crate::budget::LogLimits::from_config(&self.cfg),
         };
         let watching = self.engine.sessions().count();
         let max = self.cfg.max_containers;
@@ -516,6 +518,26 @@ impl Agent {
         }
         self.count_watched();
         Some(f.spec.log_path)
+    }
+
+    /// Keep the log directory within `log_dir_max_bytes` (closed logs go,
+    /// oldest first; said once per sweep) and rotate agent.log.
+    fn sweep_logs(&self) {
+        let dir = &self.cfg.log_dir;
+        if let Err(e) = crate::logdir::rotate_agent_log(dir, self.cfg.log_rotation()) {
+            eprintln!("throttlewatch agent: rotating agent.log: {e}");
+        }
+        let open: std::collections::HashSet<std::ffi::OsString> = self
+            .engine
+            .sessions()
+            .filter_map(|(_, s)| s.spec.log_path.file_name().map(|n| n.to_owned()))
+            .collect();
+        let max = self.cfg.log_dir_max_bytes;
+        match crate::logdir::sweep(dir, max, &open, std::time::SystemTime::now()) {
+            Ok(Some(done)) => eprintln!("{}", done.describe(dir, max)),
+            Ok(None) => {}
+            Err(e) => eprintln!("throttlewatch agent: {}: sweeping: {e}", dir.display()),
+        }
     }
 
     fn count_watched(&self) {

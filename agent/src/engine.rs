@@ -149,6 +149,9 @@ impl Engine {
     /// while containers run); the totals are read for the last persist.
     pub fn suspend(&mut self) {
         self.poll(Due::Tick);
+        for s in self.sessions.values_mut() {
+            s.suspend();
+        }
     }
 
     pub fn session(&self, id: u64) -> Option<&Session> {

@@ -4,6 +4,7 @@
 //! `throttlewatch run` and `throttlewatch watch` embed the same engine that
 //! the node daemon (`throttlewatch agent`) runs.
 
+pub mod budget;
 pub mod cli;
 pub mod clock;
 pub mod coldstart;
@@ -16,6 +17,7 @@ pub mod install;
 pub mod kernel_counters;
 pub mod labels;
 pub mod live;
+pub mod logdir;
 pub mod metrics;
 pub mod output;
 pub mod privileges;

@@ -11,7 +11,8 @@ use crate::labels::ContainerLabels;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
-    /// A freeze, with the `throttle` record written for it (None: under the threshold).
+    /// A freeze, with the `throttle` record written for it (None: under the
+    /// threshold, or folded into a `throttle_summary` past the log budget).
     Freeze {
         container: Arc<ContainerLabels>,
         frozen_ns: u64,

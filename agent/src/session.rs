@@ -12,6 +12,7 @@ use throttlewatch_core::logfmt::{
 
 use throttlewatch_core::EndReason;
 
+use crate::budget::LogBudget;
 use crate::clock::Clock;
 use crate::coldstart::ColdStartTracker;
 use crate::freezes::FreezeTally;
@@ -49,6 +50,8 @@ pub struct Session {
     pub cgroup_id: u64,
     log: LogWriter,
     tally: FreezeTally,
+    /// The log's byte budget and the freezes it folded this interval.
+    budget: LogBudget,
     kernel: KernelCounters,
     /// The probe's totals when watching began, and the latest ones.
     at_start: ProbeTotals,
@@ -95,10 +98,12 @@ impl Session {
             }
             None => Record::Start(start_record(&spec, &cgroup, cgroup_id, &limits, o.facts)),
         };
-        let mut log = LogWriter::open(&spec.log_path, spec.resume.is_some())?;
+        let mut log =
+            LogWriter::open_with(&spec.log_path, spec.resume.is_some(), spec.log.rotation)?;
         log.write(record)?;
         log.flush()?;
         let mono = o.totals.mono_ns;
+        let budget = LogBudget::new(&spec.log, mono, logfmt::now_unix_ns());
         let cold = spec
             .cold_start
             .clone()
@@ -118,6 +123,7 @@ impl Session {
             cgroup_id,
             log,
             tally: FreezeTally::default(),
+            budget,
             kernel,
             at_start: o.totals,
             now: o.totals,
@@ -171,6 +177,7 @@ impl Session {
         {
             self.write_cold_start(rec, out);
         }
+        self.write_summaries();
         let end = self.end_record(reason, exit_code, &self.end_reading());
         let path = self.spec.log_path.clone();
         if let Err(e) = self
@@ -234,6 +241,8 @@ impl Session {
                 .lost_events
                 .saturating_sub(self.at_start.lost_events),
             below_threshold: self.tally.below_threshold,
+            folded_freezes: self.budget.folded_total,
+            rotations: self.log.rotations(),
             runq: self.runq_total(),
         }
     }
@@ -254,11 +263,17 @@ impl Session {
         }
     }
 
+    /// A freeze: counted; a `throttle` record when at or above the
+    /// threshold and within the byte budget, else folded into its thread's
+    /// summary for the interval.
     fn on_freeze(&mut self, ev: &FreezeEvent, clock: &Clock, out: &mut Vec<Output>) {
-        let record = self
+        let mut record = self
             .tally
             .add(ev, self.spec.threshold_ns)
             .then(|| throttle_record(ev, clock));
+        if let Some(rec) = record.take_if(|_| !self.budget.admits(ev.end_ns)) {
+            self.budget.fold(&rec);
+        }
         if let Some(rec) = &record {
             self.write(Record::Throttle(rec.clone()));
         }
@@ -296,8 +311,10 @@ impl Session {
         });
     }
 
-    /// `cpu_stat` and `runq` records; give up on a cold start that is overdue.
+    /// `throttle_summary`, `cpu_stat` and `runq` records; give up on a cold
+    /// start that is overdue.
     fn snapshot(&mut self, cg: &CgroupReading, out: &mut Vec<Output>) {
+        self.write_summaries();
         if let Some(s) = cg.stat {
             self.write(Record::CpuStat(CpuStatSnapshot {
                 nr_periods: s.nr_periods,
@@ -334,9 +351,41 @@ impl Session {
         }
     }
 
-    fn write(&mut self, rec: Record) {
-        if let Err(e) = self.log.write(rec) {
-            self.unwritten += 1;
+    /// Write one record, out of the byte budget; the bytes of its line
+    /// (0: not written).
+    fn write(&mut self, rec: Record) -> usize {
+        match self.log.write(rec) {
+            Ok(n) => {
+                self.budget.charge(n);
+                n
+            }
+            Err(e) => {
+                self.unwritten += 1;
+                self.say_unwritten(&e);
+                0
+            }
+        }
+    }
+
+    /// The interval's `throttle_summary` records (freezes past the budget,
+    /// which charges them itself: it is out of `self` meanwhile).
+    fn write_summaries(&mut self) {
+        let unlimited = LogBudget::new(&Default::default(), 0, 0);
+        let mut budget = std::mem::replace(&mut self.budget, unlimited);
+        budget.summaries(
+            self.now.mono_ns,
+            logfmt::now_unix_ns(),
+            self.cgroup_id,
+            |s| self.write(Record::ThrottleSummary(s)),
+        );
+        self.budget = budget;
+    }
+
+    /// Before the agent stops while the container runs: the folded freezes
+    /// go to the log (the restarted agent counts from the persisted totals).
+    pub fn suspend(&mut self) {
+        self.write_summaries();
+        if let Err(e) = self.log.flush() {
             self.say_unwritten(&e);
         }
     }

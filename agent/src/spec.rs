@@ -29,14 +29,14 @@ pub struct SessionSpec {
     /// The registration that asked for it (the agent persists it with the
     /// baseline); None for `run` and `watch`.
     pub register: Option<Register>,
+    /// The log's byte budget and rotation (the agent's; none for `run` and `watch`).
+    pub log: crate::budget::LogLimits,
 }
 
 impl SessionSpec {
     pub fn container_id(&self) -> &str {
         self.labels.container_id.as_str()
     }
-}
-
 
     /// (scope, id): the scope is the registration's (None for `run`/`watch`).
     pub fn key(&self) -> ContainerKey {
@@ -45,6 +45,8 @@ impl SessionSpec {
             self.register.as_ref().and_then(|r| r.scope.clone()),
         )
     }
+}
+
 /// What a session needs to survive an agent restart (persisted by the agent).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Baseline {

@@ -94,6 +94,20 @@ pub struct Config {
     /// Milliseconds a hook waits for the exclusive-cores lock before it
     /// refuses the cpuset with the reason.
     pub cpuset_lock_timeout_ms: u64,
+    /// Bytes per second of `throttle` records each container's log may take
+    /// (a token bucket); past it freezes are folded into one
+    /// `throttle_summary` per thread per snapshot interval. 0: no budget.
+    pub log_budget_bytes_per_s: u64,
+    /// The bucket's size: a burst of records the log takes at once.
+    pub log_budget_burst_bytes: u64,
+    /// A container log (and `hook.log`, `agent.log`) is cut into a new part
+    /// before it passes this size; 0: never.
+    pub log_max_bytes: u64,
+    /// Rotated parts kept per log (`<log>.1` newest … `<log>.N`).
+    pub log_keep: u32,
+    /// The log directory's size at most; past it the agent removes closed
+    /// container logs, oldest first. 0: no cap.
+    pub log_dir_max_bytes: u64,
     pub qos: QosPolicyConfig,
 }
 
@@ -117,6 +131,11 @@ impl Default for Config {
             agent_timeout_ms: 500,
             hook_timeout_s: 15,
             cpuset_lock_timeout_ms: 500,
+            log_budget_bytes_per_s: 16 * 1024,
+            log_budget_burst_bytes: 64 * 1024,
+            log_max_bytes: 16 * 1024 * 1024,
+            log_keep: 3,
+            log_dir_max_bytes: 1024 * 1024 * 1024,
             qos: QosPolicyConfig::default(),
         }
     }
@@ -162,6 +181,10 @@ pub fn fail_mode_meant(text: &str) -> FailMode {
     }
 }
 
+/// The smallest log part and budget burst: room for any record.
+const MIN_LOG_BYTES: u64 = 4096;
+const MAX_LOG_KEEP: u32 = 100;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config {path}: {source}")]
@@ -185,7 +208,42 @@ impl Config {
                 message: e.to_string(),
             }
         })?;
+        c.check_log_limits().map_err(|message| ConfigError::Parse {
+            path: path.into(),
+            message,
+        })?;
         Ok(c)
+    }
+
+    /// The log limits in range, or what is wrong with one (field, value, accepted).
+    fn check_log_limits(&self) -> Result<(), String> {
+        let bad = |k: &str, v: u64, want: &str| Err(format!("{k} = {v}: expected {want}"));
+        if self.log_max_bytes != 0 && self.log_max_bytes < MIN_LOG_BYTES {
+            return bad(
+                "log_max_bytes",
+                self.log_max_bytes,
+                "0 (no rotation) or at least 4096 bytes",
+            );
+        }
+        if self.log_budget_bytes_per_s != 0 && self.log_budget_burst_bytes < MIN_LOG_BYTES {
+            return bad(
+                "log_budget_burst_bytes",
+                self.log_budget_burst_bytes,
+                "at least 4096 bytes while log_budget_bytes_per_s is not 0",
+            );
+        }
+        if self.log_keep > MAX_LOG_KEEP {
+            return bad("log_keep", self.log_keep.into(), "0 to 100 parts");
+        }
+        Ok(())
+    }
+
+    /// How container logs, `hook.log` and `agent.log` are rotated.
+    pub fn log_rotation(&self) -> crate::logfmt::Rotation {
+        crate::logfmt::Rotation {
+            max_bytes: self.log_max_bytes,
+            keep: self.log_keep,
+        }
     }
 
     /// `explicit` (from --config), else $THROTTLEWATCH_CONFIG, else the
@@ -276,6 +334,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("threshold") && e.contains("soon"), "{e}");
+    }
+
+    #[test]
+    fn log_limits_out_of_range_are_named() {
+        for (text, want) in [
+            ("log_max_bytes = 100\n", "log_max_bytes = 100: expected 0"),
+            (
+                "log_budget_burst_bytes = 10\n",
+                "log_budget_burst_bytes = 10: expected at least 4096",
+            ),
+            ("log_keep = 1000\n", "log_keep = 1000: expected 0 to 100"),
+            ("log_keep = -1\n", "log_keep"),
+        ] {
+            let e = Config::parse(Path::new("t.toml"), text)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        let ok = "log_max_bytes = 0\nlog_budget_bytes_per_s = 0\nlog_budget_burst_bytes = 0\n";
+        assert!(Config::parse(Path::new("t.toml"), ok).is_ok());
     }
 
     #[test]

@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod rotate;
+pub use rotate::Rotation;
+
 /// Bumped on any incompatible change; additions of fields keep the version.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -28,6 +31,9 @@ pub enum Record {
     /// The agent restarted while the container ran; the log continues.
     Resume(Resume),
     Throttle(Throttle),
+    /// Freezes of one thread over one snapshot interval that the log's byte
+    /// budget did not take as `throttle` records.
+    ThrottleSummary(ThrottleSummary),
     CpuStat(CpuStatSnapshot),
     /// Run-queue latency over the last snapshot interval.
     Runq(Runq),
@@ -156,6 +162,27 @@ pub struct Throttle {
     pub queued: bool,
 }
 
+/// Freezes folded past the byte budget: one thread (or, with `tid` 0, the
+/// `threads` the budget left no line for) over one snapshot interval.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThrottleSummary {
+    /// 0: several threads folded together (`threads` says how many).
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub cgroup_id: u64,
+    /// The interval, Unix epoch nanoseconds (when it began and was written).
+    pub interval_start_ns: u64,
+    pub interval_end_ns: u64,
+    pub threads: u64,
+    pub freezes: u64,
+    pub frozen_ns: u64,
+    pub max_frozen_ns: u64,
+    /// Of `freezes`, those waiting on the run-queue (`queued` throttles).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub queued: u64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuStatSnapshot {
     pub nr_periods: u64,
@@ -213,6 +240,13 @@ pub struct End {
     pub lost_events: u64,
     /// Throttle records not written because they were under the threshold.
     pub below_threshold: u64,
+    /// Freezes at or above the threshold that the log's byte budget folded
+    /// into `throttle_summary` records (counted in `freezes` all the same).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub folded_freezes: u64,
+    /// Parts the log was cut into past `log_max_bytes` (`<log>.1` is the newest).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rotations: u64,
     /// Kernel throttled time while no agent ran (agent restarts);
     /// probe_throttled_ns + unwatched_throttled_ns tracks kernel_throttled_ns.
     #[serde(default)]
@@ -257,6 +291,9 @@ pub struct LogWriter {
     /// The file's length after the last write that succeeded (a line end).
     len_ok: u64,
     pending: usize,
+    /// When the file is cut into parts (`X.1` …); see [`rotate`].
+    rotation: Rotation,
+    rotations: u64,
 }
 
 /// The most bytes buffered; past it a record waits for a flush, or is
@@ -270,6 +307,12 @@ impl LogWriter {
     /// Create a new log (0640), or append to an existing one when `append`.
     /// Never follows a symlink at the final component.
     pub fn open(path: &Path, append: bool) -> std::io::Result<LogWriter> {
+        Self::open_with(path, append, Rotation::NONE)
+    }
+
+    /// `open`, cutting the log into parts at `rotation.max_bytes`. A new log
+    /// (not `append`) removes parts an older log of that name left.
+    pub fn open_with(path: &Path, append: bool, rotation: Rotation) -> std::io::Result<LogWriter> {
         let mut o = OpenOptions::new();
         o.write(true)
             .mode(0o640)
@@ -280,6 +323,9 @@ impl LogWriter {
             o.create(true).truncate(true);
         }
         let f = o.open(path)?;
+        if !append {
+            rotate::remove_parts_from(path, 1)?;
+        }
         let len_ok = f.metadata()?.len();
         Ok(LogWriter {
             path: path.to_path_buf(),
@@ -287,14 +333,22 @@ impl LogWriter {
             buf: Vec::with_capacity(BUFFER_BYTES),
             len_ok,
             pending: 0,
+            rotation,
+            rotations: 0,
         })
+    }
+
+    /// Parts cut so far.
+    pub fn rotations(&self) -> u64 {
+        self.rotations
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    pub fn write(&mut self, record: Record) -> std::io::Result<()> {
+    /// Buffer one record; returns the bytes of its line.
+    pub fn write(&mut self, record: Record) -> std::io::Result<usize> {
         let line = Line {
             v: SCHEMA_VERSION,
             ts: now_unix_ns(),
@@ -312,21 +366,52 @@ impl LogWriter {
         if self.pending >= FLUSH_EVERY {
             self.flush()?;
         }
-        Ok(())
+        Ok(bytes.len())
     }
 
     /// Write the buffered lines. A write that fails part way (ENOSPC) is
     /// cut back to the last whole line and the lines stay buffered, so the
     /// log on disk is always valid JSONL and goes on once there is space.
+    /// With a rotation, whole lines go to the current part while they fit
+    /// (a single line longer than a part goes alone), then the part is cut.
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.pending = 0;
-        if self.buf.is_empty() {
-            return Ok(());
+        while !self.buf.is_empty() {
+            let n = self.fitting();
+            if n == 0 {
+                self.rotate()?;
+                continue;
+            }
+            self.write_out(n)?;
         }
-        match self.file.write_all(&self.buf) {
+        Ok(())
+    }
+
+    /// How many buffered bytes (whole lines) the current part takes.
+    fn fitting(&self) -> usize {
+        let max = self.rotation.max_bytes;
+        if max == 0 || self.len_ok + self.buf.len() as u64 <= max {
+            return self.buf.len();
+        }
+        let room = (max.saturating_sub(self.len_ok) as usize).min(self.buf.len());
+        let lines = self.buf[..room].iter().rposition(|b| *b == b'\n');
+        match (lines, self.len_ok) {
+            (Some(i), _) => i + 1,
+            // A line longer than a part goes alone into an empty part.
+            (None, 0) => self
+                .buf
+                .iter()
+                .position(|b| *b == b'\n')
+                .map_or(self.buf.len(), |i| i + 1),
+            (None, _) => 0,
+        }
+    }
+
+    fn write_out(&mut self, n: usize) -> std::io::Result<()> {
+        match self.file.write_all(&self.buf[..n]) {
             Ok(()) => {
-                self.len_ok += self.buf.len() as u64;
-                self.buf.clear();
+                self.len_ok += n as u64;
+                self.buf.drain(..n);
                 Ok(())
             }
             Err(e) => {
@@ -335,6 +420,35 @@ impl LogWriter {
                 let _ = self.file.set_len(self.len_ok);
                 let _ = std::io::Seek::seek(&mut self.file, std::io::SeekFrom::Start(self.len_ok));
                 Err(e)
+            }
+        }
+    }
+
+    /// Cut the current part. On failure rotation stops for this log (the
+    /// lines still go to the current part) and the error is returned once.
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let cut = rotate::rotate_parts(&self.path, self.rotation.keep).and_then(|_| {
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o640)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&self.path)
+        });
+        match cut {
+            Ok(f) => {
+                self.file = f;
+                self.len_ok = 0;
+                self.rotations += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.rotation = Rotation::NONE;
+                Err(std::io::Error::new(
+                    e.kind(),
+                    format!("rotating {}: {e}", self.path.display()),
+                ))
             }
         }
     }
@@ -509,6 +623,44 @@ mod tests {
             log_file_name(&"x".repeat(1000)),
             log_file_name(&"x".repeat(999))
         );
+    }
+
+    #[test]
+    fn writer_rotates_whole_lines_at_the_size() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.jsonl");
+        let rot = Rotation {
+            max_bytes: 4096,
+            keep: 2,
+        };
+        let mut w = LogWriter::open_with(&p, false, rot).unwrap();
+        for i in 0..300 {
+            let mut t = Throttle {
+                tid: i,
+                ..Default::default()
+            };
+            t.comm = format!("worker-{i}");
+            w.write(Record::Throttle(t)).unwrap();
+        }
+        let cut = w.rotations();
+        w.finish().unwrap();
+        assert!(cut >= 5, "{cut} rotations");
+        let parts = [p.clone(), rotate::part(&p, 1), rotate::part(&p, 2)];
+        for f in &parts {
+            let text = std::fs::read_to_string(f).unwrap();
+            assert!(
+                text.len() <= 4096 && text.ends_with('\n'),
+                "{}",
+                f.display()
+            );
+            assert!(read_log(f).is_ok(), "whole lines in {}", f.display());
+        }
+        assert!(!rotate::part(&p, 3).exists(), "kept count");
+        let newest = read_log(&p).unwrap();
+        assert!(matches!(&newest.last().unwrap().record, Record::Throttle(t) if t.tid == 299));
+        // A new log of the same name does not inherit the old one's parts.
+        LogWriter::open_with(&p, false, rot).unwrap();
+        assert!(!rotate::part(&p, 1).exists());
     }
 
     #[test]

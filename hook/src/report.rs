@@ -2,12 +2,13 @@
 //! the hook fails) and the same line appended to `<log_dir>/hook.log` (0640),
 //! which is the only file the hook writes in the log directory.
 
-use std::fs::{DirBuilder, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::DirBuilder;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
 use throttlewatch_core::config::Config;
+use throttlewatch_core::logfmt::rotate::append_capped;
+use throttlewatch_core::logfmt::Rotation;
 
 use crate::NAME;
 use throttlewatch_lifecycle::timefmt::now_rfc3339;
@@ -17,6 +18,8 @@ pub const HOOK_LOG: &str = "hook.log";
 
 pub struct Reporter {
     log_dir: PathBuf,
+    /// hook.log is cut at `log_max_bytes`, keeping `log_keep` parts.
+    rotation: Rotation,
     stage: Stage,
     container: Option<String>,
     failures: usize,
@@ -28,6 +31,7 @@ impl Reporter {
     pub fn new(cfg: &Config, stage: Stage) -> Reporter {
         Reporter {
             log_dir: cfg.log_dir.clone(),
+            rotation: cfg.log_rotation(),
             stage,
             container: None,
             failures: 0,
@@ -100,13 +104,8 @@ impl Reporter {
                 .mode(0o750)
                 .create(&self.log_dir)?;
         }
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o640)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(self.hook_log_path())?;
-        f.write_all(line.as_bytes())
+        // Hooks of many containers append at once: under a lock, rotated at the size.
+        append_capped(&self.hook_log_path(), line.as_bytes(), self.rotation)
     }
 }
 
@@ -138,5 +137,35 @@ mod tests {
             std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o640
         );
+    }
+
+    #[test]
+    fn hook_log_is_rotated_at_log_max_bytes() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            log_dir: d.path().to_path_buf(),
+            log_max_bytes: 4096,
+            log_keep: 2,
+            ..Config::default()
+        };
+        let mut r = Reporter::new(&cfg, Stage::CreateRuntime);
+        for i in 0..200 {
+            r.warn(&format!(
+                "warning number {i} with some words to fill the line"
+            ));
+        }
+        let p = d.path().join(HOOK_LOG);
+        for f in [
+            p.clone(),
+            d.path().join("hook.log.1"),
+            d.path().join("hook.log.2"),
+        ] {
+            let n = std::fs::metadata(&f).unwrap().len();
+            assert!(n > 0 && n <= 4096, "{}: {n}", f.display());
+        }
+        assert!(!d.path().join("hook.log.3").exists());
+        assert!(std::fs::read_to_string(&p)
+            .unwrap()
+            .contains("warning number 199"));
     }
 }

@@ -5,7 +5,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use throttlewatch_core::logfmt::{ColdStart, CpuStatSnapshot, End, Record, Runq, Start, Throttle};
+use throttlewatch_core::logfmt::{
+    ColdStart, CpuStatSnapshot, End, Record, Runq, Start, Throttle, ThrottleSummary,
+};
 
 use crate::heatmap::Heatmaps;
 use crate::histogram::LogHistogram;
@@ -61,6 +63,8 @@ pub struct Container {
     pub runq_p99_max: Option<u64>,
     pub freezes: LogHistogram,
     pub queued_freezes: u64,
+    /// Freezes read from `throttle_summary` records (folded past the budget).
+    pub folded_freezes: u64,
     pub threads: HashMap<u32, ThreadFreezes>,
     pub heat: Heatmaps,
     /// period index -> CPU -> (first freeze start, last thaw), and its threads.
@@ -93,6 +97,7 @@ impl Container {
             }
             Record::Resume(_) => self.resumes += 1,
             Record::Throttle(t) => self.add_throttle(t),
+            Record::ThrottleSummary(t) => self.add_summary(t),
             Record::CpuStat(c) => {
                 self.last_cpu_stat = Some(c);
             }
@@ -113,6 +118,20 @@ impl Container {
             Record::ColdStart(c) => self.cold_start = Some(c),
             Record::End(e) => self.end = Some(e),
         }
+    }
+
+    /// Freezes the agent's byte budget folded: in the per-thread totals
+    /// (tid 0: the threads folded together), not in the freeze histogram.
+    fn add_summary(&mut self, t: ThrottleSummary) {
+        self.folded_freezes += t.freezes;
+        let th = self.threads.entry(t.tid).or_insert_with(|| ThreadFreezes {
+            tid: t.tid,
+            comm: t.comm.clone(),
+            ..Default::default()
+        });
+        th.freezes += t.freezes;
+        th.frozen_ns += t.frozen_ns;
+        th.longest_ns = th.longest_ns.max(t.max_frozen_ns);
     }
 
     fn add_throttle(&mut self, t: Throttle) {

@@ -15,7 +15,8 @@ use serde::Deserialize;
 use throttlewatch_core::logfmt::{log_file_name, Line, Record, Throttle, SCHEMA_VERSION};
 
 /// The record types schema version 1 defines.
-const RECORD_TYPES: &str = "start, resume, throttle, cpu_stat, runq, cold_start, end";
+const RECORD_TYPES: &str =
+    "start, resume, throttle, throttle_summary, cpu_stat, runq, cold_start, end";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -133,11 +134,11 @@ fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
     if exact.is_file() {
         return Ok(with_rotated_parts(&exact));
     }
-    let all = logs_in_dir(log_dir).map_err(|_| {
     let stem = log_dir.join(format!("{key}.jsonl"));
     if !key.contains('/') && stem.is_file() {
         return Ok(with_rotated_parts(&stem));
     }
+    let all = logs_in_dir(log_dir).map_err(|_| {
         ReadError::NotFound(format!(
             "{key}: not a file, a directory, or a container with a log in {} (the configured log_dir, which cannot be read)",
             log_dir.display()
@@ -434,6 +435,16 @@ mod tests {
             assert!(e.starts_with(&format!("{}:2: ", p.display())), "{e}");
             assert!(e.contains(want), "{e} lacks {want}");
         }
+    }
+
+    #[test]
+    fn summary_records_are_read() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("abc.jsonl");
+        let sum = r#"{"v":1,"ts":7,"type":"throttle_summary","tid":7,"pid":7,"comm":"w","cgroup_id":1,"interval_start_ns":1,"interval_end_ns":2,"threads":1,"freezes":3,"frozen_ns":30,"max_frozen_ns":12}"#;
+        std::fs::write(&p, format!("{START}\n{THR}\n{sum}\n")).unwrap();
+        let (recs, _) = read_all(&p).unwrap();
+        assert!(matches!(&recs[2], Record::ThrottleSummary(s) if s.freezes == 3 && s.tid == 7));
     }
 
     #[test]
