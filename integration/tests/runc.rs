@@ -493,9 +493,11 @@ fn concurrent_creates_start_only_one_agent() {
 fn update_without_a_burst_record_derives_it_from_the_bundle() {
     let cfg = PrivateConfig::new("");
     let rt = OciCli::throttlewatch(&cfg);
+    // Keyed by (scope of the wrapper's private --root, id).
     let record = |id: &str| {
+        let scope = throttlewatch_core::Scope::of_runc_root(&rt.root.0, std::path::Path::new("/"));
         throttlewatch_core::StateDir::new(&cfg.state_dir)
-            .burst_file(&throttlewatch_core::ContainerKey::new(id, None))
+            .burst_file(&throttlewatch_core::ContainerKey::new(id, scope))
     };
     // From an annotation.
     let opts = ContainerOpts::default()
