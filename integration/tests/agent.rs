@@ -19,7 +19,7 @@ struct Agent {
 impl Agent {
     fn start(dir: Scratch, metrics_port: u16) -> Agent {
         let cfg = format!(
-            "log_dir = \"{d}/logs\"\nsocket = \"{d}/run/agent.sock\"\nstate_dir = \"{d}/state\"\nmetrics_addr = \"127.0.0.1:{metrics_port}\"\nsnapshot_interval_s = 1\n",
+            "log_dir = \"{d}/logs\"\nsocket = \"{d}/run/agent.sock\"\nstate_dir = \"{d}/state\"\nmetrics_addr = \"127.0.0.1:{metrics_port}\"\nsnapshot_interval_s = 1\nmetrics_grace_s = 0\n",
             d = dir.0.display()
         );
         std::fs::write(dir.0.join("tw.toml"), cfg).unwrap();
@@ -219,7 +219,7 @@ fn two_containers_two_logs_metrics_and_clean_unregister() {
     assert_eq!(st.watch_map_entries, Some(0), "watch map emptied");
     assert!(
         !http_get(a.metrics_port, "/metrics").contains("ctr-two"),
-        "series of ended containers are dropped"
+        "series of ended containers are dropped (metrics_grace_s = 0)"
     );
     let bad = a.call(Request::Register(Register {
         container_id: "x".into(),
