@@ -105,3 +105,29 @@ fn log_limits(cfg: &Config) -> String {
         or_off(cfg.log_dir_max_bytes, format!("{} bytes", cfg.log_dir_max_bytes)),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_limits_are_said_with_their_keys() {
+        let d = describe(&Config::default());
+        for want in [
+            "log budget per container: 16384 bytes/s, bursts of 65536 bytes;",
+            "(log_budget_bytes_per_s, log_budget_burst_bytes)",
+            "at 16777216 bytes, keeping 3 parts (log_max_bytes, log_keep",
+            "log directory cap: 1073741824 bytes (log_dir_max_bytes",
+        ] {
+            assert!(d.contains(want), "{want} not in {d}");
+        }
+        let off = Config {
+            log_budget_bytes_per_s: 0,
+            log_max_bytes: 0,
+            log_dir_max_bytes: 0,
+            ..Config::default()
+        };
+        let d = describe(&off);
+        assert_eq!(d.matches(": off (log").count(), 3, "{d}");
+    }
+}

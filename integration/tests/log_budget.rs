@@ -17,9 +17,11 @@ use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{burn_in, cpu_lock, of_type, unique};
 
-/// Spinning threads (default 64) at 0.5 CPU.
-fn threads() -> String {
-    std::env::var("LOG_BUDGET_THREADS").unwrap_or_else(|_| "64".into())
+/// A measurement knob: `LOG_BUDGET_THREADS` (64 spinning threads at 0.5
+/// CPU), `LOG_BUDGET_MS` (3000), `LOG_BUDGET_RATE` (4096 B/s),
+/// `LOG_BUDGET_BURST` (8192 B).
+fn knob(name: &str, default: u64) -> u64 {
+    std::env::var(name).map_or(default, |v| v.parse().expect(name))
 }
 
 /// The agent's CPU time so far (user + system), in clock ticks.
@@ -119,19 +121,20 @@ fn agent_with(extra: &str) -> (PrivateConfig, Agent) {
     (cfg, agent)
 }
 
-const BUDGET: u64 = 4096;
-const BURST: u64 = 8192;
-
 #[test]
 fn budget_folds_freezes_and_end_stays_exact() {
     let _l = cpu_lock();
-    let n = threads();
-    let ms = 3000;
+    let n = knob("LOG_BUDGET_THREADS", 64).to_string();
+    let ms = knob("LOG_BUDGET_MS", 3000);
+    let (budget, burst) = (
+        knob("LOG_BUDGET_RATE", 4096),
+        knob("LOG_BUDGET_BURST", 8192),
+    );
     let (cfg0, agent0) = agent_with("log_budget_bytes_per_s = 0\n");
     let free = watch_burn(&cfg0, &agent0, "free", &n, ms);
     drop(agent0);
     let (cfg, agent) = agent_with(&format!(
-        "log_budget_bytes_per_s = {BUDGET}\nlog_budget_burst_bytes = {BURST}\n"
+        "log_budget_bytes_per_s = {budget}\nlog_budget_burst_bytes = {burst}\n"
     ));
     let w = watch_burn(&cfg, &agent, "budget", &n, ms);
 
@@ -144,20 +147,20 @@ fn budget_folds_freezes_and_end_stays_exact() {
     let (rate, free_rate) = (w.bytes as f64 / secs, free.bytes as f64 / free_secs);
     let tick_ms = 1000.0 / 100.0;
     eprintln!(
-        "{n} threads at 0.5 CPU: {free_rate:.0} B/s without a budget (agent CPU {:.0} ms), {rate:.0} B/s with {BUDGET} B/s (agent CPU {:.0} ms); {} bytes in {secs:.1} s",
+        "{n} threads at 0.5 CPU: {free_rate:.0} B/s without a budget (agent CPU {:.0} ms), {rate:.0} B/s with {budget} B/s (agent CPU {:.0} ms); {} bytes in {secs:.1} s",
         free.agent_ticks as f64 * tick_ms,
         w.agent_ticks as f64 * tick_ms,
         w.bytes
     );
     assert!(
-        free_rate > 3.0 * BUDGET as f64,
+        free_rate > 3.0 * budget as f64,
         "the workload must need the budget: {free_rate:.0} B/s unbudgeted: {}",
         of_type(&free.log, "end")[0]
     );
     // The budget, its burst, and per interval (1 s) a cpu_stat, a runq and
     // the summary of the threads past the budget; start, cold_start, end.
     let slack = 12_000.0 + 1200.0 * secs.ceil();
-    let bound = BUDGET as f64 * secs + BURST as f64 + slack;
+    let bound = budget as f64 * secs + burst as f64 + slack;
     assert!(
         (w.bytes as f64) <= bound,
         "{} bytes in {secs:.1} s > {bound:.0}",
