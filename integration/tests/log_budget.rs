@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{json, Value};
 use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
 use throttlewatch_core::protocol::{call, Register, Request};
-use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+use throttlewatch_integration::daemons::{Agent, DetachedAgents, PrivateConfig};
 use throttlewatch_integration::{burn_in, cpu_lock, of_type, unique};
 
 /// A measurement knob: `LOG_BUDGET_THREADS` (64 spinning threads at 0.5
@@ -328,4 +328,35 @@ fn dir_cap_removes_the_oldest_closed_logs_never_an_open_one() {
     wait_for("the end of the open log", Duration::from_secs(10), || {
         std::fs::read_to_string(&open).is_ok_and(|t| t.contains("\"type\":\"end\""))
     });
+}
+
+/// agent.log (the detached agent's stdout and stderr) is rotated at
+/// `log_max_bytes`: the old part keeps what was written, the agent goes on
+/// writing to a fresh agent.log.
+#[test]
+fn agent_log_is_rotated_at_its_size() {
+    let cfg = PrivateConfig::new("snapshot_interval_s = 1\nlog_max_bytes = 4096\nlog_keep = 1\n");
+    std::fs::create_dir_all(&cfg.log_dir).unwrap();
+    let log = cfg.log_dir.join("agent.log");
+    std::fs::write(&log, "an older agent's line\n".repeat(250)).unwrap();
+    let agents = DetachedAgents::new(&cfg);
+    let o = std::process::Command::new(throttlewatch_integration::bin("throttlewatch"))
+        .arg("--config")
+        .arg(&cfg.path)
+        .args(["agent", "--detach"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pid = agents.settle(Duration::from_secs(10))[0];
+    let part = cfg.log_dir.join("agent.log.1");
+    wait_for("agent.log.1", Duration::from_secs(10), || part.exists());
+    let old = std::fs::read_to_string(&part).unwrap();
+    assert!(old.starts_with("an older agent's line\n"), "{old}");
+    assert!(old.contains("probe"), "the agent's first lines: {old}");
+    for fd in [1, 2] {
+        let to = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();
+        assert_eq!(to, log, "fd {fd} moved to the fresh agent.log");
+    }
+    assert!(std::fs::metadata(&log).unwrap().len() < 4096);
+    assert!(!cfg.log_dir.join("agent.log.2").exists(), "log_keep = 1");
 }
