@@ -35,4 +35,4 @@ fi
 install -d -m 0755 "$DESTDIR/usr/share/doc/throttlewatch"
 install -m 0644 README.md docs/*.md "$DESTDIR/usr/share/doc/throttlewatch/"
 echo "install: done. Next: systemctl daemon-reload && systemctl enable --now throttlewatch-agent;" \
-  "then throttlewatch install containerd (or docker) --dry-run" >&2
+  "then throttlewatch install containerd (or docker, podman, crio) --dry-run; on Kubernetes see docs/kubernetes.md" >&2
