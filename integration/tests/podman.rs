@@ -95,7 +95,8 @@ fn podman_run_with_hook_files_logs_bursts_and_agrees_with_the_kernel() {
     // the cgroup before poststop under Podman, so `end`'s kernel figure is the
     // agent's last reading of cpu.stat (issue 11); throttling in the last
     // poll before the removal would be in the probe's total only.
-    let busy = "for i in 1 2 3; do (while :; do :; done) & done; sleep 4; kill $(jobs -p); sleep 1; true";
+    let busy =
+        "for i in 1 2 3; do (while :; do :; done) & done; sleep 4; kill $(jobs -p); sleep 1; true";
     let mut args = vec!["run", "-d", "--network", "none"];
     args.extend(ULIMITS);
     args.extend([
