@@ -201,6 +201,13 @@ fn budget_folds_freezes_and_end_stays_exact() {
     assert!(k > 1e8, "too little throttling to compare: {end}");
     assert!((p - k).abs() / k <= 0.02, "probe {p} vs kernel {k}: {end}");
     assert!(end["kernel_stale"].is_null(), "{end}");
+    // The report reads the summaries (it refused an unknown record type).
+    let o = std::process::Command::new(throttlewatch_integration::bin("throttlewatch"))
+        .args(["report", "--json"])
+        .arg(&w.path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // Without the budget: one record per freeze, none folded.
     let fend = of_type(&free.log, "end")[0];
     assert!(of_type(&free.log, "throttle_summary").is_empty());
