@@ -12,7 +12,7 @@ use throttlewatch_core::{ContainerKey, EndReason};
 
 use crate::clock::Clock;
 use crate::output::Output;
-use crate::reading::{Due, ProbeTotals, Reading};
+use crate::reading::{map_full, Due, ProbeTotals, Reading};
 use crate::session::{Opening, ProbeFacts, Session};
 use crate::spec::SessionSpec;
 
@@ -70,7 +70,7 @@ impl Engine {
         if self.sessions.contains_key(&id) {
             anyhow::bail!("cgroup {} (id {id}) is already watched", cgroup.rel);
         }
-        let totals = ProbeTotals::read(&self.probe, id);
+        let totals = ProbeTotals::read(&self.probe, id, map_full(&self.probe));
         let cold_start_armed = match spec.cold_start.as_ref().filter(|_| spec.resume.is_none()) {
             None => false,
             Some(c) => self
@@ -116,9 +116,10 @@ impl Engine {
         }
         let mut out = vec![];
         if due >= Due::Tick {
+            let full = map_full(&self.probe);
             for (id, s) in self.sessions.iter() {
                 let r = readings.entry(*id).or_default();
-                r.totals = Some(ProbeTotals::read(&self.probe, s.cgroup_id));
+                r.totals = Some(ProbeTotals::read(&self.probe, s.cgroup_id, full));
                 r.snapshot = due == Due::Snapshot;
             }
             let lost = self.probe.lost_events();
@@ -180,7 +181,7 @@ impl Engine {
         let mut outputs = self.poll(Due::Events);
         let s = self.sessions.remove(&id)?;
         let spec = s.spec.clone();
-        let totals = ProbeTotals::read(&self.probe, id);
+        let totals = ProbeTotals::read(&self.probe, id, map_full(&self.probe));
         let end = s.finish(totals, reason, exit_code, &mut outputs);
         self.probe.cold_start_finished(id);
         let _ = self.probe.unwatch(id);

@@ -2,6 +2,8 @@
 
 use throttlewatch_bpf::{EpisodeTotals, Event, RunqTotals, ThrottleProbe};
 
+use throttlewatch_core::logfmt::MapFull;
+
 use crate::clock::Clock;
 
 /// How much a poll does, each step including the ones before it.
@@ -26,19 +28,33 @@ pub struct ProbeTotals {
     pub runq: Option<RunqTotals>,
     /// Events the ring buffer could not take, node-wide.
     pub lost_events: u64,
+    /// Inserts the kernel maps refused because they were full, node-wide.
+    pub map_full: MapFull,
     /// When they were read, CLOCK_MONOTONIC.
     pub mono_ns: u64,
 }
 
 impl ProbeTotals {
-    pub fn read(probe: &ThrottleProbe, cgroup_id: u64) -> ProbeTotals {
+    /// `map_full`: read once per poll for every session ([`map_full`]).
+    pub fn read(probe: &ThrottleProbe, cgroup_id: u64, map_full: MapFull) -> ProbeTotals {
         ProbeTotals {
             episodes: probe.episode_totals(cgroup_id),
             fentry: probe.fentry_totals(cgroup_id),
             runq: probe.runq_totals(cgroup_id),
             lost_events: probe.lost_events(),
+            map_full,
             mono_ns: Clock::monotonic_ns(),
         }
+    }
+}
+
+/// The probe's failed-insert counts (three per-CPU map lookups).
+pub fn map_full(probe: &ThrottleProbe) -> MapFull {
+    let c = probe.map_full();
+    MapFull {
+        episodes: c.episodes,
+        frozen_by_tid: c.frozen_by_tid,
+        bandwidth_timers: c.bandwidth_timers,
     }
 }
 

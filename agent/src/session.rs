@@ -244,6 +244,7 @@ impl Session {
             folded_freezes: self.budget.folded_total,
             rotations: self.log.rotations(),
             runq: self.runq_total(),
+            map_full: Some(self.now.map_full.since(&self.at_start.map_full)),
         }
     }
 

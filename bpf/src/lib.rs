@@ -15,9 +15,12 @@ mod skel {
 pub mod event;
 pub mod fentry;
 mod load;
+pub mod memory;
 pub mod probe;
 pub mod runq;
 
 pub use event::{ColdStartEvent, ColdStartSplit, ColdStartStage, Event, FreezeEvent};
-pub use probe::{EpisodeTotals, ProbeError, ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe};
+pub use probe::{
+    EpisodeTotals, MapFullCounts, ProbeError, ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe,
+};
 pub use runq::RunqTotals;

@@ -17,9 +17,6 @@ use crate::skel::{ThrottleSkel, ThrottleSkelBuilder};
 const TW_MODEL_TASK: u32 = 1;
 const TW_MODEL_RQ: u32 = 2;
 
-/// The smallest ring buffer the kernel takes (a page).
-const MIN_RINGBUF_BYTES: u32 = 4096;
-
 /// A loaded object and what it holds.
 pub(crate) struct Loaded {
     pub skel: ThrottleSkel<'static>,
@@ -49,23 +46,8 @@ fn open_and_load(
         ro.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
         ro.runq_enabled = runq;
     }
-    if opts.max_watched > 0 {
-        let m = &mut open.maps;
-        for map in [&mut m.watched, &mut m.runq_hist, &mut m.coldstarts] {
-            map.set_max_entries(opts.max_watched)
-                .map_err(ProbeError::Load)?;
-        }
-    }
-    if opts.ringbuf_bytes > 0 {
-        let bytes = opts
-            .ringbuf_bytes
-            .next_power_of_two()
-            .max(MIN_RINGBUF_BYTES);
-        open.maps
-            .events
-            .set_max_entries(bytes)
-            .map_err(ProbeError::Load)?;
-    }
+    let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
+    crate::memory::size_maps(&mut open, opts, ncpus)?;
     let btf = kind == ProbeKind::TpBtf;
     let p = &mut open.progs;
     for (prog, on) in [
@@ -80,6 +62,7 @@ fn open_and_load(
         (&mut p.tw_cgroup_attach_btf, runq),
         (&mut p.tw_exec_btf, runq),
         (&mut p.tw_fork_btf, runq),
+        (&mut p.tw_exit_btf, runq),
         (&mut p.tw_iter_watched, runq),
         // Loaded with the others; attached on the dequeue model only.
         (&mut p.tw_migrate_btf, runq),
@@ -193,6 +176,7 @@ pub(crate) fn attach(
         &p.tw_cgroup_attach_btf,
         &p.tw_exec_btf,
         &p.tw_fork_btf,
+        &p.tw_exit_btf,
     ] {
         links.push(attach("runq", prog.attach())?);
     }

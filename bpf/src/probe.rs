@@ -32,6 +32,8 @@ pub enum ProbeError {
     Model(u32),
     #[error("{ENV_PROBE_SKIP}: unknown program group '{0}' (accepted: a comma-separated list of fentry, runq, hrtimer)")]
     Skip(String),
+    #[error("{ENV_PROBE_EPISODES}={0:?}: expected a whole number of entries from 1 to 4294967295")]
+    Episodes(String),
 }
 
 /// Leaves program groups out of the probe: `fentry` (the optional
@@ -40,6 +42,10 @@ pub enum ProbeError {
 /// switch-in). For diagnosis — the VM lane's soak uses it to tell which of
 /// our programs a kernel problem needs — not for production.
 pub const ENV_PROBE_SKIP: &str = "THROTTLEWATCH_PROBE_SKIP";
+
+/// Entries of the `episodes` map instead of max_containers x CPUs: a test
+/// knob (a full map is counted in `end.map_full`), not for production.
+pub const ENV_PROBE_EPISODES: &str = "THROTTLEWATCH_PROBE_EPISODES";
 
 /// How the running kernel throttles, as the loaded object decided it with
 /// CO-RE (`tw_dequeue_model()` in core_fixes.bpf.h; read back by `load::model`).
@@ -97,12 +103,22 @@ pub struct ProbeOptions {
     /// per-CPU hash, so its kernel memory is entries × 328 B × CPUs. 0: the
     /// object's own sizes (16384).
     pub max_watched: u32,
+    /// Entries of the `episodes` map; 0: `max_watched` x CPUs (the
+    /// object's 65536 when `max_watched` is 0). See `memory::episodes_entries`.
+    pub max_episodes: u32,
 }
 
 impl ProbeOptions {
     /// These options with the groups named in `THROTTLEWATCH_PROBE_SKIP` left out.
     pub fn with_env_skips(&self) -> Result<ProbeOptions, ProbeError> {
         let mut o = self.clone();
+        if let Some(v) = std::env::var_os(ENV_PROBE_EPISODES) {
+            let v = v.to_string_lossy();
+            o.max_episodes = match v.trim().parse::<u32>() {
+                Ok(n) if n > 0 => n,
+                _ => return Err(ProbeError::Episodes(v.into_owned())),
+            };
+        }
         let Some(v) = std::env::var_os(ENV_PROBE_SKIP) else {
             return Ok(o);
         };
@@ -117,6 +133,22 @@ impl ProbeOptions {
         }
         Ok(o)
     }
+}
+
+/// Slots of the `map_full` array: `enum tw_map_full` of throttle.h.
+const MAP_FULL_EPISODES: u32 = 0;
+const MAP_FULL_FROZEN_BY_TID: u32 = 1;
+const MAP_FULL_BANDWIDTH_TIMERS: u32 = 2;
+
+/// Inserts refused by a full map, per map (node-wide, cumulative).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MapFullCounts {
+    /// `episodes`: a (cgroup, CPU) episode that was not counted.
+    pub episodes: u64,
+    /// `frozen_by_tid` (LRU): a thread's freeze that was not recorded.
+    pub frozen_by_tid: u64,
+    /// `bandwidth_timers` (LRU): a throttled group whose timers were not followed.
+    pub bandwidth_timers: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -438,6 +470,31 @@ impl ThrottleProbe {
             frozen_ns: c.frozen_ns,
             blocked_ns: c.blocked_ns,
         })
+    }
+
+    /// Inserts the kernel side's maps refused because they were full,
+    /// node-wide since load (the `map_full` per-CPU array, summed).
+    pub fn map_full(&self) -> MapFullCounts {
+        let slot = |i: u32| -> u64 {
+            match self
+                .skel
+                .maps
+                .map_full
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+            {
+                Ok(Some(per_cpu)) => per_cpu
+                    .iter()
+                    .filter_map(|v| v.get(..8))
+                    .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+                    .sum(),
+                _ => 0,
+            }
+        };
+        MapFullCounts {
+            episodes: slot(MAP_FULL_EPISODES),
+            frozen_by_tid: slot(MAP_FULL_FROZEN_BY_TID),
+            bandwidth_timers: slot(MAP_FULL_BANDWIDTH_TIMERS),
+        }
     }
 
     /// Events the kernel could not put in the ring buffer, node-wide.

@@ -256,6 +256,32 @@ pub struct End {
     /// Run-queue latency over the whole watch (where the probe measures it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runq: Option<Runq>,
+    /// Inserts the probe's kernel maps refused because they were full while
+    /// this container was watched (node-wide, like `lost_events`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub map_full: Option<MapFull>,
+}
+
+/// Failed inserts into the probe's kernel maps, per map (`end.map_full`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapFull {
+    /// (cgroup, CPU) episodes not counted: `probe_throttled_ns` is short.
+    pub episodes: u64,
+    /// Thread freezes not recorded (`frozen_by_tid`).
+    pub frozen_by_tid: u64,
+    /// Throttled groups whose bandwidth timers were not followed.
+    pub bandwidth_timers: u64,
+}
+
+impl MapFull {
+    /// The counts since `start` (both cumulative).
+    pub fn since(&self, start: &MapFull) -> MapFull {
+        MapFull {
+            episodes: self.episodes.saturating_sub(start.episodes),
+            frozen_by_tid: self.frozen_by_tid.saturating_sub(start.frozen_by_tid),
+            bandwidth_timers: self.bandwidth_timers.saturating_sub(start.bandwidth_timers),
+        }
+    }
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -7,6 +7,9 @@
 #ifndef __THROTTLEWATCH_EPISODES_BPF_H
 #define __THROTTLEWATCH_EPISODES_BPF_H
 
+#include "full.bpf.h"
+
+/* Sized at load: max_containers x CPUs (user space, load.rs). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 65536);
@@ -47,6 +50,8 @@ static __always_inline struct timer_runs *track_timers(__u64 tg, __u64 cg)
 	bool created;
 
 	runs = tw_lookup_or_init(&bandwidth_timers, &tg, &fresh, &created);
+	if (!runs)
+		tw_count_full(TW_FULL_BANDWIDTH_TIMERS);
 	if (created)
 		__sync_fetch_and_add(&nr_tracked, 1);
 	return runs;
@@ -59,8 +64,10 @@ static __always_inline void open_episode(__u64 cg, __u32 cpu, __u64 now, __u64 t
 	struct timer_runs *runs;
 
 	ep = tw_lookup_or_init(&episodes, &key, &zero, NULL);
-	if (!ep)
+	if (!ep) {
+		tw_count_full(TW_FULL_EPISODES);
 		return;
+	}
 	/* The timer walk on one CPU and a switch-out on another can race to
 	 * open the same episode: one wins. */
 	if (ep->open_ns || !__sync_bool_compare_and_swap(&ep->open_ns, 0, now))

@@ -36,13 +36,16 @@ __u64 nr_frozen = 0;
 
 static __always_inline struct frozen *frozen_get(struct task_struct *t, bool direct, bool create)
 {
-	struct frozen zero = {};
+	struct frozen zero = {}, *f;
 	__u32 tid;
 
 	tid = direct ? t->pid : BPF_CORE_READ(t, pid);
 	if (!create)
 		return bpf_map_lookup_elem(&frozen_by_tid, &tid);
-	return tw_lookup_or_init(&frozen_by_tid, &tid, &zero, NULL);
+	f = tw_lookup_or_init(&frozen_by_tid, &tid, &zero, NULL);
+	if (!f)
+		tw_count_full(TW_FULL_FROZEN_BY_TID);
+	return f;
 }
 
 /* The nearest run-queue on the task's path to the root that is throttled:

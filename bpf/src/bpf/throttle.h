@@ -27,6 +27,20 @@ enum tw_event_kind {
 	 * back in, frozen for the part of its wait that the episode covers
 	 * (start_ns..end_ns). Same fields as TW_EV_FREEZE. */
 	TW_EV_FREEZE_QUEUED = 4,
+	/* A thread of a watched cgroup exited (threads.bpf.h): start_ns = its
+	 * sched_info.run_delay, end_ns = its se.sum_exec_runtime (ns, not
+	 * timestamps), cpu_out = the CPU it exited on. */
+	TW_EV_THREAD_CPU = 5,
+};
+
+/* The maps whose inserts can fail when they are full, as slots of the
+ * `map_full` per-CPU array (full.bpf.h). LRU maps evict their oldest entry
+ * rather than refuse, so theirs count only inserts that failed all the same. */
+enum tw_map_full {
+	TW_FULL_EPISODES = 0,		/* episodes: (cgroup, CPU) episodes */
+	TW_FULL_FROZEN_BY_TID = 1,	/* frozen_by_tid: per-thread freeze state (LRU) */
+	TW_FULL_BANDWIDTH_TIMERS = 2,	/* bandwidth_timers: followed groups (LRU) */
+	TW_FULL_NR = 3,
 };
 
 /* The kernel's throttling model (core_fixes.bpf.h decides it), as the
