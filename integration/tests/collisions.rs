@@ -11,6 +11,9 @@ use serde_json::Value;
 use throttlewatch_core::protocol::{call, Request};
 use throttlewatch_core::{ContainerKey, Scope};
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
+use throttlewatch_integration::containerd::{
+    build_busybox_image, Containerd, IMAGE_NAME, SHIM_BINARY, SHIM_RUNTIME,
+};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{of_type, read_log, unique};
 
@@ -288,4 +291,87 @@ fn agent_at_its_descriptor_limit_does_not_spin() {
         "the agent serves again once the clients are gone: {}",
         agent.output()
     );
+}
+
+/// `ctr -a SOCK -n NS args…` of a private containerd.
+fn ctr_in(ctd: &Containerd, ns: &str, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new("ctr");
+    c.arg("-a").arg(&ctd.socket).args(["-n", ns]).args(args);
+    c.stdin(std::process::Stdio::null());
+    c
+}
+
+/// The same id in two containerd namespaces, through our shim, at once:
+/// two logs (`<id>@ns-<namespace>.jsonl`), each from start to end.
+#[test]
+fn same_id_in_two_containerd_namespaces_has_two_logs() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let shim_dir = throttlewatch_integration::bin(SHIM_BINARY)
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let ctd = Containerd::start(
+        &[shim_dir],
+        &[("THROTTLEWATCH_CONFIG", cfg.path.to_str().unwrap())],
+    );
+    let img = throttlewatch_integration::Scratch::new("img");
+    let tar = build_busybox_image(&img.0);
+    let namespaces = [ctd.namespace.clone(), format!("{}b", ctd.namespace)];
+    for ns in &namespaces {
+        let o = ctr_in(&ctd, ns, &["images", "import", tar.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "import into {ns}: {}", text(&o));
+    }
+    let id = shared_id("web");
+    let runs: Vec<_> = namespaces
+        .iter()
+        .map(|ns| {
+            ctr_in(
+                &ctd,
+                ns,
+                &[
+                    "run",
+                    "--rm",
+                    "--runtime",
+                    SHIM_RUNTIME,
+                    IMAGE_NAME,
+                    &id,
+                    "sleep",
+                    "2",
+                ],
+            )
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for r in runs {
+        let o = r.wait_with_output().unwrap();
+        assert!(o.status.success(), "ctr run: {}\n{}", text(&o), ctd.log());
+    }
+    for ns in &namespaces {
+        let log = cfg
+            .log_dir
+            .join(ContainerKey::new(id.as_str(), Some(Scope::of_namespace(ns))).log_file_name());
+        let t = Instant::now();
+        while of_type(&read_log(&log), "end").is_empty() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let lines = read_log(&log);
+        assert_eq!(
+            of_type(&lines, "start").len(),
+            1,
+            "{}: {lines:?}",
+            log.display()
+        );
+        assert_eq!(
+            of_type(&lines, "end").len(),
+            1,
+            "{}: {lines:?}",
+            log.display()
+        );
+    }
 }
