@@ -261,11 +261,13 @@ impl Metrics {
         }
     }
 
-    /// Export a `cold_start` record: one observation per stage it reached.
+    /// Export a `cold_start` record: one observation per stage it reached
+    /// after `create` (which is the origin, always 0).
     fn observe_cold_start(&self, l: &ContainerLabels, c: &throttlewatch_core::logfmt::ColdStart) {
         for s in &c.stages {
             let Some(stage) = crate::coldstart::Stage::ALL
                 .into_iter()
+                .filter(|k| *k != crate::coldstart::Stage::Create)
                 .find(|k| k.name() == s.stage)
             else {
                 continue;
@@ -471,6 +473,7 @@ mod tests {
             container: Arc::new(l),
             record: ColdStart {
                 stages: vec![
+                    stage("create", 0),
                     stage("exec", 40_000_000),
                     stage("bogus\"x", 1),
                     stage("cpu", 200_000_000),
@@ -499,6 +502,7 @@ mod tests {
             "no per-container label: {exec}"
         );
         assert!(count("cpu").is_some());
+        assert!(count("create").is_none(), "the origin is no stage to observe");
         assert!(!body.contains("bogus"), "only the six stage names: {body}");
     }
 

@@ -262,6 +262,14 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
     .unwrap();
     let prom = Prometheus::start(agent_port, &[repo().join(RULES), extra]);
 
+    // 9 s of workload; longer when the run's data is dumped for docs/dashboard.md.
+    let dump = std::env::var_os("THROTTLEWATCH_DASHBOARD_DUMP").map(PathBuf::from);
+    let secs: u32 = if dump.is_some() { 45 } else { 9 };
+    let ms = (secs * 1000).to_string();
+    let began = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     // A victim and a noisy neighbour on CPU 0, registered as pods.
     let h = Hierarchies::discover().unwrap();
     let (victim, noisy) = (transient(&h, "victim"), transient(&h, "noisy"));
@@ -269,19 +277,13 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
     register(&cfg, &vid, &victim, k8s(&ns, "victim-0", "db"));
     register(&cfg, &nid, &noisy, k8s(&ns, "noisy-0", "batch"));
     let mut burners = [
-        burn_in(
-            &victim,
-            &["--threads", "1", "--ms", "9000", "--pin", "packed"],
-        ),
-        burn_in(
-            &noisy,
-            &["--threads", "2", "--ms", "9000", "--pin", "packed"],
-        ),
+        burn_in(&victim, &["--threads", "1", "--ms", &ms, "--pin", "packed"]),
+        burn_in(&noisy, &["--threads", "2", "--ms", &ms, "--pin", "packed"]),
     ];
     // The throttled container: real runc through the wrapper and the hook
     // (cold start, burst from the class preset), 0.2 CPU for 2 busy threads.
     let rt = OciCli::throttlewatch(&cfg);
-    let mut opts = ContainerOpts::busy(2, 9)
+    let mut opts = ContainerOpts::busy(2, secs)
         .quota(20_000, 100_000)
         .annotation("throttlewatch.io/qos-class", "burstable");
     for (k, v) in k8s(&ns, "throttled-0", "app") {
@@ -304,7 +306,7 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
             "throttlewatch_runq_latency_seconds_count{sel} > 0"
         ));
         let cold = prom.query(&format!("throttlewatch_cold_start_seconds_count{sel}"));
-        if t.elapsed() > Duration::from_secs(7)
+        if t.elapsed() > Duration::from_secs(secs as u64 - 2)
             && !freezes.is_empty()
             && !waits.is_empty()
             && !cold.is_empty()
@@ -312,7 +314,7 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
             break;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(25),
+            t.elapsed() < Duration::from_secs(secs as u64 + 16),
             "no data in Prometheus after 25 s: freezes {freezes:?} waits {waits:?} cold {cold:?}\n{}\n{}",
             prom.log(),
             _agent.output()
@@ -348,6 +350,12 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
         let q = expand(expr, &ns);
         let r = prom.query(&q);
         assert!(!r.is_empty(), "panel {:?}: no data for {q}", p["title"]);
+        // NaN (a quantile over no change) draws nothing in Grafana either.
+        assert!(
+            r.iter().any(|s| num(s).is_finite()),
+            "panel {:?}: only NaN for {q}: {r:?}",
+            p["title"]
+        );
         if expr.contains("$namespace") {
             for s in &r {
                 let got = &s["metric"]["namespace"];
@@ -366,6 +374,9 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
             ),
             r,
         );
+    }
+    if let Some(path) = &dump {
+        dump_panels(&prom, &d, &ns, began, path);
     }
     let r = |k: &str| {
         results
@@ -500,6 +511,34 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
     }
     rt.wait_stopped(&b.id, Duration::from_secs(30));
     assert!(rt.delete(&b.id).status.success());
+}
+
+/// Every target's data over the run (range queries at 1 s steps; instant
+/// targets as queried), keyed `title/refId`, for scripts/render-dashboard.py.
+fn dump_panels(prom: &Prometheus, d: &Value, ns: &str, began: f64, path: &Path) {
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut out = serde_json::Map::new();
+    for (p, t) in targets(d) {
+        let q = expand(t["expr"].as_str().unwrap(), ns);
+        let data = if t["instant"] == true {
+            prom.api(&format!("/api/v1/query?query={}", enc(&q)))
+        } else {
+            prom.api(&format!(
+                "/api/v1/query_range?query={}&start={began:.3}&end={end:.3}&step=1",
+                enc(&q)
+            ))
+        };
+        let key = format!(
+            "{}/{}",
+            p["title"].as_str().unwrap(),
+            t["refId"].as_str().unwrap()
+        );
+        out.insert(key, data);
+    }
+    std::fs::write(path, serde_json::to_string(&out).unwrap()).unwrap();
 }
 
 /// Rules in a rules file, as promtool counts them.
