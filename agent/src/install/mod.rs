@@ -264,6 +264,11 @@ pub fn uninstall(engine: &str, o: &Options) -> Result<i32, CliError> {
     finish(plan, e, o)
 }
 
+/// `abs` (a path as the engine sees it) under `root`.
+pub fn under_root(root: &Path, abs: &Path) -> PathBuf {
+    root.join(abs.strip_prefix("/").unwrap_or(abs))
+}
+
 /// The old positional calls, for the unit tests.
 #[cfg(test)]
 pub(crate) mod test_support {
@@ -285,9 +290,4 @@ pub(crate) mod test_support {
         o.dry_run = dry_run;
         super::uninstall(engine, &o)
     }
-}
-
-/// `abs` (a path as the engine sees it) under `root`.
-pub fn under_root(root: &Path, abs: &Path) -> PathBuf {
-    root.join(abs.strip_prefix("/").unwrap_or(abs))
 }
