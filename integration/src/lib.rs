@@ -9,6 +9,7 @@ pub mod containerd;
 pub mod cri;
 pub mod daemons;
 pub mod podman;
+pub mod prometheus;
 pub mod private_dockerd;
 
 /// A binary of this workspace, built by `cargo build --workspace` (the test

@@ -2,188 +2,26 @@
 //! thing. A private Prometheus (Debian's `prometheus` 2.42) scrapes the real
 //! agent every second while a throttled container (real runc through the
 //! wrapper) and a noisy neighbour run; every panel's query, every variable
-//! and every rule is then evaluated through Prometheus' HTTP API. promtool
-//! checks and unit-tests the rules. Grafana is not installable here: the
-//! dashboard JSON's structure is checked instead.
+//! and every rule is then evaluated through Prometheus' HTTP API. An ended
+//! container's series go after the grace period. promtool and the
+//! dashboard's structure: integration/tests/dashboard_rules.rs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
 use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
-use throttlewatch_integration::daemons::{stop_child, Agent, PrivateConfig};
+use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+use throttlewatch_integration::prometheus::{
+    count_rules, dashboard, enc, expand, free_port, http_get, label_values, num, repo, sample,
+    targets, Prometheus, RULES,
+};
 use throttlewatch_integration::{burn_in, cpu_lock, unique, Scratch};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn dashboard() -> Value {
-    let p = repo().join("configs/grafana/throttlewatch.json");
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap())
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-const RULES: &str = "configs/prometheus/throttlewatch-rules.yml";
-const RULES_TEST: &str = "configs/prometheus/rules_test.yml";
-
-/// A free loopback port (bound, read, released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `%`-encoding of a query-string value.
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// GET over HTTP/1.0 (no chunked answer); the body.
-fn http_get(port: u16, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.split_once("\r\n\r\n")
-        .map(|x| x.1.to_string())
-        .unwrap_or_default()
-}
-
-/// A private Prometheus on a free port: temp config and storage, scrape and
-/// rule evaluation every second. Killed (by its PID) on drop.
-struct Prometheus {
-    child: Child,
-    port: u16,
-    _dir: Scratch,
-}
-
-impl Prometheus {
-    fn start(agent_port: u16, rule_files: &[PathBuf]) -> Prometheus {
-        let dir = Scratch::new("prom");
-        let port = free_port();
-        let rules: String = rule_files
-            .iter()
-            .map(|p| format!("  - {:?}\n", p.display().to_string()))
-            .collect();
-        let config = dir.0.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 rule_files:\n{rules}\
-                 scrape_configs:\n  - job_name: throttlewatch\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n"
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.0.join("prometheus.log")).unwrap();
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.0.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .arg("--log.level=warn")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("prometheus (Debian package prometheus; scripts/setup.sh --test)");
-        let mut p = Prometheus {
-            child,
-            port,
-            _dir: dir,
-        };
-        let t = Instant::now();
-        while !std::net::TcpStream::connect(("127.0.0.1", port))
-            .is_ok_and(|_| http_get(port, "/-/ready").contains("Ready"))
-        {
-            if let Ok(Some(st)) = p.child.try_wait() {
-                panic!("prometheus exited ({st}): {}", p.log());
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "prometheus not ready: {}",
-                p.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        p
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self._dir.0.join("prometheus.log")).unwrap_or_default()
-    }
-
-    /// An API call's `data` (status must be success).
-    fn api(&self, path: &str) -> Value {
-        let body = http_get(self.port, path);
-        let v: Value =
-            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
-        assert_eq!(v["status"], "success", "{path}: {v}");
-        v["data"].clone()
-    }
-
-    /// An instant query's result vector.
-    fn query(&self, q: &str) -> Vec<Value> {
-        let d = self.api(&format!("/api/v1/query?query={}", enc(q)));
-        d["result"].as_array().cloned().unwrap_or_default()
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        stop_child(&mut self.child, Duration::from_secs(10));
-    }
-}
-
-/// Every target of every panel (rows' nested panels too): (panel, target).
-fn targets(d: &Value) -> Vec<(&Value, &Value)> {
-    let mut out = vec![];
-    let mut panels: Vec<&Value> = d["panels"].as_array().unwrap().iter().collect();
-    while let Some(p) = panels.pop() {
-        panels.extend(p["panels"].as_array().into_iter().flatten());
-        for t in p["targets"].as_array().into_iter().flatten() {
-            out.push((p, t));
-        }
-    }
-    out
-}
-
-/// A dashboard expression with Grafana's variables as this test sets them.
-fn expand(expr: &str, ns: &str) -> String {
-    expr.replace("$namespace", ns)
-        .replace("$pod", ".*")
-        .replace("$container", ".*")
-        .replace("$__rate_interval", "5s")
-        .replace("$__range", "2m")
-}
-
-/// `label_values(SELECTOR, LABEL)` of a query variable.
-fn label_values(q: &str) -> (String, String) {
-    let inner = q
-        .strip_prefix("label_values(")
-        .and_then(|s| s.strip_suffix(')'))
-        .unwrap_or_else(|| panic!("variable query {q:?}: expected label_values(selector, label)"));
-    let (sel, label) = inner.rsplit_once(',').unwrap();
-    (sel.trim().to_string(), label.trim().to_string())
-}
 
 fn agent_config(metrics_port: u16, grace_s: u64) -> PrivateConfig {
     let cfg = PrivateConfig::new("");
@@ -229,18 +67,6 @@ fn register(cfg: &PrivateConfig, cid: &str, cg: &TransientCgroup, ann: BTreeMap<
     )
     .unwrap();
     assert!(r.ok, "register {cid}: {r:?}");
-}
-
-fn num(v: &Value) -> f64 {
-    v["value"][1]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no value: {v}"))
-}
-
-/// The sample of `result` whose `label` is `value`.
-fn sample<'a>(result: &'a [Value], label: &str, value: &str) -> Option<&'a Value> {
-    result.iter().find(|r| r["metric"][label] == value)
 }
 
 #[test]
@@ -539,151 +365,6 @@ fn dump_panels(prom: &Prometheus, d: &Value, ns: &str, began: f64, path: &Path) 
         out.insert(key, data);
     }
     std::fs::write(path, serde_json::to_string(&out).unwrap()).unwrap();
-}
-
-/// Rules in a rules file, as promtool counts them.
-fn count_rules(file: &Path) -> usize {
-    let o = Command::new("promtool")
-        .args(["check", "rules"])
-        .arg(file)
-        .output()
-        .expect("promtool (Debian package prometheus)");
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "promtool check rules: {out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out.split_whitespace()
-        .collect::<Vec<_>>()
-        .windows(3)
-        .find(|w| w[0] == "SUCCESS:" && w[2] == "rules")
-        .and_then(|w| w[1].parse().ok())
-        .unwrap_or_else(|| panic!("promtool check rules said {out}"))
-}
-
-#[test]
-fn promtool_checks_and_unit_tests_the_rules() {
-    assert!(count_rules(&repo().join(RULES)) >= 11);
-    let o = Command::new("promtool")
-        .args(["test", "rules", RULES_TEST])
-        .current_dir(repo())
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(
-        o.status.success() && said.contains("SUCCESS"),
-        "promtool test rules: {said}"
-    );
-    // The unit tests cover every alert, firing and not firing.
-    let tests = std::fs::read_to_string(repo().join(RULES_TEST)).unwrap();
-    let rules = std::fs::read_to_string(repo().join(RULES)).unwrap();
-    for alert in rules
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("- alert: "))
-    {
-        let cases: Vec<&str> = tests
-            .split("alertname: ")
-            .skip(1)
-            .filter(|c| c.starts_with(alert))
-            .collect();
-        assert!(
-            cases.iter().any(|c| c.contains("exp_alerts: []")),
-            "{alert}: no not-firing case"
-        );
-        assert!(
-            cases.iter().any(|c| c.contains("exp_labels")),
-            "{alert}: no firing case"
-        );
-    }
-}
-
-#[test]
-fn dashboard_structure_matches_what_is_tested() {
-    let d = dashboard();
-    let vars = d["templating"]["list"].as_array().unwrap();
-    let ds = vars
-        .iter()
-        .find(|v| v["type"] == "datasource")
-        .expect("a datasource variable");
-    assert_eq!(ds["query"], "prometheus");
-    let ds_ref = format!("${{{}}}", ds["name"].as_str().unwrap());
-    for name in ["namespace", "pod", "container"] {
-        let v = vars
-            .iter()
-            .find(|v| v["name"] == name)
-            .unwrap_or_else(|| panic!("${name}"));
-        assert_eq!(v["type"], "query");
-        assert_eq!(v["datasource"]["uid"], ds_ref.as_str(), "${name}");
-        label_values(v["query"]["query"].as_str().unwrap());
-    }
-    let panels = d["panels"].as_array().unwrap();
-    let types: BTreeSet<&str> = panels.iter().map(|p| p["type"].as_str().unwrap()).collect();
-    let known: BTreeSet<&str> = ["timeseries", "heatmap", "table", "bargauge"].into();
-    assert!(types.is_subset(&known), "{types:?}");
-    let heatmaps: Vec<&Value> = panels.iter().filter(|p| p["type"] == "heatmap").collect();
-    assert_eq!(heatmaps.len(), 2, "freeze durations and run-queue latency");
-    for h in &heatmaps {
-        assert_eq!(
-            h["options"]["calculate"], false,
-            "from the le buckets, not recalculated"
-        );
-        for t in h["targets"].as_array().unwrap() {
-            assert_eq!(t["format"], "heatmap");
-            let e = t["expr"].as_str().unwrap();
-            assert!(
-                e.starts_with("sum by (le)") && e.contains("_bucket{"),
-                "{e}"
-            );
-        }
-    }
-    for title in [
-        "Frozen share per container",
-        "Freeze durations",
-        "Run-queue latency",
-        "Periods throttled vs burst used",
-        "Run-queue p99 and who preempted",
-        "Cold-start stages (p50, p99)",
-        "Top throttled pods",
-        "Probe health",
-    ] {
-        assert!(
-            panels.iter().any(|p| p["title"] == title),
-            "panel {title:?}"
-        );
-    }
-    // Every target is one the live test runs (targets() is what it walks),
-    // uses the datasource variable, and names only metrics the agent serves.
-    let all = targets(&d);
-    let counted: usize = panels
-        .iter()
-        .map(|p| p["targets"].as_array().map_or(0, |t| t.len()))
-        .sum();
-    assert_eq!(all.len(), counted);
-    let docs = std::fs::read_to_string(repo().join("docs/metrics.md")).unwrap();
-    for (p, t) in all {
-        assert_eq!(p["datasource"]["uid"], ds_ref.as_str(), "{}", p["title"]);
-        assert_eq!(t["datasource"]["uid"], ds_ref.as_str(), "{}", p["title"]);
-        assert!(t["hide"] != true, "a hidden target is never tested: {t}");
-        let e = t["expr"].as_str().unwrap();
-        for m in e
-            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .filter(|w| w.starts_with("throttlewatch_"))
-        {
-            let family = ["_bucket", "_total"]
-                .iter()
-                .fold(m, |m, s| m.strip_suffix(s).unwrap_or(m));
-            assert!(
-                docs.contains(&format!("`{family}")),
-                "{m} (panel {}) not in docs/metrics.md",
-                p["title"]
-            );
-        }
-    }
 }
 
 /// An ended container's series stay `metrics_grace_s` (here 2 s), then go.
