@@ -251,6 +251,9 @@ fn manifests_render_and_hold_together() {
     let ep = seq(&pm["spec"], "podMetricsEndpoints")[0];
     assert_eq!(ep["port"], "metrics");
     assert_eq!(s(ep, "path"), "/metrics");
+    // The series' own namespace/pod/container labels win over the agent
+    // pod's (docs/metrics.md; the dashboard and rules read them).
+    assert_eq!(ep["honorLabels"].as_bool(), Some(true), "{ep:?}");
     for (k, v) in labels(&pm["spec"]["selector"]["matchLabels"]) {
         assert_eq!(
             labels(&ds["spec"]["template"]["metadata"]["labels"]).get(&k),
