@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use throttlewatch_bpf::{Event, ProbeError, ProbeOptions, ThrottleProbe};
+use throttlewatch_bpf::{ProbeError, ProbeOptions, ThrottleProbe};
 use throttlewatch_cgroup::CpuCgroup;
 use throttlewatch_core::logfmt::End;
 use throttlewatch_core::{ContainerKey, EndReason};
@@ -106,10 +106,7 @@ impl Engine {
     pub fn poll(&mut self, due: Due) -> Vec<Output> {
         let mut readings: HashMap<u64, Reading> = HashMap::new();
         for ev in self.probe.poll() {
-            let id = match &ev {
-                Event::Freeze(f) => f.cgroup_id,
-                Event::ColdStart(c) => c.cgroup_id,
-            };
+            let id = ev.cgroup_id();
             if self.sessions.contains_key(&id) {
                 readings.entry(id).or_default().events.push(ev);
             }

@@ -50,6 +50,11 @@ impl FreezeTally {
         self.threads.len() as u64
     }
 
+    /// One thread's frozen time summed (0 when never frozen).
+    pub fn frozen_of(&self, tid: u32) -> u64 {
+        self.threads.get(&tid).map_or(0, |t| t.total_ns)
+    }
+
     /// The threads with the most frozen time (ties: lower tid first).
     pub fn top(&self) -> Vec<ThreadSummary> {
         let mut top: Vec<ThreadSummary> = self

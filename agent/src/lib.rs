@@ -28,6 +28,7 @@ pub mod session;
 pub mod signals;
 pub mod spec;
 pub mod state;
+pub mod threadcpu;
 pub mod topology;
 pub mod watch;
 

@@ -21,6 +21,7 @@ use crate::output::Output;
 use crate::reading::{ProbeTotals, Reading};
 use crate::runq::RunqTracker;
 use crate::spec::{Baseline, SessionSpec};
+use crate::threadcpu::ThreadCpuTally;
 
 /// What the log's `start` and `resume` records say about the probe.
 #[derive(Debug, Clone)]
@@ -61,6 +62,8 @@ pub struct Session {
     carried: Baseline,
     runq: Option<RunqTracker>,
     cold: Option<ColdStartTracker>,
+    /// Per-thread CPU of the threads that exited (tp_btf probe).
+    thread_cpu: ThreadCpuTally,
     /// The last reading of the cgroup's counters, with its time (Unix ns):
     /// the `end` of a container whose cgroup is already gone reports it.
     last_read: Option<(CgroupReading, u64)>,
@@ -129,6 +132,7 @@ impl Session {
             now: o.totals,
             carried,
             cold,
+            thread_cpu: ThreadCpuTally::default(),
             last_read: None,
             unwritten: 0,
             said_unwritten: false,
@@ -143,6 +147,7 @@ impl Session {
             match ev {
                 Event::Freeze(f) => self.on_freeze(&f, clock, out),
                 Event::ColdStart(c) => self.on_cold_start(&c, clock, out),
+                Event::ThreadCpu(t) => self.thread_cpu.on_exit(&t),
             }
         }
         let Some(totals) = r.totals else { return };
@@ -244,6 +249,11 @@ impl Session {
             folded_freezes: self.budget.folded_total,
             rotations: self.log.rotations(),
             runq: self.runq_total(),
+            thread_cpu: self.runq.as_ref().map(|_| {
+                let most_frozen: Vec<u32> = self.tally.top().iter().map(|t| t.tid).collect();
+                self.thread_cpu
+                    .summary(&self.cgroup, |tid| self.tally.frozen_of(tid), &most_frozen)
+            }),
             map_full: Some(self.now.map_full.since(&self.at_start.map_full)),
         }
     }

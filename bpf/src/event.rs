@@ -7,6 +7,7 @@ pub const KIND_FREEZE: u32 = 1;
 /// are in the `episodes` map); retired, never reused.
 pub const KIND_COLDSTART: u32 = 3;
 pub const KIND_FREEZE_QUEUED: u32 = 4;
+pub const KIND_THREAD_CPU: u32 = 5;
 
 /// One thread frozen by CFS bandwidth control.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,10 +80,36 @@ pub struct ColdStartEvent {
     pub split: Option<ColdStartSplit>,
 }
 
+/// What the scheduler counted for a thread of a watched cgroup that exited
+/// (its `/proc/<tid>/schedstat`, which goes with it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadCpuEvent {
+    pub cgroup_id: u64,
+    pub tid: u32,
+    pub tgid: u32,
+    pub comm: String,
+    /// CPU time (`se.sum_exec_runtime`), ns.
+    pub running_ns: u64,
+    /// Waits on run-queues (`sched_info.run_delay`, frozen time included), ns.
+    pub run_delay_ns: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     Freeze(FreezeEvent),
     ColdStart(ColdStartEvent),
+    ThreadCpu(ThreadCpuEvent),
+}
+
+impl Event {
+    /// The watched cgroup the event is about.
+    pub fn cgroup_id(&self) -> u64 {
+        match self {
+            Event::Freeze(f) => f.cgroup_id,
+            Event::ColdStart(c) => c.cgroup_id,
+            Event::ThreadCpu(t) => t.cgroup_id,
+        }
+    }
 }
 
 impl Event {
@@ -132,6 +159,14 @@ impl Event {
                     split: None,
                 }))
             }
+            KIND_THREAD_CPU => Some(Event::ThreadCpu(ThreadCpuEvent {
+                cgroup_id: e.cgroup_id,
+                tid: e.tid,
+                tgid: e.tgid,
+                comm: String::from_utf8_lossy(&comm).into_owned(),
+                running_ns: e.end_ns,
+                run_delay_ns: e.start_ns,
+            })),
             _ => None,
         }
     }
@@ -193,6 +228,13 @@ mod tests {
         );
         cs[12] = 2; // the retired first-switch-in stage
         assert_eq!(Event::decode(&cs), None);
+        let Some(Event::ThreadCpu(t)) = Event::decode(&raw(KIND_THREAD_CPU)) else {
+            panic!()
+        };
+        assert_eq!(
+            (t.tid, t.cgroup_id, t.running_ns, t.run_delay_ns),
+            (42, 7, 3500, 1000)
+        );
         assert_eq!(Event::decode(&[0u8; 8]), None);
     }
 }

@@ -19,7 +19,9 @@ pub mod memory;
 pub mod probe;
 pub mod runq;
 
-pub use event::{ColdStartEvent, ColdStartSplit, ColdStartStage, Event, FreezeEvent};
+pub use event::{
+    ColdStartEvent, ColdStartSplit, ColdStartStage, Event, FreezeEvent, ThreadCpuEvent,
+};
 pub use probe::{
     EpisodeTotals, MapFullCounts, ProbeError, ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe,
 };

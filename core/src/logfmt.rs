@@ -203,6 +203,34 @@ pub struct ThreadSummary {
     pub max_frozen_ns: u64,
 }
 
+/// The scheduler's per-thread figures (`/proc/<tid>/schedstat`: run time
+/// and run delay) of the container's threads: those that exited while
+/// watched (from the kernel at their exit) and those alive at the end.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadCpu {
+    /// Threads counted.
+    pub threads: u64,
+    /// CPU time, summed over the threads: the container's running time.
+    pub running_ns: u64,
+    /// Waits on run-queues summed; the kernel's run delay includes the time
+    /// frozen by the quota: `runq_ns = run_delay_ns - frozen_ns` per thread.
+    pub run_delay_ns: u64,
+    /// The threads with the most CPU, and those of `top_threads`.
+    pub top: Vec<ThreadCpuFigures>,
+}
+
+/// One thread's CPU split: running, waiting on a run-queue, frozen.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadCpuFigures {
+    pub tid: u32,
+    pub comm: String,
+    pub running_ns: u64,
+    /// Run delay less the thread's frozen time.
+    pub runq_ns: u64,
+    /// Its freezes summed (all of them, under the threshold too).
+    pub frozen_ns: u64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct End {
     pub reason: String,
@@ -256,6 +284,9 @@ pub struct End {
     /// Run-queue latency over the whole watch (where the probe measures it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runq: Option<Runq>,
+    /// Per-thread CPU: running, run-queue wait, frozen (tp_btf probe only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_cpu: Option<ThreadCpu>,
     /// Inserts the probe's kernel maps refused because they were full while
     /// this container was watched (node-wide, like `lost_events`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -116,31 +116,41 @@ fn quota_predictions_match_the_kernel() {
 }
 
 #[test]
-#[ignore = "flaky in the full suite on a 2-core machine (the spikes' throttling varies 65-200 ms run to run and the replay errs high under load): issue 12; run it alone with --ignored"]
 fn burst_recommendation_absorbs_spikes() {
     let _l = cpu_lock();
     let d = Scratch::new("report-burst");
-    // Spikes of 40 ms of CPU every 400 ms under 0.2 CPUs: each can overrun the
-    // quota (20 ms) but not quota + the largest burst (40 ms), and the
-    // periods between leave the quota unused.
+    // Spikes of 35 ms of CPU (thread CPU time: the same work however long the
+    // machine makes them wait) with 330 ms sleeps between, under 0.2 CPUs:
+    // each overruns the quota (20 ms) but not quota + the largest burst
+    // (40 ms), and the periods between leave the quota unused.
     let spiky = &[
         "--threads",
         "1",
         "--pin",
         "packed",
-        "--spin",
-        "40",
+        "--spin-cpu",
+        "35",
         "--sleep",
-        "360",
+        "330",
         "--ms",
         "4000",
     ];
-    // At nice -20 the spikes get their CPU whatever else the machine runs (tw-burn
-    // spins to a wall-clock deadline: its demand would shrink under contention).
-    let (log, observed) = run(&d, "before", &["--cpus", "0.2"], spiky, -20);
+    // A spike that starts in the last sixth of a period straddles the refill
+    // and is not throttled; the thaw at the refill then sets the next spikes'
+    // offset. Should a run end up barely throttled, that is the workload, not
+    // the prediction: it is run again (three runs at most).
+    let mut before = run(&d, "before", &["--cpus", "0.2"], spiky, -20);
+    for again in 1..3 {
+        if before.1 > 50e6 {
+            break;
+        }
+        eprintln!("only {:.1} ms throttled: run {again} again", before.1 / 1e6);
+        before = run(&d, "before", &["--cpus", "0.2"], spiky, -20);
+    }
+    let (log, observed) = before;
     assert!(
-        observed > 10e6,
-        "the workload was not throttled: {observed} ns"
+        observed > 50e6,
+        "the workload was not throttled in three runs: {observed} ns"
     );
     let r = report(&log, &[]);
     let b = recommendation(&r, "cpu-burst").expect("a burst recommendation");
@@ -164,14 +174,17 @@ fn burst_recommendation_absorbs_spikes() {
         err * 100.0
     );
     assert!(measured < observed / 2.0, "throttling did not fall by half");
-    assert!(predicted < observed, "the replay predicted no fall");
-    // The replay cannot know how much of a spike's frozen work the workload
-    // still wanted after the thaw (tw-burn spins to a wall-clock deadline):
-    // it assumes the most the log allows, so it errs high (docs/report.md).
-    // It must not err low: the kernel may not throttle more than it predicts.
     assert!(
-        measured <= predicted + 0.25 * observed,
-        "measured {measured} ns above the prediction {predicted} ns by more than 25 % of the observed"
+        predicted < observed / 2.0,
+        "the replay predicted no fall by half"
+    );
+    // The replay cannot know how much of a spike's frozen work the workload
+    // still wanted after the thaw: for a spike after idle periods it takes up
+    // to one quota (docs/report.md), so it errs high, never by much here.
+    assert!(
+        err <= 0.25,
+        "prediction off by {:.1} % of the observed (aim: 25 %)",
+        err * 100.0
     );
 }
 

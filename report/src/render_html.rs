@@ -115,7 +115,12 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
     for m in r.split.missing.iter().chain(
         r.top_threads
             .first()
-            .map(|t| &t.split.missing[1..])
+            .map(|t| {
+                t.split
+                    .missing
+                    .iter()
+                    .filter(|m| !r.split.missing.contains(m))
+            })
             .into_iter()
             .flatten(),
     ) {

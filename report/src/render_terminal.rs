@@ -225,7 +225,7 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
     for m in sp.missing.iter().chain(
         r.top_threads
             .first()
-            .map(|t| &t.split.missing[1..])
+            .map(|t| t.split.missing.iter().filter(|m| !sp.missing.contains(m)))
             .into_iter()
             .flatten(),
     ) {

@@ -38,9 +38,11 @@ pub struct Bandwidth {
 ///
 /// A throttled period used its quota. Its CPUs ran the group until the quota
 /// was spent and were throttled for the rest: `cpus x period - throttled` of
-/// CPU time ran the quota, so the group got `share = quota / that` of each CPU
-/// it ran on (1 when nothing else competed), and the work left over is
-/// `share x throttled`. It is at most one quota when the next period was not
+/// CPU time ran the quota, so a group busy the whole period (throttled in the
+/// period before too) got `share = quota / that` of each CPU it ran on (1 when
+/// nothing else competed); after a period without throttling the group may
+/// have idled before it ran out, so its share is taken as 1. The work left
+/// over is `share x throttled`. It is at most one quota when the next period was not
 /// throttled (it was then done within that period's runtime). A period
 /// without throttling is taken to ask only for the work left over from the
 /// period before (none after a period without throttling).
@@ -59,10 +61,20 @@ pub fn demand(
             let Some(p) = periods[k] else { return 0.0 };
             let t = p.throttled_ns as f64;
             let ran = (p.cpus.max(1) as f64 * period_ns as f64 - t).max(1.0);
-            let share = (q / ran).min(1.0);
-            let u = share * t;
             // The log's last period: what came next is not known.
             let next_throttled = periods.get(k + 1).is_none_or(|n| n.is_some());
+            // The share is only known for a group that was runnable all the
+            // period: one with work left from a throttled period before (or,
+            // at the log's start, throttled again after). After a period
+            // without throttling the group may have idled before its spike:
+            // `ran` then counts idle time, not competition.
+            let busy = if k == 0 {
+                next_throttled
+            } else {
+                periods[k - 1].is_some()
+            };
+            let share = if busy { (q / ran).min(1.0) } else { 1.0 };
+            let u = share * t;
             if next_throttled {
                 u
             } else {
@@ -103,7 +115,11 @@ pub fn replay(demand: &[PeriodDemand], bw: Bandwidth, cpus: f64) -> f64 {
     let q = bw.quota_ns as f64;
     let cap = q + bw.burst_ns.min(bw.quota_ns) as f64;
     let per_period_max = cpus * bw.period_ns as f64;
-    let mut runtime = q;
+    // The bucket starts full: every write of a bandwidth setting refills it
+    // (tg_set_cfs_bandwidth() calls __refill_cfs_bandwidth_runtime()), and a
+    // burst is written after the quota (its own file in v1 and v2), so a
+    // group starts with quota + burst.
+    let mut runtime = cap;
     let mut throttled = 0.0;
     // Of the last period's leftover, what the replay served in that period.
     let mut absorbed = 0.0;
@@ -181,5 +197,34 @@ mod tests {
         // Half of it absorbs half.
         let half = replay(&d, bw(20, 10), 2.0);
         assert!((half - observed / 2.0).abs() < 1e3, "{half}");
+    }
+
+    #[test]
+    fn a_burst_set_with_the_quota_starts_full() {
+        // The log starts with a spike: the group had only its quota, and
+        // overran it by 10ms (80ms frozen). With a burst written after the
+        // quota the kernel's bucket starts at quota + burst: no throttling.
+        let mut t = vec![None; 8];
+        t[0] = thr(80, 1);
+        let d = demand(&t, 20_000_000, P);
+        assert!((replay(&d, bw(20, 0), 2.0) - 80e6).abs() < 1e3);
+        assert!(replay(&d, bw(20, 20), 2.0) < 1e3);
+    }
+
+    #[test]
+    fn a_spike_after_idle_periods_is_not_taken_for_a_shared_cpu() {
+        // Idle, then a spike that ran its 20ms quota, froze 10ms to the
+        // refill and went on: the 80ms it did not run were idle, not other
+        // tasks' turn, so the leftover is the whole 10ms (not 20/90 of it)
+        // and a 10ms burst is what absorbs it.
+        let mut t = vec![None; 12];
+        for k in (2..12).step_by(4) {
+            t[k] = thr(10, 1);
+        }
+        let d = demand(&t, 20_000_000, P);
+        assert!((replay(&d, bw(20, 0), 2.0) - 30e6).abs() < 1e3);
+        let small = replay(&d, bw(20, 5), 2.0);
+        assert!((small - 15e6).abs() < 1e3, "{small}");
+        assert!(replay(&d, bw(20, 10), 2.0) < 1e3);
     }
 }

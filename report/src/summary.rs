@@ -68,7 +68,7 @@ pub struct Heatmaps {
 }
 
 const NO_RUNNING: &str =
-    "running: log format v1 records no CPU usage (cpu_stat has no usage counter)";
+    "running: the log has no end.thread_cpu (an agent before it, the raw_tp probe, or no end record yet)";
 
 pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport {
     let start = c.start.clone().unwrap_or_default();
@@ -84,14 +84,18 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
         .map(|k| k as f64 / (wall as f64 * ncpus));
     let (nr_periods, nr_throttled) = c.periods_throttled().unzip();
     let runq = c.runq();
-    let mut missing = vec![NO_RUNNING.to_string()];
+    let thread_cpu = c.end.as_ref().and_then(|e| e.thread_cpu.as_ref());
+    let mut missing = vec![];
+    if thread_cpu.is_none() {
+        missing.push(NO_RUNNING.to_string());
+    }
     if runq.is_none() {
         missing.push(
             "runqueue_wait: no run-queue figures (raw_tp probe, or no runq record yet)".into(),
         );
     }
     let split = CpuSplit {
-        running_ns: None,
+        running_ns: thread_cpu.map(|t| t.running_ns),
         runqueue_wait_ns: runq.as_ref().map(|r| r.total_ns),
         frozen_ns: Some(c.frozen_ns()),
         missing,
@@ -100,17 +104,24 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
     let names: Vec<(u32, String)> = top.iter().map(|t| (t.tid, t.comm.clone())).collect();
     let top_threads = top
         .into_iter()
-        .map(|t| ThreadRow {
-            split: CpuSplit {
-                running_ns: None,
-                runqueue_wait_ns: None,
-                frozen_ns: Some(t.frozen_ns),
-                missing: vec![
-                    NO_RUNNING.to_string(),
-                    "runqueue_wait: log format v1 records run-queue waits per container, not per thread".into(),
-                ],
-            },
-            freezes: t,
+        .map(|t| {
+            let sched = thread_cpu.and_then(|c| c.top.iter().find(|x| x.tid == t.tid));
+            ThreadRow {
+                split: CpuSplit {
+                    running_ns: sched.map(|x| x.running_ns),
+                    runqueue_wait_ns: sched.map(|x| x.runq_ns),
+                    frozen_ns: Some(t.frozen_ns),
+                    missing: match (thread_cpu, sched) {
+                        (_, Some(_)) => vec![],
+                        (None, _) => vec![NO_RUNNING.to_string()],
+                        (Some(_), None) => vec![
+                            "running, runqueue_wait: the thread is not in end.thread_cpu.top"
+                                .into(),
+                        ],
+                    },
+                },
+                freezes: t,
+            }
         })
         .collect();
     ContainerReport {

@@ -10,6 +10,7 @@
  *   dequeue.bpf.h    what kernels before 6.18 need beyond that
  *   runq.bpf.h       run-queue latency              (ABI: runq.h)
  *   coldstart.bpf.h  cold start                     (ABI: runq.h)
+ *   threads.bpf.h    per-thread CPU at thread exit  (ABI: throttle.h)
  * They share one object because they share the one sched_switch program
  * below: a program per feature would add an invocation to every context
  * switch on the node.
@@ -35,6 +36,7 @@
 #include "freeze.bpf.h"
 #include "runq.bpf.h"
 #include "coldstart.bpf.h"
+#include "threads.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

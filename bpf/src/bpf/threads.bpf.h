@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Per-thread CPU of watched cgroups (ABI: throttle.h, TW_EV_THREAD_CPU).
+ * When a thread of a watched cgroup exits, what the scheduler counted for
+ * it: its CPU time (se.sum_exec_runtime) and its waits on run-queues
+ * (sched_info.run_delay, which includes the time it was frozen by the
+ * quota): the two figures of /proc/<tid>/schedstat, which vanish with the
+ * thread. User space reads that file for the threads still alive. One event
+ * per exiting watched thread, nothing on any switch; tp_btf only. */
+#ifndef __THROTTLEWATCH_THREADS_BPF_H
+#define __THROTTLEWATCH_THREADS_BPF_H
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(tw_exit_btf, struct task_struct *p)
+{
+	struct tw_event ev = {};
+	__u64 cg;
+
+	if (!runq_enabled || !nr_watched)
+		return 0;
+	cg = task_group_watched(p);
+	if (!cg)
+		return 0;
+	ev.kind = TW_EV_THREAD_CPU;
+	ev.tid = p->pid;
+	ev.tgid = p->tgid;
+	ev.cpu_out = bpf_get_smp_processor_id();
+	/* CONFIG_SCHED_INFO kernels only (as /proc/<tid>/schedstat) */
+	if (bpf_core_field_exists(p->sched_info))
+		ev.start_ns = p->sched_info.run_delay;
+	ev.end_ns = p->se.sum_exec_runtime;
+	ev.cgroup_id = cg;
+	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), p->comm);
+	emit(&ev);
+	return 0;
+}
+
+#endif
