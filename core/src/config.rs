@@ -109,6 +109,8 @@ pub struct Config {
     /// container logs, oldest first. 0: no cap.
     pub log_dir_max_bytes: u64,
     pub qos: QosPolicyConfig,
+    /// The dynamic CPU controller (docs/control.md); off by default.
+    pub control: crate::control_config::ControlConfig,
 }
 
 impl Default for Config {
@@ -137,6 +139,7 @@ impl Default for Config {
             log_keep: 3,
             log_dir_max_bytes: 1024 * 1024 * 1024,
             qos: QosPolicyConfig::default(),
+            control: Default::default(),
         }
     }
 }
@@ -209,6 +212,10 @@ impl Config {
             }
         })?;
         c.check_log_limits().map_err(|message| ConfigError::Parse {
+            path: path.into(),
+            message,
+        })?;
+        c.control.check().map_err(|message| ConfigError::Parse {
             path: path.into(),
             message,
         })?;

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod container_key;
+pub mod control_config;
 pub mod cpulist;
 pub mod end_reason;
 pub mod logfmt;

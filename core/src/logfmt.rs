@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub mod control;
 pub mod rotate;
 mod writer;
+pub use control::Control;
 pub use rotate::Rotation;
 pub use writer::{LogWriter, FLUSH_EVERY};
 
@@ -37,6 +39,8 @@ pub enum Record {
     Runq(Runq),
     /// The container's cold-start timeline.
     ColdStart(ColdStart),
+    /// The dynamic CPU controller changed the container's bandwidth.
+    Control(Control),
     End(End),
 }
 

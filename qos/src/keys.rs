@@ -28,6 +28,8 @@ pub enum Key {
     CpusetExclusive,
     CpusetCpus,
     Gpus,
+    /// Dynamic CPU burst and quota by the agent (`auto`, `off`).
+    CpuControl,
     /// Not QoS: the runtime wrapper's `create` time, Unix ns (stamped into the spec).
     CreatedUnixNs,
     /// Not QoS: the CPU that completes a cold start, for the agent (a duration).
@@ -37,7 +39,7 @@ pub enum Key {
 impl Key {
     /// The QoS keys: what [`crate::parse_request`] reads, each with an
     /// environment-variable twin.
-    pub const QOS: [Key; 8] = [
+    pub const QOS: [Key; 9] = [
         Key::Watch,
         Key::Threshold,
         Key::CpuBurst,
@@ -46,9 +48,10 @@ impl Key {
         Key::CpusetExclusive,
         Key::CpusetCpus,
         Key::Gpus,
+        Key::CpuControl,
     ];
     /// Every key under [`PREFIX`].
-    pub const ALL: [Key; 10] = [
+    pub const ALL: [Key; 11] = [
         Key::Watch,
         Key::Threshold,
         Key::CpuBurst,
@@ -57,6 +60,7 @@ impl Key {
         Key::CpusetExclusive,
         Key::CpusetCpus,
         Key::Gpus,
+        Key::CpuControl,
         Key::CreatedUnixNs,
         Key::ColdStartCpu,
     ];
@@ -78,6 +82,7 @@ impl Key {
             Key::CpusetExclusive => "cpuset-exclusive",
             Key::CpusetCpus => "cpuset-cpus",
             Key::Gpus => "gpus",
+            Key::CpuControl => "cpu-control",
             Key::CreatedUnixNs => "created-unix-ns",
             Key::ColdStartCpu => "cold-start-cpu",
         }
@@ -99,6 +104,7 @@ impl Key {
             Key::CpusetExclusive => "THROTTLEWATCH_CPUSET_EXCLUSIVE",
             Key::CpusetCpus => "THROTTLEWATCH_CPUSET_CPUS",
             Key::Gpus => "THROTTLEWATCH_GPUS",
+            Key::CpuControl => "THROTTLEWATCH_CPU_CONTROL",
             Key::CreatedUnixNs | Key::ColdStartCpu => return None,
         })
     }
@@ -115,6 +121,7 @@ impl Key {
             }
             Key::CpusetCpus => "expected a whole number of CPUs from 1 to the CPUs of the machine",
             Key::Gpus => "expected all, none, or a comma-separated list of GPU indices or UUIDs such as 0,1 or GPU-8f6e…",
+            Key::CpuControl => "expected auto or off",
             Key::CreatedUnixNs => "expected a Unix time in nanoseconds",
             Key::ColdStartCpu => "expected a duration such as 10ms",
         }

@@ -34,7 +34,7 @@ pub use policy::Policy;
 pub use refusal::Refusal;
 pub use render::{render_plan, render_text};
 pub use request::{
-    parse_request, BurstSpec, CpusetTarget, GpuSelection, Origin, QosClass, QosRequest,
+    parse_request, BurstSpec, CpuControl, CpusetTarget, GpuSelection, Origin, QosClass, QosRequest,
 };
 pub use topology::{NumaNode, Topology, TopologyError};
 pub use values::GpuDevices;

@@ -31,6 +31,25 @@ impl QosClass {
     }
 }
 
+/// `cpu-control`: whether the agent may move the container's burst and
+/// quota (docs/control.md; the node's `[control]` must enable it too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpuControl {
+    Off,
+    Auto,
+}
+
+impl CpuControl {
+    pub fn parse(s: &str) -> Option<CpuControl> {
+        match s.trim() {
+            "auto" => Some(CpuControl::Auto),
+            "off" => Some(CpuControl::Off),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BurstSpec {
@@ -106,6 +125,9 @@ pub struct QosRequest {
     pub exclusive: bool,
     pub cpuset_cpus: Option<u32>,
     pub gpus: Option<GpuSelection>,
+    /// Explicit, or `auto` from the latency-critical preset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_control: Option<CpuControl>,
     /// The policy's burst cap (percent of the quota, ≤ 100).
     pub burst_cap_percent: u32,
     pub origins: BTreeMap<Key, Origin>,
@@ -275,6 +297,9 @@ fn parse_value(
                 devices: d,
             })
         }),
+        Key::CpuControl => CpuControl::parse(v)
+            .map(|c| req.cpu_control = Some(c))
+            .ok_or_else(|| key.accepted().into()),
         Key::CreatedUnixNs | Key::ColdStartCpu => Ok(()), // not QoS: never collected
     }
 }
@@ -356,6 +381,16 @@ fn apply_preset(req: &mut QosRequest, policy: &Policy) {
         QosClass::Burstable => (Some(50), false),
         QosClass::BestEffort => (None, false),
     };
+    if class == QosClass::LatencyCritical && req.cpu_control.is_none() {
+        if policy.allows(Key::CpuControl) {
+            req.cpu_control = Some(CpuControl::Auto);
+            req.origins.insert(Key::CpuControl, preset.clone());
+        } else {
+            req.notes.push(format!(
+                "qos-class {name}: cpu-control not applied (not allowed by policy)"
+            ));
+        }
+    }
     if let Some(pct) = burst.filter(|_| req.burst.is_none()) {
         if !policy.allows(Key::CpuBurst) {
             req.notes.push(format!(

@@ -427,3 +427,31 @@ fn environment_is_a_lesser_source() {
         "annotations too: {refused:?}"
     );
 }
+
+#[test]
+fn cpu_control_from_annotation_preset_not_env() {
+    let (r, refused) = parse(&[("cpu-control", "auto")]);
+    assert_eq!((r.cpu_control, refused), (Some(CpuControl::Auto), vec![]));
+    assert_eq!(serde_json::to_value(&r).unwrap()["cpu_control"], "auto");
+    let (r, refused) = parse(&[("cpu-control", "sometimes")]);
+    assert_eq!(r.cpu_control, None);
+    let text = refused[0].to_string();
+    assert!(
+        text.contains("throttlewatch.io/cpu-control") && text.contains("sometimes") && text.contains("expected auto or off"),
+        "{text}"
+    );
+    // The environment cannot turn it on by default (an image's ENV lands there).
+    let (r, refused) = parse_request(
+        &BTreeMap::new(),
+        &env(&["THROTTLEWATCH_CPU_CONTROL=auto"]),
+        &Policy::default(),
+    );
+    assert_eq!(r.cpu_control, None);
+    assert!(refused[0].to_string().contains("env_keys"), "{:?}", refused);
+    // latency-critical implies it; an explicit off wins over the preset.
+    let (r, _) = parse(&[("qos-class", "latency-critical")]);
+    assert_eq!(r.cpu_control, Some(CpuControl::Auto));
+    assert!(r.from_preset(Key::CpuControl));
+    let (r, _) = parse(&[("qos-class", "latency-critical"), ("cpu-control", "off")]);
+    assert_eq!(r.cpu_control, Some(CpuControl::Off));
+}

@@ -116,6 +116,7 @@ impl Container {
                 }
             }
             Record::ColdStart(c) => self.cold_start = Some(c),
+            Record::Control(_) => {}
             Record::End(e) => self.end = Some(e),
         }
     }

@@ -1,0 +1,95 @@
+//! `[control]` of throttlewatch.toml: the node's switch and bounds for the
+//! dynamic CPU controller (docs/control.md). Off by default; a container
+//! opts in with `throttlewatch.io/cpu-control=auto` (or a class preset).
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ControlConfig {
+    /// Whether the agent controls the containers that ask for it.
+    pub enabled: bool,
+    /// Highest burst, percent of the container's original quota (1..=100:
+    /// the kernel refuses a burst above the quota).
+    pub burst_ceiling_percent: u32,
+    /// Highest quota, percent of the original (100..=1000; Koordinator's 300).
+    pub quota_ceiling_percent: u32,
+    /// Smallest step, percent of the original quota; a step is at least the
+    /// throttled time seen per period.
+    pub step_percent: u32,
+    /// Milliseconds between two raises (and between two steps down under node pressure).
+    pub cooldown_ms: u64,
+    /// Milliseconds without throttling before each step back down.
+    pub calm_ms: u64,
+    /// Node CPU pressure (`/proc/pressure/cpu` `some avg10`, percent) at or
+    /// above which nothing is raised and raised values step down; 100: never.
+    pub pressure_psi_some_avg10: f64,
+    /// Where the kernel has no PSI: idle CPU of the node (percent) at or
+    /// below which the same happens; 0: never.
+    pub pressure_idle_percent: f64,
+}
+
+impl Default for ControlConfig {
+    fn default() -> Self {
+        ControlConfig {
+            enabled: false,
+            burst_ceiling_percent: 100,
+            quota_ceiling_percent: 300,
+            step_percent: 20,
+            cooldown_ms: 100,
+            calm_ms: 2000,
+            pressure_psi_some_avg10: 60.0,
+            pressure_idle_percent: 10.0,
+        }
+    }
+}
+
+impl ControlConfig {
+    /// Every value in range, or the field, its value and what is accepted.
+    pub fn check(&self) -> Result<(), String> {
+        let bad = |k: &str, v: String, want: &str| Err(format!("[control] {k} = {v}: expected {want}"));
+        if !(1..=100).contains(&self.burst_ceiling_percent) {
+            return bad("burst_ceiling_percent", self.burst_ceiling_percent.to_string(), "1 to 100 (the kernel caps a burst at the quota)");
+        }
+        if !(100..=1000).contains(&self.quota_ceiling_percent) {
+            return bad("quota_ceiling_percent", self.quota_ceiling_percent.to_string(), "100 to 1000 (percent of the original quota)");
+        }
+        if !(1..=100).contains(&self.step_percent) {
+            return bad("step_percent", self.step_percent.to_string(), "1 to 100 (percent of the original quota)");
+        }
+        if !(10..=60_000).contains(&self.cooldown_ms) {
+            return bad("cooldown_ms", self.cooldown_ms.to_string(), "10 to 60000 milliseconds");
+        }
+        if !(100..=600_000).contains(&self.calm_ms) {
+            return bad("calm_ms", self.calm_ms.to_string(), "100 to 600000 milliseconds");
+        }
+        if !(0.0..=100.0).contains(&self.pressure_psi_some_avg10) {
+            return bad("pressure_psi_some_avg10", self.pressure_psi_some_avg10.to_string(), "0 to 100 (percent; 100: never)");
+        }
+        if !(0.0..=100.0).contains(&self.pressure_idle_percent) {
+            return bad("pressure_idle_percent", self.pressure_idle_percent.to_string(), "0 to 100 (percent; 0: never)");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_pass_and_out_of_range_is_named() {
+        assert!(ControlConfig::default().check().is_ok());
+        let c = ControlConfig {
+            quota_ceiling_percent: 50,
+            ..Default::default()
+        };
+        let e = c.check().unwrap_err();
+        assert!(e.contains("quota_ceiling_percent = 50") && e.contains("100 to 1000"), "{e}");
+        let c = ControlConfig {
+            burst_ceiling_percent: 150,
+            ..Default::default()
+        };
+        assert!(c.check().unwrap_err().contains("burst_ceiling_percent = 150"));
+    }
+}

@@ -1,0 +1,44 @@
+//! The `control` record: one change the dynamic CPU controller made to a
+//! container's bandwidth, with the signal that caused it (docs/log-format.md).
+
+use serde::{Deserialize, Serialize};
+
+/// CFS bandwidth as written to the cgroup, microseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bandwidth {
+    pub quota_us: u64,
+    pub period_us: u64,
+    pub burst_us: u64,
+}
+
+/// What the controller saw when it acted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ControlSignal {
+    /// Throttled time the probe counted ((cgroup, CPU) episodes) over `interval_ns`.
+    pub throttled_ns: u64,
+    pub episodes: u64,
+    pub interval_ns: u64,
+    /// Time without throttling before a step down.
+    pub quiet_ns: u64,
+    /// Node CPU pressure, `/proc/pressure/cpu` `some avg10` (percent), where present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub psi_some_avg10: Option<f64>,
+    /// Idle CPU of the node, percent (where PSI is absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_percent: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Control {
+    /// `raise`, `lower`, `restore` (the originals written back) or `adopt`
+    /// (an operator's update became the new original).
+    pub action: String,
+    /// `throttled`, `calm`, `node_pressure`, `operator_update`,
+    /// `container_end`, `control_off`, `agent_stop`, `agent_restart`.
+    pub cause: String,
+    pub before: Bandwidth,
+    pub after: Bandwidth,
+    /// The values the controller returns to and never goes below.
+    pub original: Bandwidth,
+    pub signal: ControlSignal,
+}
