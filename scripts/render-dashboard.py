@@ -6,7 +6,7 @@ not installable on our machines; docs/dashboard.md).
 The data comes from the live test, which runs every panel's query against a
 private Prometheus scraping the real agent:
 
-  THROTTLEWATCH_DASHBOARD_DUMP=/tmp/dump.json \
+  TW_DASHBOARD_DUMP=/tmp/dump.json \
     cargo test -p throttlewatch-integration --test prometheus -- dashboard_and
   scripts/render-dashboard.py /tmp/dump.json /tmp/dashboard.html
   chromium --headless --no-sandbox --hide-scrollbars --window-size=1240,1290 \

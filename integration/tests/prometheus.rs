@@ -89,7 +89,7 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
     let prom = Prometheus::start(agent_port, &[repo().join(RULES), extra]);
 
     // 9 s of workload; longer when the run's data is dumped for docs/dashboard.md.
-    let dump = std::env::var_os("THROTTLEWATCH_DASHBOARD_DUMP").map(PathBuf::from);
+    let dump = std::env::var_os("TW_DASHBOARD_DUMP").map(PathBuf::from);
     let secs: u32 = if dump.is_some() { 45 } else { 9 };
     let ms = (secs * 1000).to_string();
     let began = std::time::SystemTime::now()
