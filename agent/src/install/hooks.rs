@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::files::read_optional;
 use super::{under_root, Edit, Plan};
@@ -70,23 +70,46 @@ pub fn file_name(stage: &str) -> String {
     format!("throttlewatch-{stage}.json")
 }
 
+/// A hook file, its keys in the order oci-hooks(5) lists them.
+#[derive(serde::Serialize)]
+struct HookFile<'a> {
+    version: &'a str,
+    hook: HookEntry,
+    when: When<'a>,
+    stages: [&'a str; 1],
+}
+
+#[derive(serde::Serialize)]
+struct HookEntry {
+    path: String,
+    args: Vec<String>,
+    timeout: u64,
+}
+
+#[derive(serde::Serialize)]
+struct When<'a> {
+    annotations: std::collections::BTreeMap<&'a str, &'a str>,
+}
+
 /// The JSON text of the hook file for `stage`.
 pub fn hook_file(stage: &str, s: &HookSettings) -> String {
-    let mut args = vec![json!(HOOK_BINARY), json!(stage)];
+    let mut args = vec![HOOK_BINARY.to_string(), stage.to_string()];
     if let Some(c) = &s.config {
-        args.push(json!("--config"));
-        args.push(json!(c.to_string_lossy()));
+        args.push("--config".into());
+        args.push(c.to_string_lossy().into_owned());
     }
-    let doc = json!({
-        "version": "1.0.0",
-        "hook": {
-            "path": s.bin_dir.join(HOOK_BINARY).to_string_lossy(),
-            "args": args,
-            "timeout": s.timeout_s.max(1),
+    let doc = HookFile {
+        version: "1.0.0",
+        hook: HookEntry {
+            path: s.bin_dir.join(HOOK_BINARY).to_string_lossy().into_owned(),
+            args,
+            timeout: s.timeout_s.max(1),
         },
-        "when": { "annotations": { WHEN_KEY: WHEN_VALUE } },
-        "stages": [stage],
-    });
+        when: When {
+            annotations: [(WHEN_KEY, WHEN_VALUE)].into(),
+        },
+        stages: [stage],
+    };
     serde_json::to_string_pretty(&doc).expect("json") + "\n"
 }
 

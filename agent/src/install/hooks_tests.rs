@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::json;
 
 fn settings() -> HookSettings {
     HookSettings {
