@@ -78,7 +78,10 @@ pub fn describe(cfg: &Config) -> String {
         if cfg.metrics_addr.is_empty() {
             "off".to_string()
         } else {
-            cfg.metrics_addr.clone()
+            format!(
+                "{}, an ended container's series kept {} s (metrics_grace_s)",
+                cfg.metrics_addr, cfg.metrics_grace_s
+            )
         },
         log_limits(cfg),
     )
