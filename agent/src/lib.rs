@@ -20,6 +20,7 @@ pub mod live;
 pub mod logdir;
 pub mod metrics;
 pub mod output;
+pub mod placement;
 pub mod privileges;
 pub mod reading;
 pub mod run;

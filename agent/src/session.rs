@@ -478,6 +478,7 @@ fn start_record(
         threshold_ns: spec.threshold_ns,
         labels: spec.labels.as_map(),
         qos: spec.qos.clone(),
+        topology: crate::placement::start_topology(spec.pid),
     }
 }
 

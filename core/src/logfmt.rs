@@ -131,6 +131,34 @@ pub struct Start {
     /// QoS settings applied from annotations, with what was refused and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<serde_json::Value>,
+    /// The machine's NUMA nodes and GPUs and the container's GPUs, on
+    /// machines with more than one node or any GPU (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<StartTopology>,
+}
+
+/// Where the container could run: NUMA nodes with their CPUs, NVIDIA GPUs
+/// with their node, and the GPUs the container sees.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartTopology {
+    pub nodes: Vec<TopologyNode>,
+    pub gpus: Vec<TopologyGpu>,
+    /// Indices into `gpus` (NVIDIA_VISIBLE_DEVICES of the container's process).
+    pub container_gpus: Vec<usize>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopologyNode {
+    pub id: u32,
+    /// CPU list, e.g. `0-23,48-71` (empty: a memory-only node).
+    pub cpus: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopologyGpu {
+    pub index: usize,
+    /// None when the kernel does not know it (-1).
+    pub numa_node: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -5,6 +5,7 @@
 pub mod heatmap;
 pub mod histogram;
 pub mod model;
+pub mod placement;
 pub mod reader;
 pub mod recommend;
 pub mod render_html;

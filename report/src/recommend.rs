@@ -10,7 +10,7 @@ use crate::replay::{demand, replay, Bandwidth, PeriodDemand};
 /// One piece of advice.
 #[derive(Debug, Clone, Serialize)]
 pub struct Recommendation {
-    /// `cpu-burst`, `quota`, `threshold`.
+    /// `cpu-burst`, `quota`, `threshold`, `cpuset`.
     pub kind: &'static str,
     /// The setting: an annotation key, or the orchestrator's field.
     pub key: String,
@@ -21,6 +21,31 @@ pub struct Recommendation {
     /// Throttled time observed and predicted with the change (kernel's measure).
     pub observed_throttled_ns: u64,
     pub predicted_throttled_ns: Option<u64>,
+    /// For advice whose effect is not throttled time (`cpuset`): the figure it
+    /// changes, now and with the change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_effect: Option<Effect>,
+}
+
+/// A predicted effect other than throttled time.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Effect {
+    /// What is measured, e.g. `cpus_local_to_gpus`.
+    pub metric: &'static str,
+    pub observed: f64,
+    pub predicted: f64,
+}
+
+impl Effect {
+    /// ` -> metric 50 % (was 100 %)`, for the terminal and the page.
+    pub fn describe(&self) -> String {
+        format!(
+            " -> predicted {} {:.0} % (was {:.0} %)",
+            self.metric.replace('_', " "),
+            self.predicted * 100.0,
+            self.observed * 100.0
+        )
+    }
 }
 
 /// The demand rebuilt from the log, and what the replay needs.
@@ -85,6 +110,7 @@ pub fn recommend(c: &Container) -> Vec<Recommendation> {
         }
     }
     out.extend(threshold(c));
+    out.extend(crate::placement::placement(c));
     out
 }
 
@@ -126,6 +152,7 @@ fn burst(m: &Model) -> Option<Recommendation> {
         ),
         observed_throttled_ns: m.observed_ns,
         predicted_throttled_ns: Some(predicted as u64),
+        predicted_effect: None,
     })
 }
 
@@ -174,6 +201,7 @@ fn quota(c: &Container, m: &Model) -> Option<Recommendation> {
         ),
         observed_throttled_ns: m.observed_ns,
         predicted_throttled_ns: Some(predicted as u64),
+        predicted_effect: None,
     })
 }
 
@@ -198,10 +226,11 @@ fn threshold(c: &Container) -> Option<Recommendation> {
         ),
         observed_throttled_ns: c.kernel_throttled_ns().unwrap_or(0),
         predicted_throttled_ns: None,
+        predicted_effect: None,
     })
 }
 
-fn round_us(ns: u64) -> u64 {
+pub(crate) fn round_us(ns: u64) -> u64 {
     ns.div_ceil(1000) * 1000
 }
 
@@ -310,5 +339,46 @@ impl WhatIf {
             observed_throttled_ns: c.kernel_throttled_ns(),
             predicted_throttled_ns: predicted,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use throttlewatch_core::logfmt::{Record, Start, Throttle};
+
+    #[test]
+    fn a_noisy_log_gets_a_threshold_and_a_quiet_one_none() {
+        let mut c = Container::default();
+        c.add(
+            0,
+            Record::Start(Start {
+                period_us: 100_000,
+                ..Default::default()
+            }),
+        );
+        // 100 001 freezes: 95 % of 50 µs, 5 % of 5 ms.
+        for i in 0..100_001u64 {
+            let frozen_ns = if i % 20 == 0 { 5_000_000 } else { 50_000 };
+            c.add(
+                0,
+                Record::Throttle(Throttle {
+                    tid: 1,
+                    start_ns: i * 1_000_000,
+                    frozen_ns,
+                    ..Default::default()
+                }),
+            );
+        }
+        let r = threshold(&c).expect("a threshold for 100 001 records");
+        assert_eq!(r.key, "throttlewatch.io/threshold");
+        // The p90 is the short freezes' (clamped to at least 100 µs).
+        assert_eq!(r.value, "100us", "{r:?}");
+        c.start.as_mut().unwrap().threshold_ns = 1_000_000;
+        assert!(
+            threshold(&c).is_none(),
+            "a threshold of 1 ms is already set"
+        );
+        assert!(threshold(&Container::default()).is_none());
     }
 }

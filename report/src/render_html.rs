@@ -162,6 +162,10 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
                         short(p),
                         short(x.observed_throttled_ns)
                     ))
+                    .or_else(|| x
+                        .predicted_effect
+                        .as_ref()
+                        .map(crate::recommend::Effect::describe))
                     .unwrap_or_default()
             );
         }

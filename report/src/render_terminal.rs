@@ -282,6 +282,11 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
                         short(x.observed_throttled_ns)
                     )
                 })
+                .or_else(|| {
+                    x.predicted_effect
+                        .as_ref()
+                        .map(crate::recommend::Effect::describe)
+                })
                 .unwrap_or_default();
             let _ = writeln!(s, "  * {}={}  ({}){pred}", x.key, x.value, x.run_flag);
             let _ = writeln!(s, "    {}", x.reason);
