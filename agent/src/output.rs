@@ -23,8 +23,10 @@ pub enum Output {
         container: Arc<ContainerLabels>,
         record: ColdStart,
     },
-    /// A `runq` record was written; `slots` are the kernel's log2
-    /// histogram counts of the same interval (the metrics' buckets).
+    /// Run-queue waits of an interval: a `runq` record was written, or, at
+    /// the end, the rest since the last one (no record: `end` has the
+    /// totals). `slots` are the kernel's log2 histogram counts of the same
+    /// interval (the metrics' buckets).
     Runq {
         container: Arc<ContainerLabels>,
         record: Runq,

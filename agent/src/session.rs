@@ -183,7 +183,9 @@ impl Session {
             self.write_cold_start(rec, out);
         }
         self.write_summaries();
-        let end = self.end_record(reason, exit_code, &self.end_reading());
+        let reading = self.end_reading();
+        self.export_rest(&reading.0, out);
+        let end = self.end_record(reason, exit_code, &reading);
         let path = self.spec.log_path.clone();
         if let Err(e) = self
             .log
@@ -320,6 +322,23 @@ impl Session {
             kernel: now.since(&prev),
             probe_throttled_ns: probe.saturating_sub(before),
         });
+    }
+
+    /// What the metrics have not had yet: the counters since the last tick
+    /// and the run-queue waits since the last snapshot (a container shorter
+    /// than `snapshot_interval_s` has no other). No record is written: `end`
+    /// holds the totals.
+    fn export_rest(&mut self, cg: &CgroupReading, out: &mut Vec<Output>) {
+        self.export_counters(cg, out);
+        if let (Some(t), Some(now)) = (self.runq.as_mut(), self.now.runq) {
+            let slots = t.slots_since_last(&now);
+            let record = t.interval(now, self.now.mono_ns);
+            out.push(Output::Runq {
+                container: self.spec.labels.clone(),
+                record,
+                slots,
+            });
+        }
     }
 
     /// `throttle_summary`, `cpu_stat` and `runq` records; give up on a cold

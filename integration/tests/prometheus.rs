@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -23,12 +22,12 @@ use throttlewatch_integration::prometheus::{
 };
 use throttlewatch_integration::{burn_in, cpu_lock, unique, Scratch};
 
-fn agent_config(metrics_port: u16, grace_s: u64) -> PrivateConfig {
+fn agent_config(metrics_port: u16, grace_s: u64, snapshot_s: u64) -> PrivateConfig {
     let cfg = PrivateConfig::new("");
     let text = std::fs::read_to_string(&cfg.path).unwrap().replace(
         "metrics_addr = \"\"",
         &format!(
-            "metrics_addr = \"127.0.0.1:{metrics_port}\"\nsnapshot_interval_s = 1\nmetrics_grace_s = {grace_s}"
+            "metrics_addr = \"127.0.0.1:{metrics_port}\"\nsnapshot_interval_s = {snapshot_s}\nmetrics_grace_s = {grace_s}"
         ),
     );
     std::fs::write(&cfg.path, text).unwrap();
@@ -73,7 +72,7 @@ fn register(cfg: &PrivateConfig, cid: &str, cg: &TransientCgroup, ann: BTreeMap<
 fn dashboard_and_rules_return_data_from_a_real_prometheus() {
     let _cpu = cpu_lock();
     let agent_port = free_port();
-    let cfg = agent_config(agent_port, 300);
+    let cfg = agent_config(agent_port, 300, 1);
     let _agent = Agent::start(&cfg);
     let ns = format!("tw-prom-{}-{}", std::process::id(), unique());
     // The shipped rules, and the documented way to add a class to the
@@ -367,20 +366,33 @@ fn dump_panels(prom: &Prometheus, d: &Value, ns: &str, began: f64, path: &Path) 
     std::fs::write(path, serde_json::to_string(&out).unwrap()).unwrap();
 }
 
-/// An ended container's series stay `metrics_grace_s` (here 2 s), then go.
+/// A container shorter than `snapshot_interval_s` (60 s here) still has its
+/// run-queue waits in the metrics once it ended (the rest is exported at the
+/// end); its series stay `metrics_grace_s` (here 2 s), then go.
 #[test]
 fn ended_container_series_go_after_the_grace_period() {
     let port = free_port();
-    let cfg = agent_config(port, 2);
+    let cfg = agent_config(port, 2, 60);
     let _agent = Agent::start(&cfg);
     let h = Hierarchies::discover().unwrap();
     let cg = transient(&h, "grace");
-    let mut sleeper = Command::new("sleep").arg("60").spawn().unwrap();
-    cg.group.add_pid(sleeper.id()).unwrap();
     let cid = format!("tw-prom-grace-{}-{}", std::process::id(), unique());
     register(&cfg, &cid, &cg, BTreeMap::new());
     let key = format!("container_id=\"{cid}\"");
     let metrics = || http_get(port, "/metrics");
+    let waits = |body: &str| {
+        body.lines()
+            .find(|l| {
+                l.starts_with("throttlewatch_runq_latency_seconds_count{") && l.contains(&key)
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+    };
+    {
+        // Two threads on one CPU wait for each other.
+        let _cpu = cpu_lock();
+        let mut burner = burn_in(&cg, &["--threads", "2", "--ms", "1500", "--pin", "packed"]);
+        burner.wait().unwrap();
+    }
     let t = Instant::now();
     while !metrics().contains(&key) {
         assert!(
@@ -390,6 +402,11 @@ fn ended_container_series_go_after_the_grace_period() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_eq!(
+        waits(&metrics()),
+        None,
+        "no snapshot yet, no run-queue histogram"
+    );
     // As the hook's poststop sends it (the line, so the test does not
     // depend on the request's optional fields).
     let mut s = std::os::unix::net::UnixStream::connect(&cfg.socket).unwrap();
@@ -400,6 +417,10 @@ fn ended_container_series_go_after_the_grace_period() {
     s.read_to_string(&mut resp).unwrap();
     assert!(resp.contains("\"ok\":true"), "{resp}");
     let ended = Instant::now();
+    let body = metrics();
+    let n = waits(&body).unwrap_or_else(|| panic!("the end exports the run-queue waits: {body}"));
+    eprintln!("run-queue waits exported at the end: {n}");
+    assert!(n > 10, "1.5 s of two threads on one CPU: {body}");
     assert!(metrics().contains(&key), "gone before the grace period");
     while metrics().contains(&key) {
         assert!(
@@ -413,6 +434,4 @@ fn ended_container_series_go_after_the_grace_period() {
     eprintln!("series gone {gone_after:?} after the end (grace 2 s, ticks 1 s)");
     assert!(gone_after >= Duration::from_millis(1900), "{gone_after:?}");
     assert!(metrics().contains("throttlewatch_watched_containers 0"));
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
 }
