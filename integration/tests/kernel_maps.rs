@@ -10,7 +10,8 @@ use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
 use throttlewatch_integration::{bin, burn_in, cpu_lock, of_type, read_log, unique, Scratch};
 
 /// `throttlewatch watch` of two spinning threads (one per CPU) under a
-/// quota of 0.4 CPU, for 1.5 s; the `end` record.
+/// quota of 0.1 CPU (throttled on both CPUs every period even on a loaded
+/// machine), for 1.5 s; the `end` record.
 fn end_of_watch(episodes_env: Option<&str>) -> Value {
     let h = Hierarchies::discover().unwrap();
     let cg = TransientCgroup::create(
@@ -18,7 +19,7 @@ fn end_of_watch(episodes_env: Option<&str>) -> Value {
         &format!("/tw-test-mapfull-{}-{}", std::process::id(), unique()),
     )
     .unwrap();
-    cg.group.set_quota(Some(40_000), 100_000).unwrap();
+    cg.group.set_quota(Some(10_000), 100_000).unwrap();
     let mut b = burn_in(&cg, &["--threads", "2", "--ms", "3000", "--pin", "spread"]);
     let d = Scratch::new("mapfull");
     let log = d.0.join("w.jsonl");
