@@ -273,6 +273,8 @@ struct Agent {
     engine: Engine,
     state: StateDir,
     metrics: Arc<Mutex<Metrics>>,
+    /// The dynamic CPU controller's containers (docs/control.md).
+    controls: crate::control::Controls,
 }
 
 /// What the registration tells about the container's cold start; the CPU
@@ -337,6 +339,7 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         engine,
         state,
         metrics,
+        controls: crate::control::Controls::new(&cfg.control, &cfg.state_dir),
     };
     agent.restore();
     let listener = bind(&cfg.socket)?;
@@ -368,7 +371,14 @@ impl Agent {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
             if signals::received().is_some() {
-                // Containers keep running: flush and persist, never `end`.
+                // Containers keep running: flush and persist, never `end`;
+                // controlled ones get their original bandwidth back.
+                for id in self.controls.ids() {
+                    let rec = self
+                        .controls
+                        .release(id, crate::control::Release::AgentStop);
+                    self.control_records(id, rec.into_iter().collect());
+                }
                 self.engine.suspend();
                 self.persist_all();
                 eprintln!(
@@ -387,6 +397,8 @@ impl Agent {
             };
             let outputs = self.engine.poll(due);
             self.observe(&outputs);
+            let control = self.controls.poll(&mut self.engine);
+            self.observe(&control);
             if due >= Due::Tick {
                 last_tick = Instant::now();
                 if due == Due::Snapshot {
@@ -461,6 +473,7 @@ impl Agent {
         }
         // (scope, id): `web` of two runc roots or namespaces has two logs.
         let log_path: PathBuf = self.cfg.log_dir.join(key.log_file_name());
+        let wants_control = crate::control::requested(&r);
         let spec = SessionSpec {
             labels: Arc::new(labels),
             pid: r.pid,
@@ -472,6 +485,7 @@ impl Agent {
             register: Some(r),
             log: crate::budget::LogLimits::from_config(&self.cfg),
         };
+        let control_cgroup = g.clone();
         let watching = self.engine.sessions().count();
         let max = self.cfg.max_containers;
         let id = self.engine.watch(spec, g).map_err(|e| {
@@ -482,6 +496,14 @@ impl Agent {
                 e.to_string()
             }
         })?;
+        let recs = self.controls.attach(
+            id,
+            &key,
+            &control_cgroup,
+            wants_control,
+            crate::clock::Clock::monotonic_ns(),
+        );
+        self.control_records(id, recs);
         self.persist(id);
         self.count_watched();
         Ok(Response {
@@ -509,6 +531,10 @@ impl Agent {
 
     /// End a session: `end` written, state and metrics forgotten. Returns its log.
     fn end(&mut self, id: u64, reason: EndReason, exit_code: Option<i32>) -> Option<PathBuf> {
+        let rec = self
+            .controls
+            .release(id, crate::control::Release::ContainerEnd);
+        self.control_records(id, rec.into_iter().collect());
         let f = self.engine.finish(id, reason, exit_code)?;
         self.observe(&f.outputs);
         self.state.remove(&f.spec.key());
@@ -538,6 +564,22 @@ impl Agent {
             Ok(None) => {}
             Err(e) => eprintln!("throttlewatch agent: {}: sweeping: {e}", dir.display()),
         }
+    }
+
+    /// `control` records into the container's log and the metrics.
+    fn control_records(&mut self, id: u64, recs: Vec<throttlewatch_core::logfmt::Control>) {
+        let Some(s) = self.engine.session_mut(id) else {
+            return;
+        };
+        let mut out = vec![];
+        for rec in recs {
+            s.write_control(rec.clone());
+            out.push(Output::Control {
+                container: s.spec.labels.clone(),
+                record: rec,
+            });
+        }
+        self.observe(&out);
     }
 
     fn count_watched(&self) {
@@ -600,6 +642,7 @@ impl Agent {
                 let _ = w.write(Record::End(p.baseline.ended_while_agent_down()));
                 let _ = w.finish();
             }
+            self.controls.forget(&cid);
             self.state.remove(&cid);
         }
     }

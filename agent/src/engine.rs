@@ -156,6 +156,10 @@ impl Engine {
         self.sessions.get(&id)
     }
 
+    pub fn session_mut(&mut self, id: u64) -> Option<&mut Session> {
+        self.sessions.get_mut(&id)
+    }
+
     pub fn sessions(&self) -> impl Iterator<Item = (&u64, &Session)> {
         self.sessions.iter()
     }

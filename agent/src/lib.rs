@@ -9,6 +9,7 @@ pub mod cli;
 pub mod clock;
 pub mod coldstart;
 pub mod configcheck;
+pub mod control;
 pub mod daemon;
 pub mod engine;
 pub mod freezes;

@@ -65,6 +65,8 @@ pub struct Metrics {
     pub throttled_periods: FCounter,
     pub bursts: FCounter,
     pub burst_seconds: FCounter,
+    /// Changes the dynamic CPU controller made (docs/control.md).
+    pub control_changes: FCounter,
     /// Preemptions of watched threads, by `by`: same, other (container), host.
     pub runq_preemptions: Family<PreemptLabels, Counter<f64, AtomicU64>>,
     /// Cold-start stages, seconds after the runtime's create.
@@ -116,6 +118,7 @@ impl Metrics {
             throttled_periods: reg(&mut r, "throttled_periods", "Periods in which the group was throttled (cpu.stat nr_throttled)"),
             bursts: reg(&mut r, "bursts", "Periods in which burst was used (cpu.stat nr_bursts)"),
             burst_seconds: reg(&mut r, "burst_seconds", "Time spent over quota thanks to burst (cpu.stat burst_time)"),
+            control_changes: reg(&mut r, "control_changes", "Bandwidth changes by the dynamic CPU controller (raise, lower, restore, adopt: the log's control records)"),
             runq_preemptions: reg(&mut r, "runq_preemptions", "Watched threads switched out runnable, by who preempted them (same, other, host)"),
             cold_start_seconds: {
                 r.register("cold_start_seconds", "Cold-start stages, seconds after the runtime's create, by namespace, class and stage", cold_start_seconds.clone());
@@ -153,6 +156,9 @@ impl Metrics {
                 kernel,
                 probe_throttled_ns,
             } => self.observe_counters(container, kernel, *probe_throttled_ns),
+            Output::Control { container, .. } => {
+                self.control_changes.get_or_create(container).inc();
+            }
             Output::LostEvents { count } => {
                 self.lost_events.inc_by(*count);
             }
@@ -189,6 +195,7 @@ impl Metrics {
             &self.throttled_periods,
             &self.bursts,
             &self.burst_seconds,
+            &self.control_changes,
         ] {
             f.remove(l);
         }

@@ -39,6 +39,11 @@ pub enum Output {
         kernel: CpuStat,
         probe_throttled_ns: u64,
     },
+    /// The dynamic CPU controller wrote a `control` record.
+    Control {
+        container: Arc<ContainerLabels>,
+        record: throttlewatch_core::logfmt::Control,
+    },
     /// Events lost node-wide since the last poll that read the totals.
     LostEvents { count: u64 },
 }

@@ -276,6 +276,11 @@ impl Session {
         }
     }
 
+    /// A change of the dynamic CPU controller (`crate::control`).
+    pub fn write_control(&mut self, rec: logfmt::Control) {
+        self.write(Record::Control(rec));
+    }
+
     /// A freeze: counted; a `throttle` record when at or above the
     /// threshold and within the byte budget, else folded into its thread's
     /// summary for the interval.

@@ -47,27 +47,56 @@ impl Default for ControlConfig {
 impl ControlConfig {
     /// Every value in range, or the field, its value and what is accepted.
     pub fn check(&self) -> Result<(), String> {
-        let bad = |k: &str, v: String, want: &str| Err(format!("[control] {k} = {v}: expected {want}"));
+        let bad =
+            |k: &str, v: String, want: &str| Err(format!("[control] {k} = {v}: expected {want}"));
         if !(1..=100).contains(&self.burst_ceiling_percent) {
-            return bad("burst_ceiling_percent", self.burst_ceiling_percent.to_string(), "1 to 100 (the kernel caps a burst at the quota)");
+            return bad(
+                "burst_ceiling_percent",
+                self.burst_ceiling_percent.to_string(),
+                "1 to 100 (the kernel caps a burst at the quota)",
+            );
         }
         if !(100..=1000).contains(&self.quota_ceiling_percent) {
-            return bad("quota_ceiling_percent", self.quota_ceiling_percent.to_string(), "100 to 1000 (percent of the original quota)");
+            return bad(
+                "quota_ceiling_percent",
+                self.quota_ceiling_percent.to_string(),
+                "100 to 1000 (percent of the original quota)",
+            );
         }
         if !(1..=100).contains(&self.step_percent) {
-            return bad("step_percent", self.step_percent.to_string(), "1 to 100 (percent of the original quota)");
+            return bad(
+                "step_percent",
+                self.step_percent.to_string(),
+                "1 to 100 (percent of the original quota)",
+            );
         }
         if !(10..=60_000).contains(&self.cooldown_ms) {
-            return bad("cooldown_ms", self.cooldown_ms.to_string(), "10 to 60000 milliseconds");
+            return bad(
+                "cooldown_ms",
+                self.cooldown_ms.to_string(),
+                "10 to 60000 milliseconds",
+            );
         }
         if !(100..=600_000).contains(&self.calm_ms) {
-            return bad("calm_ms", self.calm_ms.to_string(), "100 to 600000 milliseconds");
+            return bad(
+                "calm_ms",
+                self.calm_ms.to_string(),
+                "100 to 600000 milliseconds",
+            );
         }
         if !(0.0..=100.0).contains(&self.pressure_psi_some_avg10) {
-            return bad("pressure_psi_some_avg10", self.pressure_psi_some_avg10.to_string(), "0 to 100 (percent; 100: never)");
+            return bad(
+                "pressure_psi_some_avg10",
+                self.pressure_psi_some_avg10.to_string(),
+                "0 to 100 (percent; 100: never)",
+            );
         }
         if !(0.0..=100.0).contains(&self.pressure_idle_percent) {
-            return bad("pressure_idle_percent", self.pressure_idle_percent.to_string(), "0 to 100 (percent; 0: never)");
+            return bad(
+                "pressure_idle_percent",
+                self.pressure_idle_percent.to_string(),
+                "0 to 100 (percent; 0: never)",
+            );
         }
         Ok(())
     }
@@ -85,11 +114,17 @@ mod tests {
             ..Default::default()
         };
         let e = c.check().unwrap_err();
-        assert!(e.contains("quota_ceiling_percent = 50") && e.contains("100 to 1000"), "{e}");
+        assert!(
+            e.contains("quota_ceiling_percent = 50") && e.contains("100 to 1000"),
+            "{e}"
+        );
         let c = ControlConfig {
             burst_ceiling_percent: 150,
             ..Default::default()
         };
-        assert!(c.check().unwrap_err().contains("burst_ceiling_percent = 150"));
+        assert!(c
+            .check()
+            .unwrap_err()
+            .contains("burst_ceiling_percent = 150"));
     }
 }

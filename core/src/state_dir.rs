@@ -8,6 +8,7 @@
 //! bursts/<id>.json         the CFS burst the hook applied (the wrapper/shim restore it on update)
 //! cpusets/                 exclusive cpuset holdings (throttlewatch-qos: cpusets.json, cpusets.lock)
 //! unwatched/<id>           a container the agent was never told about (the hook skips its unregister)
+//! control/<id>.json        the bandwidth a controlled container had before the agent moved it (restored after a crash)
 //! ```
 //! `<id>` is the container's [`ContainerKey::file_stem`]: the id escaped like
 //! the log file names (so it never leaves its directory), then `@<scope>`
@@ -25,6 +26,7 @@ pub const CONTAINERS_DIR: &str = "containers";
 pub const BURSTS_DIR: &str = "bursts";
 pub const CPUSETS_DIR: &str = "cpusets";
 pub const UNWATCHED_DIR: &str = "unwatched";
+pub const CONTROL_DIR: &str = "control";
 /// Mode of the state directory and its subdirectories.
 pub const DIR_MODE: u32 = 0o700;
 /// Mode of the files in it.
@@ -65,6 +67,15 @@ impl StateDir {
     /// `bursts/<key>.json`.
     pub fn burst_file(&self, key: &ContainerKey) -> PathBuf {
         self.bursts_dir().join(format!("{}.json", key.file_stem()))
+    }
+
+    pub fn control_dir(&self) -> PathBuf {
+        self.root.join(CONTROL_DIR)
+    }
+
+    /// `control/<key>.json`.
+    pub fn control_file(&self, key: &ContainerKey) -> PathBuf {
+        self.control_dir().join(format!("{}.json", key.file_stem()))
     }
 
     pub fn cpusets_dir(&self) -> PathBuf {

@@ -437,7 +437,9 @@ fn cpu_control_from_annotation_preset_not_env() {
     assert_eq!(r.cpu_control, None);
     let text = refused[0].to_string();
     assert!(
-        text.contains("throttlewatch.io/cpu-control") && text.contains("sometimes") && text.contains("expected auto or off"),
+        text.contains("throttlewatch.io/cpu-control")
+            && text.contains("sometimes")
+            && text.contains("expected auto or off"),
         "{text}"
     );
     // The environment cannot turn it on by default (an image's ENV lands there).

@@ -1,0 +1,336 @@
+//! The dynamic CPU controller (docs/control.md): for each container that
+//! asks for `cpu-control: auto` on a node whose `[control]` enables it,
+//! one [`policy::Policy`] fed with the probe's throttled time every poll.
+//!
+//! Writes go to the cgroup (v1 `cpu.cfs_quota_us`/`cpu.cfs_burst_us`, v2
+//! `cpu.max`/`cpu.max.burst`) through the cgroup crate. Before each write the
+//! originals and the values about to be written are journalled in
+//! `<state_dir>/control/` so that an agent killed mid-way finds them and
+//! restores the originals at its restart. Values in the cgroup that the
+//! controller did not write are an operator's update: they win and become
+//! the new originals.
+
+pub mod journal;
+pub mod node;
+pub mod policy;
+
+use std::collections::HashMap;
+
+use throttlewatch_bpf::EpisodeTotals;
+use throttlewatch_cgroup::{CgroupError, CpuCgroup};
+use throttlewatch_core::control_config::ControlConfig;
+use throttlewatch_core::logfmt::control::{Bandwidth, Control, ControlSignal};
+use throttlewatch_core::protocol::Register;
+use throttlewatch_core::ContainerKey;
+use throttlewatch_qos::Key;
+
+use crate::clock::Clock;
+use crate::engine::Engine;
+use crate::output::Output;
+use journal::{Journal, Journalled};
+use node::NodeSignal;
+use policy::{Interval, Policy, Settings};
+
+/// Why the originals go back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    ContainerEnd,
+    AgentStop,
+}
+
+impl Release {
+    fn as_str(self) -> &'static str {
+        match self {
+            Release::ContainerEnd => "container_end",
+            Release::AgentStop => "agent_stop",
+        }
+    }
+}
+
+/// Whether the container asked for control: the hook's parsed request
+/// (`qos.request.cpu_control`, which a class preset fills) where there is
+/// one, else the annotation itself.
+pub fn requested(r: &Register) -> bool {
+    let from_qos = r.qos.as_ref().and_then(|q| {
+        q.get("request")?
+            .get("cpu_control")?
+            .as_str()
+            .map(str::to_owned)
+    });
+    match from_qos {
+        Some(v) => v == "auto",
+        None => r
+            .annotations
+            .get(&Key::CpuControl.annotation())
+            .is_some_and(|v| {
+                throttlewatch_qos::CpuControl::parse(v) == Some(throttlewatch_qos::CpuControl::Auto)
+            }),
+    }
+}
+
+/// The bandwidth in the cgroup; None without a quota or when unreadable.
+/// Without a burst file, burst reads 0 and is never written.
+pub fn read_bandwidth(cg: &CpuCgroup) -> Option<(Bandwidth, bool)> {
+    let l = cg.limits().ok()?;
+    Some((
+        Bandwidth {
+            quota_us: l.quota_us?,
+            period_us: l.period_us,
+            burst_us: l.burst_us.unwrap_or(0),
+        },
+        l.burst_us.is_some(),
+    ))
+}
+
+/// Write `after` over `before`: the quota (and period) only when they
+/// change, then the burst (the cgroup crate clears burst before a quota
+/// write, since the kernel refuses a burst above the quota).
+pub fn write_bandwidth(
+    cg: &CpuCgroup,
+    before: Bandwidth,
+    after: Bandwidth,
+    has_burst: bool,
+) -> Result<(), CgroupError> {
+    let quota_changed = (before.quota_us, before.period_us) != (after.quota_us, after.period_us);
+    if quota_changed {
+        cg.set_quota(Some(after.quota_us), after.period_us)?;
+    }
+    if has_burst && (quota_changed || before.burst_us != after.burst_us) {
+        cg.set_burst(after.burst_us)?;
+    }
+    Ok(())
+}
+
+struct Controlled {
+    key: ContainerKey,
+    cgroup: CpuCgroup,
+    policy: Policy,
+    has_burst: bool,
+    last: EpisodeTotals,
+    last_mono: u64,
+}
+
+/// Every controlled container of the agent.
+pub struct Controls {
+    settings: Option<Settings>,
+    groups: HashMap<u64, Controlled>,
+    node: NodeSignal,
+    journal: Journal,
+}
+
+impl Controls {
+    pub fn new(cfg: &ControlConfig, state_dir: &std::path::Path) -> Controls {
+        Controls {
+            settings: cfg.enabled.then(|| Settings::from_config(cfg)),
+            groups: HashMap::new(),
+            node: NodeSignal::new(),
+            journal: Journal::new(state_dir),
+        }
+    }
+
+    pub fn is_controlled(&self, id: u64) -> bool {
+        self.groups.contains_key(&id)
+    }
+
+    /// A container just watched (registered, or resumed after a restart):
+    /// put back what a previous agent left, then control it if it asked
+    /// and the node allows. Returns the records for its log.
+    pub fn attach(
+        &mut self,
+        id: u64,
+        key: &ContainerKey,
+        cg: &CpuCgroup,
+        wants: bool,
+        mono_ns: u64,
+    ) -> Vec<Control> {
+        let mut records = vec![];
+        let Some((mut now, has_burst)) = read_bandwidth(cg) else {
+            self.journal.remove(key);
+            return records;
+        };
+        let control = wants && self.settings.is_some();
+        if let Some(prev) = self.journal.load(key).filter(|j| j.cgroup_id == id) {
+            if prev.written.contains(&now) {
+                if now != prev.original {
+                    let cause = if control {
+                        "agent_restart"
+                    } else {
+                        "control_off"
+                    };
+                    match write_bandwidth(cg, now, prev.original, has_burst) {
+                        Ok(()) => {
+                            records.push(record(
+                                "restore",
+                                cause,
+                                now,
+                                prev.original,
+                                prev.original,
+                                Default::default(),
+                            ));
+                            now = prev.original;
+                        }
+                        Err(e) => tracing::warn!("{key}: restoring the original bandwidth: {e}"),
+                    }
+                }
+            } else {
+                // Changed while no agent ran: an operator's update.
+                records.push(record(
+                    "adopt",
+                    "operator_update",
+                    prev.original,
+                    now,
+                    now,
+                    Default::default(),
+                ));
+            }
+        }
+        self.journal.remove(key);
+        if !control {
+            return records;
+        }
+        let s = self.settings.clone().expect("control is enabled");
+        self.groups.insert(
+            id,
+            Controlled {
+                key: key.clone(),
+                cgroup: cg.clone(),
+                policy: Policy::new(s, now, mono_ns),
+                has_burst,
+                last: EpisodeTotals::default(),
+                last_mono: 0,
+            },
+        );
+        records
+    }
+
+    /// One poll: every controlled container's interval, its decision, the
+    /// write and its `control` record. Returns the outputs for the metrics.
+    pub fn poll(&mut self, engine: &mut Engine) -> Vec<Output> {
+        if self.groups.is_empty() {
+            return vec![];
+        }
+        let pressure = self.node.read();
+        let mono = Clock::monotonic_ns();
+        let mut out = vec![];
+        for (id, g) in self.groups.iter_mut() {
+            let totals = engine.probe().episode_totals(*id);
+            let prev = std::mem::replace(&mut g.last, totals);
+            let prev_mono = std::mem::replace(&mut g.last_mono, mono);
+            if prev_mono == 0 {
+                continue; // the first reading is the baseline
+            }
+            let Some((now, has_burst)) = read_bandwidth(&g.cgroup) else {
+                continue; // gone, or the quota removed: nothing to control
+            };
+            g.has_burst = has_burst;
+            let rec = if now != g.policy.current() {
+                let before = g.policy.current();
+                g.policy.adopt(now, mono);
+                Some(record(
+                    "adopt",
+                    "operator_update",
+                    before,
+                    now,
+                    now,
+                    Default::default(),
+                ))
+            } else {
+                let iv = Interval {
+                    now_ns: mono,
+                    length_ns: mono.saturating_sub(prev_mono),
+                    throttled_ns: totals.total_ns.saturating_sub(prev.total_ns),
+                    episodes: totals.count.saturating_sub(prev.count),
+                };
+                g.policy.step(&iv, &pressure).and_then(|c| {
+                    let original = g.policy.original();
+                    self.journal.save(
+                        &g.key,
+                        &Journalled {
+                            cgroup_id: *id,
+                            original,
+                            written: vec![c.before, c.after],
+                        },
+                    );
+                    match write_bandwidth(&g.cgroup, c.before, c.after, g.has_burst) {
+                        Ok(()) => Some(record(
+                            c.action(),
+                            c.cause.as_str(),
+                            c.before,
+                            c.after,
+                            original,
+                            c.signal,
+                        )),
+                        Err(e) => {
+                            tracing::warn!("{}: writing the bandwidth: {e}", g.key);
+                            g.policy.undo(&c);
+                            None
+                        }
+                    }
+                })
+            };
+            if let Some(rec) = rec {
+                if let Some(s) = engine.session_mut(*id) {
+                    s.write_control(rec.clone());
+                    out.push(Output::Control {
+                        container: s.spec.labels.clone(),
+                        record: rec,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Stop controlling: the originals back where the cgroup still holds
+    /// what the controller wrote (an operator's later value stays).
+    pub fn release(&mut self, id: u64, why: Release) -> Option<Control> {
+        let g = self.groups.remove(&id)?;
+        self.journal.remove(&g.key);
+        let (now, has_burst) = read_bandwidth(&g.cgroup)?;
+        let original = g.policy.original();
+        if now != g.policy.current() || now == original {
+            return None;
+        }
+        match write_bandwidth(&g.cgroup, now, original, has_burst) {
+            Ok(()) => Some(record(
+                "restore",
+                why.as_str(),
+                now,
+                original,
+                original,
+                Default::default(),
+            )),
+            Err(e) => {
+                tracing::warn!("{}: restoring the original bandwidth: {e}", g.key);
+                None
+            }
+        }
+    }
+
+    /// A container that ended while no agent ran: nothing to restore.
+    pub fn forget(&self, key: &ContainerKey) {
+        self.journal.remove(key);
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.groups.keys().copied().collect()
+    }
+}
+
+fn record(
+    action: &str,
+    cause: &str,
+    before: Bandwidth,
+    after: Bandwidth,
+    original: Bandwidth,
+    signal: ControlSignal,
+) -> Control {
+    Control {
+        action: action.into(),
+        cause: cause.into(),
+        before,
+        after,
+        original,
+        signal,
+    }
+}

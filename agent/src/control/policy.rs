@@ -1,0 +1,262 @@
+//! The controller's decisions, free of I/O: one interval's throttled time
+//! and the node's pressure in, a new burst/quota (or nothing) out.
+//!
+//! Up: burst first (it only lends the runtime a group left unused, so it
+//! costs nothing over a window), up to its ceiling; then quota, in steps of
+//! at least the throttled time seen per period, up to its ceiling; at most
+//! once per cooldown. Down: after `calm` without throttling, or every
+//! cooldown while the node is under pressure: quota first, then burst,
+//! never below the originals.
+
+use throttlewatch_core::control_config::ControlConfig;
+use throttlewatch_core::logfmt::control::{Bandwidth, ControlSignal};
+
+/// The node's bounds, from `[control]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub burst_ceiling_percent: u32,
+    pub quota_ceiling_percent: u32,
+    pub step_percent: u32,
+    pub cooldown_ns: u64,
+    pub calm_ns: u64,
+    pub pressure_psi: f64,
+    pub pressure_idle: f64,
+}
+
+impl Settings {
+    pub fn from_config(c: &ControlConfig) -> Settings {
+        Settings {
+            burst_ceiling_percent: c.burst_ceiling_percent.min(100),
+            quota_ceiling_percent: c.quota_ceiling_percent.max(100),
+            step_percent: c.step_percent.max(1),
+            cooldown_ns: c.cooldown_ms * 1_000_000,
+            calm_ns: c.calm_ms * 1_000_000,
+            pressure_psi: c.pressure_psi_some_avg10,
+            pressure_idle: c.pressure_idle_percent,
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::from_config(&ControlConfig::default())
+    }
+}
+
+/// The node's CPU pressure, as read (see `node.rs`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Pressure {
+    pub psi_some_avg10: Option<f64>,
+    pub idle_percent: Option<f64>,
+}
+
+impl Pressure {
+    /// PSI where the kernel has it, idle CPU otherwise.
+    pub fn is_high(&self, s: &Settings) -> bool {
+        match (self.psi_some_avg10, self.idle_percent) {
+            (Some(p), _) => s.pressure_psi < 100.0 && p >= s.pressure_psi,
+            (None, Some(i)) => s.pressure_idle > 0.0 && i <= s.pressure_idle,
+            (None, None) => false,
+        }
+    }
+}
+
+/// One interval as the probe saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Interval {
+    /// CLOCK_MONOTONIC at its end.
+    pub now_ns: u64,
+    pub length_ns: u64,
+    /// Throttled time of the group's (cgroup, CPU) episodes in it.
+    pub throttled_ns: u64,
+    pub episodes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    Throttled,
+    Calm,
+    NodePressure,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Throttled => "throttled",
+            Cause::Calm => "calm",
+            Cause::NodePressure => "node_pressure",
+        }
+    }
+}
+
+/// One decision: the values to write and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub before: Bandwidth,
+    pub after: Bandwidth,
+    pub cause: Cause,
+    pub signal: ControlSignal,
+}
+
+impl Change {
+    pub fn action(&self) -> &'static str {
+        if self.after.quota_us + self.after.burst_us > self.before.quota_us + self.before.burst_us {
+            "raise"
+        } else {
+            "lower"
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    s: Settings,
+    original: Bandwidth,
+    current: Bandwidth,
+    last_change_ns: Option<u64>,
+    /// The end of the last throttled interval (or the start).
+    last_throttled_ns: u64,
+}
+
+impl Policy {
+    pub fn new(s: Settings, original: Bandwidth, now_ns: u64) -> Policy {
+        Policy {
+            s,
+            original,
+            current: original,
+            last_change_ns: None,
+            last_throttled_ns: now_ns,
+        }
+    }
+
+    pub fn original(&self) -> Bandwidth {
+        self.original
+    }
+
+    pub fn current(&self) -> Bandwidth {
+        self.current
+    }
+
+    /// Highest quota and burst.
+    pub fn ceilings(&self) -> (u64, u64) {
+        let o = self.original;
+        let quota = (o.quota_us * self.s.quota_ceiling_percent as u64 / 100).max(o.quota_us);
+        let burst = (o.quota_us * self.s.burst_ceiling_percent as u64 / 100).max(o.burst_us);
+        (quota, burst)
+    }
+
+    /// The smallest step, µs.
+    fn min_step(&self) -> u64 {
+        (self.original.quota_us * self.s.step_percent as u64 / 100).max(1)
+    }
+
+    /// Decide on one interval; the change is taken as written (the caller
+    /// writes it, or calls [`Policy::undo`] if the write failed).
+    pub fn step(&mut self, iv: &Interval, p: &Pressure) -> Option<Change> {
+        let since_change = self
+            .last_change_ns
+            .map_or(u64::MAX, |t| iv.now_ns.saturating_sub(t));
+        if iv.throttled_ns > 0 {
+            self.last_throttled_ns = iv.now_ns;
+        }
+        let quiet_ns = iv.now_ns.saturating_sub(self.last_throttled_ns);
+        let pressure = p.is_high(&self.s);
+        let signal = ControlSignal {
+            throttled_ns: iv.throttled_ns,
+            episodes: iv.episodes,
+            interval_ns: iv.length_ns,
+            quiet_ns,
+            psi_some_avg10: p.psi_some_avg10,
+            idle_percent: p.idle_percent,
+        };
+        let (after, cause) = if pressure {
+            if since_change < self.s.cooldown_ns {
+                return None;
+            }
+            (self.lowered(true), Cause::NodePressure)
+        } else if iv.throttled_ns > 0 {
+            if since_change < self.s.cooldown_ns {
+                return None;
+            }
+            (self.raised(iv), Cause::Throttled)
+        } else if quiet_ns >= self.s.calm_ns && since_change >= self.s.calm_ns {
+            (self.lowered(false), Cause::Calm)
+        } else {
+            return None;
+        };
+        if after == self.current {
+            return None;
+        }
+        let before = std::mem::replace(&mut self.current, after);
+        self.last_change_ns = Some(iv.now_ns);
+        Some(Change {
+            before,
+            after,
+            cause,
+            signal,
+        })
+    }
+
+    /// Burst first, then quota; a step is the throttled time per period,
+    /// at least the minimum step.
+    fn raised(&self, iv: &Interval) -> Bandwidth {
+        let c = self.current;
+        let (quota_max, burst_max) = self.ceilings();
+        let per_period_us = if iv.length_ns == 0 {
+            0
+        } else {
+            (iv.throttled_ns as u128 * c.period_us as u128 / iv.length_ns as u128) as u64
+        };
+        let step = per_period_us.max(self.min_step());
+        let mut n = c;
+        if c.burst_us < burst_max {
+            n.burst_us = (c.burst_us + step).min(burst_max);
+        } else if c.quota_us < quota_max {
+            n.quota_us = (c.quota_us + step).min(quota_max);
+        }
+        n.burst_us = n.burst_us.min(n.quota_us);
+        n
+    }
+
+    /// Quota first, then burst, toward the originals: a fifth of the
+    /// current value (Koordinator's ×0.8), at least the minimum step; under
+    /// pressure half of what is above the original, at least the same.
+    fn lowered(&self, pressure: bool) -> Bandwidth {
+        let (c, o) = (self.current, self.original);
+        let mut n = c;
+        let step = |cur: u64, orig: u64| {
+            let by = if pressure {
+                (cur - orig).div_ceil(2)
+            } else {
+                cur / 5
+            };
+            cur.saturating_sub(by.max(self.min_step())).max(orig)
+        };
+        if c.quota_us > o.quota_us {
+            n.quota_us = step(c.quota_us, o.quota_us);
+        } else if c.burst_us > o.burst_us {
+            n.burst_us = step(c.burst_us, o.burst_us);
+        }
+        n.burst_us = n.burst_us.min(n.quota_us);
+        n
+    }
+
+    /// A change the kernel refused: the values stay what they were.
+    pub fn undo(&mut self, c: &Change) {
+        self.current = c.before;
+    }
+
+    /// Values read from the cgroup that the controller did not write (an
+    /// operator's update, or a write that failed): they are the new
+    /// original, and control starts over from them.
+    pub fn adopt(&mut self, read: Bandwidth, now_ns: u64) {
+        self.original = read;
+        self.current = read;
+        self.last_change_ns = Some(now_ns);
+        self.last_throttled_ns = now_ns;
+    }
+}
+
+#[cfg(test)]
+#[path = "policy_tests.rs"]
+mod tests;

@@ -1,0 +1,198 @@
+use super::*;
+
+const MS: u64 = 1_000_000;
+
+fn orig() -> Bandwidth {
+    Bandwidth {
+        quota_us: 50_000,
+        period_us: 100_000,
+        burst_us: 0,
+    }
+}
+
+fn iv(now_ms: u64, throttled_ms: u64) -> Interval {
+    Interval {
+        now_ns: now_ms * MS,
+        length_ns: 50 * MS,
+        throttled_ns: throttled_ms * MS,
+        episodes: u64::from(throttled_ms > 0),
+    }
+}
+
+fn calm() -> Pressure {
+    Pressure {
+        psi_some_avg10: Some(1.0),
+        idle_percent: None,
+    }
+}
+
+/// Throttled every 50 ms interval until nothing moves.
+fn saturate(p: &mut Policy, from_ms: u64) -> (Vec<Change>, u64) {
+    let mut changes = vec![];
+    let mut t = from_ms;
+    for _ in 0..400 {
+        t += 50;
+        if let Some(c) = p.step(&iv(t, 20), &calm()) {
+            changes.push(c);
+        }
+    }
+    (changes, t)
+}
+
+#[test]
+fn burst_first_then_quota_within_ceilings() {
+    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let first = p.step(&iv(50, 20), &calm()).unwrap();
+    assert_eq!(first.cause, Cause::Throttled);
+    assert_eq!(first.action(), "raise");
+    assert_eq!(first.after.quota_us, 50_000, "burst first");
+    // 20 ms throttled in 50 ms = 40 ms per 100 ms period: the step.
+    assert_eq!(first.after.burst_us, 40_000);
+    let (changes, _) = saturate(&mut p, 50);
+    let (quota_max, burst_max) = p.ceilings();
+    assert_eq!((quota_max, burst_max), (150_000, 50_000));
+    assert_eq!(p.current().burst_us, burst_max);
+    assert_eq!(p.current().quota_us, quota_max);
+    for c in &changes {
+        assert!(c.after.quota_us <= quota_max && c.after.burst_us <= burst_max);
+        assert!(c.after.burst_us <= c.after.quota_us, "the kernel's cap");
+    }
+    // Quota moved only once burst was at its ceiling.
+    let first_quota = changes
+        .iter()
+        .position(|c| c.after.quota_us > 50_000)
+        .unwrap();
+    assert!(changes[..first_quota]
+        .iter()
+        .all(|c| c.after.burst_us <= burst_max));
+    assert_eq!(changes[first_quota].before.burst_us, burst_max);
+}
+
+#[test]
+fn cooldown_spaces_raises() {
+    let mut p = Policy::new(Settings::default(), orig(), 0);
+    assert!(p.step(&iv(50, 5), &calm()).is_some());
+    assert!(
+        p.step(&iv(100, 5), &calm()).is_none(),
+        "50 ms < cooldown 100 ms"
+    );
+    assert!(p.step(&iv(150, 5), &calm()).is_some());
+}
+
+#[test]
+fn small_throttling_steps_by_the_minimum() {
+    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let c = p.step(&iv(50, 0), &calm());
+    assert!(c.is_none(), "nothing throttled, nothing raised");
+    let c = p
+        .step(
+            &Interval {
+                throttled_ns: 100_000,
+                ..iv(100, 0)
+            },
+            &calm(),
+        )
+        .unwrap();
+    assert_eq!(c.after.burst_us, 10_000, "20 % of the original quota");
+}
+
+#[test]
+fn calm_steps_back_to_the_originals_never_below() {
+    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let (_, mut t) = saturate(&mut p, 0);
+    let mut downs = vec![];
+    for _ in 0..2000 {
+        t += 50;
+        if let Some(c) = p.step(&iv(t, 0), &calm()) {
+            downs.push((t, c));
+        }
+    }
+    assert!(downs
+        .iter()
+        .all(|(_, c)| c.cause == Cause::Calm && c.action() == "lower"));
+    // The first step waits for calm (2 s), and they are 2 s apart.
+    let first_t = downs[0].0;
+    assert!(first_t - 20_000 >= 2000, "{first_t}");
+    assert!(downs.windows(2).all(|w| w[1].0 - w[0].0 >= 2000));
+    // Quota comes down before burst.
+    let q_done = downs
+        .iter()
+        .position(|(_, c)| c.after.quota_us == 50_000)
+        .unwrap();
+    assert!(downs[..=q_done]
+        .iter()
+        .all(|(_, c)| c.after.burst_us == 50_000));
+    assert_eq!(p.current(), orig());
+    for (_, c) in &downs {
+        assert!(c.after.quota_us >= 50_000 && c.after.burst_us <= c.after.quota_us);
+    }
+}
+
+#[test]
+fn node_pressure_stops_raises_and_steps_down_fast() {
+    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let (_, mut t) = saturate(&mut p, 0);
+    let high = Pressure {
+        psi_some_avg10: Some(75.0),
+        idle_percent: None,
+    };
+    let mut downs = 0;
+    for _ in 0..40 {
+        t += 50;
+        // Still throttled: pressure wins.
+        if let Some(c) = p.step(&iv(t, 20), &high) {
+            assert_eq!(c.cause, Cause::NodePressure);
+            assert_eq!(c.action(), "lower");
+            assert_eq!(c.signal.psi_some_avg10, Some(75.0));
+            downs += 1;
+        }
+    }
+    assert_eq!(p.current(), orig(), "back to the originals within 2 s");
+    assert!(downs >= 3);
+    // Without PSI, idle CPU is the guard.
+    let idle = Pressure {
+        psi_some_avg10: None,
+        idle_percent: Some(5.0),
+    };
+    assert!(idle.is_high(&Settings::default()));
+    assert!(!Pressure {
+        idle_percent: Some(50.0),
+        ..idle
+    }
+    .is_high(&Settings::default()));
+    // 100 turns the PSI guard off.
+    let off = Settings {
+        pressure_psi: 100.0,
+        ..Settings::default()
+    };
+    assert!(!Pressure {
+        psi_some_avg10: Some(100.0),
+        idle_percent: None
+    }
+    .is_high(&off));
+}
+
+#[test]
+fn an_original_burst_above_the_ceiling_is_kept_and_adopt_restarts() {
+    let s = Settings {
+        burst_ceiling_percent: 10,
+        ..Settings::default()
+    };
+    let o = Bandwidth {
+        burst_us: 20_000,
+        ..orig()
+    };
+    let mut p = Policy::new(s, o, 0);
+    assert_eq!(p.ceilings().1, 20_000);
+    let c = p.step(&iv(50, 20), &calm()).unwrap();
+    assert_eq!(c.after.burst_us, 20_000);
+    assert!(c.after.quota_us > 50_000, "burst at its ceiling: quota");
+    let upd = Bandwidth {
+        quota_us: 80_000,
+        period_us: 100_000,
+        burst_us: 0,
+    };
+    p.adopt(upd, 100 * MS);
+    assert_eq!((p.original(), p.current()), (upd, upd));
+    assert_eq!(p.ceilings().0, 240_000);
+}
