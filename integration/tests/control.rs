@@ -1,0 +1,301 @@
+//! Issue 15: the dynamic CPU controller on real cgroups with the real agent.
+//! A bursty group under `cpu-control: auto` gets its burst, then its quota,
+//! raised within the ceilings and is throttled less than an uncontrolled
+//! twin running the same work beside it; its original values come back at
+//! its end, after an agent SIGKILL + restart, and at agent stop; an
+//! operator's write to the cgroup during control becomes the new original.
+//! (The node guard's step-down is tested on synthetic PSI in
+//! agent/src/control/policy_tests.rs: this machine's load is not ours to set.)
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
+use throttlewatch_core::protocol::{call, Register, Request};
+use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+use throttlewatch_integration::{burn_in, cpu_lock, of_type, read_log, unique};
+
+const QUOTA: u64 = 50_000;
+const PERIOD: u64 = 100_000;
+
+/// Control on, the node guard off (this shared machine's pressure is not
+/// the test's), the default ceilings: quota 300 %, burst 100 % of the quota.
+const CONTROL: &str =
+    "[control]\nenabled = true\npressure_psi_some_avg10 = 100.0\npressure_idle_percent = 0.0\n";
+
+fn group(tag: &str) -> TransientCgroup {
+    let h = Hierarchies::discover().unwrap();
+    let rel = format!("/tw-test-control-{tag}-{}-{}", std::process::id(), unique());
+    let cg = TransientCgroup::create(&h, &rel).unwrap();
+    cg.group.set_quota(Some(QUOTA), PERIOD).unwrap();
+    cg.group.set_burst(0).unwrap();
+    // The most weight, so the group reaches its quota on a loaded machine.
+    let (file, weight) = match cg.group.cpu_dir.join("cpu.shares").exists() {
+        true => ("cpu.shares", "262144"),
+        false => ("cpu.weight", "10000"),
+    };
+    std::fs::write(cg.group.cpu_dir.join(file), weight).unwrap();
+    cg
+}
+
+/// (quota, period, burst) as the kernel holds them.
+fn values(g: &CpuCgroup) -> (u64, u64, u64) {
+    let l = g.limits().unwrap();
+    (l.quota_us.unwrap(), l.period_us, l.burst_us.unwrap_or(0))
+}
+
+fn register(cfg: &PrivateConfig, id: &str, cg: &TransientCgroup, pid: u32, auto: bool) -> PathBuf {
+    let mut annotations = BTreeMap::new();
+    if auto {
+        annotations.insert(
+            "throttlewatch.io/cpu-control".to_string(),
+            "auto".to_string(),
+        );
+    }
+    let r = call(
+        &cfg.socket,
+        &Request::Register(Register {
+            container_id: id.into(),
+            container_name: id.into(),
+            pid: Some(pid),
+            cgroup_path: cg.group.rel.clone(),
+            annotations,
+            ..Default::default()
+        }),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert!(r.ok, "{r:?}");
+    PathBuf::from(r.log_path.unwrap())
+}
+
+fn unregister(cfg: &PrivateConfig, id: &str) {
+    let req: Request = serde_json::from_value(json!({
+        "op": "unregister", "container_id": id, "reason": "poststop", "exit_code": 0
+    }))
+    .unwrap();
+    let r = call(&cfg.socket, &req, Duration::from_secs(5)).unwrap();
+    assert!(r.ok, "{r:?}");
+}
+
+fn u(v: &Value, path: &[&str]) -> u64 {
+    path.iter()
+        .fold(v, |v, k| &v[*k])
+        .as_u64()
+        .unwrap_or_else(|| panic!("{path:?} in {v}"))
+}
+
+/// Wait until `f` holds (polling every 20 ms), or panic with `what`.
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < timeout, "{what} within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn bursty_group_is_raised_within_ceilings_throttled_less_and_restored_at_its_end() {
+    let _l = cpu_lock();
+    let cfg = PrivateConfig::new(CONTROL);
+    let agent = Agent::start(&cfg);
+    let (auto, twin) = (group("auto"), group("twin"));
+    // Spikes of 4 threads x 40 ms of CPU, then 360 ms asleep: under 0.4 CPU
+    // on average (below the 0.5 quota: burst can accrue), 160 ms at the
+    // spike: over the quota even when the threads share one CPU.
+    let args = [
+        "--threads",
+        "4",
+        "--ms",
+        "4000",
+        "--spin-cpu",
+        "40",
+        "--sleep",
+        "360",
+    ];
+    let mut a = burn_in(&auto, &args);
+    let mut b = burn_in(&twin, &args);
+    let (ida, idb) = (format!("auto-{}", unique()), format!("twin-{}", unique()));
+    let log_a = register(&cfg, &ida, &auto, a.id(), true);
+    let log_b = register(&cfg, &idb, &twin, b.id(), false);
+    let (sa, sb) = (
+        auto.group.cpu_stat().unwrap(),
+        twin.group.cpu_stat().unwrap(),
+    );
+    let mut peak = (0, 0, 0);
+    while a.try_wait().unwrap().is_none() {
+        let v = values(&auto.group);
+        peak = (peak.0.max(v.0), peak.1, peak.2.max(v.2));
+        assert_eq!(
+            values(&twin.group),
+            (QUOTA, PERIOD, 0),
+            "the twin is not controlled"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(b.wait().unwrap().success());
+    let ta = auto.group.cpu_stat().unwrap().since(&sa);
+    let tb = twin.group.cpu_stat().unwrap().since(&sb);
+    eprintln!(
+        "throttled: auto {} ms ({} periods), twin {} ms ({} periods); auto peak quota {} us, burst {} us",
+        ta.throttled_ns / 1_000_000,
+        ta.nr_throttled,
+        tb.throttled_ns / 1_000_000,
+        tb.nr_throttled,
+        peak.0,
+        peak.2
+    );
+    assert!(peak.2 > 0, "burst was raised");
+    assert!(
+        peak.0 <= 3 * QUOTA && peak.2 <= QUOTA,
+        "within the ceilings: {peak:?}"
+    );
+    assert!(
+        tb.throttled_ns > 0,
+        "the workload must be throttled at its quota"
+    );
+    assert!(
+        (ta.throttled_ns as f64) < 0.5 * tb.throttled_ns as f64,
+        "control halves the throttled time at least: auto {} ns, twin {} ns",
+        ta.throttled_ns,
+        tb.throttled_ns
+    );
+    unregister(&cfg, &ida);
+    unregister(&cfg, &idb);
+    assert_eq!(
+        values(&auto.group),
+        (QUOTA, PERIOD, 0),
+        "originals back at the end"
+    );
+    let log = read_log(&log_a);
+    let controls = of_type(&log, "control");
+    let raises: Vec<_> = controls.iter().filter(|c| c["action"] == "raise").collect();
+    assert!(!raises.is_empty(), "{controls:?}");
+    for c in &raises {
+        assert_eq!(c["cause"], "throttled", "{c}");
+        assert!(u(c, &["signal", "throttled_ns"]) > 0, "{c}");
+        assert_eq!(u(c, &["original", "quota_us"]), QUOTA, "{c}");
+        assert!(u(c, &["after", "quota_us"]) <= 3 * QUOTA, "{c}");
+        assert!(
+            u(c, &["after", "burst_us"]) <= u(c, &["after", "quota_us"]).min(QUOTA),
+            "{c}"
+        );
+    }
+    // Burst first: the first raise moves burst only.
+    assert_eq!(u(raises[0], &["after", "quota_us"]), QUOTA, "{}", raises[0]);
+    let last = controls.last().unwrap();
+    assert_eq!(
+        (&last["action"], &last["cause"]),
+        (&json!("restore"), &json!("container_end")),
+        "{last}"
+    );
+    assert_eq!(
+        last["after"],
+        json!({"quota_us": QUOTA, "period_us": PERIOD, "burst_us": 0})
+    );
+    let types: Vec<&str> = log.iter().map(|r| r["type"].as_str().unwrap()).collect();
+    assert!(types.iter().rposition(|t| *t == "control") < types.iter().position(|t| *t == "end"));
+    assert!(of_type(&read_log(&log_b), "control").is_empty());
+    drop(agent);
+}
+
+#[test]
+fn sigkill_restart_restores_update_is_adopted_and_stop_restores() {
+    let _l = cpu_lock();
+    let cfg = PrivateConfig::new(CONTROL);
+    let agent = Agent::start(&cfg);
+    let g = group("restart");
+    // Always over its quota: 2 spinning threads at 0.5 CPU.
+    let mut burn = burn_in(&g, &["--threads", "2", "--ms", "12000"]);
+    let id = format!("restart-{}", unique());
+    let log = register(&cfg, &id, &g, burn.id(), true);
+    wait_for("quota raised", Duration::from_secs(5), || {
+        values(&g.group).0 > QUOTA
+    });
+    let journal = cfg.state_dir.join("control").join(format!("{id}.json"));
+    assert!(journal.is_file(), "originals journalled");
+    agent.kill();
+    let raised = values(&g.group);
+    assert!(
+        raised.0 > QUOTA,
+        "SIGKILL leaves the raised values: {raised:?}"
+    );
+
+    let agent = Agent::start(&cfg);
+    let restore = |log: &[Value]| {
+        of_type(log, "control")
+            .into_iter()
+            .find(|c| c["cause"] == "agent_restart")
+            .cloned()
+    };
+    wait_for(
+        "the restart's restore record",
+        Duration::from_secs(5),
+        || restore(&read_log(&log)).is_some(),
+    );
+    let r = restore(&read_log(&log)).unwrap();
+    assert_eq!(r["action"], "restore", "{r}");
+    assert_eq!(
+        r["after"],
+        json!({"quota_us": QUOTA, "period_us": PERIOD, "burst_us": 0}),
+        "{r}"
+    );
+    assert_eq!(u(&r, &["before", "quota_us"]), raised.0, "{r}");
+    // Control goes on from the originals.
+    wait_for("raised again", Duration::from_secs(5), || {
+        values(&g.group).0 > QUOTA
+    });
+
+    // An operator's update (what `runc update --cpu-quota` writes) wins.
+    let update = 70_000u64;
+    std::fs::write(g.group.cpu_dir.join("cpu.cfs_quota_us"), update.to_string())
+        .or_else(|_| {
+            std::fs::write(
+                g.group.cpu_dir.join("cpu.max"),
+                format!("{update} {PERIOD}"),
+            )
+        })
+        .unwrap();
+    let adopted = |log: &[Value]| {
+        of_type(log, "control")
+            .into_iter()
+            .find(|c| c["action"] == "adopt")
+            .cloned()
+    };
+    wait_for("the update adopted", Duration::from_secs(5), || {
+        adopted(&read_log(&log)).is_some()
+    });
+    let a = adopted(&read_log(&log)).unwrap();
+    assert_eq!(a["cause"], "operator_update", "{a}");
+    assert_eq!(u(&a, &["original", "quota_us"]), update, "{a}");
+    let new_original = a["original"].clone();
+    // Later raises count from the update and stay under 300 % of it.
+    wait_for("raised from the update", Duration::from_secs(5), || {
+        values(&g.group).0 > update
+    });
+    assert!(values(&g.group).0 <= 3 * update);
+
+    // Agent stop: the (new) originals back; the container keeps running.
+    drop(agent);
+    let now = values(&g.group);
+    assert_eq!(
+        json!({"quota_us": now.0, "period_us": now.1, "burst_us": now.2}),
+        new_original,
+        "agent stop restores the adopted original"
+    );
+    let last = of_type(&read_log(&log), "control")
+        .last()
+        .cloned()
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (&last["action"], &last["cause"]),
+        (&json!("restore"), &json!("agent_stop")),
+        "{last}"
+    );
+    assert!(!journal.exists(), "nothing left to restore");
+    let _ = burn.kill();
+    let _ = burn.wait();
+}
