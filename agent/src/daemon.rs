@@ -467,7 +467,8 @@ impl Agent {
         let g = CpuCgroup::open(&self.h, &r.cgroup_path)
             .map_err(|e| format!("cgroup_path {:?}: {e}", r.cgroup_path))?;
         let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations)
-            .with_qos_summary(r.qos.as_ref());
+            .with_qos_summary(r.qos.as_ref())
+            .with_scope(r.scope.as_ref());
         if let Ok(m) = self.metrics.lock() {
             m.keep(&labels);
         }

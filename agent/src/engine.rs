@@ -32,6 +32,8 @@ pub struct Engine {
     clock: Clock,
     /// The node-wide lost-event count at the last `LostEvents` output.
     exported_lost: u64,
+    /// The node-wide failed-insert counts at the last `LostEvents` output.
+    exported_full: throttlewatch_core::logfmt::MapFull,
 }
 
 /// A session that ended: its `end` record (written) and the last outputs.
@@ -56,6 +58,7 @@ impl Engine {
             sessions: HashMap::new(),
             clock: Clock::new(),
             exported_lost: 0,
+            exported_full: Default::default(),
         })
     }
 
@@ -121,7 +124,8 @@ impl Engine {
             }
             let lost = self.probe.lost_events();
             let count = lost.saturating_sub(std::mem::replace(&mut self.exported_lost, lost));
-            out.push(Output::LostEvents { count });
+            let map_full = full.since(&std::mem::replace(&mut self.exported_full, full));
+            out.push(Output::LostEvents { count, map_full });
         }
         for (id, r) in readings {
             let s = self
@@ -180,7 +184,8 @@ impl Engine {
         exit_code: Option<i32>,
     ) -> Option<Finished> {
         let mut outputs = self.poll(Due::Events);
-        let s = self.sessions.remove(&id)?;
+        let mut s = self.sessions.remove(&id)?;
+        s.cold_start_progress(self.probe.cold_start_split(id));
         let spec = s.spec.clone();
         let totals = ProbeTotals::read(&self.probe, id, map_full(&self.probe));
         let end = s.finish(totals, reason, exit_code, &mut outputs);

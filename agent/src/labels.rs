@@ -9,6 +9,10 @@ use throttlewatch_qos::{Key, QosClass};
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ContainerLabels {
     pub container_id: LabelValue,
+    /// The id space (`ns-<containerd namespace>`, `root-<name>-<hash>`;
+    /// empty for runc's default root): the same id in two scopes is two
+    /// containers (core::container_key).
+    pub scope: LabelValue,
     pub container_name: LabelValue,
     pub namespace: LabelValue,
     pub pod: LabelValue,
@@ -94,6 +98,7 @@ impl ContainerLabels {
         };
         ContainerLabels {
             container_id: id.into(),
+            scope: LabelValue::default(),
             container_name: name.into(),
             namespace: pick(&NAMESPACE_KEYS),
             pod: pick(&POD_KEYS),
@@ -115,6 +120,14 @@ impl ContainerLabels {
             .and_then(qos_class_name)
         {
             self.qos_class = c.into();
+        }
+        self
+    }
+
+    /// The registration's id space, as the `scope` label.
+    pub fn with_scope(mut self, scope: Option<&throttlewatch_core::Scope>) -> ContainerLabels {
+        if let Some(s) = scope {
+            self.scope = s.as_str().into();
         }
         self
     }

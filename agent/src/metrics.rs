@@ -22,6 +22,12 @@ use crate::histograms::Log2Histogram;
 pub use crate::labels::{ContainerLabels, LabelValue};
 use crate::output::Output;
 
+/// Node-wide failed map inserts, by the map that was full.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MapLabels {
+    pub map: LabelValue,
+}
+
 /// A container's preemptions by who preempted it: `same` (its own threads),
 /// `other` (another container's), `host` (anything else).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -72,6 +78,8 @@ pub struct Metrics {
     /// Cold-start stages, seconds after the runtime's create.
     pub cold_start_seconds: Family<StageLabels, Histogram>,
     pub lost_events: Counter,
+    /// Inserts a full kernel map refused, node-wide, by `map` (end.map_full).
+    pub map_full: Family<MapLabels, Counter>,
     pub watched: Gauge,
     /// The node's idle CPU time (`/proc/stat` idle + iowait), read at each scrape.
     pub node_idle_seconds: Counter<f64, AtomicU64>,
@@ -125,6 +133,7 @@ impl Metrics {
                 cold_start_seconds
             },
             lost_events: reg(&mut r, "lost_events", "Events the kernel could not deliver (ring buffer full), node-wide"),
+            map_full: reg(&mut r, "map_full", "Inserts the probe's kernel maps refused because they were full, node-wide, by map (episodes, frozen_by_tid, bandwidth_timers): raise max_containers"),
             watched: reg(&mut r, "watched_containers", "Containers being watched"),
             node_idle_seconds: reg(&mut r, "node_idle_cpu_seconds", "Idle CPU time of the node (/proc/stat idle + iowait, all CPUs)"),
             node_cpus: reg(&mut r, "node_cpus", "CPUs online on the node"),
@@ -159,8 +168,19 @@ impl Metrics {
             Output::Control { container, .. } => {
                 self.control_changes.get_or_create(container).inc();
             }
-            Output::LostEvents { count } => {
+            Output::LostEvents { count, map_full } => {
                 self.lost_events.inc_by(*count);
+                for (map, n) in [
+                    ("episodes", map_full.episodes),
+                    ("frozen_by_tid", map_full.frozen_by_tid),
+                    ("bandwidth_timers", map_full.bandwidth_timers),
+                ] {
+                    // Every map's series exists from the first poll (0), so
+                    // rate() sees the first refusal.
+                    self.map_full
+                        .get_or_create(&MapLabels { map: map.into() })
+                        .inc_by(n);
+                }
             }
         }
     }

@@ -44,6 +44,10 @@ pub enum Output {
         container: Arc<ContainerLabels>,
         record: throttlewatch_core::logfmt::Control,
     },
-    /// Events lost node-wide since the last poll that read the totals.
-    LostEvents { count: u64 },
+    /// Events lost node-wide since the last poll that read the totals, and
+    /// inserts the kernel maps refused in the same time (per map).
+    LostEvents {
+        count: u64,
+        map_full: throttlewatch_core::logfmt::MapFull,
+    },
 }
