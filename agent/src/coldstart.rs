@@ -129,12 +129,7 @@ impl ColdStartTracker {
         let stage = Stage::of_event(ev.stage);
         self.at.set(stage, Some(clock.to_unix_ns(ev.at_ns)));
         if stage == Stage::Cpu {
-            self.split = ev.split.map(|s| ColdStartSplit {
-                running_ns: s.running_ns,
-                runq_ns: s.runq_ns,
-                frozen_ns: s.frozen_ns,
-                blocked_ns: s.blocked_ns,
-            });
+            self.split = ev.split.map(split_of);
         }
         if stage == Stage::Exec {
             self.at
@@ -154,6 +149,15 @@ impl ColdStartTracker {
             return Some(self.record(None));
         }
         None
+    }
+
+    /// The kernel's split so far of a cold start still pending (up to its
+    /// threads' last change of state): written with the record when
+    /// watching ends first.
+    pub fn progress(&mut self, split: Option<throttlewatch_bpf::ColdStartSplit>) {
+        if !self.written && self.at.get(Stage::Cpu).is_none() {
+            self.split = split.map(split_of).or(self.split);
+        }
     }
 
     /// Whether it is time to give up waiting for the kernel stages.
@@ -192,6 +196,15 @@ impl ColdStartTracker {
             note: if complete { None } else { note },
             exec_to_cpu: self.split,
         }
+    }
+}
+
+fn split_of(s: throttlewatch_bpf::ColdStartSplit) -> ColdStartSplit {
+    ColdStartSplit {
+        running_ns: s.running_ns,
+        runq_ns: s.runq_ns,
+        frozen_ns: s.frozen_ns,
+        blocked_ns: s.blocked_ns,
     }
 }
 
@@ -276,6 +289,31 @@ mod tests {
             "{s:?}"
         );
         assert!(t.finish("end").is_none(), "written once");
+    }
+
+    #[test]
+    fn cut_short_keeps_the_split_so_far() {
+        let clock = Clock::new();
+        let mut t = ColdStartTracker::new(
+            ColdStartSpec {
+                cpu_target_ns: 10,
+                ..Default::default()
+            },
+            0,
+        );
+        assert!(t.on_event(&ev(ColdStartStage::Exec, 100), &clock).is_none());
+        let so_far = throttlewatch_bpf::ColdStartSplit {
+            running_ns: 5,
+            blocked_ns: 70,
+            ..Default::default()
+        };
+        t.progress(Some(so_far));
+        let r = t.finish("container ended").unwrap();
+        assert!(!r.complete);
+        assert_eq!(
+            r.exec_to_cpu.map(|s| (s.running_ns, s.blocked_ns)),
+            Some((5, 70))
+        );
     }
 
     #[test]
