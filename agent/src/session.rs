@@ -302,6 +302,14 @@ impl Session {
         });
     }
 
+    /// A pending cold start's split so far (the kernel's), for the record
+    /// written when watching ends before its CPU target.
+    pub fn cold_start_progress(&mut self, split: Option<throttlewatch_bpf::ColdStartSplit>) {
+        if let Some(t) = self.cold.as_mut() {
+            t.progress(split);
+        }
+    }
+
     fn on_cold_start(&mut self, ev: &ColdStartEvent, clock: &Clock, out: &mut Vec<Output>) {
         if let Some(rec) = self.cold.as_mut().and_then(|t| t.on_event(ev, clock)) {
             self.write_cold_start(rec, out);
