@@ -42,3 +42,24 @@ pub struct Control {
     pub original: Bandwidth,
     pub signal: ControlSignal,
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::logfmt::{Line, Record};
+
+    #[test]
+    fn the_documented_example_is_a_control_line() {
+        let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/log-format.md"));
+        let line = doc
+            .lines()
+            .find(|l| l.starts_with('{') && l.contains("\"type\":\"control\""))
+            .expect("docs/log-format.md has a control example");
+        let l: Line = serde_json::from_str(line).unwrap();
+        let Record::Control(c) = &l.record else {
+            panic!("{line}")
+        };
+        assert_eq!((c.action.as_str(), c.after.quota_us), ("raise", 70_000));
+        let back = serde_json::to_value(&l).unwrap();
+        assert_eq!(back, serde_json::from_str::<serde_json::Value>(line).unwrap());
+    }
+}
