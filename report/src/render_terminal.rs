@@ -356,8 +356,14 @@ fn split_bar(
         ("blocked", sp.blocked_ns, "░", "B"),
     ];
     let total: u64 = parts.iter().map(|p| p.1).sum();
-    let lead = (exec * width / span) as usize;
-    let cols = (total * width).div_ceil(span).max(1);
+    // Columns as the stages' bars count them: from the end of exec's bar to
+    // the end of cpu's.
+    let lead = (exec * width).div_ceil(span);
+    let cols = ((exec + total) * width)
+        .div_ceil(span)
+        .saturating_sub(lead)
+        .max(1);
+    let lead = lead as usize;
     let mut bar = " ".repeat(lead);
     let mut used = 0u64;
     let mut acc = 0u64;
