@@ -19,6 +19,9 @@ use throttlewatch_core::logfmt::{ThreadCpu, ThreadCpuFigures};
 
 /// How many threads by CPU time `thread_cpu.top` lists (besides the most frozen).
 pub const TOP_BY_CPU: usize = 10;
+/// Exited threads kept one by one; past it the half with the least CPU is
+/// folded into the totals (memory stays flat under thread churn).
+const KEEP_EXITED: usize = 4096;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Sched {
@@ -30,6 +33,8 @@ struct Sched {
 #[derive(Debug, Clone, Default)]
 pub struct ThreadCpuTally {
     exited: HashMap<u32, Sched>,
+    /// Exited threads no longer kept one by one: count, CPU, run delay.
+    folded: (u64, u64, u64),
 }
 
 impl ThreadCpuTally {
@@ -42,6 +47,16 @@ impl ThreadCpuTally {
                 run_delay_ns: ev.run_delay_ns,
             },
         );
+        if self.exited.len() > KEEP_EXITED {
+            let mut v: Vec<(u32, Sched)> = self.exited.drain().collect();
+            v.sort_by(|a, b| b.1.running_ns.cmp(&a.1.running_ns));
+            for (_, s) in v.split_off(KEEP_EXITED / 2) {
+                self.folded.0 += 1;
+                self.folded.1 += s.running_ns;
+                self.folded.2 += s.run_delay_ns;
+            }
+            self.exited = v.into_iter().collect();
+        }
     }
 
     /// The figures of the exited threads and of those alive in `cgroup` now;
@@ -57,7 +72,11 @@ impl ThreadCpuTally {
         for (tid, s) in live_threads(cgroup) {
             all.insert(tid, s);
         }
-        summarise(all, frozen, most_frozen)
+        let mut t = summarise(all, frozen, most_frozen);
+        t.threads += self.folded.0;
+        t.running_ns += self.folded.1;
+        t.run_delay_ns += self.folded.2;
+        t
     }
 }
 
@@ -162,6 +181,28 @@ mod tests {
         assert_eq!(s.top[0].tid, 12, "most CPU first");
         let one = s.top.iter().find(|t| t.tid == 1).unwrap();
         assert_eq!((one.runq_ns, one.frozen_ns), (20, 30));
+    }
+
+    #[test]
+    fn thread_churn_keeps_memory_flat_and_the_totals_whole() {
+        let mut t = ThreadCpuTally::default();
+        let n = 3 * KEEP_EXITED as u32;
+        for tid in 1..=n {
+            t.on_exit(&ThreadCpuEvent {
+                cgroup_id: 1,
+                tid,
+                tgid: 1,
+                comm: "w".into(),
+                running_ns: tid as u64,
+                run_delay_ns: 1,
+            });
+        }
+        assert!(t.exited.len() <= KEEP_EXITED, "{}", t.exited.len());
+        assert!(t.exited.contains_key(&n), "the busiest thread is kept");
+        let kept: u64 = t.exited.values().map(|s| s.running_ns).sum();
+        assert_eq!(t.folded.0 + t.exited.len() as u64, n as u64);
+        assert_eq!(t.folded.1 + kept, (1..=n as u64).sum::<u64>());
+        assert_eq!(t.folded.2 + t.exited.len() as u64, n as u64);
     }
 
     #[test]
