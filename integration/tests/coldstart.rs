@@ -116,3 +116,36 @@ fn workers_joined_by_the_entrypoint_complete_the_cold_start() {
     );
     assert!(to_target < 2_000_000_000, "{cs}");
 }
+
+#[test]
+fn a_sleeping_entrypoint_is_blocked_not_running() {
+    let _cpu = cpu_lock();
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    // The shell sleeps 200 ms in a child process (`sleep`, followed from
+    // fork), then burns its 10 ms itself; no quota.
+    let script = "sleep 0.2; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done";
+    let b = Bundle::new(
+        &format!("tw-cs-{}-{}", std::process::id(), unique()),
+        &ContainerOpts::sh(script),
+    );
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "run -d: {}", text(&o));
+    rt.wait_stopped(&b.id, Duration::from_secs(60));
+    assert!(rt.delete(&b.id).status.success());
+    let log = read_log(&cfg.log_of(&b.id));
+    let cs = of_type(&log, "cold_start")[0];
+    eprintln!("cold start: {cs}");
+    assert_eq!(cs["complete"], true, "{cs}");
+    let to_target = stage(cs, "cpu") - stage(cs, "exec");
+    let s = &cs["exec_to_cpu"];
+    let sum = u(s, "running_ns") + u(s, "runq_ns") + u(s, "frozen_ns") + u(s, "blocked_ns");
+    assert!(
+        sum.abs_diff(to_target) <= 100_000.max(to_target / 100),
+        "{cs}"
+    );
+    assert!(u(s, "blocked_ns") >= 190_000_000, "the 200 ms sleep: {cs}");
+    assert_eq!(u(s, "frozen_ns"), 0, "no quota: {cs}");
+    assert!(u(s, "running_ns") >= 5_000_000, "{cs}");
+}
