@@ -48,24 +48,17 @@ impl Release {
 }
 
 /// Whether the container asked for control: the hook's parsed request
-/// (`qos.request.cpu_control`, which a class preset fills) where there is
-/// one, else the annotation itself.
+/// (`qos.request.cpu_control`, which a class preset fills and the node's
+/// policy may have refused) where the hook sent one, else the annotation
+/// itself (a registration without the hook's QoS summary).
 pub fn requested(r: &Register) -> bool {
-    let from_qos = r.qos.as_ref().and_then(|q| {
-        q.get("request")?
-            .get("cpu_control")?
-            .as_str()
-            .map(str::to_owned)
-    });
-    match from_qos {
-        Some(v) => v == "auto",
-        None => r
-            .annotations
-            .get(&Key::CpuControl.annotation())
-            .is_some_and(|v| {
-                throttlewatch_qos::CpuControl::parse(v) == Some(throttlewatch_qos::CpuControl::Auto)
-            }),
+    if let Some(req) = r.qos.as_ref().and_then(|q| q.get("request")) {
+        return req.get("cpu_control").and_then(|v| v.as_str()) == Some("auto");
     }
+    r.annotations
+        .get(&Key::CpuControl.annotation())
+        .and_then(|v| throttlewatch_qos::CpuControl::parse(v))
+        == Some(throttlewatch_qos::CpuControl::Auto)
 }
 
 /// The bandwidth in the cgroup; None without a quota or when unreadable.
@@ -332,5 +325,28 @@ fn record(
         after,
         original,
         signal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hooks_request_wins_over_the_raw_annotation() {
+        let mut r = Register::default();
+        r.annotations
+            .insert("throttlewatch.io/cpu-control".into(), "auto".into());
+        assert!(requested(&r), "no QoS summary: the annotation");
+        // The hook refused it (policy): its request has no cpu_control.
+        r.qos = Some(serde_json::json!({"request": {"burst_cap_percent": 100}}));
+        assert!(!requested(&r));
+        r.annotations.clear();
+        r.qos = Some(serde_json::json!({"request": {"cpu_control": "auto"}}));
+        assert!(requested(&r), "a preset fills it");
+        r.annotations
+            .insert("throttlewatch.io/cpu-control".into(), "bogus".into());
+        r.qos = None;
+        assert!(!requested(&r));
     }
 }
