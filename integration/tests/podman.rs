@@ -6,6 +6,8 @@
 //! runs no hook and gets no log; `uninstall podman` removes exactly our files.
 //! Podman runs on private storage with `--hooks-dir` pointing at the tree the
 //! installer wrote (`--etc-root`), so the host's hooks.d is never touched.
+//! CRI-O (no package here) gets the same files in the hooks_dir its own
+//! configuration names; their content is checked.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -182,4 +184,49 @@ fn podman_run_with_hook_files_logs_bursts_and_agrees_with_the_kernel() {
     std::fs::write(hooks.join("oci-other.json"), "{\"version\": \"1.0.0\"}\n").unwrap();
     throttlewatch(&cfg.path, &["uninstall", "podman"], &tree.0);
     assert_eq!(files(&hooks), before, "uninstall removes exactly our files");
+}
+
+/// CRI-O (no package here): the same files, in the hooks_dir CRI-O's own
+/// configuration names (a drop-in here), else CRI-O's default; uninstall
+/// removes exactly them.
+#[test]
+fn crio_gets_the_same_files_in_its_configured_hooks_dir() {
+    let cfg = PrivateConfig::new("");
+    let tree = Scratch::new("crio-etc");
+    let conf_d = tree.0.join("etc/crio/crio.conf.d");
+    std::fs::create_dir_all(&conf_d).unwrap();
+    let before_default = tree.0.join("usr/share/containers/oci/hooks.d");
+    throttlewatch(&cfg.path, &["install", "crio"], &tree.0);
+    let default_files = files(&before_default);
+    assert_eq!(default_files.len(), 2, "CRI-O's default hooks_dir");
+    throttlewatch(&cfg.path, &["uninstall", "crio"], &tree.0);
+    assert!(files(&before_default).is_empty());
+
+    std::fs::write(
+        conf_d.join("10-hooks.conf"),
+        "[crio.runtime]\nhooks_dir = [\"/etc/containers/oci/hooks.d\"]\n",
+    )
+    .unwrap();
+    throttlewatch(&cfg.path, &["install", "crio"], &tree.0);
+    let hooks = tree.0.join(HOOKS_D);
+    let written = files(&hooks);
+    assert_eq!(written.len(), 2, "the configured hooks_dir");
+    // The same content Podman ran above: the same generator, the same stages.
+    for ((path, bytes), (dpath, dbytes)) in written.iter().zip(&default_files) {
+        assert_eq!(path.file_name(), dpath.file_name());
+        assert_eq!(bytes, dbytes);
+        let v: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+        assert_eq!(v["version"], "1.0.0");
+        let stage = v["stages"][0].as_str().unwrap();
+        assert_eq!(
+            v["hook"]["args"][1], stage,
+            "the stage is the hook's argument"
+        );
+        assert!(v["when"]["annotations"]
+            .get(r"^throttlewatch\.io/")
+            .is_some());
+        assert!(Path::new(v["hook"]["path"].as_str().unwrap()).exists());
+    }
+    throttlewatch(&cfg.path, &["uninstall", "crio"], &tree.0);
+    assert!(files(&hooks).is_empty());
 }
