@@ -3,7 +3,9 @@
 //! raised within the ceilings and is throttled less than an uncontrolled
 //! twin running the same work beside it; its original values come back at
 //! its end, after an agent SIGKILL + restart, and at agent stop; an
-//! operator's write to the cgroup during control becomes the new original.
+//! operator's write to the cgroup during control becomes the new original,
+//! and so does a real `runc update` of a real container whose opt-in came
+//! through the runtime wrapper and the hook.
 //! (The node guard's step-down is tested on synthetic PSI in
 //! agent/src/control/policy_tests.rs: this machine's load is not ours to set.)
 
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
 use throttlewatch_core::protocol::{call, Register, Request};
+use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{burn_in, cpu_lock, of_type, read_log, unique};
 
@@ -298,4 +301,55 @@ fn sigkill_restart_restores_update_is_adopted_and_stop_restores() {
     assert!(!journal.exists(), "nothing left to restore");
     let _ = burn.kill();
     let _ = burn.wait();
+}
+
+#[test]
+fn runc_container_opts_in_through_the_hook_and_runc_update_wins() {
+    let _l = cpu_lock();
+    let cfg = PrivateConfig::new(CONTROL);
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let opts = ContainerOpts::busy(2, 30)
+        .quota(QUOTA as i64, PERIOD)
+        .annotation("throttlewatch.io/cpu-control", "auto");
+    let b = Bundle::new(
+        &format!("tw-control-runc-{}-{}", std::process::id(), unique()),
+        &opts,
+    );
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "run -d: {}", text(&o));
+    wait_for(
+        "quota raised in the runc container",
+        Duration::from_secs(10),
+        || b.quota_us().is_some_and(|q| q > QUOTA),
+    );
+    let log_path = cfg.log_of(&b.id);
+    let start = of_type(&read_log(&log_path), "start")[0].clone();
+    assert_eq!(start["qos"]["request"]["cpu_control"], "auto", "{start}");
+    let update = 70_000u64;
+    let o = rt.run(&["update", "--cpu-quota", &update.to_string(), &b.id]);
+    assert!(o.status.success(), "update: {}", text(&o));
+    let adopted = |log: &[Value]| {
+        of_type(log, "control")
+            .into_iter()
+            .find(|c| c["action"] == "adopt")
+            .cloned()
+    };
+    wait_for("runc update adopted", Duration::from_secs(5), || {
+        adopted(&read_log(&log_path)).is_some()
+    });
+    let a = adopted(&read_log(&log_path)).unwrap();
+    assert_eq!(
+        (u(&a, &["original", "quota_us"]), &a["cause"]),
+        (update, &json!("operator_update")),
+        "{a}"
+    );
+    wait_for("raised from the update", Duration::from_secs(5), || {
+        b.quota_us().is_some_and(|q| q > update)
+    });
+    assert!(b.quota_us().unwrap() <= 3 * update);
+    assert!(rt.run(&["delete", "-f", &b.id]).status.success());
+    wait_for("the log's end", Duration::from_secs(10), || {
+        !of_type(&read_log(&log_path), "end").is_empty()
+    });
 }
