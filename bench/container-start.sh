@@ -7,9 +7,16 @@
 #   bench/container-start.sh [ROUNDS]          (default 20; run as root)
 #
 # Binaries: the wrapper, the hook AND the agent all come from one directory:
-# $TW_BIN_DIR when set (nothing is built), else target/release after
-# `cargo build --release` of the three (a debug agent alone makes the
-# register round trip several times slower, so there is no fallback).
+# $TW_BIN_DIR when set (nothing is built), else they are built with the
+# release profile (a debug agent alone makes the register round trip several
+# times slower, so there is no fallback): the wrapper and the hook linked
+# statically, as packaging/ ships them (-C target-feature=+crt-static,
+# target/<host triple>/release: no dynamic loader at each container start),
+# the agent from target/release (long-lived); TW_BENCH_STATIC=0 takes all
+# three from target/release (dynamically linked).
+# TW_BIN_DIR_BEFORE=DIR adds a third kind per round, `before`: the wrapper,
+# hook and agent of another build (e.g. the previous commit's), with its own
+# agent, socket, state and logs, so before and after share one run's load.
 # TW_BENCH_TIMING=1 also prints the median of each phase of the wrapper and
 # the hook (THROTTLEWATCH_TIMING). Prints the median of each and the ratio of
 # medians (target <= 1.15), with the load average before and after: others
@@ -18,13 +25,30 @@ set -eu
 
 ROUNDS=${1:-20}
 cd "$(dirname "$0")/.."
+BUILT=
 if [ -z "${TW_BIN_DIR:-}" ]; then
     cargo build --release -q -p throttlewatch-hook -p throttlewatch-runtime -p throttlewatch --bins
     TW_BIN_DIR=target/release
+    if [ "${TW_BENCH_STATIC:-1}" = 1 ]; then
+        TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
+        RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -q --target "$TRIPLE" \
+            -p throttlewatch-hook -p throttlewatch-runtime
+        # The wrapper finds the hook beside its own (resolved) path.
+        BUILT=$(mktemp -d /tmp/tw-bench-bin.XXXXXX)
+        ln -s "$PWD/target/$TRIPLE/release/throttlewatch-runtime" "$PWD/target/$TRIPLE/release/throttlewatch-hook" \
+            "$PWD/target/release/throttlewatch" "$BUILT/"
+        TW_BIN_DIR=$BUILT
+    fi
 fi
 TW_BIN_DIR=$(cd "$TW_BIN_DIR" && pwd)
 AGENT=$TW_BIN_DIR/throttlewatch
 RUNC=${RUNC:-$(command -v runc)}
+BEFORE=
+if [ -n "${TW_BIN_DIR_BEFORE:-}" ]; then
+    BEFORE=$(cd "$TW_BIN_DIR_BEFORE" && pwd)
+    [ -x "$BEFORE/throttlewatch-runtime" ] && [ -x "$BEFORE/throttlewatch-hook" ] && [ -x "$BEFORE/throttlewatch" ] ||
+        { echo "TW_BIN_DIR_BEFORE=$BEFORE: expected throttlewatch-runtime, throttlewatch-hook and throttlewatch there" >&2; exit 2; }
+fi
 for b in "$TW_BIN_DIR/throttlewatch-runtime" "$TW_BIN_DIR/throttlewatch-hook" "$AGENT" "$RUNC" /bin/busybox; do
     [ -x "$b" ] || { echo "missing $b (cargo build --release --workspace --bins; apt-get install runc busybox-static)" >&2; exit 1; }
 done
@@ -44,15 +68,17 @@ case ${TW_BENCH_BUNDLE:-tmpfs} in
     *) echo "TW_BENCH_BUNDLE: expected tmpfs or disk, got ${TW_BENCH_BUNDLE}" >&2; exit 2 ;;
 esac
 AGENT_PID=
+AGENT_BEFORE_PID=
 cleanup() {
-    for r in plain tw; do
+    for r in plain tw before hooktrue hookonly; do
         for id in $("$RUNC" --root "$ROOTS/root-$r" list -q 2>/dev/null); do
             "$RUNC" --root "$ROOTS/root-$r" delete -f "$id" >/dev/null 2>&1 || true
         done
     done
     [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
+    [ -n "$AGENT_BEFORE_PID" ] && kill "$AGENT_BEFORE_PID" 2>/dev/null && wait "$AGENT_BEFORE_PID" 2>/dev/null || true
     rmdir /sys/fs/cgroup/*/tw-bench-$$ 2>/dev/null || true
-    rm -rf "$W" "$RUN"
+    rm -rf "$W" "$RUN" ${BUILT:+"$BUILT"}
 }
 trap cleanup EXIT INT TERM
 
@@ -90,6 +116,23 @@ until [ -S "$RUN/agent.sock" ]; do
     i=$((i + 1)); [ $i -lt 200 ] || { echo "agent did not start:" >&2; cat "$W/agent.out" >&2; exit 1; }
     sleep 0.05
 done
+if [ -n "$BEFORE" ]; then
+    mkdir -p "$RUN/before"
+    cat > "$W/tw-before.toml" <<TOML
+log_dir = "$W/logs-before"
+socket = "$RUN/before/agent.sock"
+state_dir = "$RUN/before"
+metrics_addr = ""
+start_agent = false
+TOML
+    "$BEFORE/throttlewatch" agent --config "$W/tw-before.toml" >"$W/agent-before.out" 2>&1 &
+    AGENT_BEFORE_PID=$!
+    i=0
+    until [ -S "$RUN/before/agent.sock" ]; do
+        i=$((i + 1)); [ $i -lt 200 ] || { echo "the before agent did not start:" >&2; cat "$W/agent-before.out" >&2; exit 1; }
+        sleep 0.05
+    done
+fi
 sleep 0.5
 
 if [ "${TW_BENCH_TIMING:-0}" = 1 ]; then
@@ -105,10 +148,13 @@ one() {
         hookonly) cp "$W/modified.json" "$B/config.json" ;;
         *) cp "$W/pristine.json" "$B/config.json" ;;
     esac
-    if [ "$kind" != tw ]; then
-        set -- "$RUNC" --root "$ROOTS/root-$kind"
-    else
-        set -- "$TW_BIN_DIR/throttlewatch-runtime" --throttlewatch-config "$W/tw.toml" --root "$ROOTS/root-tw"
+    case $kind in
+        tw) set -- "$TW_BIN_DIR/throttlewatch-runtime" --throttlewatch-config "$W/tw.toml" --root "$ROOTS/root-tw" ;;
+        before) set -- "$BEFORE/throttlewatch-runtime" --throttlewatch-config "$W/tw-before.toml" --root "$ROOTS/root-before" ;;
+        *) set -- "$RUNC" --root "$ROOTS/root-$kind" ;;
+    esac
+    if [ "${TW_BENCH_TIMING:-0}" = 1 ]; then
+        THROTTLEWATCH_TIMING="$W/timing"; [ "$kind" != before ] || THROTTLEWATCH_TIMING="$W/timing-before"
     fi
     t0=$(now_ns)
     "$@" run -d --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
@@ -117,13 +163,15 @@ one() {
     echo $(( (t1 - t0) / 1000 ))
 }
 
-: >"$W/plain"; : >"$W/tw"
+: >"$W/plain"; : >"$W/tw"; : >"$W/before"
 one plain warm-p >/dev/null; one tw warm-t >/dev/null
+[ -z "$BEFORE" ] || one before warm-b >/dev/null
 # TW_BENCH_BREAKDOWN=1 adds two runs per round with plain runc, to split
 # the overhead: `hooktrue` (a createRuntime hook that is /bin/true: what
 # any OCI hook costs) and `hookonly` (the config.json the wrapper wrote:
 # our hook, without the wrapper's exec and edit).
 kinds="tw plain"
+[ -z "$BEFORE" ] || kinds="tw plain before"
 if [ "${TW_BENCH_BREAKDOWN:-0}" = 1 ]; then
     cp "$B/config.json" "$W/modified.json" # as the warm-up's wrapper left it
     python3 - "$W/pristine.json" "$W/hooktrue.json" <<'PY'
@@ -134,7 +182,7 @@ json.dump(c, open(sys.argv[2], "w"))
 PY
     : >"$W/hooktrue"; : >"$W/hookonly"
     one hooktrue warm-h >/dev/null; one hookonly warm-o >/dev/null
-    kinds="tw plain hooktrue hookonly"
+    kinds="$kinds hooktrue hookonly"
 fi
 n=1
 while [ $n -le "$ROUNDS" ]; do
@@ -155,23 +203,31 @@ echo "ratio of medians (wrapper/plain): $(awk "BEGIN{printf \"%.3f\", $mt/$mp}")
 # the per-round differences is steadier than the difference of the medians.
 paste "$W/tw" "$W/plain" | awk '{print $1 - $2}' >"$W/diff"
 echo "paired: median per-round overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff")/1000}") ms ($(awk "BEGIN{printf \"%.3f\", 1 + $(median "$W/diff")/$mp}") x the plain median)"
+if [ -s "$W/before" ]; then
+    mb=$(median "$W/before")
+    paste "$W/before" "$W/plain" | awk '{print $1 - $2}' >"$W/diff-before"
+    echo "before ($BEFORE): median $(awk "BEGIN{printf \"%.1f\", $mb/1000}") ms, ratio of medians $(awk "BEGIN{printf \"%.3f\", $mb/$mp}"), paired overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-before")/1000}") ms"
+    paste "$W/tw" "$W/before" | awk '{print $1 - $2}' >"$W/diff-tw-before"
+    echo "after - before, paired: median $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-tw-before")/1000}") ms"
+fi
 if [ -s "$W/hooktrue" ]; then
     for k in hooktrue hookonly; do
         paste "$W/$k" "$W/plain" | awk '{print $1 - $2}' >"$W/diff-$k"
         echo "breakdown: runc + $k: median $(awk "BEGIN{printf \"%.1f\", $(median "$W/$k")/1000}") ms, paired overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-$k")/1000}") ms"
     done
 fi
-if [ -s "$W/timing" ]; then
+for tf in timing timing-before; do
+    [ -s "$W/$tf" ] || continue
     # "NAME SUBCOMMAND total=Nus phase=Nus ..." lines: the median of each phase, per program.
-    echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING):"
+    echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING)$( [ $tf = timing ] || echo ", before"):"
     for who in "throttlewatch-runtime run" "throttlewatch-hook createRuntime"; do
-        grep "^$who " "$W/timing" | awk -v who="$who" '
+        grep "^$who " "$W/$tf" | awk -v who="$who" '
             { for (i = 3; i <= NF; i++) { split($i, kv, "="); sub("us", "", kv[2]); v[kv[1], ++n[kv[1]]] = kv[2]; if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++k] = kv[1] } } }
             END { line = "  " who ":"; for (j = 1; j <= k; j++) { p = order[j]; m = n[p]; for (a = 1; a <= m; a++) x[a] = v[p, a];
                   for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++) if (x[b] + 0 < x[a] + 0) { t = x[a]; x[a] = x[b]; x[b] = t }
                   line = line " " p "=" x[int((m + 1) / 2)] }; print line }'
     done
-fi
+done
 if ! grep -q '"type":"start"' "$W"/logs/*.jsonl 2>/dev/null; then
     echo "warning: no start record in $W/logs: the hook did not register (see $W/logs/hook.log)" >&2
 fi

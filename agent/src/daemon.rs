@@ -266,6 +266,21 @@ fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
     reply(&conn, &resp);
 }
 
+/// A register past its kernel half (see `Agent::register_answering`).
+struct PendingRegister {
+    prepared: crate::session::Prepared,
+    key: ContainerKey,
+    log_path: PathBuf,
+    control_cgroup: CpuCgroup,
+    wants_control: bool,
+}
+
+enum Begun {
+    /// Already watched: the answer.
+    Known(Response),
+    Pending(Box<PendingRegister>),
+}
+
 struct Agent {
     cfg: Config,
     h: Hierarchies,
@@ -363,6 +378,7 @@ impl Agent {
         let snap_every = Duration::from_secs(self.cfg.snapshot_interval_s.max(1));
         loop {
             match rx.recv_timeout(self.cfg.poll_interval()) {
+                Ok((Request::Register(r), reply)) => self.register_answering(r, &reply),
                 Ok((req, reply)) => {
                     let resp = self.handle(req);
                     let _ = reply.send(resp);
@@ -445,7 +461,57 @@ impl Agent {
         }
     }
 
+    /// A register from the socket. The answer goes out as soon as the
+    /// cgroup is in the kernel's watch map (its freezes are counted from
+    /// there); the log, its `start` record and the state file follow before
+    /// the next request or poll. `wait_for_log` (fail-closed) answers after.
+    fn register_answering(&mut self, r: Register, reply: &Sender<Response>) {
+        let wait = r.wait_for_log;
+        let begun = match self.begin_register(r, None) {
+            Ok(Begun::Pending(p)) => p,
+            Ok(Begun::Known(resp)) => {
+                let _ = reply.send(resp);
+                return;
+            }
+            Err(e) => {
+                let _ = reply.send(Response::err(e));
+                return;
+            }
+        };
+        let answer = Response {
+            log_path: Some(begun.log_path.display().to_string()),
+            ..Response::ok()
+        };
+        if !wait {
+            let _ = reply.send(answer.clone());
+        }
+        let key = begun.key.clone();
+        let done = self.complete_register(begun);
+        if let Err(e) = &done {
+            eprintln!("throttlewatch agent: {key}: {e}; not watched");
+        }
+        if wait {
+            let _ = reply.send(done.map(|_| answer).unwrap_or_else(Response::err));
+        }
+    }
+
+    /// Register in one go (the socket's synchronous path and resume).
     fn register(&mut self, r: Register, resume: Option<&Persisted>) -> Result<Response, String> {
+        match self.begin_register(r, resume)? {
+            Begun::Known(resp) => Ok(resp),
+            Begun::Pending(p) => {
+                let log_path = p.log_path.display().to_string();
+                self.complete_register(p)?;
+                Ok(Response {
+                    log_path: Some(log_path),
+                    ..Response::ok()
+                })
+            }
+        }
+    }
+
+    /// Validate, take the baselines and put the cgroup in the watch map.
+    fn begin_register(&mut self, r: Register, resume: Option<&Persisted>) -> Result<Begun, String> {
         if r.container_id.is_empty() || r.container_id.len() > 1024 || r.container_id.contains('\0')
         {
             return Err(format!(
@@ -459,10 +525,10 @@ impl Agent {
             .find(&key)
             .and_then(|id| self.engine.session(id))
         {
-            return Ok(Response {
+            return Ok(Begun::Known(Response {
                 log_path: Some(s.spec.log_path.display().to_string()),
                 ..Response::ok()
-            });
+            }));
         }
         let g = CpuCgroup::open(&self.h, &r.cgroup_path)
             .map_err(|e| format!("cgroup_path {:?}: {e}", r.cgroup_path))?;
@@ -489,7 +555,7 @@ impl Agent {
         let control_cgroup = g.clone();
         let watching = self.engine.sessions().count();
         let max = self.cfg.max_containers;
-        let id = self.engine.watch(spec, g).map_err(|e| {
+        let prepared = self.engine.begin_watch(spec, g).map_err(|e| {
             // The kernel maps are sized from max_containers (E2BIG when full).
             if watching >= max as usize {
                 format!("{e}: {watching} containers are watched, max_containers = {max} (the kernel maps are sized from it)")
@@ -497,20 +563,32 @@ impl Agent {
                 e.to_string()
             }
         })?;
+        Ok(Begun::Pending(Box::new(PendingRegister {
+            prepared,
+            key,
+            log_path,
+            control_cgroup,
+            wants_control,
+        })))
+    }
+
+    /// The log and its `start` record, the controller, the state file.
+    fn complete_register(&mut self, p: Box<PendingRegister>) -> Result<u64, String> {
+        let id = self
+            .engine
+            .complete_watch(p.prepared)
+            .map_err(|e| e.to_string())?;
         let recs = self.controls.attach(
             id,
-            &key,
-            &control_cgroup,
-            wants_control,
+            &p.key,
+            &p.control_cgroup,
+            p.wants_control,
             crate::clock::Clock::monotonic_ns(),
         );
         self.control_records(id, recs);
         self.persist(id);
         self.count_watched();
-        Ok(Response {
-            log_path: Some(log_path.display().to_string()),
-            ..Response::ok()
-        })
+        Ok(id)
     }
 
     fn unregister(

@@ -13,7 +13,7 @@ use throttlewatch_core::{ContainerKey, EndReason};
 use crate::clock::Clock;
 use crate::output::Output;
 use crate::reading::{map_full, Due, ProbeTotals, Reading};
-use crate::session::{Opening, ProbeFacts, Session};
+use crate::session::{Opening, Prepared, ProbeFacts, Session};
 use crate::spec::SessionSpec;
 
 /// Probe options from the configuration.
@@ -69,6 +69,18 @@ impl Engine {
     /// Start watching a container: open its log, then add its cgroup to the
     /// watch map. Returns the cgroup id.
     pub fn watch(&mut self, spec: SessionSpec, cgroup: CpuCgroup) -> anyhow::Result<u64> {
+        let p = self.begin_watch(spec, cgroup)?;
+        self.complete_watch(p)
+    }
+
+    /// The kernel half of [`Engine::watch`]: baselines taken, the cgroup in
+    /// the watch map (its freezes are counted from here on), no log yet.
+    /// Finish with [`Engine::complete_watch`] before the next poll.
+    pub fn begin_watch(
+        &mut self,
+        spec: SessionSpec,
+        cgroup: CpuCgroup,
+    ) -> anyhow::Result<Prepared> {
         let id = cgroup.id()?;
         if self.sessions.contains_key(&id) {
             anyhow::bail!("cgroup {} (id {id}) is already watched", cgroup.rel);
@@ -89,17 +101,28 @@ impl Engine {
             totals,
             cold_start_armed,
         };
-        let started = Session::open(spec, cgroup, opening)
+        let prepared = Session::prepare(spec, cgroup, opening)
             .map_err(anyhow::Error::from)
-            .and_then(|s| Ok(self.probe.watch(id).map(|_| s)?));
-        match started {
+            .and_then(|p| Ok(self.probe.watch(id).map(|_| p)?));
+        if prepared.is_err() {
+            self.probe.cold_start_finished(id);
+        }
+        prepared
+    }
+
+    /// The log half of [`Engine::watch`]: the log opened with its `start`
+    /// (or `resume`) record. On failure the cgroup leaves the watch map.
+    pub fn complete_watch(&mut self, p: Prepared) -> anyhow::Result<u64> {
+        let id = p.cgroup_id();
+        match p.open() {
             Ok(s) => {
                 self.sessions.insert(id, s);
                 Ok(id)
             }
             Err(e) => {
+                let _ = self.probe.unwatch(id);
                 self.probe.cold_start_finished(id);
-                Err(e)
+                Err(e.into())
             }
         }
     }

@@ -75,10 +75,100 @@ pub struct Session {
     exported_probe_ns: u64,
 }
 
+/// A session whose kernel baselines are taken but whose log is not open
+/// yet: the engine puts the cgroup in the watch map in between, so that the
+/// agent can answer the hook before the log, the `start` record (with its
+/// topology) and the state file are written (issue 16).
+pub struct Prepared {
+    spec: SessionSpec,
+    cgroup: CpuCgroup,
+    cgroup_id: u64,
+    limits: CpuLimits,
+    kernel: KernelCounters,
+    carried: Baseline,
+    /// The kernel's throttled time that passed unwatched (resume only).
+    gap_ns: u64,
+    facts: ProbeFacts,
+    totals: ProbeTotals,
+    cold_start_armed: bool,
+    started_unix_ns: u64,
+}
+
+impl Prepared {
+    pub fn cgroup_id(&self) -> u64 {
+        self.cgroup_id
+    }
+
+    pub fn spec(&self) -> &SessionSpec {
+        &self.spec
+    }
+
+    /// Open the log and write `start` (or `resume`).
+    pub fn open(self) -> io::Result<Session> {
+        let p = self;
+        let record = match &p.spec.resume {
+            Some(_) => Record::Resume(resume_record(&p.spec, p.cgroup_id, &p.facts, p.gap_ns)),
+            None => Record::Start(start_record(
+                &p.spec,
+                &p.cgroup,
+                p.cgroup_id,
+                &p.limits,
+                &p.facts,
+            )),
+        };
+        let mut log = LogWriter::open_with(
+            &p.spec.log_path,
+            p.spec.resume.is_some(),
+            p.spec.log.rotation,
+        )?;
+        log.write(record)?;
+        log.flush()?;
+        let mono = p.totals.mono_ns;
+        let budget = LogBudget::new(&p.spec.log, mono, logfmt::now_unix_ns());
+        let cold = p
+            .spec
+            .cold_start
+            .clone()
+            .filter(|_| p.cold_start_armed)
+            .map(|c| ColdStartTracker::new(c, mono));
+        Ok(Session {
+            started_unix_ns: p.started_unix_ns,
+            runq: p
+                .facts
+                .runq
+                .then(|| RunqTracker::new(Default::default(), mono)),
+            spec: p.spec,
+            cgroup: p.cgroup,
+            cgroup_id: p.cgroup_id,
+            log,
+            tally: FreezeTally::default(),
+            budget,
+            kernel: p.kernel,
+            at_start: p.totals,
+            now: p.totals,
+            carried: p.carried,
+            cold,
+            thread_cpu: ThreadCpuTally::default(),
+            last_read: None,
+            unwritten: 0,
+            said_unwritten: false,
+            exported_kernel: None,
+            exported_probe_ns: 0,
+        })
+    }
+}
+
 impl Session {
     /// Open the log, write `start` (or `resume`) and take the kernel
     /// baseline. The caller then puts the cgroup in the watch map.
     pub fn open(spec: SessionSpec, cgroup: CpuCgroup, o: Opening<'_>) -> io::Result<Session> {
+        Session::prepare(spec, cgroup, o)?.open()
+    }
+
+    /// Take the kernel baseline (cgroup limits and counters, the probe's
+    /// totals), nothing written: the caller puts the cgroup in the watch
+    /// map, then opens the log with [`Prepared::open`].
+    pub fn prepare(spec: SessionSpec, cgroup: CpuCgroup, o: Opening<'_>) -> io::Result<Prepared> {
         let cgroup_id = cgroup.id().map_err(io::Error::other)?;
         let limits = cgroup.limits().unwrap_or_default();
         let now = CgroupReading::read(&cgroup);
@@ -89,55 +179,30 @@ impl Session {
             spec.resume.as_ref(),
         );
         let mut carried = spec.resume.clone().unwrap_or_default();
-        let record = match &spec.resume {
-            Some(b) => {
-                // Kernel time that passed unwatched: all the kernel counted
-                // since the start, less what the probe had counted before.
-                let k = kernel.own_throttled_ns(&now);
-                carried.unwatched_ns =
-                    k.saturating_sub(b.probe_ns + b.unwatched_ns) + b.unwatched_ns;
-                let gap = carried.unwatched_ns - b.unwatched_ns;
-                Record::Resume(resume_record(&spec, cgroup_id, o.facts, gap))
-            }
-            None => Record::Start(start_record(&spec, &cgroup, cgroup_id, &limits, o.facts)),
+        let mut gap_ns = 0;
+        if let Some(b) = &spec.resume {
+            // Kernel time that passed unwatched: all the kernel counted
+            // since the start, less what the probe had counted before.
+            let k = kernel.own_throttled_ns(&now);
+            carried.unwatched_ns = k.saturating_sub(b.probe_ns + b.unwatched_ns) + b.unwatched_ns;
+            gap_ns = carried.unwatched_ns - b.unwatched_ns;
+        }
+        let started_unix_ns = match carried.started_unix_ns {
+            0 => logfmt::now_unix_ns(),
+            t => t,
         };
-        let mut log =
-            LogWriter::open_with(&spec.log_path, spec.resume.is_some(), spec.log.rotation)?;
-        log.write(record)?;
-        log.flush()?;
-        let mono = o.totals.mono_ns;
-        let budget = LogBudget::new(&spec.log, mono, logfmt::now_unix_ns());
-        let cold = spec
-            .cold_start
-            .clone()
-            .filter(|_| o.cold_start_armed)
-            .map(|c| ColdStartTracker::new(c, mono));
-        Ok(Session {
-            started_unix_ns: match carried.started_unix_ns {
-                0 => logfmt::now_unix_ns(),
-                t => t,
-            },
-            runq: o
-                .facts
-                .runq
-                .then(|| RunqTracker::new(Default::default(), mono)),
+        Ok(Prepared {
             spec,
             cgroup,
             cgroup_id,
-            log,
-            tally: FreezeTally::default(),
-            budget,
+            limits,
             kernel,
-            at_start: o.totals,
-            now: o.totals,
             carried,
-            cold,
-            thread_cpu: ThreadCpuTally::default(),
-            last_read: None,
-            unwritten: 0,
-            said_unwritten: false,
-            exported_kernel: None,
-            exported_probe_ns: 0,
+            gap_ns,
+            facts: o.facts.clone(),
+            totals: o.totals,
+            cold_start_armed: o.cold_start_armed,
+            started_unix_ns,
         })
     }
 

@@ -50,6 +50,12 @@ pub struct Register {
     pub threshold_ns: Option<u64>,
     /// What the hook applied and refused (written into the `start` record).
     pub qos: Option<serde_json::Value>,
+    /// Answer only once the log is open and its `start` record written
+    /// (the hook asks for it under fail-closed, where a log that cannot be
+    /// opened refuses the container). By default the agent answers as soon
+    /// as the cgroup is in the kernel's watch map and writes the log after.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wait_for_log: bool,
 }
 
 impl Register {

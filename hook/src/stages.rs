@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{anyhow, Context};
 use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
-use throttlewatch_core::config::Config;
+use throttlewatch_core::config::{Config, FailMode};
 use throttlewatch_core::logfmt::now_unix_ns;
 use throttlewatch_core::protocol::Register;
 use throttlewatch_lifecycle::qos::{self, QosOutcome, Requested, Target};
@@ -82,7 +82,10 @@ fn on_create(
         mark_unwatched(cfg, rep, key);
         return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
     }
-    let reg = registration(st, key, &spec, pid, rel, q);
+    let mut reg = registration(st, key, &spec, pid, rel, q);
+    // Fail-closed: a log the agent cannot open refuses the container, so
+    // wait for it; fail-open: the answer comes once the cgroup is watched.
+    reg.wait_for_log = cfg.fail_mode == FailMode::Closed;
     match agent_start::register(cfg, args.config.as_deref(), &reg, early) {
         Ok(_) => unwatched::clear(&StateDir::new(&cfg.state_dir), key),
         Err(e) => {
@@ -141,6 +144,7 @@ fn registration(
         hook_ns: Some(now_unix_ns()),
         threshold_ns: q.threshold_ns,
         qos: Some(q.summary),
+        wait_for_log: false,
     }
 }
 

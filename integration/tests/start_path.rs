@@ -1,0 +1,147 @@
+//! The create path after issue 16: the agent answers the hook as soon as the
+//! container's cgroup is in the kernel's watch map and writes the log, its
+//! `start` record and the state file after answering (`wait_for_log`, asked
+//! under fail-closed, answers after). Real runc, the real wrapper, hook and
+//! agent: a container that throttles from its first instruction has that
+//! episode in its log and totals within 0.5 % of `cpu.stat`, on both paths;
+//! a register held by a stopped agent, then an agent killed and restarted,
+//! still leave one whole log (start, resume, end).
+
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
+use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+use throttlewatch_integration::{cpu_lock, of_type, read_log, unique};
+
+fn id(tag: &str) -> String {
+    format!("tw-sp-{tag}-{}-{}", std::process::id(), unique())
+}
+
+/// Two busy threads under 0.1 CPU: the first period is throttled after
+/// 10 ms of CPU, long before the container could be seen late.
+fn throttled_from_the_start(tag: &str) -> Bundle {
+    Bundle::new(&id(tag), &ContainerOpts::busy(2, 2).quota(10_000, 100_000))
+}
+
+fn rel_err(a: u64, b: u64) -> f64 {
+    (a as f64 - b as f64).abs() / b as f64
+}
+
+/// One `start` first, one `end` last; returns the end record.
+fn whole_log<'a>(log: &'a [Value], what: &str) -> &'a Value {
+    assert_eq!(of_type(log, "start").len(), 1, "{what}: one start");
+    assert_eq!(
+        log.first().unwrap()["type"],
+        "start",
+        "{what}: begins with start"
+    );
+    assert_eq!(log.last().unwrap()["type"], "end", "{what}: ends with end");
+    assert_eq!(of_type(log, "end").len(), 1, "{what}: one end");
+    log.last().unwrap()
+}
+
+/// Run to completion, delete; (log, cpu.stat throttled ns).
+fn run_to_end(rt: &OciCli, cfg: &PrivateConfig, b: &Bundle) -> (Vec<Value>, u64) {
+    rt.wait_stopped(&b.id, Duration::from_secs(30));
+    let kernel = b.throttled_ns();
+    let o = rt.delete(&b.id);
+    assert!(o.status.success(), "delete: {}", text(&o));
+    (read_log(&cfg.log_of(&b.id)), kernel)
+}
+
+#[test]
+fn first_episode_is_logged_whether_the_agent_answers_early_or_after_the_log() {
+    let _cpu = cpu_lock();
+    // fail-open: answered once watched; fail-closed: `wait_for_log`.
+    for mode in ["open", "closed"] {
+        let cfg = PrivateConfig::new(&format!("fail_mode = {mode:?}"));
+        let _agent = Agent::start(&cfg);
+        let rt = OciCli::throttlewatch(&cfg);
+        let b = throttled_from_the_start(mode);
+        let o = rt.run_detached(&b);
+        assert!(o.status.success(), "{mode}: run -d: {}", text(&o));
+        let (log, kernel) = run_to_end(&rt, &cfg, &b);
+        let end = whole_log(&log, mode);
+        let probe = end["probe_throttled_ns"].as_u64().unwrap();
+        let end_kernel = end["kernel_throttled_ns"].as_u64().unwrap();
+        eprintln!(
+            "{mode}: probe {probe} ns, end.kernel {end_kernel} ns, cpu.stat {kernel} ns, episodes {} (nr_throttled {}), {} throttle records",
+            end["probe_episodes"], end["nr_throttled"], of_type(&log, "throttle").len()
+        );
+        assert!(kernel > 500_000_000, "{mode}: too little throttling: {end}");
+        // A missed first episode is ~90 ms of ~1.8 s: 5 %.
+        assert!(
+            rel_err(probe, kernel) <= 0.005,
+            "{mode}: probe {probe} vs cpu.stat {kernel}: {end}"
+        );
+        assert!(
+            rel_err(end_kernel, kernel) <= 0.005,
+            "{mode}: end.kernel {end_kernel} vs cpu.stat {kernel}"
+        );
+        assert_eq!(end["unwatched_throttled_ns"], 0, "{mode}: {end}");
+        assert!(
+            end["probe_episodes"].as_u64().unwrap() >= end["nr_throttled"].as_u64().unwrap(),
+            "{mode}: every throttled period has an episode: {end}"
+        );
+        assert!(
+            !of_type(&log, "throttle").is_empty(),
+            "{mode}: throttle records"
+        );
+        assert!(
+            !cfg.hook_log().contains("error"),
+            "{mode}: hook.log: {}",
+            cfg.hook_log()
+        );
+    }
+}
+
+#[test]
+fn register_held_by_a_stopped_agent_then_a_restart_keep_the_log_whole() {
+    let _cpu = cpu_lock();
+    // Longer than the stop below: the hook waits for the late answer.
+    let cfg = PrivateConfig::new("agent_timeout_ms = 5000");
+    let agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let b = Bundle::new(
+        &id("held"),
+        &ContainerOpts::busy(2, 4).quota(10_000, 100_000),
+    );
+    let pid = Pid::from_raw(agent.child.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let create = std::thread::scope(|s| {
+        let h = s.spawn(|| rt.run_detached(&b));
+        std::thread::sleep(Duration::from_millis(400));
+        kill(pid, Signal::SIGCONT).unwrap();
+        h.join().unwrap()
+    });
+    assert!(create.status.success(), "run -d: {}", text(&create));
+    // Killed while the container throttles, then back: `resume`.
+    std::thread::sleep(Duration::from_millis(1500));
+    agent.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    let _agent = Agent::start(&cfg);
+    let (log, kernel) = run_to_end(&rt, &cfg, &b);
+    let end = whole_log(&log, "held, restarted");
+    assert!(!of_type(&log, "resume").is_empty(), "a resume record");
+    let probe = end["probe_throttled_ns"].as_u64().unwrap();
+    let unwatched = end["unwatched_throttled_ns"].as_u64().unwrap();
+    let end_kernel = end["kernel_throttled_ns"].as_u64().unwrap();
+    eprintln!("held, restarted: probe {probe} + unwatched {unwatched} vs end.kernel {end_kernel}, cpu.stat {kernel}");
+    assert!(unwatched > 0, "the restart's gap is said: {end}");
+    assert!(
+        rel_err(end_kernel, kernel) <= 0.005,
+        "end.kernel {end_kernel} vs cpu.stat {kernel}: from the first instruction"
+    );
+    // Known limit of resume (not of the start path): an episode open on a
+    // CPU when the new agent attaches is in neither view, at most one
+    // period per CPU; nothing else may be missing.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let missing = kernel.saturating_sub(probe + unwatched);
+    assert!(
+        missing <= cpus * 100_000_000 + kernel / 200 && probe + unwatched <= kernel + kernel / 200,
+        "probe {probe} + unwatched {unwatched} vs cpu.stat {kernel}: {missing} ns missing"
+    );
+}
