@@ -25,7 +25,8 @@ use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{bin, unique, Scratch};
 
 const PERIOD: u64 = 100_000;
-const MODES: [&str; 3] = ["static", "auto", "koord"];
+/// `unlimited` (no quota) is the floor this machine allows at the time.
+const MODES: [&str; 4] = ["static", "auto", "koord", "unlimited"];
 
 fn num(args: &[String], k: &str, d: u64) -> u64 {
     args.iter()
@@ -126,8 +127,9 @@ fn run_one(
 ) -> Value {
     let h = Hierarchies::discover().unwrap();
     let g = TransientCgroup::create(&h, &format!("/tw-bench-control-{mode}-{}", unique())).unwrap();
-    g.group.set_quota(Some(quota), PERIOD).unwrap();
     g.group.set_burst(0).unwrap();
+    let q = (mode != "unlimited").then_some(quota);
+    g.group.set_quota(q, PERIOD).unwrap();
     // The most weight: on a shared machine the quota, not the neighbours'
     // builds, should be what holds the server back.
     let (file, weight) = match g.group.cpu_dir.join("cpu.shares").exists() {
