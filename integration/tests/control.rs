@@ -18,7 +18,7 @@ use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
 use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
-use throttlewatch_integration::{burn_in, cpu_lock, of_type, read_log, unique};
+use throttlewatch_integration::{bin, burn_in, cpu_lock, of_type, read_log, unique};
 
 const QUOTA: u64 = 50_000;
 const PERIOD: u64 = 100_000;
@@ -201,6 +201,17 @@ fn bursty_group_is_raised_within_ceilings_throttled_less_and_restored_at_its_end
     let types: Vec<&str> = log.iter().map(|r| r["type"].as_str().unwrap()).collect();
     assert!(types.iter().rposition(|t| *t == "control") < types.iter().position(|t| *t == "end"));
     assert!(of_type(&read_log(&log_b), "control").is_empty());
+    // `throttlewatch report` reads a log that holds control records.
+    let out = std::process::Command::new(bin("throttlewatch"))
+        .args(["report", "--json"])
+        .arg(&log_a)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     drop(agent);
 }
 
