@@ -201,16 +201,35 @@ fn bursty_group_is_raised_within_ceilings_throttled_less_and_restored_at_its_end
     let types: Vec<&str> = log.iter().map(|r| r["type"].as_str().unwrap()).collect();
     assert!(types.iter().rposition(|t| *t == "control") < types.iter().position(|t| *t == "end"));
     assert!(of_type(&read_log(&log_b), "control").is_empty());
-    // `throttlewatch report` reads a log that holds control records.
-    let out = std::process::Command::new(bin("throttlewatch"))
-        .args(["report", "--json"])
-        .arg(&log_a)
-        .output()
-        .unwrap();
+    // `throttlewatch report` puts the changes on the timeline.
+    let report = |json: bool| {
+        let mut c = std::process::Command::new(bin("throttlewatch"));
+        c.arg("report");
+        if json {
+            c.arg("--json");
+        }
+        let out = c.arg(&log_a).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let v: Value = serde_json::from_str(&report(true)).unwrap();
+    let rows = v["containers"][0]["controls"]
+        .as_array()
+        .expect("controls in the report")
+        .clone();
+    assert_eq!(rows.len(), controls.len());
+    assert_eq!(rows.last().unwrap()["cause"], "container_end");
+    assert!(rows
+        .windows(2)
+        .all(|w| w[0]["at_ns"].as_u64() <= w[1]["at_ns"].as_u64()));
+    let text = report(false);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        text.contains("cpu control") && text.contains("raise") && text.contains("container_end"),
+        "{text}"
     );
     drop(agent);
 }

@@ -48,6 +48,9 @@ fn close((cpus, tids): &PeriodSpans, period_ns: u64) -> PeriodThrottle {
     }
 }
 
+/// `control` records kept for the report.
+pub const MAX_CONTROLS: usize = 10_000;
+
 /// Everything the report needs from one log.
 #[derive(Debug, Default)]
 pub struct Container {
@@ -57,6 +60,8 @@ pub struct Container {
     pub end: Option<End>,
     pub resumes: u64,
     pub cold_start: Option<ColdStart>,
+    /// The dynamic CPU controller's changes, with their `ts` (docs/control.md).
+    pub controls: Vec<(u64, throttlewatch_core::logfmt::Control)>,
     pub last_cpu_stat: Option<CpuStatSnapshot>,
     /// Interval `runq` records summed (used while there is no `end`).
     pub runq_intervals: Runq,
@@ -116,7 +121,12 @@ impl Container {
                 }
             }
             Record::ColdStart(c) => self.cold_start = Some(c),
-            Record::Control(_) => {}
+            Record::Control(c) => {
+                // A bounded list: the controller acts at most every cooldown.
+                if self.controls.len() < MAX_CONTROLS {
+                    self.controls.push((ts, c));
+                }
+            }
             Record::End(e) => self.end = Some(e),
         }
     }

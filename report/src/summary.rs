@@ -53,11 +53,22 @@ pub struct ContainerReport {
     pub runq: Option<Runq>,
     pub split: CpuSplit,
     pub cold_start: Option<ColdStart>,
+    /// The dynamic CPU controller's changes on the timeline (docs/control.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub controls: Vec<ControlAt>,
     pub recommendations: Vec<Recommendation>,
     /// `--what-if`: the settings asked about and the predicted throttled time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<crate::recommend::WhatIfResult>,
     pub heatmaps: Heatmaps,
+}
+
+/// A `control` record and when it came, ns after the log's start.
+#[derive(Debug, Clone, Serialize)]
+pub struct ControlAt {
+    pub at_ns: u64,
+    #[serde(flatten)]
+    pub record: throttlewatch_core::logfmt::Control,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -146,6 +157,14 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
         runq,
         split,
         cold_start: c.cold_start.clone(),
+        controls: c
+            .controls
+            .iter()
+            .map(|(ts, r)| ControlAt {
+                at_ns: ts.saturating_sub(c.start_ts.unwrap_or(*ts)),
+                record: r.clone(),
+            })
+            .collect(),
         recommendations: recommend(c),
         what_if: None,
         heatmaps: Heatmaps {
