@@ -62,6 +62,7 @@ pub fn describe(cfg: &Config) -> String {
          agent: socket {}, answer within {} ms, else the container {}\n\
          hook entries: timeout {} s; exclusive-cores lock: wait at most {} ms\n\
          logs: {}; metrics: {}\n\
+         {}\n\
          {}\n",
         cfg.threshold,
         p.burst_cap_percent(),
@@ -84,6 +85,26 @@ pub fn describe(cfg: &Config) -> String {
             )
         },
         log_limits(cfg),
+        control(cfg),
+    )
+}
+
+/// The dynamic CPU controller, as `config check` says it.
+fn control(cfg: &Config) -> String {
+    let c = &cfg.control;
+    if !c.enabled {
+        return "cpu control: off ([control] enabled = false; cpu-control annotations are ignored)"
+            .into();
+    }
+    format!(
+        "cpu control: on for containers with cpu-control: auto; burst up to {} %, quota up to {} % of the original, steps of at least {} %, raises {} ms apart, back down after {} ms calm; node guard at PSI some avg10 >= {} % (else idle <= {} %)",
+        c.burst_ceiling_percent,
+        c.quota_ceiling_percent,
+        c.step_percent,
+        c.cooldown_ms,
+        c.calm_ms,
+        c.pressure_psi_some_avg10,
+        c.pressure_idle_percent
     )
 }
 
@@ -132,5 +153,22 @@ mod tests {
         };
         let d = describe(&off);
         assert_eq!(d.matches(": off (log").count(), 3, "{d}");
+    }
+}
+
+#[cfg(test)]
+mod control_tests {
+    use super::*;
+
+    #[test]
+    fn cpu_control_is_said_off_or_with_its_bounds() {
+        assert!(describe(&Config::default()).contains("cpu control: off"));
+        let mut on = Config::default();
+        on.control.enabled = true;
+        let d = describe(&on);
+        assert!(
+            d.contains("cpu control: on") && d.contains("quota up to 300 %"),
+            "{d}"
+        );
     }
 }
