@@ -16,7 +16,7 @@ bindir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, 
 # Test executables by target name, from cargo's own build plan.
 exes=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
-want = {"load", "fidelity", "qos_runc", "runq", "runc", "cli"}
+want = {"load", "fidelity", "qos_runc", "runq", "runc", "cli", "coldstart", "control", "thread_cpu", "start_path"}
 for line in sys.stdin:
     try:
         m = json.loads(line)
