@@ -14,7 +14,17 @@
  * state at a time, by precedence: a thread ran; else one was frozen by the
  * quota; else one waited on a run-queue; else all were blocked. The four
  * sum to the time to the target. Threads move under the entry's spin lock
- * (taken by tp_btf programs only: Linux >= 5.11 allows it there). */
+ * (taken by tp_btf programs only: Linux >= 5.11 allows it there).
+ *
+ * Dequeue model (before 6.18): a thread waiting on a run-queue that is
+ * throttled is frozen with it without being switched out, so it stays
+ * "queued" here. At its switch-in the run-queue part (runq.bpf.h) tells how
+ * much of its wait that run-queue's throttle episodes covered (what its
+ * TW_EV_FREEZE_QUEUED record reports); that much of the queued time the
+ * cold start was charged during the wait moves to frozen. The move is
+ * bounded by the queued time charged since this thread began to wait, less
+ * what other threads moved meanwhile (two threads queued behind one throttle
+ * move it once). */
 #ifndef __THROTTLEWATCH_COLDSTART_BPF_H
 #define __THROTTLEWATCH_COLDSTART_BPF_H
 
@@ -57,11 +67,15 @@ static __always_inline void emit_stage(struct task_struct *t, __u64 cg, __u32 st
 /* One thread moves from `from` to `to` at `now`. The time since the last
  * move goes to the state the whole cold start was in, and its CPU to the
  * target. Returns when the target was reached (0: not in this step); the
- * split then stops there. No helper calls while the lock is held. */
-static __always_inline __u64 cs_move(struct tw_coldstart_locked *l, __u32 from, __u32 to, __u64 now)
+ * split then stops there. `covered`: the throttled part of the run-queue
+ * wait this move ends (dequeue model); *q0: the thread's queued_ns snapshot
+ * (in: from its wait's start; out: taken now when it starts waiting). No
+ * helper calls while the lock is held. */
+static __always_inline __u64 cs_move(struct tw_coldstart_locked *l, __u32 from, __u32 to, __u64 now,
+				     __u64 covered, __u64 *q0)
 {
 	struct tw_coldstart *cs = &l->cs;
-	__u64 d, need, n, at = 0;
+	__u64 d, need, n, m, at = 0;
 
 	bpf_spin_lock(&l->lock);
 	if (cs->cpu_done_ns || !cs->last_ns)
@@ -87,6 +101,15 @@ static __always_inline __u64 cs_move(struct tw_coldstart_locked *l, __u32 from, 
 		}
 		cs->last_ns += d;
 	}
+	if (covered && from == TW_CS_QUEUED && cs->queued_ns > *q0) {
+		m = cs->queued_ns - *q0;
+		if (m > covered)
+			m = covered;
+		cs->queued_ns -= m;
+		cs->frozen_ns += m;
+	}
+	if (to == TW_CS_QUEUED)
+		*q0 = cs->queued_ns;
 	if (at)
 		goto out;
 	if (from == TW_CS_RUNNING && cs->nr_running)
@@ -108,10 +131,11 @@ out:
 
 /* A followed thread changes state; it stops being followed once its cold
  * start is complete or gone. */
-static __always_inline void cs_thread_to(struct task_struct *t, struct tw_task *ts, __u32 to, __u64 now)
+static __always_inline void cs_thread_to(struct task_struct *t, struct tw_task *ts, __u32 to, __u64 now,
+					 __u64 covered)
 {
 	struct tw_coldstart_locked *l;
-	__u64 cg = ts->cs_cg, at;
+	__u64 cg = ts->cs_cg, at, q0 = ts->cs_queued0;
 	__u32 from = (__u32)ts->cs_state;
 
 	l = bpf_map_lookup_elem(&coldstarts, &cg);
@@ -122,16 +146,18 @@ static __always_inline void cs_thread_to(struct task_struct *t, struct tw_task *
 	if (from == to)
 		return;
 	ts->cs_state = to;
-	at = cs_move(l, from, to, now);
+	at = cs_move(l, from, to, now, covered, &q0);
+	ts->cs_queued0 = q0;
 	if (at) {
 		ts->cs_cg = 0;
 		emit_stage(t, cg, TW_CS_CPU, l->cs.exec_ns, at);
 	}
 }
 
-/* Cold start bookkeeping at a switch (only while one is pending). */
+/* Cold start bookkeeping at a switch (only while one is pending).
+ * `covered`: the throttled part of the run-queue wait `next` ends. */
 static __always_inline void coldstart_switch(struct task_struct *prev, struct task_struct *next,
-					     bool frozen, __u64 now)
+					     bool frozen, __u64 covered, __u64 now)
 {
 	struct tw_task *ts;
 	__u32 to;
@@ -144,11 +170,11 @@ static __always_inline void coldstart_switch(struct task_struct *prev, struct ta
 			to = TW_CS_QUEUED;
 		else
 			to = TW_CS_BLOCKED;
-		cs_thread_to(prev, ts, to, now);
+		cs_thread_to(prev, ts, to, now, 0);
 	}
 	ts = bpf_task_storage_get(&tw_tasks, next, 0, 0);
 	if (ts && ts->cs_cg)
-		cs_thread_to(next, ts, TW_CS_RUNNING, now);
+		cs_thread_to(next, ts, TW_CS_RUNNING, now, covered);
 }
 
 /* Cold start bookkeeping at a wakeup: the thread waits for a CPU, or for
@@ -162,7 +188,7 @@ static __always_inline void coldstart_wakeup(struct task_struct *p)
 	ts = bpf_task_storage_get(&tw_tasks, p, 0, 0);
 	if (ts && ts->cs_cg)
 		cs_thread_to(p, ts, tw_woken_into_freeze(p) ? TW_CS_FROZEN : TW_CS_QUEUED,
-			     bpf_ktime_get_ns());
+			     bpf_ktime_get_ns(), 0);
 }
 
 /* The first exec in an armed cgroup is its entrypoint: on a CPU now. */

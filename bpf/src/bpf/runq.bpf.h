@@ -56,6 +56,9 @@ struct tw_task {
 	__u64 frozen_acc;	/* throttled part of the wait on earlier CPUs */
 	__u32 wait_cpu;
 	__u32 pad;
+	/* cold start, dequeue model: the cold start's queued_ns when this
+	 * thread began to wait (see cs_move() in coldstart.bpf.h) */
+	__u64 cs_queued0;
 };
 
 struct {
@@ -336,8 +339,11 @@ static __always_inline __u64 queued_freeze(struct task_struct *next, struct tw_t
 	return frozen;
 }
 
-/* `next` switches in: end its wait, if any. `thawed`: it was frozen. */
-static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __u64 now)
+/* `next` switches in: end its wait, if any. `thawed`: it was frozen.
+ * *covered: the part of the wait its run-queue was throttled (dequeue
+ * model; the cold-start split moves it to frozen). */
+static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __u64 now,
+				       __u64 *covered)
 {
 	struct tw_task *ts;
 	struct tw_runq *h;
@@ -352,6 +358,7 @@ static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __
 	__sync_fetch_and_sub(&nr_waiting, 1);
 	if (!thawed && tw_dequeue_model() && now > w)
 		frozen = queued_freeze(next, ts, w, now);
+	*covered = frozen;
 	h = bpf_map_lookup_elem(&runq_hist, &cg);
 	if (!h)
 		return;
@@ -376,9 +383,10 @@ static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __
 }
 
 /* The run-queue part of the sched_switch program. Returns the time it
- * read (0: none), for the cold-start part to reuse. */
+ * read (0: none), for the cold-start part to reuse, and in *covered the
+ * throttled part of the wait `next` ends (0: none). */
 static __always_inline __u64 runq_switch(struct task_struct *prev, struct task_struct *next,
-					 bool frozen, bool thawed)
+					 bool frozen, bool thawed, __u64 *covered)
 {
 	__u64 now = 0;
 
@@ -391,7 +399,7 @@ static __always_inline __u64 runq_switch(struct task_struct *prev, struct task_s
 	if (nr_waiting) {
 		if (!now)
 			now = bpf_ktime_get_ns();
-		on_runq_in(next, thawed, now);
+		on_runq_in(next, thawed, now, covered);
 	}
 	return now;
 }

@@ -44,15 +44,15 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 static __always_inline void runq_and_coldstart(struct task_struct *prev, struct task_struct *next,
 					       bool frozen, bool thawed)
 {
-	__u64 now;
+	__u64 now, covered = 0;
 
 	if (!runq_enabled)
 		return;
-	now = runq_switch(prev, next, frozen, thawed);
+	now = runq_switch(prev, next, frozen, thawed, &covered);
 	if (nr_coldstart) {
 		if (!now)
 			now = bpf_ktime_get_ns();
-		coldstart_switch(prev, next, frozen, now);
+		coldstart_switch(prev, next, frozen, covered, now);
 	}
 }
 
