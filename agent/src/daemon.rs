@@ -28,7 +28,30 @@ use crate::spec::SessionSpec;
 use crate::state::{Persisted, StateDir};
 use crate::{signals, CliError};
 
-type Job = (Request, Sender<Response>);
+type Job = (Request, Answer);
+
+/// Where the event loop's answer to one request goes: written on the
+/// connection by the event loop itself (the waiting client, a hook inside a
+/// container start, wakes without a second thread hop), then the
+/// connection's thread is told (`None`); without a connection, handed to it.
+pub struct Answer {
+    done: Sender<Option<Response>>,
+    conn: Option<UnixStream>,
+}
+
+impl Answer {
+    fn send(self, resp: Response) {
+        match self.conn {
+            Some(c) => {
+                reply(&c, &resp);
+                let _ = self.done.send(None);
+            }
+            None => {
+                let _ = self.done.send(Some(resp));
+            }
+        }
+    }
+}
 
 /// Start an agent in the background and wait until it answers.
 pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError> {
@@ -253,12 +276,16 @@ fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
         Ok(_) => match serde_json::from_str::<Request>(&String::from_utf8_lossy(&raw)) {
             Err(e) => Response::err(format!("bad request: {e}")),
             Ok(req) => {
-                let (tx, rx) = mpsc::channel();
-                if jobs.send((req, tx)).is_err() {
+                let (done, rx) = mpsc::channel();
+                let conn = conn.try_clone().ok();
+                if jobs.send((req, Answer { done, conn })).is_err() {
                     Response::err("agent is stopping")
                 } else {
-                    rx.recv_timeout(Duration::from_secs(5))
-                        .unwrap_or_else(|_| Response::err("agent did not answer"))
+                    match rx.recv_timeout(Duration::from_secs(5)) {
+                        Ok(Some(resp)) => resp,
+                        Ok(None) => return, // written by the event loop
+                        Err(_) => Response::err("agent did not answer"),
+                    }
                 }
             }
         },
@@ -378,11 +405,8 @@ impl Agent {
         let snap_every = Duration::from_secs(self.cfg.snapshot_interval_s.max(1));
         loop {
             match rx.recv_timeout(self.cfg.poll_interval()) {
-                Ok((Request::Register(r), reply)) => self.register_answering(r, &reply),
-                Ok((req, reply)) => {
-                    let resp = self.handle(req);
-                    let _ = reply.send(resp);
-                }
+                Ok((Request::Register(r), answer)) => self.register_answering(r, answer),
+                Ok((req, answer)) => answer.send(self.handle(req)),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
@@ -465,33 +489,30 @@ impl Agent {
     /// cgroup is in the kernel's watch map (its freezes are counted from
     /// there); the log, its `start` record and the state file follow before
     /// the next request or poll. `wait_for_log` (fail-closed) answers after.
-    fn register_answering(&mut self, r: Register, reply: &Sender<Response>) {
+    fn register_answering(&mut self, r: Register, to: Answer) {
         let wait = r.wait_for_log;
         let begun = match self.begin_register(r, None) {
             Ok(Begun::Pending(p)) => p,
-            Ok(Begun::Known(resp)) => {
-                let _ = reply.send(resp);
-                return;
-            }
-            Err(e) => {
-                let _ = reply.send(Response::err(e));
-                return;
-            }
+            Ok(Begun::Known(resp)) => return to.send(resp),
+            Err(e) => return to.send(Response::err(e)),
         };
         let answer = Response {
             log_path: Some(begun.log_path.display().to_string()),
             ..Response::ok()
         };
+        let mut to = Some(to);
         if !wait {
-            let _ = reply.send(answer.clone());
+            if let Some(to) = to.take() {
+                to.send(answer.clone());
+            }
         }
         let key = begun.key.clone();
         let done = self.complete_register(begun);
         if let Err(e) = &done {
             eprintln!("throttlewatch agent: {key}: {e}; not watched");
         }
-        if wait {
-            let _ = reply.send(done.map(|_| answer).unwrap_or_else(Response::err));
+        if let Some(to) = to {
+            to.send(done.map(|_| answer).unwrap_or_else(Response::err));
         }
     }
 
