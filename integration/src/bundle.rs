@@ -278,6 +278,12 @@ impl OciCli {
         self.run(&["run", "-d", "--bundle", b.dir().to_str().unwrap(), &b.id])
     }
 
+    /// `create --bundle B ID` (`start ID` runs it); deleted on drop.
+    pub fn create(&self, b: &Bundle) -> Output {
+        self.started.lock().unwrap().push(b.id.clone());
+        self.run(&["create", "--bundle", b.dir().to_str().unwrap(), &b.id])
+    }
+
     pub fn delete(&self, id: &str) -> Output {
         self.run(&["delete", id])
     }
