@@ -98,9 +98,9 @@ fn per_thread_running_sums_to_the_cgroups_cpu_usage() {
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
     let rt = OciCli::throttlewatch(&cfg);
-    // Three busy workers under 0.1 CPUs for 1.5 s: frozen most of the time
-    // however busy the machine is.
-    let b = burn_bundle(&["--threads", "3", "--ms", "1500"], 10_000);
+    // Three busy workers under 0.1 CPUs for 3 s: frozen most of the time
+    // however busy the machine is; ~100 ms of CPU each.
+    let b = burn_bundle(&["--threads", "3", "--ms", "3000"], 10_000);
     // Created: the hook has registered the container (the group is
     // watched), runc's bootstrap processes ([0:PARENT], [1:CHILD]) ran in
     // the group and exited before that; what they used is in the group's
@@ -137,13 +137,22 @@ fn per_thread_running_sums_to_the_cgroups_cpu_usage() {
         u(tc, "run_delay_ns") as f64 / 1e6,
         u(end, "frozen_ns") as f64 / 1e6
     );
-    // The kernel reads a thread's CPU time at its exit, before its last
-    // moments on the CPU: a few ticks short over all threads at most.
+    // The probe reads an exiting thread's CPU time at sched_process_exit;
+    // the kernel charges the rest of its exit path after that: never more
+    // than the group's usage, short by a tail per thread (~2 ms in all on
+    // the host; 3-4 ms a thread under emulation, 30 ms of 0.59 s on the TCG
+    // lane), far below one worker's ~100 ms.
+    let threads = u(tc, "threads");
     assert!(
-        err <= 0.05,
-        "per-thread running {running} ns vs {source} {usage} ns"
+        running <= usage + usage / 100,
+        "per-thread running {running} ns is more than {source} {usage} ns"
     );
-    // Each worker: ~0.1/3 CPU of 1.5 s running (50 ms), frozen most of the rest.
+    let allowed = usage / 50 + 5_000_000 * threads;
+    assert!(
+        usage - running.min(usage) <= allowed,
+        "per-thread running {running} ns vs {source} {usage} ns: short by more than {allowed} ns ({threads} threads)"
+    );
+    // Each worker: ~0.1/3 CPU of 3 s running (100 ms), frozen most of the rest.
     let top = tc["top"].as_array().unwrap();
     let workers: Vec<&Value> = top
         .iter()
@@ -151,7 +160,7 @@ fn per_thread_running_sums_to_the_cgroups_cpu_usage() {
         .collect();
     assert_eq!(workers.len(), 3, "{tc}");
     for w in &workers {
-        assert!(u(w, "running_ns") > 20_000_000, "{w}");
+        assert!(u(w, "running_ns") > 40_000_000, "{w}");
         assert!(u(w, "frozen_ns") > u(w, "running_ns"), "{w}");
     }
     // The report shows the split per thread (no more nulls).
