@@ -31,8 +31,7 @@ fn cpu_usage_ns(g: &CpuCgroup) -> (u64, String) {
         .map(|d| d.join("cpuacct.usage"))
         .find(|p| p.exists());
     if let Some(p) = v1 {
-        let v = std::fs::read_to_string(&p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let v = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         let ns = v
             .trim()
             .parse()
@@ -51,7 +50,10 @@ fn cpu_usage_ns(g: &CpuCgroup) -> (u64, String) {
 /// CPU time of the threads alive in the group now (`/proc` schedstat), ns.
 fn live_threads_cpu_ns(g: &CpuCgroup) -> u64 {
     let mut sum = 0;
-    for pid in g.pids().unwrap_or_else(|e| panic!("{}: {e}", g.cpu_dir.display())) {
+    for pid in g
+        .pids()
+        .unwrap_or_else(|e| panic!("{}: {e}", g.cpu_dir.display()))
+    {
         let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
         };
