@@ -99,6 +99,48 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// `wait_for` 5 s while the throttled workload `burn` runs, and on a
+/// timeout what the controller had to go on: the values, the kernel's
+/// count, the node's PSI, the control records, the log's last other records
+/// and the agent's output.
+fn wait_or_explain(
+    what: &str,
+    agent: &Agent,
+    log: &std::path::Path,
+    g: &TransientCgroup,
+    burn: &mut std::process::Child,
+    mut f: impl FnMut() -> bool,
+) {
+    let t = Instant::now();
+    while !f() {
+        if let Some(st) = burn.try_wait().unwrap() {
+            panic!("the throttled workload ended ({st}) before: {what}");
+        }
+        if t.elapsed() > Duration::from_secs(5) {
+            let all = read_log(log);
+            let show = |r: &&Value| r.to_string().chars().take(1500).collect::<String>();
+            let controls: Vec<String> = of_type(&all, "control").iter().map(show).collect();
+            let tail: Vec<String> = all
+                .iter()
+                .rev()
+                .filter(|r| r["type"] != "control")
+                .take(4)
+                .map(|r| show(&r))
+                .collect();
+            panic!(
+                "{what} within 5s: values {:?}, cpu.stat {:?}, pressure {:?}\ncontrols:\n{}\nlog tail:\n{}\nagent output:\n{}",
+                values(&g.group),
+                std::fs::read_to_string(g.group.cpu_dir.join("cpu.stat")),
+                std::fs::read_to_string("/proc/pressure/cpu"),
+                controls.join("\n"),
+                tail.join("\n"),
+                agent.output()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn bursty_group_is_raised_within_ceilings_throttled_less_and_restored_at_its_end() {
     let _l = cpu_lock();
@@ -240,8 +282,11 @@ fn sigkill_restart_restores_update_is_adopted_and_stop_restores() {
     let cfg = PrivateConfig::new(CONTROL);
     let agent = Agent::start(&cfg);
     let g = group("restart");
-    // Always over its quota: 2 spinning threads at 0.5 CPU.
-    let mut burn = burn_in(&g, &["--threads", "2", "--ms", "12000"]);
+    // Always over its quota: 2 spinning threads at 0.5 CPU, for longer than
+    // the test can take anywhere (killed at its end): a 12 s burner ended
+    // before "raised again" on the 6.1 VM lane (agent starts take seconds
+    // under TCG) and nothing throttled was left to raise.
+    let mut burn = burn_in(&g, &["--threads", "2", "--ms", "300000"]);
     let id = format!("restart-{}", unique());
     let log = register(&cfg, &id, &g, burn.id(), true);
     wait_for("quota raised", Duration::from_secs(5), || {
@@ -277,7 +322,7 @@ fn sigkill_restart_restores_update_is_adopted_and_stop_restores() {
     );
     assert_eq!(u(&r, &["before", "quota_us"]), raised.0, "{r}");
     // Control goes on from the originals.
-    wait_for("raised again", Duration::from_secs(5), || {
+    wait_or_explain("raised again", &agent, &log, &g, &mut burn, || {
         values(&g.group).0 > QUOTA
     });
 
@@ -305,9 +350,14 @@ fn sigkill_restart_restores_update_is_adopted_and_stop_restores() {
     assert_eq!(u(&a, &["original", "quota_us"]), update, "{a}");
     let new_original = a["original"].clone();
     // Later raises count from the update and stay under 300 % of it.
-    wait_for("raised from the update", Duration::from_secs(5), || {
-        values(&g.group).0 > update
-    });
+    wait_or_explain(
+        "raised from the update",
+        &agent,
+        &log,
+        &g,
+        &mut burn,
+        || values(&g.group).0 > update,
+    );
     assert!(values(&g.group).0 <= 3 * update);
 
     // Agent stop: the (new) originals back; the container keeps running.

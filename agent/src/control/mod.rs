@@ -94,6 +94,24 @@ pub fn write_bandwidth(
     Ok(())
 }
 
+/// Every value the cgroup can hold while [`write_bandwidth`] moves it from
+/// `before` to `after`: the ends, and, when the quota changes, both quotas
+/// with the burst at 0 (the cgroup crate clears the burst before a quota
+/// write). An agent killed between two of those file writes finds one of
+/// them at its restart, and must know it for its own.
+pub fn states_between(before: Bandwidth, after: Bandwidth, has_burst: bool) -> Vec<Bandwidth> {
+    let mut v = vec![before];
+    let quota_changed = (before.quota_us, before.period_us) != (after.quota_us, after.period_us);
+    if has_burst && quota_changed {
+        for b in [before, after] {
+            v.push(Bandwidth { burst_us: 0, ..b });
+        }
+    }
+    v.push(after);
+    v.dedup();
+    v
+}
+
 struct Controlled {
     key: ContainerKey,
     cgroup: CpuCgroup,
@@ -150,6 +168,16 @@ impl Controls {
                     } else {
                         "control_off"
                     };
+                    // Killed again mid-restore: the next restart knows these too.
+                    let mut written = prev.written.clone();
+                    written.extend(states_between(now, prev.original, has_burst));
+                    self.journal.save(
+                        key,
+                        &Journalled {
+                            written,
+                            ..prev.clone()
+                        },
+                    );
                     match write_bandwidth(cg, now, prev.original, has_burst) {
                         Ok(()) => {
                             records.push(record(
@@ -241,7 +269,7 @@ impl Controls {
                         &Journalled {
                             cgroup_id: *id,
                             original,
-                            written: vec![c.before, c.after],
+                            written: states_between(c.before, c.after, g.has_burst),
                         },
                     );
                     match write_bandwidth(&g.cgroup, c.before, c.after, g.has_burst) {
@@ -278,13 +306,27 @@ impl Controls {
     /// what the controller wrote (an operator's later value stays).
     pub fn release(&mut self, id: u64, why: Release) -> Option<Control> {
         let g = self.groups.remove(&id)?;
-        self.journal.remove(&g.key);
-        let (now, has_burst) = read_bandwidth(&g.cgroup)?;
+        let Some((now, has_burst)) = read_bandwidth(&g.cgroup) else {
+            self.journal.remove(&g.key);
+            return None;
+        };
         let original = g.policy.original();
         if now != g.policy.current() || now == original {
+            self.journal.remove(&g.key);
             return None;
         }
-        match write_bandwidth(&g.cgroup, now, original, has_burst) {
+        // Killed mid-restore: the restart finishes it.
+        self.journal.save(
+            &g.key,
+            &Journalled {
+                cgroup_id: id,
+                original,
+                written: states_between(now, original, has_burst),
+            },
+        );
+        let done = write_bandwidth(&g.cgroup, now, original, has_burst);
+        self.journal.remove(&g.key);
+        match done {
             Ok(()) => Some(record(
                 "restore",
                 why.as_str(),
@@ -331,6 +373,35 @@ fn record(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_value_a_write_passes_through_is_known() {
+        let bw = |quota_us, burst_us| Bandwidth {
+            quota_us,
+            period_us: 100_000,
+            burst_us,
+        };
+        // A quota raise clears the burst first, then writes the quota, then the burst.
+        assert_eq!(
+            states_between(bw(60_000, 50_000), bw(80_000, 50_000), true),
+            vec![
+                bw(60_000, 50_000),
+                bw(60_000, 0),
+                bw(80_000, 0),
+                bw(80_000, 50_000)
+            ]
+        );
+        // Burst only: one write.
+        assert_eq!(
+            states_between(bw(50_000, 0), bw(50_000, 10_000), true),
+            vec![bw(50_000, 0), bw(50_000, 10_000)]
+        );
+        // No burst file: the quota write is the only one.
+        assert_eq!(
+            states_between(bw(50_000, 0), bw(60_000, 0), false),
+            vec![bw(50_000, 0), bw(60_000, 0)]
+        );
+    }
 
     #[test]
     fn the_hooks_request_wins_over_the_raw_annotation() {
