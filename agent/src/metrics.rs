@@ -529,7 +529,10 @@ mod tests {
             "no per-container label: {exec}"
         );
         assert!(count("cpu").is_some());
-        assert!(count("create").is_none(), "the origin is no stage to observe");
+        assert!(
+            count("create").is_none(),
+            "the origin is no stage to observe"
+        );
         assert!(!body.contains("bogus"), "only the six stage names: {body}");
     }
 

@@ -9,8 +9,8 @@ pub mod containerd;
 pub mod cri;
 pub mod daemons;
 pub mod podman;
-pub mod prometheus;
 pub mod private_dockerd;
+pub mod prometheus;
 
 /// A binary of this workspace, built by `cargo build --workspace` (the test
 /// command does that first); next to the test executable's `deps/` folder.

@@ -49,7 +49,10 @@ mod tests {
 
     #[test]
     fn the_documented_example_is_a_control_line() {
-        let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/log-format.md"));
+        let doc = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/log-format.md"
+        ));
         let line = doc
             .lines()
             .find(|l| l.starts_with('{') && l.contains("\"type\":\"control\""))
@@ -60,6 +63,9 @@ mod tests {
         };
         assert_eq!((c.action.as_str(), c.after.quota_us), ("raise", 70_000));
         let back = serde_json::to_value(&l).unwrap();
-        assert_eq!(back, serde_json::from_str::<serde_json::Value>(line).unwrap());
+        assert_eq!(
+            back,
+            serde_json::from_str::<serde_json::Value>(line).unwrap()
+        );
     }
 }
