@@ -11,6 +11,7 @@ pub mod daemons;
 pub mod podman;
 pub mod private_dockerd;
 pub mod prometheus;
+pub mod trees;
 
 /// A binary of this workspace, built by `cargo build --workspace` (the test
 /// command does that first); next to the test executable's `deps/` folder.

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use throttlewatch_integration::daemons::stop_child;
 use throttlewatch_integration::private_dockerd::PrivateDockerd;
+use throttlewatch_integration::trees::{copy_tree, snapshot};
 use throttlewatch_integration::{bin, Scratch};
 
 const CRI: &str = "io.containerd.grpc.v1.cri";
@@ -35,34 +36,6 @@ fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &to.join(e.file_name()));
-        } else {
-            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-        }
-    }
-}
-
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else {
-                out.push((e.path(), std::fs::read(e.path()).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// The real `throttlewatch` binary, `install|uninstall ENGINE --etc-root ROOT`.

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use throttlewatch_integration::bundle::{text, BUSYBOX};
 use throttlewatch_integration::private_dockerd::PrivateDockerd;
+use throttlewatch_integration::trees::snapshot;
 use throttlewatch_integration::{bin, Scratch};
 
 fn throttlewatch(args: &[&str], root: &Path) -> Output {
@@ -20,23 +21,6 @@ fn throttlewatch(args: &[&str], root: &Path) -> Output {
         .arg(root)
         .output()
         .unwrap()
-}
-
-fn tree_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let t = e.file_type().unwrap();
-            if t.is_dir() {
-                stack.push(e.path());
-            } else if t.is_file() {
-                out.push((e.path(), std::fs::read(e.path()).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Polls `docker info` until `has` says yes (dockerd reloads asynchronously).
@@ -70,7 +54,7 @@ fn docker_reloads_on_restart_signal() {
     // The pidfile where the installer looks for it under the root.
     std::fs::create_dir_all(root.join("run")).unwrap();
     std::os::unix::fs::symlink(d.pidfile(), root.join("run/docker.pid")).unwrap();
-    let before = tree_bytes(&root.join("etc"));
+    let before = snapshot(&root.join("etc"));
 
     let o = throttlewatch(
         &[
@@ -97,7 +81,7 @@ fn docker_reloads_on_restart_signal() {
 
     let o = throttlewatch(&["uninstall", "docker", "--restart", "signal"], &root);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(tree_bytes(&root.join("etc")), before, "byte for byte");
+    assert_eq!(snapshot(&root.join("etc")), before, "byte for byte");
     // dockerd's reload replaces only the keys the file has: the restored
     // file has no "runtimes", so the runtime stays listed until dockerd
     // restarts. Uninstall says so (docs/containerd.md); this pins the claim.
@@ -132,7 +116,7 @@ fn root_with_recording_systemctl(dir: &Path) -> PathBuf {
 fn containerd_restart_systemd_runs_the_roots_systemctl_and_signal_is_refused() {
     let dir = Scratch::new("restart-systemd");
     let root = root_with_recording_systemctl(&dir.0);
-    let before = tree_bytes(&root);
+    let before = snapshot(&root);
 
     let o = throttlewatch(&["install", "containerd", "--restart", "signal"], &root);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -142,7 +126,7 @@ fn containerd_restart_systemd_runs_the_roots_systemctl_and_signal_is_refused() {
         text(&o)
     );
     assert_eq!(
-        tree_bytes(&root),
+        snapshot(&root),
         before,
         "a refused restart mode writes nothing"
     );
@@ -166,7 +150,7 @@ fn containerd_restart_systemd_runs_the_roots_systemctl_and_signal_is_refused() {
     );
     std::fs::remove_file(root.join("systemctl.calls")).unwrap();
     assert_eq!(
-        tree_bytes(&root),
+        snapshot(&root),
         before,
         "uninstall leaves the root as it was"
     );

@@ -18,6 +18,7 @@ use throttlewatch_integration::bundle::text;
 use throttlewatch_integration::containerd::Containerd;
 use throttlewatch_integration::daemons::DOCKER_API_VERSION;
 use throttlewatch_integration::private_dockerd::PrivateDockerd;
+use throttlewatch_integration::trees::snapshot;
 use throttlewatch_integration::{bin, Scratch};
 
 const NAMESPACE: &str = "throttlewatch";
@@ -291,22 +292,6 @@ fn manifests_render_and_hold_together() {
     );
 }
 
-fn tree(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else {
-                out.push((e.path(), std::fs::read(e.path()).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 fn run_script(script: &str, env: &[(&str, &Path)]) -> Output {
     let mut c = Command::new("sh");
     c.arg("-c").arg(script);
@@ -346,7 +331,7 @@ fn node_install_and_cleanup_scripts_leave_the_host_as_it_was() {
     let src = bin("throttlewatch").parent().unwrap().to_path_buf();
     let no_procs = dir.0.join("proc");
     std::fs::create_dir_all(&no_procs).unwrap();
-    let before = tree(&host);
+    let before = snapshot(&host);
     let env: [(&str, &Path); 5] = [
         ("HOST_ROOT", &host),
         ("SRC", &src),
@@ -371,16 +356,16 @@ fn node_install_and_cleanup_scripts_leave_the_host_as_it_was() {
     let installed = std::fs::read_to_string(etc.join("config.toml")).unwrap();
     assert!(installed.contains("runtimes.throttlewatch]"), "{installed}");
     // Run again (a pod restart): nothing changes.
-    let again = tree(&host);
+    let again = snapshot(&host);
     let o = run_script(install, &env);
     assert!(o.status.success(), "node-install.sh again: {}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("already installed"));
-    assert_eq!(tree(&host), again);
+    assert_eq!(snapshot(&host), again);
 
     let o = run_script(uninstall, &env);
     assert!(o.status.success(), "node-uninstall.sh: {}", text(&o));
     assert_eq!(
-        tree(&host),
+        snapshot(&host),
         before,
         "cleanup leaves every host file as it was"
     );
