@@ -28,6 +28,7 @@ pub mod run;
 pub mod runq;
 pub mod session;
 pub mod signals;
+pub mod socket;
 pub mod spec;
 pub mod state;
 pub mod threadcpu;

@@ -380,7 +380,7 @@ pub fn serve(addr: &str, metrics: Arc<Mutex<Metrics>>) -> std::io::Result<std::n
     let local = l.local_addr()?;
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
         for conn in l.incoming() {
-            let Some(conn) = crate::daemon::accepted(conn, "metrics") else {
+            let Some(conn) = crate::socket::accepted(conn, "metrics") else {
                 continue;
             };
             let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
