@@ -172,7 +172,9 @@ fn watch_an_existing_cgroup_for_a_duration() {
     let cg =
         TransientCgroup::create(&h, &format!("/tw-test-watch-{}", std::process::id())).unwrap();
     cg.group.set_quota(Some(20_000), 100_000).unwrap();
-    let mut b = burn_in(&cg, &["--threads", "2", "--ms", "3000"]);
+    // 2.5 s of watching: under emulation (the VM lane) loading the probe
+    // takes a good part of a second, and a 1.5 s watch once saw no freeze.
+    let mut b = burn_in(&cg, &["--threads", "2", "--ms", "5000"]);
     let d = Scratch::new("watch");
     let log = d.0.join("w.jsonl");
     let o = tw(&[
@@ -180,7 +182,7 @@ fn watch_an_existing_cgroup_for_a_duration() {
         "--pid",
         &b.id().to_string(),
         "--duration",
-        "1500ms",
+        "2500ms",
         "--json",
         "--log",
         log.to_str().unwrap(),

@@ -44,6 +44,15 @@ fn whole_log<'a>(log: &'a [Value], what: &str) -> &'a Value {
 }
 
 /// Run to completion, delete; (log, cpu.stat throttled ns).
+/// How far the cgroup's own total may stand from `end.kernel` (which runs
+/// from the watch's start): runc's bootstrap runs in the cgroup under its
+/// quota before the hook, and on cgroup v2 a period throttled when the last
+/// task exits is added at its unthrottle, after the test's read. Well under
+/// a millisecond on the host; under the VM lane's emulated CPU 90–190 ms
+/// were measured (one or two periods of a 0.2-CPU quota). The probe itself
+/// is held to 0.5 % of `end.kernel`.
+const BEFORE_WATCH_MAX_NS: u64 = 400_000_000;
+
 fn run_to_end(rt: &OciCli, cfg: &PrivateConfig, b: &Bundle) -> (Vec<Value>, u64) {
     rt.wait_stopped(&b.id, Duration::from_secs(30));
     let kernel = b.throttled_ns();
@@ -72,14 +81,21 @@ fn first_episode_is_logged_whether_the_agent_answers_early_or_after_the_log() {
             end["probe_episodes"], end["nr_throttled"], of_type(&log, "throttle").len()
         );
         assert!(kernel > 500_000_000, "{mode}: too little throttling: {end}");
-        // A missed first episode is ~90 ms of ~1.8 s: 5 %.
+        // A missed first episode is ~90 ms of ~1.8 s: 5 %. The end's
+        // kernel figure runs from the watch's start (the hook, before the
+        // entrypoint's first instruction), as the probe's does; the
+        // cgroup's own total also holds runc's bootstrap before the hook,
+        // throttled too under a slow emulated CPU (the VM lane: ~90 ms).
         assert!(
-            rel_err(probe, kernel) <= 0.005,
-            "{mode}: probe {probe} vs cpu.stat {kernel}: {end}"
+            rel_err(probe, end_kernel) <= 0.005,
+            "{mode}: probe {probe} vs end.kernel (cpu.stat since the watch began) {end_kernel}: {end}"
         );
+        // Either way round: runc's bootstrap before the watch, and on
+        // cgroup v2 a period still throttled when the last task exits is
+        // added to cpu.stat at its unthrottle, after the test's read.
         assert!(
-            rel_err(end_kernel, kernel) <= 0.005,
-            "{mode}: end.kernel {end_kernel} vs cpu.stat {kernel}"
+            kernel.abs_diff(end_kernel) <= BEFORE_WATCH_MAX_NS,
+            "{mode}: cpu.stat {kernel} vs end.kernel {end_kernel}: more apart than runc's bootstrap"
         );
         assert_eq!(end["unwatched_throttled_ns"], 0, "{mode}: {end}");
         assert!(
@@ -131,8 +147,10 @@ fn register_held_by_a_stopped_agent_then_a_restart_keep_the_log_whole() {
     let end_kernel = end["kernel_throttled_ns"].as_u64().unwrap();
     eprintln!("held, restarted: probe {probe} + unwatched {unwatched} vs end.kernel {end_kernel}, cpu.stat {kernel}");
     assert!(unwatched > 0, "the restart's gap is said: {end}");
+    // end.kernel runs from the first watch (the hook); the cgroup's total
+    // also holds runc's bootstrap before it (see BEFORE_WATCH_MAX_NS).
     assert!(
-        rel_err(end_kernel, kernel) <= 0.005,
+        kernel.abs_diff(end_kernel) <= BEFORE_WATCH_MAX_NS,
         "end.kernel {end_kernel} vs cpu.stat {kernel}: from the first instruction"
     );
     // Known limit of resume (not of the start path): an episode open on a
