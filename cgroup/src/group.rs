@@ -88,6 +88,38 @@ impl CpuCgroup {
         CpuStat::read(&self.cpu_file(CPU_STAT), self.mode)
     }
 
+    /// CPU time the kernel charged the group, ns, and where it was read:
+    /// `cpuacct.usage` where a v1 cpuacct hierarchy holds the group (hybrid
+    /// hosts), else cgroup v2's `cpu.stat` `usage_usec`.
+    pub fn usage_ns(&self) -> Result<(u64, &'static str)> {
+        let v1 = self
+            .extra_dirs
+            .iter()
+            .chain(std::iter::once(&self.cpu_dir))
+            .map(|d| d.join("cpuacct.usage"))
+            .find(|p| p.exists());
+        if let Some(p) = v1 {
+            let v = std::fs::read_to_string(&p).map_err(io_err(&p))?;
+            let ns = v.trim().parse().map_err(|_| CgroupError::Parse {
+                path: p,
+                what: "cpuacct.usage",
+                value: v.clone(),
+            })?;
+            return Ok((ns, "cpuacct.usage"));
+        }
+        let p = self.cpu_file(CPU_STAT);
+        let stat = std::fs::read_to_string(&p).map_err(io_err(&p))?;
+        let us: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
+            .ok_or_else(|| CgroupError::Parse {
+                path: p,
+                what: "usage_usec",
+                value: stat.clone(),
+            })?;
+        Ok((us * 1000, "cpu.stat usage_usec"))
+    }
+
     /// `cpu.stat.local`: None where the kernel does not have it.
     pub fn cpu_stat_local(&self) -> Result<Option<CpuStat>> {
         let p = self.cpu_file(CPU_STAT_LOCAL);

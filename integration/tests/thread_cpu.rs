@@ -20,31 +20,10 @@ fn u(v: &Value, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("{k} not a number in {v}"))
 }
 
-/// CPU the kernel charged the group, ns: `cpuacct.usage` where a v1 cpuacct
-/// hierarchy holds it (hybrid hosts), else cgroup v2's `cpu.stat`
-/// `usage_usec` (microseconds).
+/// CPU the kernel charged the group, ns (`CpuCgroup::usage_ns`).
 fn cpu_usage_ns(g: &CpuCgroup) -> (u64, String) {
-    let v1 = g
-        .extra_dirs
-        .iter()
-        .chain(std::iter::once(&g.cpu_dir))
-        .map(|d| d.join("cpuacct.usage"))
-        .find(|p| p.exists());
-    if let Some(p) = v1 {
-        let v = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        let ns = v
-            .trim()
-            .parse()
-            .unwrap_or_else(|e| panic!("{}: {v:?}: {e}", p.display()));
-        return (ns, "cpuacct.usage".into());
-    }
-    let p = g.cpu_dir.join("cpu.stat");
-    let stat = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    let us: u64 = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{}: no usage_usec in {stat:?}", p.display()));
-    (us * 1000, "cpu.stat usage_usec".into())
+    let (ns, from) = g.usage_ns().unwrap_or_else(|e| panic!("{e}"));
+    (ns, from.into())
 }
 
 /// CPU time of the threads alive in the group now (`/proc` schedstat), ns.

@@ -36,24 +36,9 @@ fn num(args: &[String], k: &str, d: u64) -> u64 {
         .unwrap_or(d)
 }
 
-/// CPU used by a group, ns: cpuacct.usage (v1) or cpu.stat usage_usec (v2).
+/// CPU used by a group, ns (`CpuCgroup::usage_ns`; 0 when unreadable).
 fn cpu_used_ns(g: &CpuCgroup) -> u64 {
-    let v1 = g
-        .extra_dirs
-        .iter()
-        .chain(std::iter::once(&g.cpu_dir))
-        .map(|d| d.join("cpuacct.usage"))
-        .find_map(|p| std::fs::read_to_string(p).ok());
-    if let Some(v) = v1 {
-        return v.trim().parse().unwrap_or(0);
-    }
-    std::fs::read_to_string(g.cpu_dir.join("cpu.stat"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse::<u64>().ok())
-        })
-        .map_or(0, |us| us * 1000)
+    g.usage_ns().map_or(0, |(ns, _)| ns)
 }
 
 fn psi() -> f64 {
