@@ -79,6 +79,31 @@ impl ContainerOpts {
     }
 }
 
+/// A bundle that runs the host-built `tw-burn ARGS` (copied into the
+/// rootfs, the host's libraries bound read-only), named `tw-<tag>-<pid>-<n>`;
+/// `opts` gives the rest (quota, annotations), its `args` are replaced.
+pub fn tw_burn_bundle(tag: &str, args: &[&str], mut opts: ContainerOpts) -> Bundle {
+    opts.args = std::iter::once("/tw-burn".to_string())
+        .chain(args.iter().map(|a| a.to_string()))
+        .collect();
+    let b = Bundle::new(
+        &format!("tw-{tag}-{}-{}", std::process::id(), crate::unique()),
+        &opts,
+    );
+    std::fs::copy(crate::bin("tw-burn"), b.dir().join("rootfs/tw-burn")).unwrap();
+    b.edit(|v| {
+        let mounts = v["mounts"].as_array_mut().unwrap();
+        for d in ["/lib", "/lib64", "/usr/lib"] {
+            if Path::new(d).exists() {
+                std::fs::create_dir_all(b.dir().join("rootfs").join(d.trim_start_matches('/')))
+                    .unwrap();
+                mounts.push(json!({"destination": d, "type": "bind", "source": d, "options": ["rbind", "ro"]}));
+            }
+        }
+    });
+    b
+}
+
 /// Fill `dir` with a busybox-static root filesystem.
 pub fn populate_rootfs(dir: &Path) {
     let bin = dir.join("bin");

@@ -4,13 +4,12 @@
 //! workers, and the time to the target splits into running, run-queue wait,
 //! frozen and blocked, which add up to it.
 
-use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{json, Value};
-use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
+use serde_json::Value;
+use throttlewatch_integration::bundle::{text, tw_burn_bundle, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, unique};
+use throttlewatch_integration::{cpu_lock, of_type, read_log, unique};
 
 fn u(v: &Value, k: &str) -> u64 {
     v[k].as_u64()
@@ -20,27 +19,10 @@ fn u(v: &Value, k: &str) -> u64 {
 /// `tw-burn ARGS` (host-built, host libraries bound read-only) under a quota,
 /// with a cold-start CPU target.
 fn burn_bundle(args: &[&str], quota_us: i64, target: &str) -> Bundle {
-    let mut all = vec!["/tw-burn".to_string()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let opts = ContainerOpts {
-        args: all,
-        ..Default::default()
-    }
-    .quota(quota_us, 100_000)
-    .annotation("throttlewatch.io/cold-start-cpu", target);
-    let b = Bundle::new(&format!("tw-cs-{}-{}", std::process::id(), unique()), &opts);
-    std::fs::copy(bin("tw-burn"), b.dir().join("rootfs/tw-burn")).unwrap();
-    b.edit(|v| {
-        let mounts = v["mounts"].as_array_mut().unwrap();
-        for d in ["/lib", "/lib64", "/usr/lib"] {
-            if Path::new(d).exists() {
-                std::fs::create_dir_all(b.dir().join("rootfs").join(d.trim_start_matches('/')))
-                    .unwrap();
-                mounts.push(json!({"destination": d, "type": "bind", "source": d, "options": ["rbind", "ro"]}));
-            }
-        }
-    });
-    b
+    let opts = ContainerOpts::default()
+        .quota(quota_us, 100_000)
+        .annotation("throttlewatch.io/cold-start-cpu", target);
+    tw_burn_bundle("cs", args, opts)
 }
 
 fn stage(cs: &Value, name: &str) -> u64 {

@@ -2,39 +2,17 @@
 //! on whatever cgroup layout the machine has (v1 here, pure v2 in the VM
 //! lane): CPU burst at work in the kernel's counters, and cpusets.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use throttlewatch_cgroup::{CpuCgroup, CpuStat, Hierarchies};
-use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
+use throttlewatch_integration::bundle::{text, tw_burn_bundle, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, unique};
+use throttlewatch_integration::{cpu_lock, of_type, read_log, unique};
 
 /// A bundle that runs the host-built `tw-burn` (host libraries bound read-only).
 fn burn_bundle(tag: &str, args: &[&str], quota_us: i64) -> Bundle {
-    let mut all = vec!["/tw-burn".to_string()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let opts = ContainerOpts {
-        args: all,
-        ..Default::default()
-    }
-    .quota(quota_us, 100_000);
-    let b = Bundle::new(
-        &format!("tw-{tag}-{}-{}", std::process::id(), unique()),
-        &opts,
-    );
-    std::fs::copy(bin("tw-burn"), b.dir().join("rootfs/tw-burn")).unwrap();
-    b.edit(|v| {
-        let mounts = v["mounts"].as_array_mut().unwrap();
-        for d in ["/lib", "/lib64", "/usr/lib"] {
-            if Path::new(d).exists() {
-                std::fs::create_dir_all(b.dir().join("rootfs").join(d.trim_start_matches('/'))).unwrap();
-                mounts.push(json!({"destination": d, "type": "bind", "source": d, "options": ["rbind", "ro"]}));
-            }
-        }
-    });
-    b
+    tw_burn_bundle(tag, args, ContainerOpts::default().quota(quota_us, 100_000))
 }
 
 struct Outcome {

@@ -5,15 +5,14 @@
 //! runc's own bootstrap processes used in the group and took with them
 //! before the watch began, and the report shows it per thread.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use throttlewatch_cgroup::CpuCgroup;
-use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
+use throttlewatch_integration::bundle::{text, tw_burn_bundle, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, unique};
+use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
 
 fn u(v: &Value, k: &str) -> u64 {
     v[k].as_u64()
@@ -51,26 +50,11 @@ fn live_threads_cpu_ns(g: &CpuCgroup) -> u64 {
 
 /// `tw-burn ARGS` (host-built, host libraries bound read-only) under a quota.
 fn burn_bundle(args: &[&str], quota_us: i64) -> Bundle {
-    let mut all = vec!["/tw-burn".to_string()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    let opts = ContainerOpts {
-        args: all,
-        ..Default::default()
-    }
-    .quota(quota_us, 100_000);
-    let b = Bundle::new(&format!("tw-tc-{}-{}", std::process::id(), unique()), &opts);
-    std::fs::copy(bin("tw-burn"), b.dir().join("rootfs/tw-burn")).unwrap();
-    b.edit(|v| {
-        let mounts = v["mounts"].as_array_mut().unwrap();
-        for d in ["/lib", "/lib64", "/usr/lib"] {
-            if Path::new(d).exists() {
-                std::fs::create_dir_all(b.dir().join("rootfs").join(d.trim_start_matches('/')))
-                    .unwrap();
-                mounts.push(json!({"destination": d, "type": "bind", "source": d, "options": ["rbind", "ro"]}));
-            }
-        }
-    });
-    b
+    tw_burn_bundle(
+        "tc",
+        args,
+        ContainerOpts::default().quota(quota_us, 100_000),
+    )
 }
 
 #[test]
