@@ -1,0 +1,191 @@
+//! Unit tests of metrics.rs: bucket mapping, series per container, grace period.
+use std::sync::Arc;
+
+use throttlewatch_core::logfmt::{ColdStart, ColdStartStage, Runq};
+
+use super::*;
+
+fn labels(id: &str) -> Arc<ContainerLabels> {
+    Arc::new(ContainerLabels::plain(id, "n"))
+}
+
+fn lines_of<'a>(body: &'a str, id: &str) -> Vec<&'a str> {
+    let key = format!("container_id=\"{id}\"");
+    body.lines().filter(|l| l.contains(&key)).collect()
+}
+
+#[test]
+fn runq_slots_become_buckets_and_preemptions_by_who() {
+    let m = Metrics::new();
+    let mut slots = [0u64; RUNQ_SLOTS];
+    slots[21] = 3; // [2.1, 4.2) ms
+    m.observe(&Output::Runq {
+        container: labels("a"),
+        record: Runq {
+            count: 3,
+            total_ns: 7_000_000,
+            preempted_by_other: 2,
+            preempted_by_host: 1,
+            ..Default::default()
+        },
+        slots,
+    });
+    let body = m.encode();
+    let a = lines_of(&body, "a");
+    let has = |prefix: &str| a.iter().any(|l| l.starts_with(prefix));
+    assert!(
+        has("throttlewatch_runq_latency_seconds_count{")
+            && a.iter().any(
+                |l| l.starts_with("throttlewatch_runq_latency_seconds_count{") && l.ends_with(" 3")
+            ),
+        "{body}"
+    );
+    assert!(
+        a.iter()
+            .any(|l| l.starts_with("throttlewatch_runq_latency_seconds_sum{")
+                && l.ends_with(" 0.007")),
+        "{body}"
+    );
+    let bucket = |le: &str| {
+        a.iter()
+            .find(|l| {
+                l.starts_with("throttlewatch_runq_latency_seconds_bucket{")
+                    && l.contains(&format!("le=\"{le}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("le {le}: {body}"))
+            .to_string()
+    };
+    assert_eq!(bucket("0.002097152"), "0", "2^21 ns holds values under it");
+    assert_eq!(bucket("0.004194304"), "3", "2^22 ns");
+    assert_eq!(bucket("+Inf"), "3");
+    for (by, n) in [("same", "0.0"), ("other", "2.0"), ("host", "1.0")] {
+        assert!(
+            a.iter()
+                .any(|l| l.starts_with("throttlewatch_runq_preemptions_total{")
+                    && l.contains(&format!("by=\"{by}\""))
+                    && l.ends_with(&format!(" {n}"))),
+            "{by}: {body}"
+        );
+    }
+}
+
+#[test]
+fn cold_starts_aggregate_by_namespace_class_and_stage() {
+    let m = Metrics::new();
+    let mut l = ContainerLabels::plain("c", "n");
+    l.namespace = "ns".into();
+    l.qos_class = "burstable".into();
+    let stage = |s: &str, ns: i64| ColdStartStage {
+        stage: s.into(),
+        since_create_ns: Some(ns),
+        ..Default::default()
+    };
+    m.observe(&Output::ColdStart {
+        container: Arc::new(l),
+        record: ColdStart {
+            stages: vec![
+                stage("create", 0),
+                stage("exec", 40_000_000),
+                stage("bogus\"x", 1),
+                stage("cpu", 200_000_000),
+            ],
+            ..Default::default()
+        },
+    });
+    let body = m.encode();
+    let count = |stage: &str| {
+        body.lines()
+            .find(|l| {
+                l.starts_with("throttlewatch_cold_start_seconds_count{")
+                    && l.contains(&format!("stage=\"{stage}\""))
+            })
+            .map(|l| l.to_string())
+    };
+    let exec = count("exec").unwrap_or_else(|| panic!("{body}"));
+    assert!(
+        exec.contains("namespace=\"ns\"")
+            && exec.contains("qos_class=\"burstable\"")
+            && exec.ends_with(" 1"),
+        "{exec}"
+    );
+    assert!(
+        !exec.contains("container_id"),
+        "no per-container label: {exec}"
+    );
+    assert!(count("cpu").is_some());
+    assert!(
+        count("create").is_none(),
+        "the origin is no stage to observe"
+    );
+    assert!(!body.contains("bogus"), "only the six stage names: {body}");
+}
+
+#[test]
+fn ended_containers_go_after_the_grace_period() {
+    let m = Metrics::new();
+    let t0 = Instant::now();
+    for id in ["gone", "back", "now"] {
+        m.observe(&Output::Freeze {
+            container: labels(id),
+            frozen_ns: 50_000_000,
+            record: None,
+        });
+    }
+    m.retire(&labels("gone"), Duration::from_secs(300), t0);
+    m.retire(&labels("back"), Duration::from_secs(300), t0);
+    m.retire(&labels("now"), Duration::ZERO, t0);
+    m.keep(&labels("back"));
+    let body = m.encode();
+    assert!(lines_of(&body, "now").is_empty(), "grace 0: gone at once");
+    assert!(
+        !lines_of(&body, "gone").is_empty(),
+        "kept during the grace period"
+    );
+    assert_eq!(m.sweep(t0 + Duration::from_secs(299)), 0);
+    assert_eq!(m.sweep(t0 + Duration::from_secs(300)), 1);
+    let body = m.encode();
+    assert!(lines_of(&body, "gone").is_empty(), "{body}");
+    assert!(!lines_of(&body, "back").is_empty(), "watched again: kept");
+}
+
+#[test]
+fn per_container_series_are_bounded() {
+    let m = Metrics::new();
+    let l = labels("x");
+    m.observe(&Output::Freeze {
+        container: l.clone(),
+        frozen_ns: 1,
+        record: None,
+    });
+    m.observe(&Output::Runq {
+        container: l.clone(),
+        record: Runq::default(),
+        slots: [0; RUNQ_SLOTS],
+    });
+    m.observe(&Output::Counters {
+        container: l.clone(),
+        kernel: Default::default(),
+        probe_throttled_ns: 0,
+    });
+    let body = m.encode();
+    // 2 histograms × (18 bounds + Inf + sum + count) + 6 counters + 3 preemption kinds.
+    assert_eq!(lines_of(&body, "x").len(), 2 * 21 + 6 + 3, "{body}");
+}
+
+#[test]
+fn proc_stat_idle_and_cpus() {
+    let text = "cpu  100 0 50 1000 20 0 0 0 0 0\ncpu0 50 0 25 500 10 0 0 0 0 0\ncpu1 50 0 25 500 10 0 0 0 0 0\nintr 1\n";
+    assert_eq!(parse_proc_stat(text, 100.0), Some((10.2, 2)));
+    assert_eq!(parse_proc_stat("intr 1\n", 100.0), None);
+    let m = Metrics::new();
+    let body = m.encode();
+    assert!(
+        body.contains("throttlewatch_node_idle_cpu_seconds_total "),
+        "{body}"
+    );
+    assert!(
+        !body.contains("throttlewatch_node_cpus 0"),
+        "this machine has CPUs: {body}"
+    );
+}
