@@ -507,9 +507,9 @@ impl ThrottleProbe {
             .unwrap_or(0)
     }
 
-    /// Dequeue model: the bandwidth timers' callbacks (period, slack) the
-    /// kernel side learnt from the first switches; (0, 0) before that and
-    /// on the task model, which does not need them.
+    /// The bandwidth timers' callbacks (period, slack) the kernel side
+    /// learnt from the first switches (both models: a group throttled
+    /// before it was watched is found by its timer's runs); (0, 0) before.
     pub fn bandwidth_timer_callbacks(&self) -> (u64, u64) {
         self.skel
             .maps

@@ -153,13 +153,15 @@ fn register_held_by_a_stopped_agent_then_a_restart_keep_the_log_whole() {
         kernel.abs_diff(end_kernel) <= BEFORE_WATCH_MAX_NS,
         "end.kernel {end_kernel} vs cpu.stat {kernel}: from the first instruction"
     );
-    // Known limit of resume (not of the start path): an episode open on a
-    // CPU when the new agent attaches is in neither view, at most one
-    // period per CPU; nothing else may be missing.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let missing = kernel.saturating_sub(probe + unwatched);
+    // An episode open on a CPU when the new agent attaches is opened at the
+    // kernel's own throttle stamp by its group's timer run (dequeue.bpf.h):
+    // its time before the attach is not in `unwatched` (the kernel adds it
+    // at the unthrottle), so the two views add up to the kernel's total
+    // since the first watch. Host: 0.01-0.07 % apart; 1 % allows the lane.
+    let both = probe + unwatched;
     assert!(
-        missing <= cpus * 100_000_000 + kernel / 200 && probe + unwatched <= kernel + kernel / 200,
-        "probe {probe} + unwatched {unwatched} vs cpu.stat {kernel}: {missing} ns missing"
+        both.abs_diff(end_kernel) <= end_kernel / 100,
+        "probe {probe} + unwatched {unwatched} = {both} vs end.kernel {end_kernel}: {} ns apart",
+        both.abs_diff(end_kernel)
     );
 }

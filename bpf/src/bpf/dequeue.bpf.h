@@ -1,21 +1,27 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* What the dequeue model (kernels before e1fad12dcb66, see core_fixes.bpf.h)
- * needs beyond the task model. There a throttled group's run-queue is
- * dequeued whole: only the running thread is switched out, and a run-queue
- * can be throttled with no thread switched out at all (at enqueue, e.g. a
- * thread pinned onto a CPU whose runtime is spent). So episodes are also
- * opened at the kernel's own throttle stamp and ended at the rq clock of the
- * unthrottle, which needs the offset between the rq clock and ours, and the
- * bandwidth timers' callbacks to follow a group from its first timer run.
- * Every hook here returns at once on the task model: the common code calls
- * them without testing the kernel. */
+ * needs beyond the task model, and what both need for a group throttled
+ * before it was watched. On the dequeue model a throttled group's run-queue
+ * is dequeued whole: only the running thread is switched out, and a
+ * run-queue can be throttled with no thread switched out at all (at
+ * enqueue, e.g. a thread pinned onto a CPU whose runtime is spent). On both,
+ * a group can be throttled when it is put in the watch map (a container's
+ * runtime bootstrap runs under its quota before the hook): its frozen
+ * threads switched out unseen. So episodes are also opened at the kernel's
+ * own throttle stamp, which needs the offset between the rq clock and ours,
+ * and the bandwidth timers' callbacks to follow a group from its first timer
+ * run; on the dequeue model they are ended at the rq clock of the
+ * unthrottle. The dq_ hooks that only the dequeue model needs return at once
+ * on the task model: the common code calls them without testing the kernel. */
 #ifndef __THROTTLEWATCH_DEQUEUE_BPF_H
 #define __THROTTLEWATCH_DEQUEUE_BPF_H
 
 /* bpf_ktime_get_ns() - rq_clock(), refreshed on every freeze: the kernel
  * stamps throttles with rq_clock() (sched_clock), the probe with
  * CLOCK_MONOTONIC. At a switch the rq clock was just updated by
- * __schedule(), so the difference is exact to a few microseconds. */
+ * __schedule(), so the difference is exact to a few microseconds; between
+ * freezes it drifts by the clock's frequency correction (ppm), which is why
+ * a stamp is never taken from further back than one bandwidth period. */
 __s64 clock_offset = 0;
 
 /* The callbacks of every task group's bandwidth timers
@@ -39,7 +45,7 @@ static __always_inline void dq_learn_at_switch(struct task_struct *prev)
 	struct rq *rq;
 	__u64 clk, p, sl;
 
-	if (!tw_dequeue_model() || (clock_offset && period_timer_fn))
+	if (clock_offset && period_timer_fn)
 		return;
 	cfs = BPF_CORE_READ(prev, se.cfs_rq);
 	if (!cfs)
@@ -62,8 +68,7 @@ static __always_inline void dq_learn_at_switch(struct task_struct *prev)
 /* A freeze: refresh the clock offset (only the timer walk below uses it). */
 static __always_inline void dq_learn_at_freeze(struct task_struct *prev, __u64 now)
 {
-	if (tw_dequeue_model())
-		clock_offset = (__s64)now - (__s64)BPF_CORE_READ(prev, se.cfs_rq, rq, clock);
+	clock_offset = (__s64)now - (__s64)BPF_CORE_READ(prev, se.cfs_rq, rq, clock);
 }
 
 /* A thread switches in while episodes are open: the throttled group has
@@ -80,17 +85,26 @@ static __always_inline void dq_close_at_switch_in(struct task_struct *next, __u3
 		close_episode(cg, cpu, now, now);
 }
 
-/* The start of a timer run found a throttled run-queue with no episode
- * (throttled at enqueue or pick time, no thread switched out): open one at
- * the kernel's own throttle stamp. */
+/* The start of a timer run found a throttled run-queue with no episode:
+ * open one at the kernel's own throttle stamp. The dequeue model: throttled
+ * at enqueue or pick time, no thread switched out. Both: throttled before
+ * the group was watched. On the task model the kernel's clock runs from the
+ * first thread frozen on that run-queue (0 while none is); on the dequeue
+ * model from the throttle. Never from further back than one period: the
+ * offset may have drifted since it was learnt. */
 static __always_inline void dq_open_at_throttle_stamp(struct cfs_rq *rq, __u64 cg, __u32 cpu,
 						      __u64 now, __u64 tgp)
 {
-	__s64 start;
+	struct task_group *tg = (void *)tgp;
+	__u64 clk = tw_cfs_rq_throttled_clock(rq);
+	__s64 start, period;
 
-	if (!tw_dequeue_model() || !clock_offset)
+	if (!clock_offset || !clk || !tg)
 		return;
-	start = (__s64)tw_cfs_rq_throttled_clock(rq) + clock_offset;
+	start = (__s64)clk + clock_offset;
+	period = BPF_CORE_READ(tg, cfs_bandwidth.period);
+	if (period > 0 && start < (__s64)now - period)
+		start = (__s64)now - period;
 	if (start > 0 && (__u64)start < now)
 		open_episode(cg, cpu, (__u64)start, tgp);
 }

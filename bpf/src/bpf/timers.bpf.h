@@ -43,7 +43,27 @@ static __always_inline void at_run_end(struct tw_episode *ep, struct cfs_rq *rq,
 			ep->seen_ns = now;
 		return;
 	}
-	dq_end_at_rq_clock(ep, rq, open, now);
+	if (tw_dequeue_model()) {
+		dq_end_at_rq_clock(ep, rq, open, now);
+		return;
+	}
+	/* The task model: unthrottled by this run, at the stamp a thaw would
+	 * take (unthrottled_at()); an episode opened at the throttle stamp has
+	 * no frozen thread of ours to end it. */
+	end_episode(ep, open, now);
+}
+
+/* Has the group a throttled run-queue (throttle_cfs_rq() puts it on the
+ * group's list, the unthrottle takes it off)? A followed group that is not
+ * throttled costs one read per timer run, not a walk of every CPU. */
+static __always_inline bool group_throttled(__u64 tgp)
+{
+	struct task_group *tg = (void *)tgp;
+	__u64 head = tgp + bpf_core_field_offset(struct task_group, cfs_bandwidth) +
+		     bpf_core_field_offset(struct cfs_bandwidth, throttled_cfs_rq);
+	__u64 next = (__u64)BPF_CORE_READ(tg, cfs_bandwidth.throttled_cfs_rq.next);
+
+	return next && next != head;
 }
 
 /* Walk the throttled group's per-CPU run-queues at the start or the end of
@@ -58,7 +78,7 @@ static __always_inline void walk_run_queues(__u64 tgp, __u64 cg, __u64 now, bool
 	__u64 open;
 	__u32 i;
 
-	if (!rqs)
+	if (!rqs || (!at_exit && !nr_open && !group_throttled(tgp)))
 		return;
 	for (i = 0; i < TW_MAX_SCAN_CPUS; i++) {
 		if (i >= nr_cpus)
