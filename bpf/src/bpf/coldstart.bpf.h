@@ -155,14 +155,16 @@ static __always_inline void cs_thread_to(struct task_struct *t, struct tw_task *
 }
 
 /* Cold start bookkeeping at a switch (only while one is pending).
- * `covered`: the throttled part of the run-queue wait `next` ends. */
+ * `covered`: the throttled part of the run-queue wait `next` ends; *s: the
+ * storage runq_switch() already looked up (the rest is looked up here). */
 static __always_inline void coldstart_switch(struct task_struct *prev, struct task_struct *next,
-					     bool frozen, __u64 covered, __u64 now)
+					     bool frozen, __u64 covered, __u64 now,
+					     struct tw_switch_tasks *s)
 {
 	struct tw_task *ts;
 	__u32 to;
 
-	ts = bpf_task_storage_get(&tw_tasks, prev, 0, 0);
+	ts = switch_prev(s, prev);
 	if (ts && ts->cs_cg) {
 		if (frozen)
 			to = TW_CS_FROZEN;
@@ -172,20 +174,18 @@ static __always_inline void coldstart_switch(struct task_struct *prev, struct ta
 			to = TW_CS_BLOCKED;
 		cs_thread_to(prev, ts, to, now, 0);
 	}
-	ts = bpf_task_storage_get(&tw_tasks, next, 0, 0);
+	ts = switch_next(s, next);
 	if (ts && ts->cs_cg)
 		cs_thread_to(next, ts, TW_CS_RUNNING, now, covered);
 }
 
 /* Cold start bookkeeping at a wakeup: the thread waits for a CPU, or for
- * the unthrottle when its hierarchy is throttled (task model). */
-static __always_inline void coldstart_wakeup(struct task_struct *p)
+ * the unthrottle when its hierarchy is throttled (task model). `ts`: what
+ * on_wakeup() returned, the storage of `p` when its group is watched. */
+static __always_inline void coldstart_wakeup(struct task_struct *p, struct tw_task *ts)
 {
-	struct tw_task *ts;
-
-	if (!runq_enabled || !nr_coldstart || !nr_watched || !task_group_watched(p))
+	if (!nr_coldstart)
 		return;
-	ts = bpf_task_storage_get(&tw_tasks, p, 0, 0);
 	if (ts && ts->cs_cg)
 		cs_thread_to(p, ts, tw_woken_into_freeze(p) ? TW_CS_FROZEN : TW_CS_QUEUED,
 			     bpf_ktime_get_ns(), 0);

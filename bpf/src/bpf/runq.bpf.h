@@ -82,19 +82,49 @@ struct {
  * freeze.bpf.h). Watched tasks get their storage in process context
  * instead: task_storage_create() below, at fork, exec and cgroup attach,
  * and from the task iterator user space runs when it adds a watched group. */
-static __always_inline struct tw_task *task_cached(struct task_struct *t)
+static __always_inline struct tw_task *task_fresh(struct task_struct *t, struct tw_task *ts)
 {
-	struct tw_task *ts;
 	__u64 gen = watch_gen | TW_GEN_VALID, own;
 
-	ts = bpf_task_storage_get(&tw_tasks, t, 0, 0);
-	if (!ts)
-		return 0;
-	if (ts->gen != gen) {
+	if (ts && ts->gen != gen) {
 		ts->cg = watched_group(t, &own);
 		ts->gen = gen;
 	}
 	return ts;
+}
+
+static __always_inline struct tw_task *task_cached(struct task_struct *t)
+{
+	return task_fresh(t, bpf_task_storage_get(&tw_tasks, t, 0, 0));
+}
+
+/* The storage of a switch's two tasks, each looked up at most once by the
+ * run-queue and cold-start parts of the sched_switch program, and only by
+ * the first part that needs it. */
+struct tw_switch_tasks {
+	struct tw_task *prev;
+	struct tw_task *next;
+	bool prev_known;
+	bool next_known;
+};
+
+static __always_inline struct tw_task *storage_once(struct task_struct *t, struct tw_task **ts, bool *known)
+{
+	if (!*known) {
+		*ts = bpf_task_storage_get(&tw_tasks, t, 0, 0);
+		*known = true;
+	}
+	return *ts;
+}
+
+static __always_inline struct tw_task *switch_prev(struct tw_switch_tasks *s, struct task_struct *prev)
+{
+	return storage_once(prev, &s->prev, &s->prev_known);
+}
+
+static __always_inline struct tw_task *switch_next(struct tw_switch_tasks *s, struct task_struct *next)
+{
+	return storage_once(next, &s->next, &s->next_known);
 }
 
 /* The last task group looked up on this CPU and its watched cgroup: wakeups
@@ -227,8 +257,10 @@ int BPF_PROG(tw_migrate_btf, struct task_struct *p, int dest_cpu)
 
 /* Wakeups: a watched task starts waiting, unless its hierarchy is throttled
  * right now (then it waits for the unthrottle: a freeze, not queueing).
- * The sched_wakeup programs are in throttle.bpf.c (with the cold start's). */
-static __always_inline int on_wakeup(struct task_struct *p)
+ * The sched_wakeup programs are in throttle.bpf.c (with the cold start's).
+ * Returns the task's storage when its group is watched (0: not watched, or
+ * no storage), for the cold-start part to reuse. */
+static __always_inline struct tw_task *on_wakeup(struct task_struct *p)
 {
 	struct tw_task *ts;
 
@@ -236,11 +268,11 @@ static __always_inline int on_wakeup(struct task_struct *p)
 		return 0;
 	ts = task_cached(p);
 	if (!ts || !ts->cg || ts->wait_ns)
-		return 0;
+		return ts;
 	if (tw_woken_into_freeze(p))
-		return 0;
+		return ts;
 	start_wait(ts, ts->cg, p->thread_info.cpu, bpf_ktime_get_ns());
-	return 0;
+	return ts;
 }
 
 /* Tasks that change cgroup must have their cached watched cgroup
@@ -270,13 +302,14 @@ int tw_iter_watched(struct bpf_iter__task *ctx)
 }
 
 /* `prev` is switched out runnable and not throttled: preempted (or yielded). */
-static __always_inline void on_preempt(struct task_struct *prev, struct task_struct *next, __u64 now)
+static __always_inline void on_preempt(struct task_struct *prev, struct task_struct *next, __u64 now,
+				       struct tw_switch_tasks *s)
 {
 	struct tw_task *ts, *nts;
 	struct tw_runq *h;
 	__u64 cg, ncg = 0;
 
-	ts = task_cached(prev);
+	ts = task_fresh(prev, switch_prev(s, prev));
 	if (!ts || !ts->cg)
 		return;
 	cg = ts->cg;
@@ -286,7 +319,7 @@ static __always_inline void on_preempt(struct task_struct *prev, struct task_str
 		return;
 	if (next->pid) {
 		/* watched tasks have storage (unwatched ones: none, "host") */
-		nts = task_cached(next);
+		nts = task_fresh(next, switch_next(s, next));
 		if (nts)
 			ncg = nts->cg;
 	}
@@ -343,13 +376,13 @@ static __always_inline __u64 queued_freeze(struct task_struct *next, struct tw_t
  * *covered: the part of the wait its run-queue was throttled (dequeue
  * model; the cold-start split moves it to frozen). */
 static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __u64 now,
-				       __u64 *covered)
+				       __u64 *covered, struct tw_switch_tasks *s)
 {
 	struct tw_task *ts;
 	struct tw_runq *h;
 	__u64 w, lat, cg, frozen = 0;
 
-	ts = bpf_task_storage_get(&tw_tasks, next, 0, 0);
+	ts = switch_next(s, next);
 	if (!ts || !ts->wait_ns)
 		return;
 	w = ts->wait_ns;
@@ -384,9 +417,11 @@ static __always_inline void on_runq_in(struct task_struct *next, bool thawed, __
 
 /* The run-queue part of the sched_switch program. Returns the time it
  * read (0: none), for the cold-start part to reuse, and in *covered the
- * throttled part of the wait `next` ends (0: none). */
+ * throttled part of the wait `next` ends (0: none); the storage it looked
+ * up stays in *s for the cold-start part too. */
 static __always_inline __u64 runq_switch(struct task_struct *prev, struct task_struct *next,
-					 bool frozen, bool thawed, __u64 *covered)
+					 bool frozen, bool thawed, __u64 *covered,
+					 struct tw_switch_tasks *s)
 {
 	__u64 now = 0;
 
@@ -394,12 +429,12 @@ static __always_inline __u64 runq_switch(struct task_struct *prev, struct task_s
 		return 0;
 	if (!frozen && tw_task_state_direct(prev) == 0) {
 		now = bpf_ktime_get_ns();
-		on_preempt(prev, next, now);
+		on_preempt(prev, next, now, s);
 	}
 	if (nr_waiting) {
 		if (!now)
 			now = bpf_ktime_get_ns();
-		on_runq_in(next, thawed, now, covered);
+		on_runq_in(next, thawed, now, covered, s);
 	}
 	return now;
 }

@@ -44,15 +44,16 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 static __always_inline void runq_and_coldstart(struct task_struct *prev, struct task_struct *next,
 					       bool frozen, bool thawed)
 {
+	struct tw_switch_tasks s = {};
 	__u64 now, covered = 0;
 
 	if (!runq_enabled)
 		return;
-	now = runq_switch(prev, next, frozen, thawed, &covered);
+	now = runq_switch(prev, next, frozen, thawed, &covered, &s);
 	if (nr_coldstart) {
 		if (!now)
 			now = bpf_ktime_get_ns();
-		coldstart_switch(prev, next, frozen, covered, now);
+		coldstart_switch(prev, next, frozen, covered, now, &s);
 	}
 }
 
@@ -88,16 +89,14 @@ int BPF_PROG(tw_switch_raw, bool preempt, struct task_struct *prev, struct task_
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(tw_wakeup_btf, struct task_struct *p)
 {
-	on_wakeup(p);
-	coldstart_wakeup(p);
+	coldstart_wakeup(p, on_wakeup(p));
 	return 0;
 }
 
 SEC("tp_btf/sched_wakeup_new")
 int BPF_PROG(tw_wakeup_new_btf, struct task_struct *p)
 {
-	on_wakeup(p);
-	coldstart_wakeup(p);
+	coldstart_wakeup(p, on_wakeup(p));
 	return 0;
 }
 
