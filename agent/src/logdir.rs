@@ -200,6 +200,7 @@ pub fn rotate_agent_log(dir: &Path, rot: Rotation) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use throttlewatch_test_support::names;
 
     const END: &str = "{\"v\":1,\"ts\":1,\"type\":\"end\"}\n";
     const THR: &str = "{\"v\":1,\"ts\":1,\"type\":\"throttle\"}\n";
@@ -214,16 +215,6 @@ mod tests {
             .unwrap()
             .set_modified(t)
             .unwrap();
-    }
-
-    fn names(d: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
     }
 
     #[test]

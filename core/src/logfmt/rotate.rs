@@ -112,16 +112,7 @@ pub fn append_capped(path: &Path, bytes: &[u8], rot: Rotation) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn names(d: &Path) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
+    use throttlewatch_test_support::names;
 
     #[test]
     fn parts_shift_and_the_kept_count_holds() {
