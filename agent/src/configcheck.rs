@@ -97,13 +97,14 @@ fn control(cfg: &Config) -> String {
             .into();
     }
     format!(
-        "cpu control: on for containers with cpu-control: auto; burst up to {} %, quota up to {} % of the original, steps of at least {} %, raises {} ms apart, back down after {} ms calm; node guard at PSI some avg10 >= {} % (else idle <= {} %)",
+        "cpu control: on for containers with cpu-control: auto; burst up to {} %, quota up to {} % of the original, steps of at least {} %, raises {} ms apart, back down after {} ms calm; node guard at PSI some >= {} % of the last 0.5 s in {} and idle CPU <= {} %",
         c.burst_ceiling_percent,
         c.quota_ceiling_percent,
         c.step_percent,
         c.cooldown_ms,
         c.calm_ms,
-        c.pressure_psi_some_avg10,
+        c.pressure_psi_some_percent,
+        c.pressure_psi_file,
         c.pressure_idle_percent
     )
 }

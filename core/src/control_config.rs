@@ -21,12 +21,23 @@ pub struct ControlConfig {
     pub cooldown_ms: u64,
     /// Milliseconds without throttling before each step back down.
     pub calm_ms: u64,
-    /// Node CPU pressure (`/proc/pressure/cpu` `some avg10`, percent) at or
-    /// above which nothing is raised and raised values step down; 100: never.
-    pub pressure_psi_some_avg10: f64,
-    /// Where the kernel has no PSI: idle CPU of the node (percent) at or
-    /// below which the same happens; 0: never.
+    /// Node CPU pressure: the share of the last guard window (0.5 s) in
+    /// which some task waited for CPU (PSI `some`, from the file's `total=`
+    /// stall counter, percent), at or above which nothing is raised and
+    /// raised values step down (while idle CPU is low too); 100: never.
+    /// (`pressure_psi_some_avg10`, its first name, is still read.)
+    #[serde(alias = "pressure_psi_some_avg10")]
+    pub pressure_psi_some_percent: f64,
+    /// Idle CPU of the node over the same window (percent) at or below
+    /// which the node counts as under pressure: with PSI, both must hold
+    /// (a throttled task counts as waiting in PSI, so a controlled
+    /// container's own throttling must not trip the guard while CPUs
+    /// idle); without PSI, this alone; 0: PSI alone (never without it).
     pub pressure_idle_percent: f64,
+    /// The PSI file the guard reads: the node's (`/proc/pressure/cpu`), or a
+    /// cgroup2 group's `cpu.pressure` (e.g. the one holding the workloads,
+    /// so that the system's own daemons do not count). Absolute path.
+    pub pressure_psi_file: String,
 }
 
 impl Default for ControlConfig {
@@ -38,8 +49,9 @@ impl Default for ControlConfig {
             step_percent: 20,
             cooldown_ms: 100,
             calm_ms: 2000,
-            pressure_psi_some_avg10: 60.0,
+            pressure_psi_some_percent: 60.0,
             pressure_idle_percent: 10.0,
+            pressure_psi_file: "/proc/pressure/cpu".into(),
         }
     }
 }
@@ -84,10 +96,10 @@ impl ControlConfig {
                 "100 to 600000 milliseconds",
             );
         }
-        if !(0.0..=100.0).contains(&self.pressure_psi_some_avg10) {
+        if !(0.0..=100.0).contains(&self.pressure_psi_some_percent) {
             return bad(
-                "pressure_psi_some_avg10",
-                self.pressure_psi_some_avg10.to_string(),
+                "pressure_psi_some_percent",
+                self.pressure_psi_some_percent.to_string(),
                 "0 to 100 (percent; 100: never)",
             );
         }
@@ -95,7 +107,14 @@ impl ControlConfig {
             return bad(
                 "pressure_idle_percent",
                 self.pressure_idle_percent.to_string(),
-                "0 to 100 (percent; 0: never)",
+                "0 to 100 (percent; 0: PSI alone)",
+            );
+        }
+        if !self.pressure_psi_file.starts_with('/') {
+            return bad(
+                "pressure_psi_file",
+                format!("{:?}", self.pressure_psi_file),
+                "an absolute path to a PSI file (/proc/pressure/cpu or a cgroup2 cpu.pressure)",
             );
         }
         Ok(())
@@ -126,5 +145,20 @@ mod tests {
             .check()
             .unwrap_err()
             .contains("burst_ceiling_percent = 150"));
+        let c = ControlConfig {
+            pressure_psi_file: "pressure/cpu".into(),
+            ..Default::default()
+        };
+        let e = c.check().unwrap_err();
+        assert!(
+            e.contains("pressure_psi_file = \"pressure/cpu\"") && e.contains("absolute"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_first_name_of_the_psi_threshold_is_still_read() {
+        let c: ControlConfig = toml::from_str("pressure_psi_some_avg10 = 80.0\n").unwrap();
+        assert_eq!(c.pressure_psi_some_percent, 80.0);
     }
 }

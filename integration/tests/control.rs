@@ -26,7 +26,7 @@ const PERIOD: u64 = 100_000;
 /// Control on, the node guard off (this shared machine's pressure is not
 /// the test's), the default ceilings: quota 300 %, burst 100 % of the quota.
 const CONTROL: &str =
-    "[control]\nenabled = true\npressure_psi_some_avg10 = 100.0\npressure_idle_percent = 0.0\n";
+    "[control]\nenabled = true\npressure_psi_some_percent = 100.0\npressure_idle_percent = 0.0\n";
 
 fn group(tag: &str) -> TransientCgroup {
     let h = Hierarchies::discover().unwrap();
@@ -396,6 +396,10 @@ fn runc_container_opts_in_through_the_hook_and_runc_update_wins() {
         &format!("tw-control-runc-{}-{}", std::process::id(), unique()),
         &opts,
     );
+    // The most weight, so the container reaches its quota on a loaded
+    // machine (at the default weight, under load 9, it was not throttled
+    // after the update, and nothing was raised from it).
+    b.edit(|c| c["linux"]["resources"]["cpu"]["shares"] = json!(262144u64));
     let o = rt.run_detached(&b);
     assert!(o.status.success(), "run -d: {}", text(&o));
     wait_for(
@@ -424,7 +428,7 @@ fn runc_container_opts_in_through_the_hook_and_runc_update_wins() {
         (update, &json!("operator_update")),
         "{a}"
     );
-    wait_for("raised from the update", Duration::from_secs(5), || {
+    wait_for("raised from the update", Duration::from_secs(10), || {
         b.quota_us().is_some_and(|q| q > update)
     });
     assert!(b.quota_us().unwrap() <= 3 * update);

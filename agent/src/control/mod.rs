@@ -134,7 +134,7 @@ impl Controls {
         Controls {
             settings: cfg.enabled.then(|| Settings::from_config(cfg)),
             groups: HashMap::new(),
-            node: NodeSignal::new(),
+            node: NodeSignal::new(&cfg.pressure_psi_file),
             journal: Journal::new(state_dir),
         }
     }

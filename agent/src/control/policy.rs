@@ -21,6 +21,7 @@ pub struct Settings {
     pub calm_ns: u64,
     pub pressure_psi: f64,
     pub pressure_idle: f64,
+    pub pressure_psi_file: String,
 }
 
 impl Settings {
@@ -31,8 +32,9 @@ impl Settings {
             step_percent: c.step_percent.max(1),
             cooldown_ns: c.cooldown_ms * 1_000_000,
             calm_ns: c.calm_ms * 1_000_000,
-            pressure_psi: c.pressure_psi_some_avg10,
+            pressure_psi: c.pressure_psi_some_percent,
             pressure_idle: c.pressure_idle_percent,
+            pressure_psi_file: c.pressure_psi_file.clone(),
         }
     }
 }
@@ -43,20 +45,32 @@ impl Default for Settings {
     }
 }
 
-/// The node's CPU pressure, as read (see `node.rs`).
+/// The node's CPU pressure over the guard's last window (see `node.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Pressure {
-    pub psi_some_avg10: Option<f64>,
+    /// Share of the window in which some task waited (PSI `some`), percent.
+    pub psi_some_percent: Option<f64>,
     pub idle_percent: Option<f64>,
 }
 
 impl Pressure {
-    /// PSI where the kernel has it, idle CPU otherwise.
+    /// Every condition that is on and readable holds, and there is one:
+    /// PSI `some` at or above its threshold, idle CPU at or below its own.
+    /// With PSI, idle must be low too: a throttled task counts as waiting
+    /// in PSI, so a container held at its quota would otherwise trip the
+    /// guard by itself while CPUs idle.
     pub fn is_high(&self, s: &Settings) -> bool {
-        match (self.psi_some_avg10, self.idle_percent) {
-            (Some(p), _) => s.pressure_psi < 100.0 && p >= s.pressure_psi,
-            (None, Some(i)) => s.pressure_idle > 0.0 && i <= s.pressure_idle,
+        let psi = self
+            .psi_some_percent
+            .filter(|_| s.pressure_psi < 100.0)
+            .map(|p| p >= s.pressure_psi);
+        let idle = self
+            .idle_percent
+            .filter(|_| s.pressure_idle > 0.0)
+            .map(|i| i <= s.pressure_idle);
+        match (psi, idle) {
             (None, None) => false,
+            (a, b) => a.unwrap_or(true) && b.unwrap_or(true),
         }
     }
 }
@@ -166,7 +180,7 @@ impl Policy {
             episodes: iv.episodes,
             interval_ns: iv.length_ns,
             quiet_ns,
-            psi_some_avg10: p.psi_some_avg10,
+            psi_some_percent: p.psi_some_percent,
             idle_percent: p.idle_percent,
         };
         let (after, cause) = if pressure {

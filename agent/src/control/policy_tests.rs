@@ -21,7 +21,7 @@ fn iv(now_ms: u64, throttled_ms: u64) -> Interval {
 
 fn calm() -> Pressure {
     Pressure {
-        psi_some_avg10: Some(1.0),
+        psi_some_percent: Some(1.0),
         idle_percent: None,
     }
 }
@@ -133,8 +133,8 @@ fn node_pressure_stops_raises_and_steps_down_fast() {
     let mut p = Policy::new(Settings::default(), orig(), 0);
     let (_, mut t) = saturate(&mut p, 0);
     let high = Pressure {
-        psi_some_avg10: Some(75.0),
-        idle_percent: None,
+        psi_some_percent: Some(75.0),
+        idle_percent: Some(2.0),
     };
     let mut downs = 0;
     for _ in 0..40 {
@@ -143,15 +143,32 @@ fn node_pressure_stops_raises_and_steps_down_fast() {
         if let Some(c) = p.step(&iv(t, 20), &high) {
             assert_eq!(c.cause, Cause::NodePressure);
             assert_eq!(c.action(), "lower");
-            assert_eq!(c.signal.psi_some_avg10, Some(75.0));
+            assert_eq!(c.signal.psi_some_percent, Some(75.0));
             downs += 1;
         }
     }
     assert_eq!(p.current(), orig(), "back to the originals within 2 s");
     assert!(downs >= 3);
+    // PSI high while CPUs idle: the container's own throttling (a
+    // throttled task counts as waiting in PSI), not the node's.
+    assert!(!Pressure {
+        idle_percent: Some(40.0),
+        ..high
+    }
+    .is_high(&Settings::default()));
+    // Idle 0 turns the idle condition off: PSI alone.
+    let psi_only = Settings {
+        pressure_idle: 0.0,
+        ..Settings::default()
+    };
+    assert!(Pressure {
+        idle_percent: Some(40.0),
+        ..high
+    }
+    .is_high(&psi_only));
     // Without PSI, idle CPU is the guard.
     let idle = Pressure {
-        psi_some_avg10: None,
+        psi_some_percent: None,
         idle_percent: Some(5.0),
     };
     assert!(idle.is_high(&Settings::default()));
@@ -166,10 +183,20 @@ fn node_pressure_stops_raises_and_steps_down_fast() {
         ..Settings::default()
     };
     assert!(!Pressure {
-        psi_some_avg10: Some(100.0),
+        psi_some_percent: Some(100.0),
         idle_percent: None
     }
     .is_high(&off));
+    // Both off: never.
+    let never = Settings {
+        pressure_idle: 0.0,
+        ..off
+    };
+    assert!(!Pressure {
+        psi_some_percent: Some(100.0),
+        idle_percent: Some(0.0)
+    }
+    .is_high(&never));
 }
 
 #[test]

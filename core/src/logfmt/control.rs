@@ -20,10 +20,16 @@ pub struct ControlSignal {
     pub interval_ns: u64,
     /// Time without throttling before a step down.
     pub quiet_ns: u64,
-    /// Node CPU pressure, `/proc/pressure/cpu` `some avg10` (percent), where present.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub psi_some_avg10: Option<f64>,
-    /// Idle CPU of the node, percent (where PSI is absent).
+    /// Node CPU pressure: the share of the guard's last window (0.5 s) in
+    /// which some task waited (PSI `some`, percent), where present. Logs
+    /// written before it carried `psi_some_avg10`, read into it.
+    #[serde(
+        default,
+        alias = "psi_some_avg10",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub psi_some_percent: Option<f64>,
+    /// Idle CPU of the node over the same window, percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_percent: Option<f64>,
 }

@@ -229,7 +229,7 @@ fn main() {
     let guard = if neighbour {
         ""
     } else {
-        "pressure_psi_some_avg10 = 100.0\npressure_idle_percent = 0.0\n"
+        "pressure_psi_some_percent = 100.0\npressure_idle_percent = 0.0\n"
     };
     let cfg = PrivateConfig::new(&format!("[control]\nenabled = true\n{guard}"));
     let _agent = Agent::start(&cfg);
