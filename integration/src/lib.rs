@@ -8,9 +8,11 @@ pub mod bundle;
 pub mod containerd;
 pub mod cri;
 pub mod daemons;
+pub mod fixtures;
 pub mod podman;
 pub mod private_dockerd;
 pub mod prometheus;
+pub mod shim;
 pub mod trees;
 
 /// A binary of this workspace, built by `cargo build --workspace` (the test
