@@ -5,10 +5,20 @@
 //! when the last second was throttled (up to 300 %), ×0.8 (down to the
 //! original) when the node's CPU PSI some avg10 is past 60 % (the same
 //! node guard as the agent's: off unless `--neighbour`, like the agent's).
-//! With `--neighbour`, a CPU-hungry neighbour (tw-burn, no quota) runs
-//! beside it in every mode, and its CPU is reported too.
+//! With `--neighbour`, a CPU-hungry neighbour (tw-burn, 4 threads, no
+//! quota, default weight, in a cgroup of its own) runs in the middle third
+//! of every run, and the node guard is on (`auto`: the agent's defaults,
+//! PSI some >= 60 % of the last 0.5 s and idle <= 10 %; `koord`: PSI
+//! avg10 >= 60 % on its 1-second poll). `--guard node` (default) reads
+//! `/proc/pressure/cpu`; `--guard neighbour` the neighbour's own cgroup2
+//! `cpu.pressure` (on a shared machine, the node's PSI carries other jobs).
+//! The server's limit (quota + burst, CPUs) is sampled every 100 ms: its
+//! mean before, during (second half) and after the neighbour, how long the
+//! controller took to hand it back to the original, the neighbour's CPU,
+//! and one `auto` run's limit over time.
 //!
-//! tw-control-bench [--rounds R] [--secs S] [--quota-us Q] [--burst-us U] [--neighbour]
+//! tw-control-bench [--rounds R] [--secs S] [--quota-us Q] [--burst-us U]
+//!                  [--neighbour [--guard node|neighbour]]
 //! (U: CPU of each of the 4 heavy requests that arrive together every second)
 
 use std::io::{BufRead, BufReader};
@@ -41,8 +51,8 @@ fn cpu_used_ns(g: &CpuCgroup) -> u64 {
     g.usage_ns().map_or(0, |(ns, _)| ns)
 }
 
-fn psi() -> f64 {
-    std::fs::read_to_string("/proc/pressure/cpu")
+fn psi(file: &Path) -> f64 {
+    std::fs::read_to_string(file)
         .ok()
         .and_then(|t| {
             t.lines()
@@ -60,6 +70,7 @@ fn koord(
     g: CpuCgroup,
     quota: u64,
     psi_max: f64,
+    psi_file: PathBuf,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
@@ -69,7 +80,7 @@ fn koord(
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_secs(1));
             let now = g.cpu_stat().map(|s| s.nr_throttled).unwrap_or(last);
-            let next = if psi() >= psi_max {
+            let next = if psi(&psi_file) >= psi_max {
                 ((q as f64 * 0.8) as u64).max(quota)
             } else if now > last {
                 ((q as f64 * 1.2) as u64).min(3 * quota)
@@ -83,6 +94,126 @@ fn koord(
             }
         }
         changes
+    })
+}
+
+/// The neighbour's cgroup (cpu hierarchy) and, on a hybrid host, a
+/// cgroup2 group for its PSI; `psi` is the file the guard reads.
+struct Neighbour {
+    cg: TransientCgroup,
+    v2: Option<PathBuf>,
+    psi: PathBuf,
+}
+
+impl Neighbour {
+    fn new(h: &Hierarchies, guard_on_neighbour: bool) -> Neighbour {
+        let cg = TransientCgroup::create(h, &format!("/tw-bench-neighbour-{}", std::process::id()))
+            .unwrap();
+        let own = cg.group.cpu_dir.join("cpu.pressure");
+        let (v2, group_psi) = if own.exists() {
+            (None, own)
+        } else {
+            let root = std::fs::read_to_string("/proc/self/mounts")
+                .unwrap()
+                .lines()
+                .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .find(|f| f.get(2).map(String::as_str) == Some("cgroup2"))
+                .map(|f| PathBuf::from(&f[1]))
+                .expect("a cgroup2 mount");
+            let d = root.join(cg.group.rel.trim_start_matches('/'));
+            let _ = std::fs::create_dir(&d);
+            let f = d.join("cpu.pressure");
+            (Some(d), f)
+        };
+        let psi = match guard_on_neighbour {
+            true => group_psi,
+            false => PathBuf::from("/proc/pressure/cpu"),
+        };
+        Neighbour { cg, v2, psi }
+    }
+}
+
+/// The neighbour: 4 spinning threads for `ms`, in its cpu group (and its
+/// cgroup2 group on a hybrid host).
+fn spawn_neighbour(g: &CpuCgroup, v2: Option<&Path>, ms: u64) -> Child {
+    let c = Command::new(bin("tw-burn"))
+        .args(["--threads", "4", "--ms", &ms.to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("tw-burn");
+    g.add_pid(c.id()).expect("the neighbour into its group");
+    for t in std::fs::read_dir(format!("/proc/{}/task", c.id()))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let _ = std::fs::write(
+            g.cpu_dir.join("tasks"),
+            t.file_name().to_string_lossy().as_bytes(),
+        );
+    }
+    if let Some(d) = v2 {
+        let _ = std::fs::write(d.join("cgroup.procs"), c.id().to_string());
+    }
+    c
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        if let Some(d) = &self.v2 {
+            let t = Instant::now();
+            while std::fs::remove_dir(d).is_err() && t.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// Every 100 ms: (seconds since the load started, quota + burst in CPUs);
+/// with a neighbour, it runs from a third to two thirds of `secs`.
+/// Returns the samples, the neighbour's phase (s) and its CPU there (ns).
+fn sample(
+    g: CpuCgroup,
+    secs: u64,
+    neighbour: Option<(CpuCgroup, Option<PathBuf>)>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<(Vec<(f64, f64)>, (f64, f64), u64)> {
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        let (t1, t2) = (secs as f64 / 3.0, 2.0 * secs as f64 / 3.0);
+        let mut v = vec![];
+        let mut child: Option<Child> = None;
+        let (mut n0, mut ncpu) = (0, 0);
+        let mut done = false;
+        while !stop.load(Ordering::Relaxed) {
+            let now = t.elapsed().as_secs_f64();
+            if let Some((ng, v2)) = &neighbour {
+                if child.is_none() && !done && now >= t1 {
+                    n0 = cpu_used_ns(ng);
+                    let ms = ((t2 - t1) * 1000.0) as u64 + 200;
+                    child = Some(spawn_neighbour(ng, v2.as_deref(), ms));
+                } else if now >= t2 && !done {
+                    if let Some(mut c) = child.take() {
+                        ncpu = cpu_used_ns(ng) - n0;
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        done = true;
+                    }
+                }
+            }
+            if let Ok(l) = g.limits() {
+                let lim = l.quota_us.map_or(f64::NAN, |q| {
+                    (q + l.burst_us.unwrap_or(0)) as f64 / l.period_us as f64
+                });
+                v.push((now, lim));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Some(mut c) = child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        (v, (t1, t2), ncpu)
     })
 }
 
@@ -108,7 +239,7 @@ fn run_one(
     secs: u64,
     quota: u64,
     burst_us: u64,
-    neighbour: bool,
+    neighbour: Option<&Neighbour>,
 ) -> Value {
     let h = Hierarchies::discover().unwrap();
     let g = TransientCgroup::create(&h, &format!("/tw-bench-control-{mode}-{}", unique())).unwrap();
@@ -145,25 +276,23 @@ fn run_one(
     .unwrap();
     assert!(r.ok, "{r:?}");
     let log = PathBuf::from(r.log_path.unwrap());
-    let ng = neighbour.then(|| {
-        let n = TransientCgroup::create(&h, &format!("/tw-bench-neighbour-{}", unique())).unwrap();
-        let c = throttlewatch_integration::burn_in(
-            &n,
-            &["--threads", "2", "--ms", &(secs * 1000 + 500).to_string()],
-        );
-        (n, c)
-    });
     let stop = Arc::new(AtomicBool::new(false));
     let k = (mode == "koord").then(|| {
         koord(
             g.group.clone(),
             quota,
-            if neighbour { 60.0 } else { 101.0 },
+            if neighbour.is_some() { 60.0 } else { 101.0 },
+            neighbour.map_or(PathBuf::from("/proc/pressure/cpu"), |n| n.psi.clone()),
             stop.clone(),
         )
     });
     let (s0, c0) = (g.group.cpu_stat().unwrap(), cpu_used_ns(&g.group));
-    let n0 = ng.as_ref().map(|(n, _)| cpu_used_ns(&n.group));
+    let sampler = sample(
+        g.group.clone(),
+        secs,
+        neighbour.map(|n| (n.cg.group.clone(), n.v2.clone())),
+        stop.clone(),
+    );
     let t = Instant::now();
     let out = Command::new(bin("tw-serve"))
         .args(["load", "--socket"])
@@ -179,12 +308,9 @@ fn run_one(
     let wall = t.elapsed().as_secs_f64();
     let d = g.group.cpu_stat().unwrap().since(&s0);
     let cpu = cpu_used_ns(&g.group) - c0;
-    let ncpu = ng
-        .as_ref()
-        .zip(n0)
-        .map(|((n, _), n0)| cpu_used_ns(&n.group) - n0);
     stop.store(true, Ordering::Relaxed);
     let koord_changes = k.map(|h| h.join().unwrap());
+    let (limits, (t1, t2), ncpu) = sampler.join().unwrap();
     let unregister: Request = serde_json::from_value(json!({
         "op": "unregister", "container_id": id, "reason": "poststop", "exit_code": 0
     }))
@@ -192,10 +318,6 @@ fn run_one(
     let _ = call(&cfg.socket, &unregister, Duration::from_secs(5));
     let _ = server.kill();
     let _ = server.wait();
-    if let Some((_, mut c)) = ng {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
     let mut v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
     let controls = std::fs::read_to_string(&log)
@@ -208,8 +330,38 @@ fn run_one(
     v["cpu_ms"] = json!(cpu / 1_000_000);
     v["cpu_per_s"] = json!(cpu as f64 / 1e9 / wall);
     v["changes"] = json!(koord_changes.unwrap_or(controls as u64));
-    if let Some(n) = ncpu {
-        v["neighbour_cpu_per_s"] = json!(n as f64 / 1e9 / wall);
+    if neighbour.is_some() {
+        let orig = quota as f64 / PERIOD as f64;
+        let mean = |a: f64, b: f64| {
+            let x: Vec<f64> = limits
+                .iter()
+                .filter(|(t, l)| *t >= a && *t < b && l.is_finite())
+                .map(|x| x.1)
+                .collect();
+            x.iter().sum::<f64>() / x.len().max(1) as f64
+        };
+        v["neighbour_cpu_per_s"] = json!(ncpu as f64 / 1e9 / (t2 - t1));
+        v["limit_before"] = json!(mean(1.0, t1));
+        v["limit_during"] = json!(mean((t1 + t2) / 2.0, t2));
+        v["limit_after"] = json!(mean(t2 + 0.5, secs as f64));
+        v["limit_at_start"] = json!(limits.iter().find(|(t, _)| *t >= t1).map_or(orig, |x| x.1));
+        // From the neighbour's start to the original, where it was raised then.
+        let raised = limits
+            .iter()
+            .find(|(t, _)| *t >= t1)
+            .is_some_and(|x| x.1 > orig + 1e-9);
+        v["given_back_s"] = json!(raised
+            .then(|| limits
+                .iter()
+                .find(|(t, l)| *t >= t1 && *l <= orig + 1e-9)
+                .map(|x| x.0 - t1))
+            .flatten());
+        v["timeline"] = json!(limits
+            .iter()
+            .step_by(5)
+            .map(|x| format!("{:.2}", x.1))
+            .collect::<Vec<_>>());
+        v["neighbour_s"] = json!([t1, t2]);
     }
     v
 }
@@ -226,10 +378,21 @@ fn main() {
     let quota = num(&args, "--quota-us", 80_000);
     let burst_us = num(&args, "--burst-us", 30_000);
     let neighbour = args.iter().any(|a| a == "--neighbour");
-    let guard = if neighbour {
-        ""
-    } else {
-        "pressure_psi_some_percent = 100.0\npressure_idle_percent = 0.0\n"
+    let on_neighbour = match args
+        .iter()
+        .position(|a| a == "--guard")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+    {
+        None | Some("node") => false,
+        Some("neighbour") => true,
+        Some(o) => panic!("--guard {o}: expected node or neighbour"),
+    };
+    let h = Hierarchies::discover().unwrap();
+    let ng = neighbour.then(|| Neighbour::new(&h, on_neighbour));
+    let guard = match &ng {
+        Some(n) => format!("pressure_psi_file = {:?}\n", n.psi.display().to_string()),
+        None => "pressure_psi_some_percent = 100.0\npressure_idle_percent = 0.0\n".into(),
     };
     let cfg = PrivateConfig::new(&format!("[control]\nenabled = true\n{guard}"));
     let _agent = Agent::start(&cfg);
@@ -237,36 +400,37 @@ fn main() {
     for r in 0..rounds {
         for i in 0..MODES.len() {
             let mode = MODES[(i + r as usize) % MODES.len()];
-            let v = run_one(&cfg, mode, secs, quota, burst_us, neighbour);
+            let v = run_one(&cfg, mode, secs, quota, burst_us, ng.as_ref());
             eprintln!("round {r} {v}");
             all.push(v);
         }
     }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
     println!(
-        "quota {quota} us / {PERIOD} us, {secs} s per run, {rounds} rounds interleaved, medians{}:",
+        "quota {quota} us / {PERIOD} us, {secs} s per run, {rounds} rounds interleaved, medians{}; load average at the end {}:",
+        match (&ng, on_neighbour) {
+            (None, _) => String::new(),
+            (Some(_), false) => ", CPU-hungry neighbour in the middle third, guard on the node's PSI".into(),
+            (Some(n), true) => format!(", CPU-hungry neighbour in the middle third, guard on its PSI ({})", n.psi.display()),
+        },
+        load.join(" ")
+    );
+    println!(
+        "| mode | p50 ms | p99 ms | heavy p99 ms | throttled ms | CPU used (CPUs) | changes |{}",
         if neighbour {
-            ", CPU-hungry neighbour beside it"
+            " limit before / at neighbour start / during / after (CPUs) | back to original in s | neighbour CPUs |"
         } else {
             ""
         }
     );
     println!(
-        "| mode | p50 ms | p99 ms | heavy p99 ms | throttled ms | CPU used (CPUs) | changes |{}",
-        if neighbour { " neighbour CPUs |" } else { "" }
-    );
-    println!(
         "|---|---|---|---|---|---|---|{}",
-        if neighbour { "---|" } else { "" }
+        if neighbour { "---|---|---|" } else { "" }
     );
     for m in MODES {
-        let of = |k: &str| {
-            median(
-                all.iter()
-                    .filter(|v| v["mode"] == m)
-                    .map(|v| v[k].as_f64().unwrap_or(0.0))
-                    .collect(),
-            )
-        };
+        let runs: Vec<&Value> = all.iter().filter(|v| v["mode"] == m).collect();
+        let of = |k: &str| median(runs.iter().map(|v| v[k].as_f64().unwrap_or(0.0)).collect());
         print!(
             "| {m} | {:.1} | {:.1} | {:.1} | {:.0} | {:.3} | {:.0} |",
             of("p50_us") / 1000.0,
@@ -277,8 +441,48 @@ fn main() {
             of("changes")
         );
         if neighbour {
-            print!(" {:.3} |", of("neighbour_cpu_per_s"));
+            let back: Vec<f64> = runs
+                .iter()
+                .filter_map(|v| v["given_back_s"].as_f64())
+                .collect();
+            let limits = match m {
+                "unlimited" => "no quota".to_string(),
+                _ => format!(
+                    "{:.2} / {:.2} / {:.2} / {:.2}",
+                    of("limit_before"),
+                    of("limit_at_start"),
+                    of("limit_during"),
+                    of("limit_after")
+                ),
+            };
+            print!(
+                " {limits} | {} | {:.3} |",
+                match back.len() {
+                    0 => "-".to_string(),
+                    n => format!(
+                        "{:.1} ({n} of {} runs raised then)",
+                        median(back),
+                        runs.len()
+                    ),
+                },
+                of("neighbour_cpu_per_s")
+            );
         }
         println!();
+    }
+    if neighbour {
+        for m in ["auto", "koord"] {
+            if let Some(v) = all.iter().rev().find(|v| v["mode"] == m) {
+                println!(
+                    "{m}, last run: limit (quota + burst, CPUs) every 0.5 s, neighbour {:.1}-{:.1} s: {}",
+                    v["neighbour_s"][0].as_f64().unwrap_or(0.0),
+                    v["neighbour_s"][1].as_f64().unwrap_or(0.0),
+                    v["timeline"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" "))
+                        .unwrap_or_default()
+                );
+            }
+        }
     }
 }
