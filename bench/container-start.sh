@@ -17,8 +17,8 @@
 # TW_BIN_DIR_BEFORE=DIR adds a third kind per round, `before`: the wrapper,
 # hook and agent of another build (e.g. the previous commit's), with its own
 # agent, socket, state and logs, so before and after share one run's load.
-# TW_BENCH_TIMING=1 also prints the median of each phase of the wrapper and
-# the hook (THROTTLEWATCH_TIMING). Prints the median of each and the ratio of
+# TW_BENCH_TIMING=1 also prints the median of each phase of the wrapper, the
+# hook and the agent's register (THROTTLEWATCH_TIMING). Prints the median of each and the ratio of
 # medians (issue 16: target <= 1.05), with the load average before and after: others
 # compiling on a 2-core machine move both figures.
 set -eu
@@ -109,7 +109,9 @@ state_dir = "$RUN"
 metrics_addr = ""
 start_agent = false
 TOML
-"$AGENT" agent --config "$W/tw.toml" >"$W/agent.out" 2>&1 &
+# TW_BENCH_TIMING=1: the agents time their registers too (agent/src/timing.rs).
+agent_timing() { [ "${TW_BENCH_TIMING:-0}" = 1 ] && echo "$W/$1" || echo ""; }
+THROTTLEWATCH_TIMING=$(agent_timing timing) "$AGENT" agent --config "$W/tw.toml" >"$W/agent.out" 2>&1 &
 AGENT_PID=$!
 i=0
 until [ -S "$RUN/agent.sock" ]; do
@@ -125,7 +127,7 @@ state_dir = "$RUN/before"
 metrics_addr = ""
 start_agent = false
 TOML
-    "$BEFORE/throttlewatch" agent --config "$W/tw-before.toml" >"$W/agent-before.out" 2>&1 &
+    THROTTLEWATCH_TIMING=$(agent_timing timing-before) "$BEFORE/throttlewatch" agent --config "$W/tw-before.toml" >"$W/agent-before.out" 2>&1 &
     AGENT_BEFORE_PID=$!
     i=0
     until [ -S "$RUN/before/agent.sock" ]; do
@@ -220,7 +222,10 @@ for tf in timing timing-before; do
     [ -s "$W/$tf" ] || continue
     # "NAME SUBCOMMAND total=Nus phase=Nus ..." lines: the median of each phase, per program.
     echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING)$( [ $tf = timing ] || echo ", before"):"
-    for who in "throttlewatch-runtime run" "throttlewatch-hook createRuntime"; do
+    # The agent: `register` until the answer (the hook waits for it),
+    # `complete` (log, start record, state file) after it, deferred.
+    for who in "throttlewatch-runtime run" "throttlewatch-hook createRuntime" "throttlewatch-agent register" "throttlewatch-agent complete"; do
+        grep -q "^$who " "$W/$tf" || continue
         grep "^$who " "$W/$tf" | awk -v who="$who" '
             { for (i = 3; i <= NF; i++) { split($i, kv, "="); sub("us", "", kv[2]); v[kv[1], ++n[kv[1]]] = kv[2]; if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++k] = kv[1] } } }
             END { line = "  " who ":"; for (j = 1; j <= k; j++) { p = order[j]; m = n[p]; for (a = 1; a <= m; a++) x[a] = v[p, a];

@@ -25,6 +25,7 @@ use crate::reading::Due;
 use crate::socket::{bind, raise_nofile_limit, serve_socket, Answer, Job};
 use crate::spec::SessionSpec;
 use crate::state::{Persisted, StateDir};
+use crate::timing::Phases;
 use crate::{signals, CliError};
 
 /// Start an agent in the background and wait until it answers.
@@ -116,6 +117,14 @@ fn lock(state_dir: &Path) -> Result<Option<std::fs::File>, CliError> {
     Ok(Some(f))
 }
 
+/// How long after its answer a register's log, `start` record and state
+/// file are written (`Agent::register_answering`): the container start the
+/// hook is part of goes on for a few milliseconds after the answer (runc's
+/// remaining hooks, start, `run -d` returning), and on a small node the
+/// agent's writing competes with it for the CPUs. Sooner when anything else
+/// needs the sessions (a request, the next poll, a signal).
+const COMPLETE_AFTER_ANSWER: Duration = Duration::from_millis(25);
+
 /// A register past its kernel half (see `Agent::register_answering`).
 struct PendingRegister {
     prepared: crate::session::Prepared,
@@ -140,6 +149,10 @@ struct Agent {
     metrics: Arc<Mutex<Metrics>>,
     /// The dynamic CPU controller's containers (docs/control.md).
     controls: crate::control::Controls,
+    /// Registers answered whose log, `start` record and state file are
+    /// still to be written, oldest first, and when they are due.
+    deferred: Vec<Box<PendingRegister>>,
+    deferred_due: Option<Instant>,
 }
 
 /// What the registration tells about the container's cold start; the CPU
@@ -205,6 +218,8 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         state,
         metrics,
         controls: crate::control::Controls::new(&cfg.control, &cfg.state_dir),
+        deferred: Vec::new(),
+        deferred_due: None,
     };
     agent.restore();
     let listener = bind(&cfg.socket)?;
@@ -226,14 +241,27 @@ impl Agent {
         let mut last_tick = Instant::now();
         let mut last_snap = Instant::now();
         let snap_every = Duration::from_secs(self.cfg.snapshot_interval_s.max(1));
+        let mut next_poll = Instant::now() + self.cfg.poll_interval();
         loop {
-            match rx.recv_timeout(self.cfg.poll_interval()) {
+            // The kernel's events are drained every poll interval (requests
+            // do not add drains); deferred registers complete when due.
+            let wake = self.deferred_due.map_or(next_poll, |d| d.min(next_poll));
+            match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
                 Ok((Request::Register(r), answer)) => self.register_answering(r, answer),
-                Ok((req, answer)) => answer.send(self.handle(req)),
+                Ok((req, answer)) => {
+                    self.complete_deferred();
+                    answer.send(self.handle(req))
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
+            let now = Instant::now();
+            if self.deferred_due.is_some_and(|d| d <= now) || now >= next_poll {
+                // Before any drain: events of a cgroup without its session are not kept.
+                self.complete_deferred();
+            }
             if signals::received().is_some() {
+                self.complete_deferred();
                 // Containers keep running: flush and persist, never `end`;
                 // controlled ones get their original bandwidth back.
                 for id in self.controls.ids() {
@@ -251,6 +279,10 @@ impl Agent {
                 let _ = std::fs::remove_file(&self.cfg.socket);
                 return;
             }
+            if now < next_poll {
+                continue;
+            }
+            next_poll = now + self.cfg.poll_interval();
             let due = if last_snap.elapsed() >= snap_every {
                 Due::Snapshot
             } else if last_tick.elapsed() >= Duration::from_secs(1) {
@@ -310,11 +342,17 @@ impl Agent {
 
     /// A register from the socket. The answer goes out as soon as the
     /// cgroup is in the kernel's watch map (its freezes are counted from
-    /// there); the log, its `start` record and the state file follow before
-    /// the next request or poll. `wait_for_log` (fail-closed) answers after.
+    /// there); the log, its `start` record and the state file follow
+    /// [`COMPLETE_AFTER_ANSWER`] later, or before the next request, poll or
+    /// stop, whichever comes first. `wait_for_log` (fail-closed) completes
+    /// every deferred register, then its own, and answers after.
     fn register_answering(&mut self, r: Register, to: Answer) {
         let wait = r.wait_for_log;
-        let begun = match self.begin_register(r, None) {
+        if wait {
+            self.complete_deferred();
+        }
+        let mut t = Phases::start("register");
+        let begun = match self.begin_register(r, None, &mut t) {
             Ok(Begun::Pending(p)) => p,
             Ok(Begun::Known(resp)) => return to.send(resp),
             Err(e) => return to.send(Response::err(e)),
@@ -323,29 +361,44 @@ impl Agent {
             log_path: Some(begun.log_path.display().to_string()),
             ..Response::ok()
         };
-        let mut to = Some(to);
         if !wait {
-            if let Some(to) = to.take() {
-                to.send(answer.clone());
-            }
+            to.send(answer);
+            t.mark("answer");
+            self.deferred.push(begun);
+            self.deferred_due
+                .get_or_insert_with(|| Instant::now() + COMPLETE_AFTER_ANSWER);
+            return;
         }
         let key = begun.key.clone();
-        let done = self.complete_register(begun);
+        let done = self.complete_register(begun, &mut t);
         if let Err(e) = &done {
             eprintln!("throttlewatch agent: {key}: {e}; not watched");
         }
-        if let Some(to) = to {
-            to.send(done.map(|_| answer).unwrap_or_else(Response::err));
+        to.send(done.map(|_| answer).unwrap_or_else(Response::err));
+        t.mark("answer");
+    }
+
+    /// The log, `start` record and state file of every register answered
+    /// before them, oldest first.
+    fn complete_deferred(&mut self) {
+        self.deferred_due = None;
+        for p in std::mem::take(&mut self.deferred) {
+            let key = p.key.clone();
+            let mut t = Phases::start("complete");
+            if let Err(e) = self.complete_register(p, &mut t) {
+                eprintln!("throttlewatch agent: {key}: {e}; not watched");
+            }
         }
     }
 
     /// Register in one go (the socket's synchronous path and resume).
     fn register(&mut self, r: Register, resume: Option<&Persisted>) -> Result<Response, String> {
-        match self.begin_register(r, resume)? {
+        let mut t = Phases::start("register-sync");
+        match self.begin_register(r, resume, &mut t)? {
             Begun::Known(resp) => Ok(resp),
             Begun::Pending(p) => {
                 let log_path = p.log_path.display().to_string();
-                self.complete_register(p)?;
+                self.complete_register(p, &mut t)?;
                 Ok(Response {
                     log_path: Some(log_path),
                     ..Response::ok()
@@ -355,7 +408,12 @@ impl Agent {
     }
 
     /// Validate, take the baselines and put the cgroup in the watch map.
-    fn begin_register(&mut self, r: Register, resume: Option<&Persisted>) -> Result<Begun, String> {
+    fn begin_register(
+        &mut self,
+        r: Register,
+        resume: Option<&Persisted>,
+        t: &mut Phases,
+    ) -> Result<Begun, String> {
         if r.container_id.is_empty() || r.container_id.len() > 1024 || r.container_id.contains('\0')
         {
             return Err(format!(
@@ -364,13 +422,20 @@ impl Agent {
             ));
         }
         let key = r.key();
-        if let Some(s) = self
+        let known = self
             .engine
             .find(&key)
             .and_then(|id| self.engine.session(id))
-        {
+            .map(|s| &s.spec.log_path)
+            .or_else(|| {
+                self.deferred
+                    .iter()
+                    .find(|p| p.key == key)
+                    .map(|p| &p.log_path)
+            });
+        if let Some(log_path) = known {
             return Ok(Begun::Known(Response {
-                log_path: Some(s.spec.log_path.display().to_string()),
+                log_path: Some(log_path.display().to_string()),
                 ..Response::ok()
             }));
         }
@@ -397,7 +462,8 @@ impl Agent {
             log: crate::budget::LogLimits::from_config(&self.cfg),
         };
         let control_cgroup = g.clone();
-        let watching = self.engine.sessions().count();
+        t.mark("cgroup");
+        let watching = self.engine.watching();
         let max = self.cfg.max_containers;
         let prepared = self.engine.begin_watch(spec, g).map_err(|e| {
             // The kernel maps are sized from max_containers (E2BIG when full).
@@ -407,6 +473,7 @@ impl Agent {
                 e.to_string()
             }
         })?;
+        t.mark("watch");
         Ok(Begun::Pending(Box::new(PendingRegister {
             prepared,
             key,
@@ -417,11 +484,16 @@ impl Agent {
     }
 
     /// The log and its `start` record, the controller, the state file.
-    fn complete_register(&mut self, p: Box<PendingRegister>) -> Result<u64, String> {
+    fn complete_register(
+        &mut self,
+        p: Box<PendingRegister>,
+        t: &mut Phases,
+    ) -> Result<u64, String> {
         let id = self
             .engine
             .complete_watch(p.prepared)
             .map_err(|e| e.to_string())?;
+        t.mark("log");
         let recs = self.controls.attach(
             id,
             &p.key,
@@ -430,7 +502,9 @@ impl Agent {
             crate::clock::Clock::monotonic_ns(),
         );
         self.control_records(id, recs);
+        t.mark("control");
         self.persist(id);
+        t.mark("state");
         self.count_watched();
         Ok(id)
     }

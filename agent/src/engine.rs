@@ -3,7 +3,7 @@
 //! events, hands every session its reading, and returns the outputs that
 //! the metrics and the live printer consume.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use throttlewatch_bpf::{ProbeError, ProbeOptions, ThrottleProbe};
 use throttlewatch_cgroup::CpuCgroup;
@@ -29,6 +29,9 @@ pub struct Engine {
     probe: ThrottleProbe,
     facts: ProbeFacts,
     sessions: HashMap<u64, Session>,
+    /// Cgroups past `begin_watch` whose `complete_watch` is still to come
+    /// (in the watch map, no session yet).
+    pending: HashSet<u64>,
     clock: Clock,
     /// The node-wide lost-event count at the last `LostEvents` output.
     exported_lost: u64,
@@ -56,6 +59,7 @@ impl Engine {
             probe,
             facts,
             sessions: HashMap::new(),
+            pending: HashSet::new(),
             clock: Clock::new(),
             exported_lost: 0,
             exported_full: Default::default(),
@@ -75,14 +79,15 @@ impl Engine {
 
     /// The kernel half of [`Engine::watch`]: baselines taken, the cgroup in
     /// the watch map (its freezes are counted from here on), no log yet.
-    /// Finish with [`Engine::complete_watch`] before the next poll.
+    /// Finish with [`Engine::complete_watch`] before the next poll (events
+    /// drained without a session are not kept).
     pub fn begin_watch(
         &mut self,
         spec: SessionSpec,
         cgroup: CpuCgroup,
     ) -> anyhow::Result<Prepared> {
         let id = cgroup.id()?;
-        if self.sessions.contains_key(&id) {
+        if self.sessions.contains_key(&id) || self.pending.contains(&id) {
             anyhow::bail!("cgroup {} (id {id}) is already watched", cgroup.rel);
         }
         let totals = ProbeTotals::read(&self.probe, id, map_full(&self.probe));
@@ -104,8 +109,11 @@ impl Engine {
         let prepared = Session::prepare(spec, cgroup, opening)
             .map_err(anyhow::Error::from)
             .and_then(|p| Ok(self.probe.watch(id).map(|_| p)?));
-        if prepared.is_err() {
-            self.probe.cold_start_finished(id);
+        match &prepared {
+            Ok(_) => {
+                self.pending.insert(id);
+            }
+            Err(_) => self.probe.cold_start_finished(id),
         }
         prepared
     }
@@ -114,6 +122,7 @@ impl Engine {
     /// (or `resume`) record. On failure the cgroup leaves the watch map.
     pub fn complete_watch(&mut self, p: Prepared) -> anyhow::Result<u64> {
         let id = p.cgroup_id();
+        self.pending.remove(&id);
         match p.open() {
             Ok(s) => {
                 self.sessions.insert(id, s);
@@ -189,6 +198,12 @@ impl Engine {
 
     pub fn sessions(&self) -> impl Iterator<Item = (&u64, &Session)> {
         self.sessions.iter()
+    }
+
+    /// Containers watched: sessions and those between `begin_watch` and
+    /// `complete_watch` (in the kernel's watch map already).
+    pub fn watching(&self) -> usize {
+        self.sessions.len() + self.pending.len()
     }
 
     /// The session of a container, by (scope, id).

@@ -32,6 +32,7 @@ pub mod socket;
 pub mod spec;
 pub mod state;
 pub mod threadcpu;
+pub mod timing;
 pub mod topology;
 pub mod watch;
 

@@ -1,15 +1,18 @@
-//! The agent's unix socket: root-only binding, a thread per connection (up
-//! to [`MAX_CONNECTIONS`]), bounded requests, and the answer written back by
-//! the event loop itself ([`Answer`]). Requests reach the event loop in
-//! `daemon.rs` as [`Job`]s.
+//! The agent's unix socket: root-only binding, one persistent thread that
+//! accepts and reads every connection (poll(2), up to [`MAX_CONNECTIONS`]
+//! in service, each with a read deadline), bounded requests, and the answer
+//! written back by the event loop itself ([`Answer`]). Requests reach the
+//! event loop in `daemon.rs` as [`Job`]s.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::mpsc::{self, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use throttlewatch_core::protocol::{Request, Response, MAX_REQUEST_BYTES};
 
@@ -19,24 +22,29 @@ pub type Job = (Request, Answer);
 
 /// Where the event loop's answer to one request goes: written on the
 /// connection by the event loop itself (the waiting client, a hook inside a
-/// container start, wakes without a second thread hop), then the
-/// connection's thread is told (`None`); without a connection, handed to it.
+/// container start, wakes without a second thread hop). Dropped unanswered
+/// (the agent stopping), the connection closes: the client sees EOF.
 pub struct Answer {
-    done: Sender<Option<Response>>,
-    conn: Option<UnixStream>,
+    conn: UnixStream,
+    _slot: Slot,
 }
 
 impl Answer {
     pub fn send(self, resp: Response) {
-        match self.conn {
-            Some(c) => {
-                reply(&c, &resp);
-                let _ = self.done.send(None);
-            }
-            None => {
-                let _ = self.done.send(Some(resp));
-            }
-        }
+        // Read non-blocking by the socket thread; the answer is written
+        // blocking, bounded by reply's write timeout.
+        let _ = self.conn.set_nonblocking(false);
+        reply(&self.conn, &resp);
+    }
+}
+
+/// One of the [`MAX_CONNECTIONS`] connections in service, from accept until
+/// it is answered or dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, SeqCst);
     }
 }
 
@@ -66,49 +74,145 @@ pub fn bind(socket: &Path) -> Result<UnixListener, CliError> {
     Ok(l)
 }
 
-/// Connections served at once; past it a client is answered "busy" at once.
+/// Connections served at once (being read, or waiting for the event loop's
+/// answer); past it a client is answered "busy" at once.
 pub const MAX_CONNECTIONS: usize = 64;
 
+/// How long a connection may take to send its request line.
+const READ_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A connection whose request line is not complete yet.
+struct Reading {
+    conn: UnixStream,
+    raw: Vec<u8>,
+    deadline: Instant,
+    slot: Slot,
+}
+
+/// One persistent thread accepts and reads every connection (no thread per
+/// connection on the create path): a client that connects and sends nothing
+/// (a hook stopped mid-request) holds only its slot until its deadline,
+/// never the others. The event loop handles requests one at a time.
 pub fn serve_socket(l: UnixListener, jobs: Sender<Job>) {
     std::thread::Builder::new()
         .name("socket".into())
-        .spawn(move || {
-            // A thread per connection (up to MAX_CONNECTIONS): a client that
-            // connects and sends nothing (a hook stopped mid-request) holds
-            // only its own thread for the read timeout, never the others.
-            // The event loop still handles requests one at a time.
-            let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            for conn in l.incoming() {
-                let Some(conn) = accepted(conn, "agent socket") else {
-                    continue;
-                };
-                use std::sync::atomic::Ordering::SeqCst;
-                if active.fetch_add(1, SeqCst) >= MAX_CONNECTIONS {
-                    active.fetch_sub(1, SeqCst);
-                    reply(
-                        &conn,
-                        &Response::err(format!(
-                            "agent busy: {MAX_CONNECTIONS} connections in service; retry"
-                        )),
-                    );
-                    continue;
-                }
-                let (jobs, active2) = (jobs.clone(), active.clone());
-                let spawned = std::thread::Builder::new()
-                    .name("conn".into())
-                    .stack_size(256 * 1024)
-                    .spawn(move || {
-                        handle_conn(conn, jobs);
-                        active2.fetch_sub(1, SeqCst);
-                    });
-                if spawned.is_err() {
-                    active.fetch_sub(1, SeqCst);
-                }
-            }
-        })
+        .spawn(move || serve(l, jobs))
         .expect("socket thread");
 }
 
+fn serve(l: UnixListener, jobs: Sender<Job>) {
+    if let Err(e) = l.set_nonblocking(true) {
+        eprintln!("throttlewatch agent: agent socket: {e}");
+        return;
+    }
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut reading: Vec<Reading> = Vec::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    loop {
+        let now = Instant::now();
+        // Past their deadline: answered as a read that timed out.
+        reading.retain(|r| {
+            if r.deadline > now {
+                return true;
+            }
+            reply(
+                &r.conn,
+                &Response::err("reading request: no complete request line within 1s"),
+            );
+            false
+        });
+        let timeout = reading
+            .iter()
+            .map(|r| r.deadline.saturating_duration_since(now))
+            .min()
+            .map(|d| (d.as_millis() as i32).saturating_add(1))
+            .unwrap_or(-1);
+        fds.clear();
+        fds.push(pollfd(l.as_raw_fd()));
+        fds.extend(reading.iter().map(|r| pollfd(r.conn.as_raw_fd())));
+        // SAFETY: poll on a valid array of pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != ErrorKind::Interrupted {
+                eprintln!("throttlewatch agent: agent socket: poll: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            continue;
+        }
+        // The connections first (indexes shift as they leave), then accept.
+        for i in (1..fds.len()).rev() {
+            if fds[i].revents == 0 {
+                continue;
+            }
+            match read_some(&mut reading[i - 1]) {
+                Progress::More => {}
+                Progress::Line => dispatch(reading.swap_remove(i - 1), &jobs),
+                Progress::Failed(e) => {
+                    let r = reading.swap_remove(i - 1);
+                    reply(&r.conn, &Response::err(format!("reading request: {e}")));
+                }
+            }
+        }
+        if fds[0].revents != 0 {
+            accept_all(&l, &active, &mut reading, &jobs);
+        }
+    }
+}
+
+fn pollfd(fd: i32) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    }
+}
+
+fn accept_all(
+    l: &UnixListener,
+    active: &Arc<AtomicUsize>,
+    reading: &mut Vec<Reading>,
+    jobs: &Sender<Job>,
+) {
+    loop {
+        let conn = match l.accept() {
+            Ok((c, _)) => c,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let _ = accepted::<UnixStream>(Err(e), "agent socket");
+                return;
+            }
+        };
+        if active.fetch_add(1, SeqCst) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, SeqCst);
+            reply(
+                &conn,
+                &Response::err(format!(
+                    "agent busy: {MAX_CONNECTIONS} connections in service; retry"
+                )),
+            );
+            continue;
+        }
+        let slot = Slot(active.clone());
+        if conn.set_nonblocking(true).is_err() {
+            continue;
+        }
+        let mut r = Reading {
+            conn,
+            raw: Vec::new(),
+            deadline: Instant::now() + READ_TIMEOUT,
+            slot,
+        };
+        // The hook connects early and writes later; a client that wrote
+        // before connecting returned is read at once.
+        match read_some(&mut r) {
+            Progress::More => reading.push(r),
+            Progress::Line => dispatch(r, jobs),
+            Progress::Failed(e) => reply(&r.conn, &Response::err(format!("reading request: {e}"))),
+        }
+    }
+}
 /// The accepted connection, or None after a pause: at the descriptor limit
 /// (EMFILE, ENFILE) `accept` fails at once for as long as the pending
 /// connection waits, and retrying at once spins a CPU at 100 %.
@@ -162,31 +266,55 @@ pub fn reply(conn: &UnixStream, resp: &Response) {
     let _ = w.write_all(&out);
 }
 
-fn handle_conn(conn: UnixStream, jobs: Sender<Job>) {
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
-    let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
-    let mut raw = Vec::new();
-    let resp = match BufReader::new((&conn).take(MAX_REQUEST_BYTES)).read_until(b'\n', &mut raw) {
-        Err(e) => Response::err(format!("reading request: {e}")),
-        // Bytes that are not UTF-8 (names from a runtime that passes them
-        // through) become U+FFFD: the container is still watched, and no
-        // invalid UTF-8 reaches the logs or the metrics exposition.
-        Ok(_) => match serde_json::from_str::<Request>(&String::from_utf8_lossy(&raw)) {
-            Err(e) => Response::err(format!("bad request: {e}")),
-            Ok(req) => {
-                let (done, rx) = mpsc::channel();
-                let conn = conn.try_clone().ok();
-                if jobs.send((req, Answer { done, conn })).is_err() {
-                    Response::err("agent is stopping")
-                } else {
-                    match rx.recv_timeout(Duration::from_secs(5)) {
-                        Ok(Some(resp)) => resp,
-                        Ok(None) => return, // written by the event loop
-                        Err(_) => Response::err("agent did not answer"),
-                    }
+enum Progress {
+    /// Nothing more to read now; the line is not complete.
+    More,
+    /// A newline, the end of the stream, or MAX_REQUEST_BYTES read.
+    Line,
+    Failed(std::io::Error),
+}
+
+/// Read what the connection has (non-blocking), up to MAX_REQUEST_BYTES.
+fn read_some(r: &mut Reading) -> Progress {
+    let mut buf = [0u8; 4096];
+    loop {
+        let room = (MAX_REQUEST_BYTES as usize).saturating_sub(r.raw.len());
+        if room == 0 {
+            return Progress::Line;
+        }
+        match (&r.conn).read(&mut buf[..room.min(4096)]) {
+            Ok(0) => return Progress::Line,
+            Ok(n) => {
+                let had = r.raw.len();
+                r.raw.extend_from_slice(&buf[..n]);
+                if let Some(nl) = r.raw[had..].iter().position(|&b| b == b'\n') {
+                    r.raw.truncate(had + nl + 1);
+                    return Progress::Line;
                 }
             }
-        },
-    };
-    reply(&conn, &resp);
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Progress::More,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Progress::Failed(e),
+        }
+    }
+}
+
+/// A complete request line to the event loop, or its error answered here.
+fn dispatch(r: Reading, jobs: &Sender<Job>) {
+    let _ = r.conn.set_nonblocking(false);
+    // Bytes that are not UTF-8 (names from a runtime that passes them
+    // through) become U+FFFD: the container is still watched, and no
+    // invalid UTF-8 reaches the logs or the metrics exposition.
+    match serde_json::from_str::<Request>(&String::from_utf8_lossy(&r.raw)) {
+        Err(e) => reply(&r.conn, &Response::err(format!("bad request: {e}"))),
+        Ok(req) => {
+            let answer = Answer {
+                conn: r.conn,
+                _slot: r.slot,
+            };
+            if let Err(std::sync::mpsc::SendError((_, answer))) = jobs.send((req, answer)) {
+                answer.send(Response::err("agent is stopping"));
+            }
+        }
+    }
 }

@@ -183,6 +183,9 @@ struct RunqControl {
     iter: Link,
     /// Cold starts armed and not finished (their count gates the kernel side).
     armed: RefCell<BTreeSet<u64>>,
+    /// The cgroups in the watch map (their count gates the kernel side;
+    /// kept here: counting the map's keys is a syscall per watched group).
+    watched: RefCell<BTreeSet<u64>>,
 }
 
 impl RunqControl {
@@ -211,6 +214,7 @@ impl ThrottleProbe {
                     }
                 })?,
                 armed: RefCell::default(),
+                watched: RefCell::default(),
             }),
             (why, _) => {
                 let why = why.as_deref().unwrap_or("no .bss");
@@ -291,6 +295,9 @@ impl ThrottleProbe {
             .watched
             .update(&cgroup_id.to_ne_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
             .map_err(ProbeError::Map)?;
+        if let Some(r) = &self.runq {
+            r.watched.borrow_mut().insert(cgroup_id);
+        }
         self.sync_watch_counters();
         if let Some(r) = &self.runq {
             // Tasks already in the group get their task storage here, in
@@ -317,7 +324,8 @@ impl ThrottleProbe {
         if let Some(f) = &self.fentry {
             f.forget(cgroup_id, self.ncpus);
         }
-        if self.runq.is_some() {
+        if let Some(r) = &self.runq {
+            r.watched.borrow_mut().remove(&cgroup_id);
             self.cold_start_finished(cgroup_id);
             self.sync_watch_counters();
             let _ = self.skel.maps.runq_hist.delete(&cgroup_id.to_ne_bytes());
@@ -329,8 +337,9 @@ impl ThrottleProbe {
     /// "is this task watched" answers are stale.
     fn sync_watch_counters(&self) {
         if let Some(r) = &self.runq {
+            let n = r.watched.borrow().len();
             r.counter(|b| unsafe { &raw mut (*b).nr_watched })
-                .store(self.watched_count() as u64, Ordering::SeqCst);
+                .store(n as u64, Ordering::SeqCst);
             r.counter(|b| unsafe { &raw mut (*b).watch_gen })
                 .fetch_add(1, Ordering::SeqCst);
         }
@@ -428,6 +437,7 @@ impl ThrottleProbe {
         let _ = self.skel.maps.coldstarts.delete(&cgroup_id.to_ne_bytes());
     }
 
+    /// The watch map's entries, counted in the kernel (a syscall per entry).
     pub fn watched_count(&self) -> usize {
         self.skel.maps.watched.keys().count()
     }
