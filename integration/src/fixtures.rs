@@ -1,7 +1,8 @@
 //! Small fixtures that several test files share: a cgroup with a sleeping
-//! process in it (enough for the agent to watch), and the removal of a
-//! container runc left behind.
+//! process in it (enough for the agent to watch), the removal of a container
+//! runc left behind, and a plain HTTP GET on loopback.
 
+use std::io::{Read, Write};
 use std::process::Command;
 
 use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
@@ -42,4 +43,14 @@ impl Drop for Sleeper {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `GET path` on 127.0.0.1:`port` (HTTP/1.1, read to the end): the status
+/// line, headers and body as the server sent them.
+pub fn http_get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }

@@ -69,6 +69,22 @@ pub fn read_log(path: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `throttlewatch report --json LOG EXTRA..`, parsed; panics with its
+/// stderr when it fails.
+pub fn report_json(log: &std::path::Path, extra: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(bin("throttlewatch"))
+        .args(["report", "--json", log.to_str().unwrap()])
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 pub fn of_type<'a>(log: &'a [serde_json::Value], t: &str) -> Vec<&'a serde_json::Value> {
     log.iter().filter(|v| v["type"] == t).collect()
 }

@@ -1,13 +1,22 @@
 //! A private containerd 1.6 that runs our shim
 //! (`ctr run --runtime io.containerd.throttlewatch.v2`), with a private
 //! throttlewatch configuration and the busybox image imported: what the
-//! containerd*.rs tests share. Set TW_SHIM_DIR to a folder holding another
+//! containerd*.rs tests share, with the agent on that configuration and
+//! the shim's own `Update` call. Set TW_SHIM_DIR to a folder holding another
 //! build of the shim (e.g. target/release) to run that one.
 
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::containerd::{build_busybox_image, Containerd, IMAGE_NAME, SHIM_RUNTIME};
+use containerd_shim::protos::protobuf::well_known_types::any::Any;
+use containerd_shim::protos::protobuf::MessageField;
+use containerd_shim::protos::shim::shim::UpdateTaskRequest;
+use containerd_shim::protos::shim::shim_ttrpc::TaskClient;
+use containerd_shim::protos::ttrpc;
+use throttlewatch_core::protocol::{call, Request};
+
+use crate::containerd::{build_busybox_image, Containerd, IMAGE_NAME, SHIM_BINARY, SHIM_RUNTIME};
 use crate::{bin, Scratch};
 
 /// A private throttlewatch config (logs, socket, state under `dir`).
@@ -30,23 +39,50 @@ pub struct Setup {
     pub config: PathBuf,
 }
 
+/// The folder of this build's shim binary.
+pub fn shim_dir() -> PathBuf {
+    bin(SHIM_BINARY).parent().unwrap().to_path_buf()
+}
+
+/// containerd with this build's shim on its PATH and THROTTLEWATCH_CONFIG
+/// pointing at `config`.
+pub fn containerd_with_shim(config: &Path) -> Containerd {
+    Containerd::start(
+        &[shim_dir()],
+        &[("THROTTLEWATCH_CONFIG", config.to_str().unwrap())],
+    )
+}
+
 /// containerd started with the shim on its PATH (TW_SHIM_DIR first, then
 /// this build's) and THROTTLEWATCH_CONFIG pointing at a private file.
 pub fn setup() -> Setup {
     let tw = Scratch::new("twcfg");
     let config = tw_config(&tw.0);
-    let shim_dir = std::env::var_os("TW_SHIM_DIR").map(PathBuf::from);
-    let mut dirs: Vec<PathBuf> = shim_dir.into_iter().collect();
-    dirs.push(
-        bin("containerd-shim-throttlewatch-v2")
-            .parent()
-            .unwrap()
-            .to_path_buf(),
-    );
+    let shim_dir_env = std::env::var_os("TW_SHIM_DIR").map(PathBuf::from);
+    let mut dirs: Vec<PathBuf> = shim_dir_env.into_iter().collect();
+    dirs.push(shim_dir());
     let ctd = Containerd::start(&dirs, &[("THROTTLEWATCH_CONFIG", config.to_str().unwrap())]);
     let img = Scratch::new("img");
     ctd.import(&build_busybox_image(&img.0));
     Setup { ctd, tw, config }
+}
+
+impl Setup {
+    /// `ctr run -d --runtime <ours> EXTRA.. <image> ID CMD..`; panics with
+    /// ctr's stderr and containerd's log when it fails.
+    pub fn run_detached(&self, extra: &[&str], id: &str, cmd: &[&str]) {
+        let mut a = vec!["run", "-d", "--runtime", SHIM_RUNTIME];
+        a.extend_from_slice(extra);
+        a.extend_from_slice(&[IMAGE_NAME, id]);
+        a.extend_from_slice(cmd);
+        let out = self.ctd.ctr(&a);
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            text(&out.stderr),
+            self.ctd.log()
+        );
+    }
 }
 
 /// `ctr run --rm --runtime <ours> EXTRA.. <image> ID CMD..`.
@@ -70,4 +106,80 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 /// Bytes a process wrote, as text.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+/// The agent, started with the setup's configuration (stderr in the
+/// scratch folder's agent.log); SIGTERMed and reaped on drop.
+pub struct ShimAgent(Child, PathBuf);
+
+impl Setup {
+    /// Starts the agent on this setup's configuration and waits (20 s at
+    /// most) for its socket.
+    pub fn start_agent(&self) -> ShimAgent {
+        let child = Command::new(bin("throttlewatch"))
+            .args(["agent", "--config"])
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(self.tw.0.join("agent.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let sock = self.tw.0.join("agent.sock");
+        wait_until("the agent socket", Duration::from_secs(20), || {
+            sock.exists()
+        });
+        ShimAgent(child, sock)
+    }
+}
+
+impl ShimAgent {
+    /// The container ids the agent watches (its status).
+    pub fn watched(&self) -> Vec<String> {
+        call(&self.1, &Request::Status, Duration::from_secs(5))
+            .unwrap()
+            .watched
+            .unwrap_or_default()
+    }
+
+    /// How many file descriptors the agent holds open.
+    pub fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.0.id()))
+            .unwrap()
+            .count()
+    }
+}
+
+impl Drop for ShimAgent {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the agent this test started.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// `Update` straight to the shim over its ttrpc socket, the way containerd
+/// sends it (LinuxResources as JSON in an Any).
+pub fn shim_update(s: &Setup, id: &str, resources: &str) -> Result<(), String> {
+    let bundle = s
+        .ctd
+        .dir
+        .0
+        .join("state/io.containerd.runtime.v2.task")
+        .join(&s.ctd.namespace)
+        .join(id);
+    let addr = std::fs::read_to_string(bundle.join("address"))
+        .map_err(|e| format!("{}/address: {e}", bundle.display()))?;
+    let client = ttrpc::Client::connect(addr.trim()).map_err(|e| e.to_string())?;
+    let req = UpdateTaskRequest {
+        id: id.into(),
+        resources: MessageField::some(Any {
+            type_url: "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources".into(),
+            value: resources.as_bytes().to_vec(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    TaskClient::new(client)
+        .update(ttrpc::context::with_timeout(10_000_000_000), &req)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }

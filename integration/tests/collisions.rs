@@ -12,9 +12,10 @@ use throttlewatch_core::protocol::{call, Request};
 use throttlewatch_core::{ContainerKey, Scope};
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::containerd::{
-    build_busybox_image, Containerd, IMAGE_NAME, SHIM_BINARY, SHIM_RUNTIME,
+    build_busybox_image, Containerd, IMAGE_NAME, SHIM_RUNTIME,
 };
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+use throttlewatch_integration::shim::containerd_with_shim;
 use throttlewatch_integration::{of_type, read_log, unique};
 
 /// One id, used in both roots.
@@ -307,14 +308,7 @@ fn ctr_in(ctd: &Containerd, ns: &str, args: &[&str]) -> std::process::Command {
 fn same_id_in_two_containerd_namespaces_has_two_logs() {
     let cfg = PrivateConfig::new("");
     let _agent = Agent::start(&cfg);
-    let shim_dir = throttlewatch_integration::bin(SHIM_BINARY)
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let ctd = Containerd::start(
-        &[shim_dir],
-        &[("THROTTLEWATCH_CONFIG", cfg.path.to_str().unwrap())],
-    );
+    let ctd = containerd_with_shim(&cfg.path);
     let img = throttlewatch_integration::Scratch::new("img");
     let tar = build_busybox_image(&img.0);
     let namespaces = [ctd.namespace.clone(), format!("{}b", ctd.namespace)];

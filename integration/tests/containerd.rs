@@ -54,22 +54,7 @@ fn shim_runs_containers_with_output_and_exit_codes() {
 fn shim_exec_kill_delete_and_memory() {
     let s = setup();
     let ctr = |a: &[&str]| s.ctd.ctr(a);
-    let out = ctr(&[
-        "run",
-        "-d",
-        "--runtime",
-        SHIM_RUNTIME,
-        IMAGE_NAME,
-        "long1",
-        "sleep",
-        "1000",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        s.ctd.log()
-    );
+    s.run_detached(&[], "long1", &["sleep", "1000"]);
     let out = ctr(&["task", "exec", "--exec-id", "e1", "long1", "echo", "hi"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "hi\n");

@@ -3,62 +3,13 @@
 //! log agrees with cpu.stat, and pause, resume and update keep the burst.
 //! Run `cargo build --workspace --bins` first.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use containerd_shim::protos::protobuf::well_known_types::any::Any;
-use containerd_shim::protos::protobuf::MessageField;
-use containerd_shim::protos::shim::shim::UpdateTaskRequest;
-use containerd_shim::protos::shim::shim_ttrpc::TaskClient;
-use containerd_shim::protos::ttrpc;
 use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
-use throttlewatch_core::protocol::{call, Request};
-use throttlewatch_integration::containerd::{IMAGE_NAME, SHIM_RUNTIME};
-use throttlewatch_integration::shim::{run_args, setup, text, wait_until, Setup};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
-
-/// The agent, started privately with the test's config.
-struct Agent(Child, PathBuf);
-
-impl Agent {
-    fn start(config: &Path, tw: &Path) -> Agent {
-        let child = Command::new(bin("throttlewatch"))
-            .args(["agent", "--config"])
-            .arg(config)
-            .stdin(Stdio::null())
-            .stderr(std::fs::File::create(tw.join("agent.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let sock = tw.join("agent.sock");
-        wait_until("the agent socket", Duration::from_secs(20), || {
-            sock.exists()
-        });
-        Agent(child, sock)
-    }
-
-    fn watched(&self) -> Vec<String> {
-        call(&self.1, &Request::Status, Duration::from_secs(5))
-            .unwrap()
-            .watched
-            .unwrap_or_default()
-    }
-
-    fn fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.0.id()))
-            .unwrap()
-            .count()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of the agent this test started.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
+use throttlewatch_integration::shim::{run_args, setup, shim_update, text, wait_until, Setup};
+use throttlewatch_integration::{cpu_lock, of_type, read_log};
 
 fn count_dir(p: &Path) -> usize {
     std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0)
@@ -67,7 +18,7 @@ fn count_dir(p: &Path) -> usize {
 #[test]
 fn fifty_short_lived_containers_leak_nothing() {
     let s = setup();
-    let agent = Agent::start(&s.config, &s.tw.0);
+    let agent = s.start_agent();
     // Warm-up: the first container creates the namespace's directories.
     assert!(
         s.ctd
@@ -168,7 +119,7 @@ fn walk_names(dir: &Path) -> Vec<String> {
 fn throttled_container_log_agrees_with_cpu_stat() {
     let _cpu = cpu_lock();
     let s = setup();
-    let agent = Agent::start(&s.config, &s.tw.0);
+    let agent = s.start_agent();
     let burn = "(timeout 3 sh -c 'while :; do :; done') & timeout 3 sh -c 'while :; do :; done'; wait; true";
     let quota = ["--cpu-quota", "20000", "--cpu-period", "100000"];
     let out = s
@@ -235,59 +186,21 @@ fn task_row(s: &Setup, id: &str) -> Option<(u32, String)> {
     })
 }
 
-/// `Update` straight to the shim over its ttrpc socket, the way containerd
-/// sends it (LinuxResources as JSON in an Any).
-fn shim_update(s: &Setup, id: &str, resources: &str) -> Result<(), String> {
-    let bundle = s
-        .ctd
-        .dir
-        .0
-        .join("state/io.containerd.runtime.v2.task")
-        .join(&s.ctd.namespace)
-        .join(id);
-    let addr = std::fs::read_to_string(bundle.join("address"))
-        .map_err(|e| format!("{}/address: {e}", bundle.display()))?;
-    let client = ttrpc::Client::connect(addr.trim()).map_err(|e| e.to_string())?;
-    let req = UpdateTaskRequest {
-        id: id.into(),
-        resources: MessageField::some(Any {
-            type_url: "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources".into(),
-            value: resources.as_bytes().to_vec(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    TaskClient::new(client)
-        .update(ttrpc::context::with_timeout(10_000_000_000), &req)
-        .map(drop)
-        .map_err(|e| e.to_string())
-}
-
 #[test]
 fn shim_pause_resume_and_update_keep_the_burst() {
     let s = setup();
     let ctr = |a: &[&str]| s.ctd.ctr(a);
-    let out = ctr(&[
-        "run",
-        "-d",
-        "--runtime",
-        SHIM_RUNTIME,
-        "--cpu-quota",
-        "50000",
-        "--cpu-period",
-        "100000",
-        "--env",
-        "THROTTLEWATCH_CPU_BURST=20ms",
-        IMAGE_NAME,
+    s.run_detached(
+        &[
+            "--cpu-quota",
+            "50000",
+            "--cpu-period",
+            "100000",
+            "--env",
+            "THROTTLEWATCH_CPU_BURST=20ms",
+        ],
         "upd1",
-        "sleep",
-        "1000",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        s.ctd.log()
+        &["sleep", "1000"],
     );
     let (pid, status) = task_row(&s, "upd1").expect("task listed");
     assert_eq!(status, "RUNNING");

@@ -41,22 +41,7 @@ fn shim_runs_a_container_with_a_terminal() {
 #[test]
 fn shim_exec_with_a_terminal_takes_typed_input() {
     let s = setup();
-    let out = s.ctd.ctr(&[
-        "run",
-        "-d",
-        "--runtime",
-        SHIM_RUNTIME,
-        IMAGE_NAME,
-        "ttyx",
-        "sleep",
-        "1000",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        s.ctd.log()
-    );
+    s.run_detached(&[], "ttyx", &["sleep", "1000"]);
     let args = ["task", "exec", "-t", "--exec-id", "sh1", "ttyx", "sh"];
     let (out, code) = s.ctd.ctr_on_pty(
         &args,

@@ -7,7 +7,6 @@
 //! leave nothing behind. The pod's sandbox (pause) container is unlogged.
 //! Run `cargo build --workspace --bins` first.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::protocol::{call, Request, Response};
 use throttlewatch_integration::cri::{CriNode, Pod, ALLOWLISTS, CRI_TABLE};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+use throttlewatch_integration::fixtures::http_get;
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
 
 const HANDLER_SHIM: &str = "throttlewatch";
@@ -184,14 +184,6 @@ fn default_handler_pods_run_before_and_after_the_install() {
 
 fn agent_status(tw: &PrivateConfig) -> Response {
     call(&tw.socket, &Request::Status, Duration::from_secs(5)).unwrap()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 /// Names under `dir` (recursively) that contain `needle`.

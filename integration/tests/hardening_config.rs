@@ -106,9 +106,8 @@ fn bad_config(mode: &str) -> PrivateConfig {
 /// refuses containers (the hook used to exit 0).
 #[test]
 fn bad_config_never_widens_and_keeps_fail_closed() {
-    use throttlewatch_integration::containerd::{
-        build_busybox_image, Containerd, IMAGE_NAME, SHIM_RUNTIME,
-    };
+    use throttlewatch_integration::containerd::{build_busybox_image, IMAGE_NAME, SHIM_RUNTIME};
+    use throttlewatch_integration::shim::containerd_with_shim;
     use throttlewatch_integration::{bin, Scratch};
     // The hook itself, as runc runs it from a spec that names the bad file.
     for (mode, ok) in [("open", true), ("closed", false)] {
@@ -158,14 +157,7 @@ fn bad_config_never_widens_and_keeps_fail_closed() {
     }
     // The shim: under a bad (fail-open) file, no spec change at all.
     let cfg = bad_config("open");
-    let shim_dir = bin("containerd-shim-throttlewatch-v2")
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let ctd = Containerd::start(
-        &[shim_dir],
-        &[("THROTTLEWATCH_CONFIG", cfg.path.to_str().unwrap())],
-    );
+    let ctd = containerd_with_shim(&cfg.path);
     let img = Scratch::new("img");
     ctd.import(&build_busybox_image(&img.0));
     let all = std::fs::read_to_string("/sys/fs/cgroup/cpuset/cpuset.cpus").unwrap();

@@ -11,15 +11,7 @@ use std::time::Duration;
 use throttlewatch_cgroup::Hierarchies;
 use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
-use throttlewatch_integration::fixtures::Sleeper;
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
+use throttlewatch_integration::fixtures::{http_get, Sleeper};
 
 /// A free loopback port (bound, read, released).
 fn free_port() -> u16 {

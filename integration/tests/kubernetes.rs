@@ -406,22 +406,19 @@ fn node_image_is_accepted_by_ctr_import_and_docker_load() {
     );
     assert!(String::from_utf8_lossy(&o.stderr).contains("dynamically linked"));
     assert!(!tar.exists());
-    let o = Command::new(repo().join("packaging/build-image.sh"))
-        .args(["--allow-dynamic", "--bin-dir"])
-        .arg(&bins)
-        .arg("--out")
-        .arg(&tar)
-        .output()
-        .unwrap();
+    let build = || {
+        Command::new(repo().join("packaging/build-image.sh"))
+            .args(["--allow-dynamic", "--bin-dir"])
+            .arg(&bins)
+            .arg("--out")
+            .arg(&tar)
+            .output()
+            .unwrap()
+    };
+    let o = build();
     assert!(o.status.success(), "build-image.sh: {}", text(&o));
     let digest = std::fs::read(&tar).unwrap();
-    let o = Command::new(repo().join("packaging/build-image.sh"))
-        .args(["--allow-dynamic", "--bin-dir"])
-        .arg(&bins)
-        .arg("--out")
-        .arg(&tar)
-        .output()
-        .unwrap();
+    let o = build();
     assert!(o.status.success());
     assert!(
         std::fs::read(&tar).unwrap() == digest,

@@ -6,7 +6,7 @@
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
+use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, report_json, Scratch};
 
 /// `throttlewatch run FLAGS -- tw-burn ARGS`; the kernel's throttled time (ns) from the log.
 fn run(
@@ -39,18 +39,7 @@ fn run(
 }
 
 fn report(log: &std::path::Path, extra: &[&str]) -> Value {
-    let out = Command::new(bin("throttlewatch"))
-        .args(["report", "--json", log.to_str().unwrap()])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["containers"][0].clone()
+    report_json(log, extra)["containers"][0].clone()
 }
 
 fn recommendation<'a>(r: &'a Value, kind: &str) -> Option<&'a Value> {

@@ -5,14 +5,13 @@
 //! runc's own bootstrap processes used in the group and took with them
 //! before the watch began, and the report shows it per thread.
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 use throttlewatch_cgroup::CpuCgroup;
 use throttlewatch_integration::bundle::{text, tw_burn_bundle, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
+use throttlewatch_integration::{cpu_lock, of_type, read_log, report_json};
 
 fn u(v: &Value, k: &str) -> u64 {
     v[k].as_u64()
@@ -129,16 +128,7 @@ fn per_thread_running_sums_to_the_cgroups_cpu_usage() {
         assert!(u(w, "frozen_ns") > u(w, "running_ns"), "{w}");
     }
     // The report shows the split per thread (no more nulls).
-    let out = Command::new(bin("throttlewatch"))
-        .args(["report", "--json", log_path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = report_json(&log_path, &[]);
     let c = &r["containers"][0];
     let threads = c["top_threads"].as_array().unwrap();
     let t0 = &threads[0]["split"];
