@@ -252,7 +252,7 @@ impl Controls {
                     "operator_update",
                     before,
                     now,
-                    now,
+                    g.policy.original(),
                     Default::default(),
                 ))
             } else {

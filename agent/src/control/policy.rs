@@ -261,10 +261,28 @@ impl Policy {
     }
 
     /// Values read from the cgroup that the controller did not write (an
-    /// operator's update, or a write that failed): they are the new
-    /// original, and control starts over from them.
+    /// operator's update, or a write that failed): what changed is the new
+    /// original, and control starts over from them. Field by field: an
+    /// update of the quota alone (`docker update --cpus`, the shim's
+    /// `Update`: both hold the burst across runc's update) leaves the
+    /// burst the controller raised its own, to hand back, not a new
+    /// original.
     pub fn adopt(&mut self, read: Bandwidth, now_ns: u64) {
-        self.original = read;
+        let (c, o) = (self.current, self.original);
+        let quota_changed = (read.quota_us, read.period_us) != (c.quota_us, c.period_us);
+        let (quota_us, period_us) = match quota_changed {
+            true => (read.quota_us, read.period_us),
+            false => (o.quota_us, o.period_us),
+        };
+        let burst_us = match read.burst_us != c.burst_us {
+            true => read.burst_us,
+            false => o.burst_us,
+        };
+        self.original = Bandwidth {
+            quota_us,
+            period_us,
+            burst_us: burst_us.min(quota_us).min(read.burst_us),
+        };
         self.current = read;
         self.last_change_ns = Some(now_ns);
         self.last_throttled_ns = now_ns;

@@ -223,3 +223,36 @@ fn an_original_burst_above_the_ceiling_is_kept_and_adopt_restarts() {
     assert_eq!((p.original(), p.current()), (upd, upd));
     assert_eq!(p.ceilings().0, 240_000);
 }
+
+#[test]
+fn a_quota_only_update_leaves_the_raised_burst_to_hand_back() {
+    let mut p = Policy::new(Settings::default(), orig(), 0);
+    // The first raise is the burst's.
+    let c = p.step(&iv(50, 20), &calm()).unwrap();
+    assert!(c.after.burst_us > 0 && c.after.quota_us == 50_000);
+    let raised_burst = c.after.burst_us;
+    // `docker update --cpus 0.7`: the quota moves, the wrapper holds the burst.
+    let read = Bandwidth {
+        quota_us: 70_000,
+        burst_us: raised_burst,
+        ..orig()
+    };
+    p.adopt(read, 100 * MS);
+    assert_eq!(
+        p.original(),
+        Bandwidth {
+            quota_us: 70_000,
+            ..orig()
+        },
+        "the quota is the operator's, the burst is still the controller's raise"
+    );
+    assert_eq!(p.current(), read);
+    assert_eq!(p.ceilings().0, 210_000);
+    // A burst written by hand is the operator's too.
+    let hand = Bandwidth {
+        burst_us: 10_000,
+        ..read
+    };
+    p.adopt(hand, 200 * MS);
+    assert_eq!(p.original(), hand);
+}

@@ -1,0 +1,288 @@
+//! Issue 15: an operator's update during control, through the real stacks:
+//! `docker update --cpus` (a private dockerd 20.10 with the `throttlewatch`
+//! runtime: dockerd -> containerd -> runc shim -> our wrapper -> runc
+//! update) and the shim's own `Update` (a private containerd 1.6 running
+//! containerd-shim-throttlewatch-v2, called over its ttrpc socket the way
+//! containerd sends it: `ctr` 1.6 has no update command). In both, the
+//! container opts in through the environment (`THROTTLEWATCH_CPU_CONTROL`,
+//! allowed by `[qos] env_keys`: Docker 20.10 has no `--annotation`), gets
+//! its quota raised, and the update's quota becomes the new original: an
+//! `adopt` record (`operator_update`), later raises counted from it, within
+//! 300 % of it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use containerd_shim::protos::protobuf::well_known_types::any::Any;
+use containerd_shim::protos::protobuf::MessageField;
+use containerd_shim::protos::shim::shim::UpdateTaskRequest;
+use containerd_shim::protos::shim::shim_ttrpc::TaskClient;
+use containerd_shim::protos::ttrpc;
+use serde_json::{json, Value};
+use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
+use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
+use throttlewatch_integration::bundle::text as out_text;
+use throttlewatch_integration::containerd::{IMAGE_NAME, SHIM_RUNTIME};
+use throttlewatch_integration::daemons::{Agent, Dockerd, PrivateConfig, BUSYBOX_IMAGE};
+use throttlewatch_integration::shim::{setup, text, Setup};
+use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
+
+/// Control on (the node guard off: this shared machine's pressure is not
+/// the test's), the opt-in allowed from the environment.
+const CONTROL: &str =
+    "[qos]\nenv_keys = [\"watch\", \"threshold\", \"cpu-burst\", \"cpu-control\"]\n\
+     [control]\nenabled = true\npressure_psi_some_percent = 100.0\npressure_idle_percent = 0.0\n";
+const QUOTA: u64 = 50_000;
+const UPDATE: u64 = 70_000;
+/// Two spinning shells, for longer than the test (removed at its end).
+const BUSY: &str = "(while :; do :; done) & (while :; do :; done) & sleep 120";
+
+fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < timeout, "{what} within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn quota_of(g: &CpuCgroup) -> u64 {
+    g.limits().ok().and_then(|l| l.quota_us).unwrap_or(0)
+}
+
+fn adopted(log: &Path) -> Option<Value> {
+    of_type(&read_log(log), "control")
+        .into_iter()
+        .find(|c| c["action"] == "adopt")
+        .cloned()
+}
+
+/// Raised, updated to `UPDATE`, adopted, raised from it; `update` runs the
+/// stack's update.
+fn raised_updated_adopted(g: &CpuCgroup, log: &dyn Fn() -> PathBuf, update: &dyn Fn()) {
+    wait_for("quota raised", Duration::from_secs(10), || {
+        quota_of(g) > QUOTA
+    });
+    let start = of_type(&read_log(&log()), "start")[0].clone();
+    assert_eq!(start["qos"]["request"]["cpu_control"], "auto", "{start}");
+    let before = g.limits().unwrap();
+    update();
+    wait_for("the update adopted", Duration::from_secs(10), || {
+        adopted(&log()).is_some()
+    });
+    let a = adopted(&log()).unwrap();
+    eprintln!("raised to {before:?}, then adopted: {a}");
+    assert_eq!(a["cause"], "operator_update", "{a}");
+    assert_eq!(a["original"]["quota_us"], json!(UPDATE), "{a}");
+    assert_eq!(a["original"]["period_us"], json!(100_000), "{a}");
+    // Both stacks hold the burst across runc's update: the burst the
+    // controller raised stays its own to hand back, not a new original.
+    assert_eq!(a["original"]["burst_us"], json!(0), "{a}");
+    let t = Instant::now();
+    while quota_of(g) <= UPDATE {
+        if t.elapsed() > Duration::from_secs(10) {
+            let c: Vec<String> = of_type(&read_log(&log()), "control")
+                .iter()
+                .map(|c| c.to_string())
+                .collect();
+            panic!(
+                "raised from the update within 10 s: {:?}, cpu.stat {:?}\n{}",
+                g.limits(),
+                g.cpu_stat(),
+                c.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(quota_of(g) <= 3 * UPDATE, "{:?}", g.limits());
+    for c in of_type(&read_log(&log()), "control") {
+        if c["action"] == "raise" && c["original"]["quota_us"] == json!(UPDATE) {
+            assert!(
+                c["after"]["quota_us"].as_u64().unwrap() <= 3 * UPDATE,
+                "{c}"
+            );
+        }
+    }
+}
+
+#[test]
+fn docker_update_during_control_becomes_the_new_original() {
+    let _cpu = cpu_lock();
+    let cfg = PrivateConfig::new(CONTROL);
+    let _agent = Agent::start(&cfg);
+    let d = Dockerd::start(&cfg);
+    let o = d.docker(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--runtime",
+        "throttlewatch",
+        "--cpus",
+        "0.5",
+        // The most weight: the container reaches its quota on a loaded machine.
+        "--cpu-shares",
+        "262144",
+        "-e",
+        "THROTTLEWATCH_CPU_CONTROL=auto",
+        BUSYBOX_IMAGE,
+        "sh",
+        "-c",
+        BUSY,
+    ]);
+    assert!(
+        o.status.success(),
+        "docker run: {}\n{}",
+        out_text(&o),
+        d.log()
+    );
+    let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let h = Hierarchies::discover().unwrap();
+    let dir = d.cgroup_dir("cpu", &id);
+    let rel = dir
+        .strip_prefix(&h.cpu)
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    let g = CpuCgroup::open(&h, &format!("/{rel}")).unwrap();
+    raised_updated_adopted(&g, &|| cfg.log_of(&id), &|| {
+        let o = d.docker(&["update", "--cpus", "0.7", &id]);
+        assert!(o.status.success(), "docker update: {}", out_text(&o));
+    });
+    let o = d.docker(&["rm", "-f", &id]);
+    assert!(o.status.success(), "docker rm: {}", out_text(&o));
+    wait_for("the log's end", Duration::from_secs(10), || {
+        !of_type(&read_log(&cfg.log_of(&id)), "end").is_empty()
+    });
+}
+
+/// The agent, started with the containerd setup's config.
+struct ShimAgent(Child);
+
+impl ShimAgent {
+    fn start(s: &Setup) -> ShimAgent {
+        let child = Command::new(bin("throttlewatch"))
+            .args(["agent", "--config"])
+            .arg(&s.config)
+            .stdin(Stdio::null())
+            .stderr(std::fs::File::create(s.tw.0.join("agent.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let sock = s.tw.0.join("agent.sock");
+        wait_for("the agent socket", Duration::from_secs(20), || {
+            sock.exists()
+        });
+        ShimAgent(child)
+    }
+}
+
+impl Drop for ShimAgent {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the agent this test started.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// `Update` straight to the shim over its ttrpc socket, as containerd sends
+/// it (LinuxResources as JSON in an Any).
+fn shim_update(s: &Setup, id: &str, resources: &str) -> Result<(), String> {
+    let bundle = s
+        .ctd
+        .dir
+        .0
+        .join("state/io.containerd.runtime.v2.task")
+        .join(&s.ctd.namespace)
+        .join(id);
+    let addr = std::fs::read_to_string(bundle.join("address"))
+        .map_err(|e| format!("{}/address: {e}", bundle.display()))?;
+    let client = ttrpc::Client::connect(addr.trim()).map_err(|e| e.to_string())?;
+    let req = UpdateTaskRequest {
+        id: id.into(),
+        resources: MessageField::some(Any {
+            type_url: "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources".into(),
+            value: resources.as_bytes().to_vec(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    TaskClient::new(client)
+        .update(ttrpc::context::with_timeout(10_000_000_000), &req)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn shim_update_during_control_becomes_the_new_original() {
+    let _cpu = cpu_lock();
+    let s = setup();
+    let mut cfg = std::fs::read_to_string(&s.config).unwrap();
+    cfg.push_str(CONTROL);
+    std::fs::write(&s.config, cfg).unwrap();
+    let _agent = ShimAgent::start(&s);
+    let id = "ctl-upd";
+    let out = s.ctd.ctr(&[
+        "run",
+        "-d",
+        "--runtime",
+        SHIM_RUNTIME,
+        "--cpu-quota",
+        "50000",
+        "--cpu-period",
+        "100000",
+        "--cpu-shares",
+        "262144",
+        "--env",
+        "THROTTLEWATCH_CPU_CONTROL=auto",
+        IMAGE_NAME,
+        id,
+        "sh",
+        "-c",
+        BUSY,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stderr),
+        s.ctd.log()
+    );
+    let pid: u32 = text(&s.ctd.ctr(&["task", "ls"]).stdout)
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 3 && f[0] == id).then(|| f[1].parse().unwrap())
+        })
+        .expect("task listed");
+    let h = Hierarchies::discover().unwrap();
+    let g = CpuCgroup::open(
+        &h,
+        &cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode).unwrap(),
+    )
+    .unwrap();
+    let logs = s.tw.0.join("logs");
+    let log = || {
+        std::fs::read_dir(&logs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().contains(id))
+            .unwrap_or_else(|| logs.join("none"))
+    };
+    raised_updated_adopted(&g, &log, &|| {
+        shim_update(
+            &s,
+            id,
+            &format!("{{\"cpu\":{{\"quota\":{UPDATE},\"period\":100000}}}}"),
+        )
+        .unwrap()
+    });
+    let _ = s.ctd.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+    wait_for("the task stopped", Duration::from_secs(10), || {
+        text(&s.ctd.ctr(&["task", "ls"]).stdout)
+            .lines()
+            .all(|l| !l.starts_with(id) || l.contains("STOPPED"))
+    });
+    let _ = s.ctd.ctr(&["task", "rm", id]);
+    let _ = s.ctd.ctr(&["container", "rm", id]);
+}
