@@ -273,6 +273,34 @@ fn bursty_group_is_raised_within_ceilings_throttled_less_and_restored_at_its_end
         text.contains("cpu control") && text.contains("raise") && text.contains("container_end"),
         "{text}"
     );
+    // The HTML page: the changes on a timeline and in a table.
+    let page = log_a.with_extension("html");
+    let out = std::process::Command::new(bin("throttlewatch"))
+        .arg("report")
+        .arg(&log_a)
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!("data-changes=\"{}\"", controls.len())),
+        "{html}"
+    );
+    assert_eq!(
+        html.matches("<circle class=\"raise\"").count(),
+        raises.len()
+    );
+    assert!(
+        html.contains("<td class=\"l\">container_end</td>"),
+        "{html}"
+    );
+    let _ = std::fs::remove_file(&page);
     drop(agent);
 }
 
