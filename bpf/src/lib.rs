@@ -18,6 +18,7 @@ mod load;
 pub mod memory;
 pub mod probe;
 pub mod runq;
+mod task_iter;
 
 pub use event::{
     ColdStartEvent, ColdStartSplit, ColdStartStage, Event, FreezeEvent, ThreadCpuEvent,

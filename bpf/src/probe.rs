@@ -297,6 +297,12 @@ impl ThrottleProbe {
             .map_err(ProbeError::Map)?;
         if let Some(r) = &self.runq {
             r.watched.borrow_mut().insert(cgroup_id);
+            // A fresh clock offset before the group's next timer run, which
+            // may open an episode at the kernel's throttle stamp from before
+            // this watch (dequeue.bpf.h): the next switch on any CPU learns
+            // it again.
+            r.counter(|b| unsafe { (&raw mut (*b).clock_offset).cast::<u64>() })
+                .store(0, Ordering::SeqCst);
         }
         self.sync_watch_counters();
         if let Some(r) = &self.runq {

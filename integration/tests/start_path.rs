@@ -98,9 +98,13 @@ fn first_episode_is_logged_whether_the_agent_answers_early_or_after_the_log() {
             "{mode}: cpu.stat {kernel} vs end.kernel {end_kernel}: more apart than runc's bootstrap"
         );
         assert_eq!(end["unwatched_throttled_ns"], 0, "{mode}: {end}");
+        // Not one episode per throttled period: `nr_throttled` counts every
+        // period a run-queue stays throttled, and in the VM lane with the
+        // host busy a run-queue was throttled for several (76 episodes, 88
+        // periods): the totals above are the check.
         assert!(
-            end["probe_episodes"].as_u64().unwrap() >= end["nr_throttled"].as_u64().unwrap(),
-            "{mode}: every throttled period has an episode: {end}"
+            end["probe_episodes"].as_u64().unwrap() > 0,
+            "{mode}: episodes: {end}"
         );
         assert!(
             !of_type(&log, "throttle").is_empty(),

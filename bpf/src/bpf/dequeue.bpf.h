@@ -19,9 +19,11 @@
 /* bpf_ktime_get_ns() - rq_clock(), refreshed on every freeze: the kernel
  * stamps throttles with rq_clock() (sched_clock), the probe with
  * CLOCK_MONOTONIC. At a switch the rq clock was just updated by
- * __schedule(), so the difference is exact to a few microseconds; between
- * freezes it drifts by the clock's frequency correction (ppm), which is why
- * a stamp is never taken from further back than one bandwidth period. */
+ * __schedule(), so the difference is exact to a few microseconds. Between
+ * refreshes the two drift apart by the clock's frequency correction (ppm),
+ * so user space sets it to 0 whenever it adds a cgroup to the watch map
+ * (probe.rs): the next switch learns it again, before the group's next
+ * timer run can open an episode from before the watch. */
 __s64 clock_offset = 0;
 
 /* The callbacks of every task group's bandwidth timers
@@ -88,23 +90,19 @@ static __always_inline void dq_close_at_switch_in(struct task_struct *next, __u3
 /* The start of a timer run found a throttled run-queue with no episode:
  * open one at the kernel's own throttle stamp. The dequeue model: throttled
  * at enqueue or pick time, no thread switched out. Both: throttled before
- * the group was watched. On the task model the kernel's clock runs from the
- * first thread frozen on that run-queue (0 while none is); on the dequeue
- * model from the throttle. Never from further back than one period: the
- * offset may have drifted since it was learnt. */
+ * the group was watched, maybe several periods before when the quota is
+ * short for the CPUs (the kernel counts all of it, at the unthrottle). On
+ * the task model the kernel's clock runs from the first thread frozen on
+ * that run-queue (0 while none is); on the dequeue model from the throttle. */
 static __always_inline void dq_open_at_throttle_stamp(struct cfs_rq *rq, __u64 cg, __u32 cpu,
 						      __u64 now, __u64 tgp)
 {
-	struct task_group *tg = (void *)tgp;
 	__u64 clk = tw_cfs_rq_throttled_clock(rq);
-	__s64 start, period;
+	__s64 start;
 
-	if (!clock_offset || !clk || !tg)
+	if (!clock_offset || !clk)
 		return;
 	start = (__s64)clk + clock_offset;
-	period = BPF_CORE_READ(tg, cfs_bandwidth.period);
-	if (period > 0 && start < (__s64)now - period)
-		start = (__s64)now - period;
 	if (start > 0 && (__u64)start < now)
 		open_episode(cg, cpu, (__u64)start, tgp);
 }

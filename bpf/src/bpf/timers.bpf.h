@@ -47,10 +47,12 @@ static __always_inline void at_run_end(struct tw_episode *ep, struct cfs_rq *rq,
 		dq_end_at_rq_clock(ep, rq, open, now);
 		return;
 	}
-	/* The task model: unthrottled by this run, at the stamp a thaw would
-	 * take (unthrottled_at()); an episode opened at the throttle stamp has
-	 * no frozen thread of ours to end it. */
-	end_episode(ep, open, now);
+	/* The task model: no longer throttled, ended at the stamp a thaw would
+	 * take (an earlier run that unthrottled it, when its threads have not
+	 * run since: remote CPUs unthrottle after the run, from an IPI; else
+	 * this one). An episode opened at the throttle stamp has no frozen
+	 * thread of ours to end it. */
+	end_episode(ep, open, unthrottled_at(ep->tg, open, ep->seen_ns, now));
 }
 
 /* Has the group a throttled run-queue (throttle_cfs_rq() puts it on the
