@@ -465,7 +465,7 @@ impl Agent {
         t.mark("cgroup");
         let watching = self.engine.watching();
         let max = self.cfg.max_containers;
-        let prepared = self.engine.begin_watch(spec, g).map_err(|e| {
+        let prepared = self.engine.begin_watch(spec, g, t).map_err(|e| {
             // The kernel maps are sized from max_containers (E2BIG when full).
             if watching >= max as usize {
                 format!("{e}: {watching} containers are watched, max_containers = {max} (the kernel maps are sized from it)")
@@ -473,7 +473,6 @@ impl Agent {
                 e.to_string()
             }
         })?;
-        t.mark("watch");
         Ok(Begun::Pending(Box::new(PendingRegister {
             prepared,
             key,

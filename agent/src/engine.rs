@@ -15,6 +15,7 @@ use crate::output::Output;
 use crate::reading::{map_full, Due, ProbeTotals, Reading};
 use crate::session::{Opening, Prepared, ProbeFacts, Session};
 use crate::spec::SessionSpec;
+use crate::timing::Phases;
 
 /// Probe options from the configuration.
 pub fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
@@ -73,7 +74,7 @@ impl Engine {
     /// Start watching a container: open its log, then add its cgroup to the
     /// watch map. Returns the cgroup id.
     pub fn watch(&mut self, spec: SessionSpec, cgroup: CpuCgroup) -> anyhow::Result<u64> {
-        let p = self.begin_watch(spec, cgroup)?;
+        let p = self.begin_watch(spec, cgroup, &mut Phases::start("watch"))?;
         self.complete_watch(p)
     }
 
@@ -85,6 +86,7 @@ impl Engine {
         &mut self,
         spec: SessionSpec,
         cgroup: CpuCgroup,
+        t: &mut Phases,
     ) -> anyhow::Result<Prepared> {
         let id = cgroup.id()?;
         if self.sessions.contains_key(&id) || self.pending.contains(&id) {
@@ -106,9 +108,13 @@ impl Engine {
             totals,
             cold_start_armed,
         };
-        let prepared = Session::prepare(spec, cgroup, opening)
-            .map_err(anyhow::Error::from)
-            .and_then(|p| Ok(self.probe.watch(id).map(|_| p)?));
+        let procs = cgroup
+            .cpu_dir
+            .join(throttlewatch_cgroup::files::CGROUP_PROCS);
+        let prepared = Session::prepare(spec, cgroup, opening).map_err(anyhow::Error::from);
+        t.mark("baselines");
+        let prepared = prepared.and_then(|p| Ok(self.probe.watch_group(id, &procs).map(|_| p)?));
+        t.mark("watch_map");
         match &prepared {
             Ok(_) => {
                 self.pending.insert(id);

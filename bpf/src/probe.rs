@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer};
@@ -280,6 +281,24 @@ impl ThrottleProbe {
 
     /// Start producing events for a cgroup (cpu-controller kernfs id).
     pub fn watch(&self, cgroup_id: u64) -> Result<(), ProbeError> {
+        self.watch_tasks(cgroup_id, None).map(|_| ())
+    }
+
+    /// [`ThrottleProbe::watch`], giving task storage only to the threads of
+    /// the processes listed in `procs` (the group's `cgroup.procs`, read
+    /// after the group is in the watch map: tasks that enter later get it at
+    /// fork, exec or attach) instead of walking every task on the node.
+    /// Returns whether the group's processes alone were walked (false: the
+    /// per-process walk failed, every task was walked instead).
+    pub fn watch_group(&self, cgroup_id: u64, procs: &std::path::Path) -> Result<bool, ProbeError> {
+        self.watch_tasks(cgroup_id, Some(procs))
+    }
+
+    fn watch_tasks(
+        &self,
+        cgroup_id: u64,
+        procs: Option<&std::path::Path>,
+    ) -> Result<bool, ProbeError> {
         if self.runq.is_some() {
             // The histogram first: the kernel only looks it up.
             let zero = vec![0u8; std::mem::size_of::<tw_runq>()];
@@ -310,11 +329,30 @@ impl ThrottleProbe {
             // this process's context: the scheduler-side programs only look
             // it up (creating it under the run-queue lock can deadlock
             // kernels before 6.4); new tasks get it at fork, exec or attach.
+            // The group's processes only where that works, else every task.
+            let prog = self.skel.progs.tw_iter_watched.as_fd();
+            let group_walked = procs.is_some_and(|f| {
+                crate::task_iter::procs(f)
+                    .and_then(|pids| {
+                        pids.into_iter()
+                            .try_for_each(|pid| crate::task_iter::run_for_process(prog, pid))
+                    })
+                    .inspect_err(|e| {
+                        tracing::debug!(
+                            "task iterator over {}: {e}; walking every task",
+                            f.display()
+                        )
+                    })
+                    .is_ok()
+            });
+            if group_walked {
+                return Ok(true);
+            }
             let mut it = libbpf_rs::Iter::new(&r.iter).map_err(ProbeError::Map)?;
             std::io::copy(&mut it, &mut std::io::sink())
                 .map_err(|e| ProbeError::Map(libbpf_rs::Error::from(e)))?;
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Stop watching and forget the group's episode state.

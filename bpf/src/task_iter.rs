@@ -8,7 +8,6 @@
 //! is what the node-wide link does: correct either way. libbpf-rs 0.25 has
 //! no call for it, so the two bpf(2) commands are made here.
 
-use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 const BPF_LINK_CREATE: libc::c_long = 28;
@@ -86,7 +85,7 @@ pub fn run_for_process(prog: BorrowedFd<'_>, pid: u32) -> std::io::Result<()> {
             flags: 0,
         },
     )?;
-    std::io::copy(&mut std::fs::File::from(it).take(u64::MAX), &mut std::io::sink())?;
+    std::io::copy(&mut std::fs::File::from(it), &mut std::io::sink())?;
     Ok(())
 }
 

@@ -3,7 +3,8 @@
 //! before Linux 6.4 that can wake kswapd and deadlock the CPU): tasks get it
 //! in process context. The case that needs user space: tasks that were in
 //! the group before it was watched (a `watch` of a running container, an
-//! agent restart) get theirs from the task iterator `watch()` runs.
+//! agent restart) get theirs from the task iterator `watch()` runs (over
+//! every task) or `watch_group()` runs (over the group's processes only).
 
 use std::process::{Child, Command};
 use std::time::Duration;
@@ -24,11 +25,25 @@ impl Drop for Spinners {
 
 #[test]
 fn tasks_in_the_group_before_the_watch_get_run_queue_records() {
+    records_for_tasks_there_before(false);
+}
+
+/// The same through the per-process walk (`bpf_iter_link_info.task.pid`,
+/// Linux 6.1+; this kernel has it, so no fallback to the node-wide walk).
+#[test]
+fn tasks_in_the_group_before_a_group_walk_get_run_queue_records() {
+    records_for_tasks_there_before(true);
+}
+
+fn records_for_tasks_there_before(group_walk: bool) {
     let p = ThrottleProbe::load(&ProbeOptions::default()).expect("load");
     assert!(p.runq_available(), "runq: {:?}", p.runq_error());
     let h = Hierarchies::discover().unwrap();
-    let cg =
-        TransientCgroup::create(&h, &format!("/tw-test-storage-{}", std::process::id())).unwrap();
+    let cg = TransientCgroup::create(
+        &h,
+        &format!("/tw-test-storage-{}-{group_walk}", std::process::id()),
+    )
+    .unwrap();
     // Two spinners on one CPU preempt each other; they are in the group
     // (moved there while it was not watched: no fork, exec or attach of
     // theirs happens after the watch begins).
@@ -43,7 +58,15 @@ fn tasks_in_the_group_before_the_watch_get_run_queue_records() {
     }
     std::thread::sleep(Duration::from_millis(200));
     let id = cg.group.id().unwrap();
-    p.watch(id).unwrap();
+    if group_walk {
+        let procs = cg.group.cpu_dir.join("cgroup.procs");
+        assert!(
+            p.watch_group(id, &procs).unwrap(),
+            "the per-process walk fell back to every task"
+        );
+    } else {
+        p.watch(id).unwrap();
+    }
     std::thread::sleep(Duration::from_millis(1500));
     let t = p.runq_totals(id).expect("histogram");
     drop(s);
