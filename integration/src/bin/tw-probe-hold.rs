@@ -1,7 +1,12 @@
 //! Benchmark helper: load the throttle probe, watch N cgroup ids, print
-//! "ready", hold until stdin closes. `tw-probe-hold N [--raw-tp] [--no-runq]`.
+//! "ready", hold until stdin closes.
+//! `tw-probe-hold N [--raw-tp] [--no-runq] [--cold-start CPU_CGROUP_DIR]`:
+//! `--cold-start` also watches that cpu cgroup and arms a cold start in it
+//! whose CPU target is never reached, so the first exec there and every
+//! thread it starts are followed (the cold-start part of each switch).
 
 use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
 
 use throttlewatch_bpf::{ProbeOptions, ThrottleProbe};
 
@@ -23,6 +28,25 @@ fn main() {
     for i in 0..n {
         p.watch(1_000_000 + i).expect("watch");
     }
+    let cold_start = args
+        .iter()
+        .position(|a| a == "--cold-start")
+        .map(|i| {
+            args.get(i + 1)
+                .expect("--cold-start takes a cpu cgroup directory")
+        })
+        .map(|dir| {
+            // The cgroup id the BPF side sees: the cpu-controller directory's inode.
+            let id = std::fs::metadata(dir)
+                .unwrap_or_else(|e| panic!("--cold-start {dir}: {e}"))
+                .ino();
+            p.watch(id).expect("watch the cold-start cgroup");
+            let armed = p
+                .arm_cold_start(id, u64::MAX / 2)
+                .expect("arm the cold start");
+            assert!(armed, "--cold-start {dir}: not armed (no run-queue part?)");
+            id
+        });
     println!(
         "ready {} {} runq={}",
         p.kind().as_str(),
@@ -37,4 +61,8 @@ fn main() {
         .unwrap_or(false)
     {}
     let _ = p.poll();
+    if let Some(id) = cold_start {
+        // What the followed threads did: all zero means nothing was followed.
+        eprintln!("cold start split: {:?}", p.cold_start_split(id));
+    }
 }
