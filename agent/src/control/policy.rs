@@ -130,17 +130,34 @@ pub struct Policy {
     last_change_ns: Option<u64>,
     /// The end of the last throttled interval (or the start).
     last_throttled_ns: u64,
+    /// The calm needed before a step down: `calm_ns`, doubled (up to
+    /// [`CALM_BACKOFF_MAX`] times) by every step down that proved premature,
+    /// back to `calm_ns` once at the originals and calm that long.
+    calm_now_ns: u64,
+    /// The last change, when it was a calm step down: its time and the
+    /// values before it (the level that held without throttling).
+    last_calm_down: Option<(u64, Bandwidth)>,
 }
+
+/// The most a calm wait grows by premature step downs.
+pub const CALM_BACKOFF_MAX: u64 = 16;
 
 impl Policy {
     pub fn new(s: Settings, original: Bandwidth, now_ns: u64) -> Policy {
         Policy {
-            s,
             original,
             current: original,
             last_change_ns: None,
             last_throttled_ns: now_ns,
+            calm_now_ns: s.calm_ns,
+            last_calm_down: None,
+            s,
         }
+    }
+
+    /// The calm now needed before a step down.
+    pub fn calm_now_ns(&self) -> u64 {
+        self.calm_now_ns
     }
 
     pub fn original(&self) -> Bandwidth {
@@ -174,6 +191,11 @@ impl Policy {
             self.last_throttled_ns = iv.now_ns;
         }
         let quiet_ns = iv.now_ns.saturating_sub(self.last_throttled_ns);
+        // Back at the originals and calm a whole wait: the workload has
+        // quieted, the next calm wait is the configured one again.
+        if self.current == self.original && quiet_ns.min(since_change) >= self.calm_now_ns {
+            self.calm_now_ns = self.s.calm_ns;
+        }
         let pressure = p.is_high(&self.s);
         let signal = ControlSignal {
             throttled_ns: iv.throttled_ns,
@@ -192,8 +214,23 @@ impl Policy {
             if since_change < self.s.cooldown_ns {
                 return None;
             }
-            (self.raised(iv), Cause::Throttled)
-        } else if quiet_ns >= self.s.calm_ns && since_change >= self.s.calm_ns {
+            let mut after = self.raised(iv);
+            // Throttled right after a calm step down: it was premature.
+            // Straight back to the level that held, and wait longer for
+            // calm next time (a workload bursting every few seconds is
+            // not calm between its bursts).
+            if let Some((_, held)) = self
+                .last_calm_down
+                .filter(|(t, _)| iv.now_ns.saturating_sub(*t) < self.calm_now_ns)
+            {
+                let (quota_max, burst_max) = self.ceilings();
+                after.quota_us = after.quota_us.max(held.quota_us).min(quota_max);
+                after.burst_us = after.burst_us.max(held.burst_us).min(burst_max);
+                after.burst_us = after.burst_us.min(after.quota_us);
+                self.calm_now_ns = (self.calm_now_ns * 2).min(self.s.calm_ns * CALM_BACKOFF_MAX);
+            }
+            (after, Cause::Throttled)
+        } else if quiet_ns >= self.calm_now_ns && since_change >= self.calm_now_ns {
             (self.lowered(false), Cause::Calm)
         } else {
             return None;
@@ -203,6 +240,7 @@ impl Policy {
         }
         let before = std::mem::replace(&mut self.current, after);
         self.last_change_ns = Some(iv.now_ns);
+        self.last_calm_down = (cause == Cause::Calm).then_some((iv.now_ns, before));
         Some(Change {
             before,
             after,
@@ -286,6 +324,8 @@ impl Policy {
         self.current = read;
         self.last_change_ns = Some(now_ns);
         self.last_throttled_ns = now_ns;
+        self.calm_now_ns = self.s.calm_ns;
+        self.last_calm_down = None;
     }
 }
 

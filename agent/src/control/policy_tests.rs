@@ -256,3 +256,47 @@ fn a_quota_only_update_leaves_the_raised_burst_to_hand_back() {
     p.adopt(hand, 200 * MS);
     assert_eq!(p.original(), hand);
 }
+
+/// A burst every second that needs 1.2x the original: a step down below
+/// that is premature; the controller goes straight back to the level that
+/// held and waits twice as long before the next one, so the bursts it
+/// throttles become rarer (2 s calm alone: one every ~4 s, for ever).
+#[test]
+fn a_premature_calm_step_down_backs_off() {
+    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let need = 60_000u64; // quota + burst the burst needs per period
+    let mut throttled_bursts = vec![];
+    let mut t = 0;
+    while t < 120_000 {
+        t += 50;
+        let c = p.current();
+        let bursting = t % 1000 == 500;
+        let throttled = if bursting && c.quota_us + c.burst_us < need {
+            20
+        } else {
+            0
+        };
+        if throttled > 0 {
+            throttled_bursts.push(t);
+        }
+        if let Some(ch) = p.step(&iv(t, throttled), &calm()) {
+            if ch.cause == Cause::Throttled {
+                let held = ch.after.quota_us + ch.after.burst_us;
+                assert!(held <= 300_000 + 50_000, "{ch:?}");
+            }
+        }
+    }
+    let late = throttled_bursts.iter().filter(|&&t| t > 60_000).count();
+    assert!(
+        late <= 2,
+        "throttled bursts in the second minute: {late} (all: {throttled_bursts:?})"
+    );
+    assert!(p.calm_now_ns() > Settings::default().calm_ns, "backed off");
+    // Quiet for good: back to the originals, and the calm wait with them.
+    for _ in 0..4000 {
+        t += 50;
+        p.step(&iv(t, 0), &calm());
+    }
+    assert_eq!(p.current(), orig());
+    assert_eq!(p.calm_now_ns(), Settings::default().calm_ns);
+}

@@ -294,6 +294,10 @@ fn run_one(
         stop.clone(),
     );
     let t = Instant::now();
+    let load_start_unix_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     let out = Command::new(bin("tw-serve"))
         .args(["load", "--socket"])
         .arg(&socket)
@@ -320,26 +324,43 @@ fn run_one(
     let _ = server.wait();
     let mut v: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-    let controls = std::fs::read_to_string(&log)
+    let records: Vec<Value> = std::fs::read_to_string(&log)
         .unwrap_or_default()
         .lines()
         .filter(|l| l.contains("\"type\":\"control\""))
-        .count();
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let controls = records.len();
+    // What the controller did, for the round's line on stderr: seconds
+    // since the load started, action, cause, quota/burst ms after.
+    v["control_log"] = json!(records
+        .iter()
+        .map(|r| format!(
+            "{:.2}s {} {} {}/{}",
+            (r["ts"].as_u64().unwrap_or(0) as f64 - load_start_unix_ns as f64) / 1e9,
+            r["action"].as_str().unwrap_or(""),
+            r["cause"].as_str().unwrap_or(""),
+            r["after"]["quota_us"].as_u64().unwrap_or(0) / 1000,
+            r["after"]["burst_us"].as_u64().unwrap_or(0) / 1000
+        ))
+        .collect::<Vec<_>>());
     v["mode"] = json!(mode);
     v["throttled_ms"] = json!(d.throttled_ns / 1_000_000);
     v["cpu_ms"] = json!(cpu / 1_000_000);
     v["cpu_per_s"] = json!(cpu as f64 / 1e9 / wall);
     v["changes"] = json!(koord_changes.unwrap_or(controls as u64));
+    let mean = |a: f64, b: f64| {
+        let x: Vec<f64> = limits
+            .iter()
+            .filter(|(t, l)| *t >= a && *t < b && l.is_finite())
+            .map(|x| x.1)
+            .collect();
+        x.iter().sum::<f64>() / x.len().max(1) as f64
+    };
+    // The CPU the limit allotted (quota + burst), over the counted part.
+    v["limit_mean"] = json!(mean(2.0, secs as f64));
     if neighbour.is_some() {
         let orig = quota as f64 / PERIOD as f64;
-        let mean = |a: f64, b: f64| {
-            let x: Vec<f64> = limits
-                .iter()
-                .filter(|(t, l)| *t >= a && *t < b && l.is_finite())
-                .map(|x| x.1)
-                .collect();
-            x.iter().sum::<f64>() / x.len().max(1) as f64
-        };
         v["neighbour_cpu_per_s"] = json!(ncpu as f64 / 1e9 / (t2 - t1));
         v["limit_before"] = json!(mean(1.0, t1));
         v["limit_during"] = json!(mean((t1 + t2) / 2.0, t2));
@@ -417,7 +438,7 @@ fn main() {
         load.join(" ")
     );
     println!(
-        "| mode | p50 ms | p99 ms | heavy p99 ms | throttled ms | CPU used (CPUs) | changes |{}",
+        "| mode | p50 ms | p99 ms | heavy p99 ms | throttled ms | CPU used (CPUs) | mean limit (CPUs) | changes |{}",
         if neighbour {
             " limit before / at neighbour start / during / after (CPUs) | back to original in s | neighbour CPUs |"
         } else {
@@ -425,19 +446,23 @@ fn main() {
         }
     );
     println!(
-        "|---|---|---|---|---|---|---|{}",
+        "|---|---|---|---|---|---|---|---|{}",
         if neighbour { "---|---|---|" } else { "" }
     );
     for m in MODES {
         let runs: Vec<&Value> = all.iter().filter(|v| v["mode"] == m).collect();
         let of = |k: &str| median(runs.iter().map(|v| v[k].as_f64().unwrap_or(0.0)).collect());
         print!(
-            "| {m} | {:.1} | {:.1} | {:.1} | {:.0} | {:.3} | {:.0} |",
+            "| {m} | {:.1} | {:.1} | {:.1} | {:.0} | {:.3} | {} | {:.0} |",
             of("p50_us") / 1000.0,
             of("p99_us") / 1000.0,
             of("heavy_p99_us") / 1000.0,
             of("throttled_ms"),
             of("cpu_per_s"),
+            match m {
+                "unlimited" => "no quota".to_string(),
+                _ => format!("{:.2}", of("limit_mean")),
+            },
             of("changes")
         );
         if neighbour {
