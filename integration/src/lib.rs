@@ -69,19 +69,25 @@ pub fn read_log(path: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// `throttlewatch report --json LOG EXTRA..`, parsed; panics with its
-/// stderr when it fails.
+/// Panics with the process's stderr unless it exited 0.
+#[track_caller]
+pub fn assert_ok(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `throttlewatch report --json LOG EXTRA..` (LOG: a log file or a folder
+/// of them), parsed; panics with its stderr when it fails.
 pub fn report_json(log: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     let out = std::process::Command::new(bin("throttlewatch"))
         .args(["report", "--json", log.to_str().unwrap()])
         .args(extra)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 

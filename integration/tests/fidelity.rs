@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
-use throttlewatch_integration::{bin, burn_in, cpu_lock, of_type, read_log, Scratch};
+use throttlewatch_integration::{assert_ok, bin, burn_in, cpu_lock, of_type, read_log, Scratch};
 
 struct Outcome {
     log: Vec<Value>,
@@ -369,11 +369,7 @@ fn lost_events_are_counted_and_totals_hold() {
         .args(["--threads", "24", "--ms", "2500", "--pin", "packed"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let v = read_log(&log);
     let e = of_type(&v, "end")[0];
     let lost = e["lost_events"].as_u64().unwrap();

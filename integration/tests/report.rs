@@ -6,7 +6,9 @@
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, report_json, Scratch};
+use throttlewatch_integration::{
+    assert_ok, bin, cpu_lock, of_type, read_log, report_json, Scratch,
+};
 
 /// `throttlewatch run FLAGS -- tw-burn ARGS`; the kernel's throttled time (ns) from the log.
 fn run(
@@ -28,11 +30,7 @@ fn run(
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let lines = read_log(&log);
     let end = of_type(&lines, "end")[0];
     (log, end["kernel_throttled_ns"].as_f64().unwrap())
@@ -220,11 +218,7 @@ fn chromium(page: &std::path::Path, extra: &[&str]) -> (String, Vec<String>) {
         .stdin(Stdio::null())
         .output()
         .expect("chromium (scripts/setup.sh --test installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let console = String::from_utf8_lossy(&out.stderr)
         .lines()
         .filter(|l| l.contains(":CONSOLE"))
@@ -268,11 +262,7 @@ fn html_page_renders_in_chromium_with_the_expected_cells() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(
         !html.contains("src=\"http") && !html.contains("href=\"http"),
@@ -358,16 +348,7 @@ fn a_log_still_being_written_a_directory_and_the_terminal() {
             + "\n"
     })
     .unwrap();
-    let out = Command::new(bin("throttlewatch"))
-        .args(["report", "--json", d.0.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = report_json(&d.0, &[]);
     let logs: Vec<&str> = v["containers"]
         .as_array()
         .unwrap()
