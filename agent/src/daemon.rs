@@ -4,29 +4,27 @@
 
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::logfmt::{LogWriter, Record};
-use throttlewatch_core::protocol::{self, Register, Request, Response};
+use throttlewatch_core::protocol::{self, Request, Response};
 use throttlewatch_core::ContainerKey;
 use throttlewatch_core::EndReason;
-use throttlewatch_qos::Key;
 
-use crate::coldstart::ColdStartSpec;
 use crate::engine::{probe_options, Engine};
-use crate::labels::ContainerLabels;
 use crate::metrics::Metrics;
 use crate::output::Output;
 use crate::reading::Due;
-use crate::socket::{bind, raise_nofile_limit, serve_socket, Answer, Job};
-use crate::spec::SessionSpec;
+use crate::socket::{bind, raise_nofile_limit, Server};
 use crate::state::{Persisted, StateDir};
-use crate::timing::Phases;
 use crate::{signals, CliError};
+
+#[path = "register.rs"]
+mod register;
+use register::PendingRegister;
 
 /// Start an agent in the background and wait until it answers.
 pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError> {
@@ -117,29 +115,6 @@ fn lock(state_dir: &Path) -> Result<Option<std::fs::File>, CliError> {
     Ok(Some(f))
 }
 
-/// How long after its answer a register's log, `start` record and state
-/// file are written (`Agent::register_answering`): the container start the
-/// hook is part of goes on for a few milliseconds after the answer (runc's
-/// remaining hooks, start, `run -d` returning), and on a small node the
-/// agent's writing competes with it for the CPUs. Sooner when anything else
-/// needs the sessions (a request, the next poll, a signal).
-const COMPLETE_AFTER_ANSWER: Duration = Duration::from_millis(25);
-
-/// A register past its kernel half (see `Agent::register_answering`).
-struct PendingRegister {
-    prepared: crate::session::Prepared,
-    key: ContainerKey,
-    log_path: PathBuf,
-    control_cgroup: CpuCgroup,
-    wants_control: bool,
-}
-
-enum Begun {
-    /// Already watched: the answer.
-    Known(Response),
-    Pending(Box<PendingRegister>),
-}
-
 struct Agent {
     cfg: Config,
     h: Hierarchies,
@@ -151,36 +126,9 @@ struct Agent {
     controls: crate::control::Controls,
     /// Registers answered whose log, `start` record and state file are
     /// still to be written, oldest first, and when they are due.
+    #[allow(clippy::vec_box)] // the Box that `Begun::Pending` holds, not moved out
     deferred: Vec<Box<PendingRegister>>,
     deferred_due: Option<Instant>,
-}
-
-/// What the registration tells about the container's cold start; the CPU
-/// target comes from the `throttlewatch.io/cold-start-cpu` annotation.
-fn cold_start_spec(r: &Register) -> ColdStartSpec {
-    let target = r
-        .annotations
-        .get(&Key::ColdStartCpu.annotation())
-        .and_then(|v| {
-            match throttlewatch_core::units::parse_duration(&Key::ColdStartCpu.annotation(), v) {
-                Ok(d) if !d.is_zero() => Some(d),
-                Ok(_) | Err(_) => {
-                    tracing::warn!(
-                        "{}: {}={v:?}: expected a duration such as 10ms; using the default",
-                        r.container_id,
-                        Key::ColdStartCpu.annotation()
-                    );
-                    None
-                }
-            }
-        })
-        .unwrap_or(crate::coldstart::DEFAULT_CPU_TARGET);
-    ColdStartSpec {
-        created_unix_ns: r.created_ns,
-        hook_unix_ns: r.hook_ns,
-        init_pid: r.pid,
-        cpu_target_ns: target.as_nanos() as u64,
-    }
 }
 
 pub fn run(cfg: &Config) -> Result<i32, CliError> {
@@ -222,9 +170,8 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         deferred_due: None,
     };
     agent.restore();
-    let listener = bind(&cfg.socket)?;
-    let (tx, rx) = mpsc::channel::<Job>();
-    serve_socket(listener, tx);
+    let server = Server::new(bind(&cfg.socket)?)
+        .map_err(|e| CliError::fail(format!("{}: {e}", cfg.socket.display())))?;
     signals::install();
     eprintln!(
         "throttlewatch agent: {} probe, {} throttling model; socket {}",
@@ -232,12 +179,12 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         agent.engine.probe().model().as_str(),
         cfg.socket.display()
     );
-    agent.event_loop(rx);
+    agent.event_loop(server);
     Ok(0)
 }
 
 impl Agent {
-    fn event_loop(&mut self, rx: Receiver<Job>) {
+    fn event_loop(&mut self, mut server: Server) {
         let mut last_tick = Instant::now();
         let mut last_snap = Instant::now();
         let snap_every = Duration::from_secs(self.cfg.snapshot_interval_s.max(1));
@@ -246,14 +193,14 @@ impl Agent {
             // The kernel's events are drained every poll interval (requests
             // do not add drains); deferred registers complete when due.
             let wake = self.deferred_due.map_or(next_poll, |d| d.min(next_poll));
-            match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
-                Ok((Request::Register(r), answer)) => self.register_answering(r, answer),
-                Ok((req, answer)) => {
-                    self.complete_deferred();
-                    answer.send(self.handle(req))
+            for (req, answer) in server.wait(wake.saturating_duration_since(Instant::now())) {
+                match req {
+                    Request::Register(r) => self.register_answering(r, answer),
+                    req => {
+                        self.complete_deferred();
+                        answer.send(self.handle(req))
+                    }
                 }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
             let now = Instant::now();
             if self.deferred_due.is_some_and(|d| d <= now) || now >= next_poll {
@@ -338,174 +285,6 @@ impl Agent {
                 ..Response::ok()
             },
         }
-    }
-
-    /// A register from the socket. The answer goes out as soon as the
-    /// cgroup is in the kernel's watch map (its freezes are counted from
-    /// there); the log, its `start` record and the state file follow
-    /// [`COMPLETE_AFTER_ANSWER`] later, or before the next request, poll or
-    /// stop, whichever comes first. `wait_for_log` (fail-closed) completes
-    /// every deferred register, then its own, and answers after.
-    fn register_answering(&mut self, r: Register, to: Answer) {
-        let wait = r.wait_for_log;
-        if wait {
-            self.complete_deferred();
-        }
-        let mut t = Phases::start("register");
-        let begun = match self.begin_register(r, None, &mut t) {
-            Ok(Begun::Pending(p)) => p,
-            Ok(Begun::Known(resp)) => return to.send(resp),
-            Err(e) => return to.send(Response::err(e)),
-        };
-        let answer = Response {
-            log_path: Some(begun.log_path.display().to_string()),
-            ..Response::ok()
-        };
-        if !wait {
-            to.send(answer);
-            t.mark("answer");
-            self.deferred.push(begun);
-            self.deferred_due
-                .get_or_insert_with(|| Instant::now() + COMPLETE_AFTER_ANSWER);
-            return;
-        }
-        let key = begun.key.clone();
-        let done = self.complete_register(begun, &mut t);
-        if let Err(e) = &done {
-            eprintln!("throttlewatch agent: {key}: {e}; not watched");
-        }
-        to.send(done.map(|_| answer).unwrap_or_else(Response::err));
-        t.mark("answer");
-    }
-
-    /// The log, `start` record and state file of every register answered
-    /// before them, oldest first.
-    fn complete_deferred(&mut self) {
-        self.deferred_due = None;
-        for p in std::mem::take(&mut self.deferred) {
-            let key = p.key.clone();
-            let mut t = Phases::start("complete");
-            if let Err(e) = self.complete_register(p, &mut t) {
-                eprintln!("throttlewatch agent: {key}: {e}; not watched");
-            }
-        }
-    }
-
-    /// Register in one go (the socket's synchronous path and resume).
-    fn register(&mut self, r: Register, resume: Option<&Persisted>) -> Result<Response, String> {
-        let mut t = Phases::start("register-sync");
-        match self.begin_register(r, resume, &mut t)? {
-            Begun::Known(resp) => Ok(resp),
-            Begun::Pending(p) => {
-                let log_path = p.log_path.display().to_string();
-                self.complete_register(p, &mut t)?;
-                Ok(Response {
-                    log_path: Some(log_path),
-                    ..Response::ok()
-                })
-            }
-        }
-    }
-
-    /// Validate, take the baselines and put the cgroup in the watch map.
-    fn begin_register(
-        &mut self,
-        r: Register,
-        resume: Option<&Persisted>,
-        t: &mut Phases,
-    ) -> Result<Begun, String> {
-        if r.container_id.is_empty() || r.container_id.len() > 1024 || r.container_id.contains('\0')
-        {
-            return Err(format!(
-                "container_id {:?}: expected 1 to 1024 bytes without NUL",
-                r.container_id
-            ));
-        }
-        let key = r.key();
-        let known = self
-            .engine
-            .find(&key)
-            .and_then(|id| self.engine.session(id))
-            .map(|s| &s.spec.log_path)
-            .or_else(|| {
-                self.deferred
-                    .iter()
-                    .find(|p| p.key == key)
-                    .map(|p| &p.log_path)
-            });
-        if let Some(log_path) = known {
-            return Ok(Begun::Known(Response {
-                log_path: Some(log_path.display().to_string()),
-                ..Response::ok()
-            }));
-        }
-        let g = CpuCgroup::open(&self.h, &r.cgroup_path)
-            .map_err(|e| format!("cgroup_path {:?}: {e}", r.cgroup_path))?;
-        let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations)
-            .with_qos_summary(r.qos.as_ref())
-            .with_scope(r.scope.as_ref());
-        if let Ok(m) = self.metrics.lock() {
-            m.keep(&labels);
-        }
-        // (scope, id): `web` of two runc roots or namespaces has two logs.
-        let log_path: PathBuf = self.cfg.log_dir.join(key.log_file_name());
-        let wants_control = crate::control::requested(&r);
-        let spec = SessionSpec {
-            labels: Arc::new(labels),
-            pid: r.pid,
-            qos: r.qos.clone(),
-            threshold_ns: r.threshold_ns.unwrap_or_else(|| self.cfg.threshold_ns()),
-            log_path: log_path.clone(),
-            resume: resume.map(|p| p.baseline.clone()),
-            cold_start: Some(cold_start_spec(&r)),
-            register: Some(r),
-            log: crate::budget::LogLimits::from_config(&self.cfg),
-        };
-        let control_cgroup = g.clone();
-        t.mark("cgroup");
-        let watching = self.engine.watching();
-        let max = self.cfg.max_containers;
-        let prepared = self.engine.begin_watch(spec, g, t).map_err(|e| {
-            // The kernel maps are sized from max_containers (E2BIG when full).
-            if watching >= max as usize {
-                format!("{e}: {watching} containers are watched, max_containers = {max} (the kernel maps are sized from it)")
-            } else {
-                e.to_string()
-            }
-        })?;
-        Ok(Begun::Pending(Box::new(PendingRegister {
-            prepared,
-            key,
-            log_path,
-            control_cgroup,
-            wants_control,
-        })))
-    }
-
-    /// The log and its `start` record, the controller, the state file.
-    fn complete_register(
-        &mut self,
-        p: Box<PendingRegister>,
-        t: &mut Phases,
-    ) -> Result<u64, String> {
-        let id = self
-            .engine
-            .complete_watch(p.prepared)
-            .map_err(|e| e.to_string())?;
-        t.mark("log");
-        let recs = self.controls.attach(
-            id,
-            &p.key,
-            &p.control_cgroup,
-            p.wants_control,
-            crate::clock::Clock::monotonic_ns(),
-        );
-        self.control_records(id, recs);
-        t.mark("control");
-        self.persist(id);
-        t.mark("state");
-        self.count_watched();
-        Ok(id)
     }
 
     fn unregister(

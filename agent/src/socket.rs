@@ -1,8 +1,9 @@
-//! The agent's unix socket: root-only binding, one persistent thread that
-//! accepts and reads every connection (poll(2), up to [`MAX_CONNECTIONS`]
-//! in service, each with a read deadline), bounded requests, and the answer
-//! written back by the event loop itself ([`Answer`]). Requests reach the
-//! event loop in `daemon.rs` as [`Job`]s.
+//! The agent's unix socket: root-only binding, and a [`Server`] that the
+//! event loop in `daemon.rs` waits on: it accepts and reads every connection
+//! (poll(2), up to [`MAX_CONNECTIONS`] in service, each with a read
+//! deadline), bounds requests, and returns the complete ones as [`Job`]s;
+//! the event loop writes each answer on its connection ([`Answer`]). No
+//! thread and no hand-over between threads on the create path.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsRawFd;
@@ -10,7 +11,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,9 +21,8 @@ use crate::CliError;
 pub type Job = (Request, Answer);
 
 /// Where the event loop's answer to one request goes: written on the
-/// connection by the event loop itself (the waiting client, a hook inside a
-/// container start, wakes without a second thread hop). Dropped unanswered
-/// (the agent stopping), the connection closes: the client sees EOF.
+/// connection by the event loop itself. Dropped unanswered (the agent
+/// stopping), the connection closes: the client sees EOF.
 pub struct Answer {
     conn: UnixStream,
     _slot: Slot,
@@ -31,8 +30,8 @@ pub struct Answer {
 
 impl Answer {
     pub fn send(self, resp: Response) {
-        // Read non-blocking by the socket thread; the answer is written
-        // blocking, bounded by reply's write timeout.
+        // Read non-blocking; the answer is written blocking, bounded by
+        // reply's write timeout.
         let _ = self.conn.set_nonblocking(false);
         reply(&self.conn, &resp);
     }
@@ -89,29 +88,33 @@ struct Reading {
     slot: Slot,
 }
 
-/// One persistent thread accepts and reads every connection (no thread per
-/// connection on the create path): a client that connects and sends nothing
-/// (a hook stopped mid-request) holds only its slot until its deadline,
-/// never the others. The event loop handles requests one at a time.
-pub fn serve_socket(l: UnixListener, jobs: Sender<Job>) {
-    std::thread::Builder::new()
-        .name("socket".into())
-        .spawn(move || serve(l, jobs))
-        .expect("socket thread");
+/// The socket as the event loop serves it: a client that connects and
+/// sends nothing (a hook stopped mid-request) holds only its slot until its
+/// deadline, never the others. Requests are handled one at a time.
+pub struct Server {
+    l: UnixListener,
+    active: Arc<AtomicUsize>,
+    reading: Vec<Reading>,
+    fds: Vec<libc::pollfd>,
 }
 
-fn serve(l: UnixListener, jobs: Sender<Job>) {
-    if let Err(e) = l.set_nonblocking(true) {
-        eprintln!("throttlewatch agent: agent socket: {e}");
-        return;
+impl Server {
+    pub fn new(l: UnixListener) -> std::io::Result<Server> {
+        l.set_nonblocking(true)?;
+        Ok(Server {
+            l,
+            active: Arc::new(AtomicUsize::new(0)),
+            reading: Vec::new(),
+            fds: Vec::new(),
+        })
     }
-    let active = Arc::new(AtomicUsize::new(0));
-    let mut reading: Vec<Reading> = Vec::new();
-    let mut fds: Vec<libc::pollfd> = Vec::new();
-    loop {
+
+    /// Wait up to `timeout` for the socket; returns the requests completed
+    /// meanwhile (none: the timeout, a signal, or only partial reads).
+    pub fn wait(&mut self, timeout: Duration) -> Vec<Job> {
         let now = Instant::now();
         // Past their deadline: answered as a read that timed out.
-        reading.retain(|r| {
+        self.reading.retain(|r| {
             if r.deadline > now {
                 return true;
             }
@@ -121,41 +124,88 @@ fn serve(l: UnixListener, jobs: Sender<Job>) {
             );
             false
         });
-        let timeout = reading
+        let wait = self
+            .reading
             .iter()
             .map(|r| r.deadline.saturating_duration_since(now))
-            .min()
-            .map(|d| (d.as_millis() as i32).saturating_add(1))
-            .unwrap_or(-1);
-        fds.clear();
-        fds.push(pollfd(l.as_raw_fd()));
-        fds.extend(reading.iter().map(|r| pollfd(r.conn.as_raw_fd())));
+            .fold(timeout, Duration::min);
+        // Rounded up: a deadline a few microseconds away is not a busy loop.
+        let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+        self.fds.clear();
+        self.fds.push(pollfd(self.l.as_raw_fd()));
+        self.fds
+            .extend(self.reading.iter().map(|r| pollfd(r.conn.as_raw_fd())));
         // SAFETY: poll on a valid array of pollfd.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-        if n < 0 {
+        let n = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        let mut jobs = vec![];
+        if n <= 0 {
             let e = std::io::Error::last_os_error();
-            if e.kind() != ErrorKind::Interrupted {
+            if n < 0 && e.kind() != ErrorKind::Interrupted {
                 eprintln!("throttlewatch agent: agent socket: poll: {e}");
                 std::thread::sleep(Duration::from_millis(100));
             }
-            continue;
+            return jobs;
         }
         // The connections first (indexes shift as they leave), then accept.
-        for i in (1..fds.len()).rev() {
-            if fds[i].revents == 0 {
+        for i in (1..self.fds.len()).rev() {
+            if self.fds[i].revents == 0 {
                 continue;
             }
-            match read_some(&mut reading[i - 1]) {
+            match read_some(&mut self.reading[i - 1]) {
                 Progress::More => {}
-                Progress::Line => dispatch(reading.swap_remove(i - 1), &jobs),
+                Progress::Line => jobs.extend(dispatch(self.reading.swap_remove(i - 1))),
                 Progress::Failed(e) => {
-                    let r = reading.swap_remove(i - 1);
+                    let r = self.reading.swap_remove(i - 1);
                     reply(&r.conn, &Response::err(format!("reading request: {e}")));
                 }
             }
         }
-        if fds[0].revents != 0 {
-            accept_all(&l, &active, &mut reading, &jobs);
+        if self.fds[0].revents != 0 {
+            self.accept_all(&mut jobs);
+        }
+        jobs
+    }
+
+    fn accept_all(&mut self, jobs: &mut Vec<Job>) {
+        loop {
+            let conn = match self.l.accept() {
+                Ok((c, _)) => c,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let _ = accepted::<UnixStream>(Err(e), "agent socket");
+                    return;
+                }
+            };
+            if self.active.fetch_add(1, SeqCst) >= MAX_CONNECTIONS {
+                self.active.fetch_sub(1, SeqCst);
+                reply(
+                    &conn,
+                    &Response::err(format!(
+                        "agent busy: {MAX_CONNECTIONS} connections in service; retry"
+                    )),
+                );
+                continue;
+            }
+            let slot = Slot(self.active.clone());
+            if conn.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let mut r = Reading {
+                conn,
+                raw: Vec::new(),
+                deadline: Instant::now() + READ_TIMEOUT,
+                slot,
+            };
+            // The hook connects early and writes later; a request already
+            // there is read at once.
+            match read_some(&mut r) {
+                Progress::More => self.reading.push(r),
+                Progress::Line => jobs.extend(dispatch(r)),
+                Progress::Failed(e) => {
+                    reply(&r.conn, &Response::err(format!("reading request: {e}")))
+                }
+            }
         }
     }
 }
@@ -168,51 +218,6 @@ fn pollfd(fd: i32) -> libc::pollfd {
     }
 }
 
-fn accept_all(
-    l: &UnixListener,
-    active: &Arc<AtomicUsize>,
-    reading: &mut Vec<Reading>,
-    jobs: &Sender<Job>,
-) {
-    loop {
-        let conn = match l.accept() {
-            Ok((c, _)) => c,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => {
-                let _ = accepted::<UnixStream>(Err(e), "agent socket");
-                return;
-            }
-        };
-        if active.fetch_add(1, SeqCst) >= MAX_CONNECTIONS {
-            active.fetch_sub(1, SeqCst);
-            reply(
-                &conn,
-                &Response::err(format!(
-                    "agent busy: {MAX_CONNECTIONS} connections in service; retry"
-                )),
-            );
-            continue;
-        }
-        let slot = Slot(active.clone());
-        if conn.set_nonblocking(true).is_err() {
-            continue;
-        }
-        let mut r = Reading {
-            conn,
-            raw: Vec::new(),
-            deadline: Instant::now() + READ_TIMEOUT,
-            slot,
-        };
-        // The hook connects early and writes later; a client that wrote
-        // before connecting returned is read at once.
-        match read_some(&mut r) {
-            Progress::More => reading.push(r),
-            Progress::Line => dispatch(r, jobs),
-            Progress::Failed(e) => reply(&r.conn, &Response::err(format!("reading request: {e}"))),
-        }
-    }
-}
 /// The accepted connection, or None after a pause: at the descriptor limit
 /// (EMFILE, ENFILE) `accept` fails at once for as long as the pending
 /// connection waits, and retrying at once spins a CPU at 100 %.
@@ -299,22 +304,91 @@ fn read_some(r: &mut Reading) -> Progress {
     }
 }
 
-/// A complete request line to the event loop, or its error answered here.
-fn dispatch(r: Reading, jobs: &Sender<Job>) {
+/// A complete request line for the event loop, or its error answered here.
+fn dispatch(r: Reading) -> Option<Job> {
     let _ = r.conn.set_nonblocking(false);
     // Bytes that are not UTF-8 (names from a runtime that passes them
     // through) become U+FFFD: the container is still watched, and no
     // invalid UTF-8 reaches the logs or the metrics exposition.
     match serde_json::from_str::<Request>(&String::from_utf8_lossy(&r.raw)) {
-        Err(e) => reply(&r.conn, &Response::err(format!("bad request: {e}"))),
-        Ok(req) => {
-            let answer = Answer {
+        Err(e) => {
+            reply(&r.conn, &Response::err(format!("bad request: {e}")));
+            None
+        }
+        Ok(req) => Some((
+            req,
+            Answer {
                 conn: r.conn,
                 _slot: r.slot,
-            };
-            if let Err(std::sync::mpsc::SendError((_, answer))) = jobs.send((req, answer)) {
-                answer.send(Response::err("agent is stopping"));
-            }
+            },
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+
+    fn answer_of(c: &UnixStream) -> String {
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(c).read_line(&mut line).unwrap();
+        line
+    }
+
+    /// Wait until `n` jobs came (or `within` passed), serving the socket.
+    fn jobs(s: &mut Server, n: usize, within: Duration) -> Vec<Job> {
+        let t = Instant::now();
+        let mut got = vec![];
+        while got.len() < n && t.elapsed() < within {
+            got.extend(s.wait(Duration::from_millis(20)));
         }
+        got
+    }
+
+    #[test]
+    fn requests_bad_lines_slow_clients_and_the_connection_limit() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("agent.sock");
+        let mut s = Server::new(bind(&path).unwrap()).unwrap();
+
+        // A request: a job, answered on its connection by whoever holds it.
+        let mut c = UnixStream::connect(&path).unwrap();
+        c.write_all(b"{\"op\":\"status\"}\n").unwrap();
+        let mut got = jobs(&mut s, 1, Duration::from_secs(5));
+        assert_eq!(got.len(), 1);
+        let (req, answer) = got.pop().unwrap();
+        assert!(matches!(req, Request::Status), "{req:?}");
+        answer.send(Response::ok());
+        assert!(answer_of(&c).contains("\"ok\":true"));
+
+        // Not JSON: answered by the server, no job.
+        let mut bad = UnixStream::connect(&path).unwrap();
+        bad.write_all(b"hello\n").unwrap();
+        let none = jobs(&mut s, 1, Duration::from_millis(300));
+        assert!(none.is_empty());
+        assert!(answer_of(&bad).contains("bad request"), "bad request");
+
+        // MAX_CONNECTIONS clients that send nothing: the next one is told
+        // busy at once; once theirs expire (1 s), slots are free again.
+        let idle: Vec<UnixStream> = (0..MAX_CONNECTIONS)
+            .map(|_| UnixStream::connect(&path).unwrap())
+            .collect();
+        let one_more = UnixStream::connect(&path).unwrap();
+        let _ = jobs(&mut s, 1, Duration::from_millis(300));
+        assert!(answer_of(&one_more).contains("agent busy"));
+        let t = Instant::now();
+        while t.elapsed() < READ_TIMEOUT + Duration::from_millis(300) {
+            s.wait(Duration::from_millis(50));
+        }
+        assert!(answer_of(&idle[0]).contains("no complete request line"));
+        let mut c = UnixStream::connect(&path).unwrap();
+        c.write_all(b"{\"op\":\"status\"}\n").unwrap();
+        assert_eq!(
+            jobs(&mut s, 1, Duration::from_secs(5)).len(),
+            1,
+            "slots freed after the deadline"
+        );
     }
 }

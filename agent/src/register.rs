@@ -1,0 +1,245 @@
+//! The register path of the agent (issue 16): validate, take baselines and
+//! put the cgroup in the kernel's watch map, answer, then write the log, its
+//! `start` record and the state file ([`COMPLETE_AFTER_ANSWER`] later).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use throttlewatch_cgroup::CpuCgroup;
+use throttlewatch_core::protocol::{Register, Response};
+use throttlewatch_core::ContainerKey;
+use throttlewatch_qos::Key;
+
+use super::Agent;
+use crate::coldstart::ColdStartSpec;
+use crate::labels::ContainerLabels;
+use crate::socket::Answer;
+use crate::spec::SessionSpec;
+use crate::state::Persisted;
+use crate::timing::Phases;
+
+/// How long after its answer a register's log, `start` record and state
+/// file are written (`Agent::register_answering`): the container start the
+/// hook is part of goes on for a few milliseconds after the answer (runc's
+/// remaining hooks, start, `run -d` returning), and on a small node the
+/// agent's writing competes with it for the CPUs. Sooner when anything else
+/// needs the sessions (a request, the next poll, a signal).
+const COMPLETE_AFTER_ANSWER: Duration = Duration::from_millis(25);
+
+/// A register past its kernel half (see `Agent::register_answering`).
+pub(super) struct PendingRegister {
+    prepared: crate::session::Prepared,
+    key: ContainerKey,
+    log_path: PathBuf,
+    control_cgroup: CpuCgroup,
+    wants_control: bool,
+}
+
+pub(super) enum Begun {
+    /// Already watched: the answer.
+    Known(Response),
+    Pending(Box<PendingRegister>),
+}
+
+/// What the registration tells about the container's cold start; the CPU
+/// target comes from the `throttlewatch.io/cold-start-cpu` annotation.
+fn cold_start_spec(r: &Register) -> ColdStartSpec {
+    let target = r
+        .annotations
+        .get(&Key::ColdStartCpu.annotation())
+        .and_then(|v| {
+            match throttlewatch_core::units::parse_duration(&Key::ColdStartCpu.annotation(), v) {
+                Ok(d) if !d.is_zero() => Some(d),
+                Ok(_) | Err(_) => {
+                    tracing::warn!(
+                        "{}: {}={v:?}: expected a duration such as 10ms; using the default",
+                        r.container_id,
+                        Key::ColdStartCpu.annotation()
+                    );
+                    None
+                }
+            }
+        })
+        .unwrap_or(crate::coldstart::DEFAULT_CPU_TARGET);
+    ColdStartSpec {
+        created_unix_ns: r.created_ns,
+        hook_unix_ns: r.hook_ns,
+        init_pid: r.pid,
+        cpu_target_ns: target.as_nanos() as u64,
+    }
+}
+
+impl Agent {
+    /// A register from the socket. The answer goes out as soon as the
+    /// cgroup is in the kernel's watch map (its freezes are counted from
+    /// there); the log, its `start` record and the state file follow
+    /// [`COMPLETE_AFTER_ANSWER`] later, or before the next request, poll or
+    /// stop, whichever comes first. `wait_for_log` (fail-closed) completes
+    /// every deferred register, then its own, and answers after.
+    pub(super) fn register_answering(&mut self, r: Register, to: Answer) {
+        let wait = r.wait_for_log;
+        if wait {
+            self.complete_deferred();
+        }
+        let mut t = Phases::start("register");
+        let begun = match self.begin_register(r, None, &mut t) {
+            Ok(Begun::Pending(p)) => p,
+            Ok(Begun::Known(resp)) => return to.send(resp),
+            Err(e) => return to.send(Response::err(e)),
+        };
+        let answer = Response {
+            log_path: Some(begun.log_path.display().to_string()),
+            ..Response::ok()
+        };
+        if !wait {
+            to.send(answer);
+            t.mark("answer");
+            self.deferred.push(begun);
+            self.deferred_due
+                .get_or_insert_with(|| Instant::now() + COMPLETE_AFTER_ANSWER);
+            return;
+        }
+        let key = begun.key.clone();
+        let done = self.complete_register(begun, &mut t);
+        if let Err(e) = &done {
+            eprintln!("throttlewatch agent: {key}: {e}; not watched");
+        }
+        to.send(done.map(|_| answer).unwrap_or_else(Response::err));
+        t.mark("answer");
+    }
+
+    /// The log, `start` record and state file of every register answered
+    /// before them, oldest first.
+    pub(super) fn complete_deferred(&mut self) {
+        self.deferred_due = None;
+        for p in std::mem::take(&mut self.deferred) {
+            let key = p.key.clone();
+            let mut t = Phases::start("complete");
+            if let Err(e) = self.complete_register(p, &mut t) {
+                eprintln!("throttlewatch agent: {key}: {e}; not watched");
+            }
+        }
+    }
+
+    /// Register in one go (the socket's synchronous path and resume).
+    pub(super) fn register(
+        &mut self,
+        r: Register,
+        resume: Option<&Persisted>,
+    ) -> Result<Response, String> {
+        let mut t = Phases::start("register-sync");
+        match self.begin_register(r, resume, &mut t)? {
+            Begun::Known(resp) => Ok(resp),
+            Begun::Pending(p) => {
+                let log_path = p.log_path.display().to_string();
+                self.complete_register(p, &mut t)?;
+                Ok(Response {
+                    log_path: Some(log_path),
+                    ..Response::ok()
+                })
+            }
+        }
+    }
+
+    /// Validate, take the baselines and put the cgroup in the watch map.
+    fn begin_register(
+        &mut self,
+        r: Register,
+        resume: Option<&Persisted>,
+        t: &mut Phases,
+    ) -> Result<Begun, String> {
+        if r.container_id.is_empty() || r.container_id.len() > 1024 || r.container_id.contains('\0')
+        {
+            return Err(format!(
+                "container_id {:?}: expected 1 to 1024 bytes without NUL",
+                r.container_id
+            ));
+        }
+        let key = r.key();
+        let known = self
+            .engine
+            .find(&key)
+            .and_then(|id| self.engine.session(id))
+            .map(|s| &s.spec.log_path)
+            .or_else(|| {
+                self.deferred
+                    .iter()
+                    .find(|p| p.key == key)
+                    .map(|p| &p.log_path)
+            });
+        if let Some(log_path) = known {
+            return Ok(Begun::Known(Response {
+                log_path: Some(log_path.display().to_string()),
+                ..Response::ok()
+            }));
+        }
+        let g = CpuCgroup::open(&self.h, &r.cgroup_path)
+            .map_err(|e| format!("cgroup_path {:?}: {e}", r.cgroup_path))?;
+        let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations)
+            .with_qos_summary(r.qos.as_ref())
+            .with_scope(r.scope.as_ref());
+        if let Ok(m) = self.metrics.lock() {
+            m.keep(&labels);
+        }
+        // (scope, id): `web` of two runc roots or namespaces has two logs.
+        let log_path: PathBuf = self.cfg.log_dir.join(key.log_file_name());
+        let wants_control = crate::control::requested(&r);
+        let spec = SessionSpec {
+            labels: Arc::new(labels),
+            pid: r.pid,
+            qos: r.qos.clone(),
+            threshold_ns: r.threshold_ns.unwrap_or_else(|| self.cfg.threshold_ns()),
+            log_path: log_path.clone(),
+            resume: resume.map(|p| p.baseline.clone()),
+            cold_start: Some(cold_start_spec(&r)),
+            register: Some(r),
+            log: crate::budget::LogLimits::from_config(&self.cfg),
+        };
+        let control_cgroup = g.clone();
+        t.mark("cgroup");
+        let watching = self.engine.watching();
+        let max = self.cfg.max_containers;
+        let prepared = self.engine.begin_watch(spec, g, t).map_err(|e| {
+            // The kernel maps are sized from max_containers (E2BIG when full).
+            if watching >= max as usize {
+                format!("{e}: {watching} containers are watched, max_containers = {max} (the kernel maps are sized from it)")
+            } else {
+                e.to_string()
+            }
+        })?;
+        Ok(Begun::Pending(Box::new(PendingRegister {
+            prepared,
+            key,
+            log_path,
+            control_cgroup,
+            wants_control,
+        })))
+    }
+
+    /// The log and its `start` record, the controller, the state file.
+    fn complete_register(
+        &mut self,
+        p: Box<PendingRegister>,
+        t: &mut Phases,
+    ) -> Result<u64, String> {
+        let id = self
+            .engine
+            .complete_watch(p.prepared)
+            .map_err(|e| e.to_string())?;
+        t.mark("log");
+        let recs = self.controls.attach(
+            id,
+            &p.key,
+            &p.control_cgroup,
+            p.wants_control,
+            crate::clock::Clock::monotonic_ns(),
+        );
+        self.control_records(id, recs);
+        t.mark("control");
+        self.persist(id);
+        t.mark("state");
+        self.count_watched();
+        Ok(id)
+    }
+}
