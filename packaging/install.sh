@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install throttlewatch on a node from a release build (scripts/setup.sh makes one):
-# binaries to $PREFIX/bin, the config to /etc/throttlewatch (kept if present),
+# binaries to $PREFIX/bin (the hook, the wrapper and the shim linked statically,
+# built here when stale), the config to /etc/throttlewatch (kept if present),
 # the systemd unit. Then: systemctl enable --now throttlewatch-agent, and
 # `throttlewatch install containerd|docker` for the engine.
 set -euo pipefail
