@@ -46,6 +46,24 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// The most weight for the container's group and its parent (dockerd's
+/// cgroup-parent, containerd's namespace group: 1024 by default, so on a
+/// loaded machine the whole subtree got ~0.25 CPU and never reached a
+/// 0.7 CPU quota), so the container reaches its quota.
+fn weigh_up(h: &Hierarchies, g: &CpuCgroup) {
+    let mut d = g.cpu_dir.clone();
+    while d != h.cpu && d.starts_with(&h.cpu) {
+        let (file, weight) = match d.join("cpu.shares").exists() {
+            true => ("cpu.shares", "262144"),
+            false => ("cpu.weight", "10000"),
+        };
+        std::fs::write(d.join(file), weight).unwrap();
+        if !d.pop() {
+            break;
+        }
+    }
+}
+
 fn quota_of(g: &CpuCgroup) -> u64 {
     g.limits().ok().and_then(|l| l.quota_us).unwrap_or(0)
 }
@@ -145,6 +163,7 @@ fn docker_update_during_control_becomes_the_new_original() {
         .to_string_lossy()
         .to_string();
     let g = CpuCgroup::open(&h, &format!("/{rel}")).unwrap();
+    weigh_up(&h, &g);
     raised_updated_adopted(&g, &|| cfg.log_of(&id), &|| {
         let o = d.docker(&["update", "--cpus", "0.7", &id]);
         assert!(o.status.success(), "docker update: {}", out_text(&o));
@@ -259,6 +278,7 @@ fn shim_update_during_control_becomes_the_new_original() {
         &cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode).unwrap(),
     )
     .unwrap();
+    weigh_up(&h, &g);
     let logs = s.tw.0.join("logs");
     let log = || {
         std::fs::read_dir(&logs)

@@ -177,7 +177,7 @@ fn sample(
     secs: u64,
     neighbour: Option<(CpuCgroup, Option<PathBuf>)>,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<(Vec<(f64, f64)>, (f64, f64), u64)> {
+) -> std::thread::JoinHandle<(Vec<(f64, f64, f64)>, (f64, f64), u64)> {
     std::thread::spawn(move || {
         let t = Instant::now();
         let (t1, t2) = (secs as f64 / 3.0, 2.0 * secs as f64 / 3.0);
@@ -202,10 +202,13 @@ fn sample(
                 }
             }
             if let Ok(l) = g.limits() {
+                let quota = l
+                    .quota_us
+                    .map_or(f64::NAN, |q| q as f64 / l.period_us as f64);
                 let lim = l.quota_us.map_or(f64::NAN, |q| {
                     (q + l.burst_us.unwrap_or(0)) as f64 / l.period_us as f64
                 });
-                v.push((now, lim));
+                v.push((now, quota, lim));
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -315,6 +318,8 @@ fn run_one(
     stop.store(true, Ordering::Relaxed);
     let koord_changes = k.map(|h| h.join().unwrap());
     let (limits, (t1, t2), ncpu) = sampler.join().unwrap();
+    let (limits, quotas): (Vec<(f64, f64)>, Vec<(f64, f64)>) =
+        limits.into_iter().map(|(t, q, l)| ((t, l), (t, q))).unzip();
     let unregister: Request = serde_json::from_value(json!({
         "op": "unregister", "container_id": id, "reason": "poststop", "exit_code": 0
     }))
@@ -349,16 +354,19 @@ fn run_one(
     v["cpu_ms"] = json!(cpu / 1_000_000);
     v["cpu_per_s"] = json!(cpu as f64 / 1e9 / wall);
     v["changes"] = json!(koord_changes.unwrap_or(controls as u64));
-    let mean = |a: f64, b: f64| {
-        let x: Vec<f64> = limits
+    let mean_of = |xs: &[(f64, f64)], a: f64, b: f64| {
+        let x: Vec<f64> = xs
             .iter()
             .filter(|(t, l)| *t >= a && *t < b && l.is_finite())
             .map(|x| x.1)
             .collect();
         x.iter().sum::<f64>() / x.len().max(1) as f64
     };
-    // The CPU the limit allotted (quota + burst), over the counted part.
+    let mean = |a: f64, b: f64| mean_of(&limits, a, b);
+    // The CPU the limit allotted over the counted part: the quota, and
+    // quota + burst (a burst only lends quota left unused in earlier periods).
     v["limit_mean"] = json!(mean(2.0, secs as f64));
+    v["quota_mean"] = json!(mean_of(&quotas, 2.0, secs as f64));
     if neighbour.is_some() {
         let orig = quota as f64 / PERIOD as f64;
         v["neighbour_cpu_per_s"] = json!(ncpu as f64 / 1e9 / (t2 - t1));
@@ -438,7 +446,7 @@ fn main() {
         load.join(" ")
     );
     println!(
-        "| mode | p50 ms | p99 ms | heavy p99 ms | throttled ms | CPU used (CPUs) | mean limit (CPUs) | changes |{}",
+        "| mode | p50 ms | p99 ms | heavy p99 ms | throttled ms | CPU used (CPUs) | mean quota / quota + burst (CPUs) | changes |{}",
         if neighbour {
             " limit before / at neighbour start / during / after (CPUs) | back to original in s | neighbour CPUs |"
         } else {
@@ -461,7 +469,7 @@ fn main() {
             of("cpu_per_s"),
             match m {
                 "unlimited" => "no quota".to_string(),
-                _ => format!("{:.2}", of("limit_mean")),
+                _ => format!("{:.2} / {:.2}", of("quota_mean"), of("limit_mean")),
             },
             of("changes")
         );
