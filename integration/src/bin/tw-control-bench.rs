@@ -3,8 +3,8 @@
 //! round: `static` limits; `auto` (the agent's controller); `koord`, a
 //! Koordinator-style baseline implemented here: every second, quota ×1.2
 //! when the last second was throttled (up to 300 %), ×0.8 (down to the
-//! original) when the node's CPU PSI some avg10 is past 60 % (the same
-//! node guard as the agent's: off unless `--neighbour`, like the agent's).
+//! original) when CPU PSI some avg10 (what a 1 s poller reads) is past
+//! 60 %, off unless `--neighbour`, like the agent's guard.
 //! With `--neighbour`, a CPU-hungry neighbour (tw-burn, 4 threads, no
 //! quota, default weight, in a cgroup of its own) runs in the middle third
 //! of every run, and the node guard is on (`auto`: the agent's defaults,
