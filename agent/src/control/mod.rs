@@ -119,6 +119,8 @@ struct Controlled {
     has_burst: bool,
     last: EpisodeTotals,
     last_mono: u64,
+    /// CPU used by the group at the last poll (ns; 0: unreadable).
+    last_used: u64,
 }
 
 /// Every controlled container of the agent.
@@ -219,6 +221,7 @@ impl Controls {
                 has_burst,
                 last: EpisodeTotals::default(),
                 last_mono: 0,
+                last_used: 0,
             },
         );
         records
@@ -237,6 +240,8 @@ impl Controls {
             let totals = engine.probe().episode_totals(*id);
             let prev = std::mem::replace(&mut g.last, totals);
             let prev_mono = std::mem::replace(&mut g.last_mono, mono);
+            let used_now = g.cgroup.usage_ns().map_or(0, |(ns, _)| ns);
+            let prev_used = std::mem::replace(&mut g.last_used, used_now);
             if prev_mono == 0 {
                 continue; // the first reading is the baseline
             }
@@ -261,6 +266,10 @@ impl Controls {
                     length_ns: mono.saturating_sub(prev_mono),
                     throttled_ns: totals.total_ns.saturating_sub(prev.total_ns),
                     episodes: totals.count.saturating_sub(prev.count),
+                    used_ns: match prev_used {
+                        0 => 0,
+                        p => used_now.saturating_sub(p),
+                    },
                 };
                 g.policy.step(&iv, &pressure).and_then(|c| {
                     let original = g.policy.original();

@@ -84,6 +84,8 @@ pub struct Interval {
     /// Throttled time of the group's (cgroup, CPU) episodes in it.
     pub throttled_ns: u64,
     pub episodes: u64,
+    /// CPU the group used in it (cpuacct / cpu.stat usage); 0: unknown.
+    pub used_ns: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +139,9 @@ pub struct Policy {
     /// The last change, when it was a calm step down: its time and the
     /// values before it (the level that held without throttling).
     last_calm_down: Option<(u64, Bandwidth)>,
+    /// The highest CPU use per period seen lately (µs) and when a use at
+    /// least 80 % of it was last seen: calm step downs stop above it.
+    peak: Option<(u64, u64)>,
 }
 
 /// The most a calm wait grows by premature step downs.
@@ -151,6 +156,7 @@ impl Policy {
             last_throttled_ns: now_ns,
             calm_now_ns: s.calm_ns,
             last_calm_down: None,
+            peak: None,
             s,
         }
     }
@@ -196,6 +202,7 @@ impl Policy {
         if self.current == self.original && quiet_ns.min(since_change) >= self.calm_now_ns {
             self.calm_now_ns = self.s.calm_ns;
         }
+        self.track_peak(iv);
         let pressure = p.is_high(&self.s);
         let signal = ControlSignal {
             throttled_ns: iv.throttled_ns,
@@ -209,7 +216,7 @@ impl Policy {
             if since_change < self.s.cooldown_ns {
                 return None;
             }
-            (self.lowered(true), Cause::NodePressure)
+            (self.lowered(true, iv.now_ns), Cause::NodePressure)
         } else if iv.throttled_ns > 0 {
             if since_change < self.s.cooldown_ns {
                 return None;
@@ -231,7 +238,7 @@ impl Policy {
             }
             (after, Cause::Throttled)
         } else if quiet_ns >= self.calm_now_ns && since_change >= self.calm_now_ns {
-            (self.lowered(false), Cause::Calm)
+            (self.lowered(false, iv.now_ns), Cause::Calm)
         } else {
             return None;
         };
@@ -273,9 +280,12 @@ impl Policy {
     /// Quota first, then burst, toward the originals: a fifth of the
     /// current value (Koordinator's ×0.8), at least the minimum step; under
     /// pressure half of what is above the original, at least the same.
-    fn lowered(&self, pressure: bool) -> Bandwidth {
+    fn lowered(&self, pressure: bool, now_ns: u64) -> Bandwidth {
         let (c, o) = (self.current, self.original);
         let mut n = c;
+        // A calm step down keeps quota + burst at the recent peak use per
+        // period: a workload that used that much a moment ago will again.
+        let floor = if pressure { 0 } else { self.peak_us(now_ns) };
         let step = |cur: u64, orig: u64| {
             let by = if pressure {
                 (cur - orig).div_ceil(2)
@@ -285,12 +295,38 @@ impl Policy {
             cur.saturating_sub(by.max(self.min_step())).max(orig)
         };
         if c.quota_us > o.quota_us {
-            n.quota_us = step(c.quota_us, o.quota_us);
+            n.quota_us = step(c.quota_us, o.quota_us)
+                .max(floor.saturating_sub(c.burst_us))
+                .min(c.quota_us);
         } else if c.burst_us > o.burst_us {
-            n.burst_us = step(c.burst_us, o.burst_us);
+            n.burst_us = step(c.burst_us, o.burst_us)
+                .max(floor.saturating_sub(n.quota_us))
+                .min(c.burst_us);
         }
         n.burst_us = n.burst_us.min(n.quota_us);
         n
+    }
+
+    /// The peak use per period, while fresh: seen (or 80 % of it) within
+    /// two calm waits.
+    pub fn peak_us(&self, now_ns: u64) -> u64 {
+        self.peak
+            .filter(|(at, _)| now_ns.saturating_sub(*at) <= 2 * self.calm_now_ns)
+            .map_or(0, |(_, us)| us)
+    }
+
+    fn track_peak(&mut self, iv: &Interval) {
+        if iv.used_ns == 0 || iv.length_ns == 0 {
+            return;
+        }
+        let per =
+            (iv.used_ns as u128 * self.current.period_us as u128 / iv.length_ns as u128) as u64;
+        let fresh = self.peak_us(iv.now_ns);
+        if per >= fresh {
+            self.peak = Some((iv.now_ns, per));
+        } else if per * 5 >= fresh * 4 {
+            self.peak = Some((iv.now_ns, fresh));
+        }
     }
 
     /// A change the kernel refused: the values stay what they were.
@@ -326,6 +362,7 @@ impl Policy {
         self.last_throttled_ns = now_ns;
         self.calm_now_ns = self.s.calm_ns;
         self.last_calm_down = None;
+        self.peak = None;
     }
 }
 

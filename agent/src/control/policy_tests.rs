@@ -16,6 +16,7 @@ fn iv(now_ms: u64, throttled_ms: u64) -> Interval {
         length_ns: 50 * MS,
         throttled_ns: throttled_ms * MS,
         episodes: u64::from(throttled_ms > 0),
+        used_ns: 0,
     }
 }
 
@@ -299,4 +300,46 @@ fn a_premature_calm_step_down_backs_off() {
     }
     assert_eq!(p.current(), orig());
     assert_eq!(p.calm_now_ns(), Settings::default().calm_ns);
+}
+
+/// Calm step downs stop at the recent peak use per period: a group that
+/// used 1.3x its original quota in a burst a second ago keeps quota +
+/// burst at least that; once the bursts stop it all goes back.
+#[test]
+fn calm_step_downs_stop_at_the_recent_peak_use() {
+    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let need_us = 65_000u64; // per 100 ms period, in the burst
+    let mut t = 0;
+    let mut throttled_bursts = vec![];
+    while t < 30_000 {
+        t += 50;
+        let c = p.current();
+        let bursting = t % 1000 == 500;
+        let limit = c.quota_us + c.burst_us;
+        let (throttled, used_us) = match bursting {
+            true if limit < need_us => (20, limit / 2),
+            true => (0, need_us / 2),
+            false => (0, 5_000),
+        };
+        if throttled > 0 {
+            throttled_bursts.push(t);
+        }
+        let mut i = iv(t, throttled);
+        i.used_ns = used_us * 1000;
+        p.step(&i, &calm());
+        if t > 3_000 {
+            let c = p.current();
+            assert!(c.quota_us + c.burst_us >= need_us, "at {t}: {c:?}");
+        }
+    }
+    assert!(throttled_bursts.len() <= 2, "{throttled_bursts:?}");
+    assert!(p.peak_us(t) >= need_us);
+    // The bursts stop: the peak ages out, the values go back.
+    for _ in 0..6000 {
+        t += 50;
+        let mut i = iv(t, 0);
+        i.used_ns = 5_000_000;
+        p.step(&i, &calm());
+    }
+    assert_eq!(p.current(), orig());
 }
