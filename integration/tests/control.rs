@@ -6,8 +6,8 @@
 //! operator's write to the cgroup during control becomes the new original,
 //! and so does a real `runc update` of a real container whose opt-in came
 //! through the runtime wrapper and the hook.
-//! (The node guard's step-down is tested on synthetic PSI in
-//! agent/src/control/policy_tests.rs: this machine's load is not ours to set.)
+//! The node guard giving CPU back to a real neighbour: control_guard.rs;
+//! `docker update` and the shim's `Update` during control: control_update.rs.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
