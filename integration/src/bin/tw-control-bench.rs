@@ -169,7 +169,13 @@ impl Drop for Neighbour {
     }
 }
 
-/// Every 100 ms: (seconds since the load started, quota + burst in CPUs);
+/// (seconds, quota CPUs, quota + burst CPUs) every 100 ms, the neighbour's
+/// phase (s), its CPU there (ns).
+type Samples = (Vec<(f64, f64, f64)>, (f64, f64), u64);
+/// A time series: (seconds, CPUs).
+type Series = Vec<(f64, f64)>;
+
+/// Every 100 ms: (seconds since the load started, quota, quota + burst in CPUs);
 /// with a neighbour, it runs from a third to two thirds of `secs`.
 /// Returns the samples, the neighbour's phase (s) and its CPU there (ns).
 fn sample(
@@ -177,7 +183,7 @@ fn sample(
     secs: u64,
     neighbour: Option<(CpuCgroup, Option<PathBuf>)>,
     stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<(Vec<(f64, f64, f64)>, (f64, f64), u64)> {
+) -> std::thread::JoinHandle<Samples> {
     std::thread::spawn(move || {
         let t = Instant::now();
         let (t1, t2) = (secs as f64 / 3.0, 2.0 * secs as f64 / 3.0);
@@ -318,7 +324,7 @@ fn run_one(
     stop.store(true, Ordering::Relaxed);
     let koord_changes = k.map(|h| h.join().unwrap());
     let (limits, (t1, t2), ncpu) = sampler.join().unwrap();
-    let (limits, quotas): (Vec<(f64, f64)>, Vec<(f64, f64)>) =
+    let (limits, quotas): (Series, Series) =
         limits.into_iter().map(|(t, q, l)| ((t, l), (t, q))).unzip();
     let unregister: Request = serde_json::from_value(json!({
         "op": "unregister", "container_id": id, "reason": "poststop", "exit_code": 0
