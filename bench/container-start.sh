@@ -223,7 +223,7 @@ for tf in timing timing-before; do
     # "NAME SUBCOMMAND total=Nus phase=Nus ..." lines: the median of each phase, per program.
     echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING)$( [ $tf = timing ] || echo ", before"):"
     # The agent: `register` until the answer (the hook waits for it),
-    # `complete` (log, start record, state file) after it, deferred.
+    # `complete` (log, start record, state file) after it.
     for who in "throttlewatch-runtime run" "throttlewatch-hook createRuntime" "throttlewatch-agent register" "throttlewatch-agent complete"; do
         grep -q "^$who " "$W/$tf" || continue
         grep "^$who " "$W/$tf" | awk -v who="$who" '
