@@ -161,10 +161,13 @@ fn register_held_by_a_stopped_agent_then_a_restart_keep_the_log_whole() {
     // kernel's own throttle stamp by its group's timer run (dequeue.bpf.h):
     // its time before the attach is not in `unwatched` (the kernel adds it
     // at the unthrottle), so the two views add up to the kernel's total
-    // since the first watch. Host: 0.01-0.07 % apart; 1 % allows the lane.
+    // since the first watch. Measured 0.005-0.5 % apart on the host (load
+    // up to 9) and 0.01-0.07 % in the VM lane; once over 1 % on the host at
+    // load 9, hence 2 % (the old bound let one period per CPU go missing:
+    // ~5 % here).
     let both = probe + unwatched;
     assert!(
-        both.abs_diff(end_kernel) <= end_kernel / 100,
+        both.abs_diff(end_kernel) <= end_kernel / 50,
         "probe {probe} + unwatched {unwatched} = {both} vs end.kernel {end_kernel}: {} ns apart",
         both.abs_diff(end_kernel)
     );
