@@ -118,3 +118,14 @@ pub fn burn_in(cg: &throttlewatch_cgroup::TransientCgroup, args: &[&str]) -> std
     }
     c
 }
+
+/// The most CPU weight for the group at `cpu_dir` (`cpu.shares` on v1,
+/// `cpu.weight` on v2), so it reaches its quota on a loaded machine.
+pub fn max_cpu_weight(cpu_dir: &std::path::Path) {
+    let (file, weight) = match cpu_dir.join("cpu.shares").exists() {
+        true => ("cpu.shares", "262144"),
+        false => ("cpu.weight", "10000"),
+    };
+    std::fs::write(cpu_dir.join(file), weight)
+        .unwrap_or_else(|e| panic!("{}/{file}: {e}", cpu_dir.display()));
+}

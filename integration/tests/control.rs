@@ -18,7 +18,9 @@ use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
 use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
-use throttlewatch_integration::{bin, burn_in, cpu_lock, of_type, read_log, unique};
+use throttlewatch_integration::{
+    bin, burn_in, cpu_lock, max_cpu_weight, of_type, read_log, unique,
+};
 
 const QUOTA: u64 = 50_000;
 const PERIOD: u64 = 100_000;
@@ -34,12 +36,7 @@ fn group(tag: &str) -> TransientCgroup {
     let cg = TransientCgroup::create(&h, &rel).unwrap();
     cg.group.set_quota(Some(QUOTA), PERIOD).unwrap();
     cg.group.set_burst(0).unwrap();
-    // The most weight, so the group reaches its quota on a loaded machine.
-    let (file, weight) = match cg.group.cpu_dir.join("cpu.shares").exists() {
-        true => ("cpu.shares", "262144"),
-        false => ("cpu.weight", "10000"),
-    };
-    std::fs::write(cg.group.cpu_dir.join(file), weight).unwrap();
+    max_cpu_weight(&cg.group.cpu_dir);
     cg
 }
 

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
 use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
-use throttlewatch_integration::{burn_in, cpu_lock, of_type, read_log, unique};
+use throttlewatch_integration::{burn_in, cpu_lock, max_cpu_weight, of_type, read_log, unique};
 
 const QUOTA: u64 = 50_000;
 const PERIOD: u64 = 100_000;
@@ -37,11 +37,7 @@ fn group(tag: &str) -> TransientCgroup {
 
 /// The most weight, so the group reaches its quota on a loaded machine.
 fn weighted(cg: TransientCgroup) -> TransientCgroup {
-    let (file, weight) = match cg.group.cpu_dir.join("cpu.shares").exists() {
-        true => ("cpu.shares", "262144"),
-        false => ("cpu.weight", "10000"),
-    };
-    std::fs::write(cg.group.cpu_dir.join(file), weight).unwrap();
+    max_cpu_weight(&cg.group.cpu_dir);
     cg
 }
 

@@ -11,22 +11,16 @@
 //! 300 % of it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use containerd_shim::protos::protobuf::well_known_types::any::Any;
-use containerd_shim::protos::protobuf::MessageField;
-use containerd_shim::protos::shim::shim::UpdateTaskRequest;
-use containerd_shim::protos::shim::shim_ttrpc::TaskClient;
-use containerd_shim::protos::ttrpc;
 use serde_json::{json, Value};
 use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_integration::bundle::text as out_text;
 use throttlewatch_integration::containerd::{IMAGE_NAME, SHIM_RUNTIME};
 use throttlewatch_integration::daemons::{Agent, Dockerd, PrivateConfig, BUSYBOX_IMAGE};
-use throttlewatch_integration::shim::{setup, text, Setup};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
+use throttlewatch_integration::shim::{setup, shim_update, text, wait_until};
+use throttlewatch_integration::{cpu_lock, max_cpu_weight, of_type, read_log};
 
 /// Control on (the node guard off: this shared machine's pressure is not
 /// the test's), the opt-in allowed from the environment.
@@ -38,14 +32,6 @@ const UPDATE: u64 = 70_000;
 /// Two spinning shells, for longer than the test (removed at its end).
 const BUSY: &str = "(while :; do :; done) & (while :; do :; done) & sleep 120";
 
-fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < timeout, "{what} within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The most weight for the container's group and its parent (dockerd's
 /// cgroup-parent, containerd's namespace group: 1024 by default, so on a
 /// loaded machine the whole subtree got ~0.25 CPU and never reached a
@@ -53,11 +39,7 @@ fn wait_for(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 fn weigh_up(h: &Hierarchies, g: &CpuCgroup) {
     let mut d = g.cpu_dir.clone();
     while d != h.cpu && d.starts_with(&h.cpu) {
-        let (file, weight) = match d.join("cpu.shares").exists() {
-            true => ("cpu.shares", "262144"),
-            false => ("cpu.weight", "10000"),
-        };
-        std::fs::write(d.join(file), weight).unwrap();
+        max_cpu_weight(&d);
         if !d.pop() {
             break;
         }
@@ -78,14 +60,14 @@ fn adopted(log: &Path) -> Option<Value> {
 /// Raised, updated to `UPDATE`, adopted, raised from it; `update` runs the
 /// stack's update.
 fn raised_updated_adopted(g: &CpuCgroup, log: &dyn Fn() -> PathBuf, update: &dyn Fn()) {
-    wait_for("quota raised", Duration::from_secs(10), || {
+    wait_until("quota raised", Duration::from_secs(10), || {
         quota_of(g) > QUOTA
     });
     let start = of_type(&read_log(&log()), "start")[0].clone();
     assert_eq!(start["qos"]["request"]["cpu_control"], "auto", "{start}");
     let before = g.limits().unwrap();
     update();
-    wait_for("the update adopted", Duration::from_secs(10), || {
+    wait_until("the update adopted", Duration::from_secs(10), || {
         adopted(&log()).is_some()
     });
     let a = adopted(&log()).unwrap();
@@ -170,65 +152,9 @@ fn docker_update_during_control_becomes_the_new_original() {
     });
     let o = d.docker(&["rm", "-f", &id]);
     assert!(o.status.success(), "docker rm: {}", out_text(&o));
-    wait_for("the log's end", Duration::from_secs(10), || {
+    wait_until("the log's end", Duration::from_secs(10), || {
         !of_type(&read_log(&cfg.log_of(&id)), "end").is_empty()
     });
-}
-
-/// The agent, started with the containerd setup's config.
-struct ShimAgent(Child);
-
-impl ShimAgent {
-    fn start(s: &Setup) -> ShimAgent {
-        let child = Command::new(bin("throttlewatch"))
-            .args(["agent", "--config"])
-            .arg(&s.config)
-            .stdin(Stdio::null())
-            .stderr(std::fs::File::create(s.tw.0.join("agent.log")).unwrap())
-            .spawn()
-            .unwrap();
-        let sock = s.tw.0.join("agent.sock");
-        wait_for("the agent socket", Duration::from_secs(20), || {
-            sock.exists()
-        });
-        ShimAgent(child)
-    }
-}
-
-impl Drop for ShimAgent {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of the agent this test started.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        let _ = self.0.wait();
-    }
-}
-
-/// `Update` straight to the shim over its ttrpc socket, as containerd sends
-/// it (LinuxResources as JSON in an Any).
-fn shim_update(s: &Setup, id: &str, resources: &str) -> Result<(), String> {
-    let bundle = s
-        .ctd
-        .dir
-        .0
-        .join("state/io.containerd.runtime.v2.task")
-        .join(&s.ctd.namespace)
-        .join(id);
-    let addr = std::fs::read_to_string(bundle.join("address"))
-        .map_err(|e| format!("{}/address: {e}", bundle.display()))?;
-    let client = ttrpc::Client::connect(addr.trim()).map_err(|e| e.to_string())?;
-    let req = UpdateTaskRequest {
-        id: id.into(),
-        resources: MessageField::some(Any {
-            type_url: "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources".into(),
-            value: resources.as_bytes().to_vec(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    TaskClient::new(client)
-        .update(ttrpc::context::with_timeout(10_000_000_000), &req)
-        .map(drop)
-        .map_err(|e| e.to_string())
 }
 
 #[test]
@@ -238,7 +164,7 @@ fn shim_update_during_control_becomes_the_new_original() {
     let mut cfg = std::fs::read_to_string(&s.config).unwrap();
     cfg.push_str(CONTROL);
     std::fs::write(&s.config, cfg).unwrap();
-    let _agent = ShimAgent::start(&s);
+    let _agent = s.start_agent();
     let id = "ctl-upd";
     let out = s.ctd.ctr(&[
         "run",
@@ -298,7 +224,7 @@ fn shim_update_during_control_becomes_the_new_original() {
         .unwrap()
     });
     let _ = s.ctd.ctr(&["task", "kill", "-s", "SIGKILL", id]);
-    wait_for("the task stopped", Duration::from_secs(10), || {
+    wait_until("the task stopped", Duration::from_secs(10), || {
         text(&s.ctd.ctr(&["task", "ls"]).stdout)
             .lines()
             .all(|l| !l.starts_with(id) || l.contains("STOPPED"))
