@@ -50,6 +50,40 @@ impl PrivateConfig {
             state_dir,
         }
     }
+    /// Registers the cgroup `cgroup_path` (process `pid`) as container `id`
+    /// with this configuration's agent, the dynamic CPU controller asked for
+    /// (`throttlewatch.io/cpu-control=auto`) when `cpu_control`; the log's
+    /// path. 30 s for the answer: a debug agent in the VM lane is slow.
+    pub fn register_control(
+        &self,
+        id: &str,
+        cgroup_path: &str,
+        pid: u32,
+        cpu_control: bool,
+    ) -> PathBuf {
+        let mut annotations = std::collections::BTreeMap::new();
+        if cpu_control {
+            annotations.insert(
+                "throttlewatch.io/cpu-control".to_string(),
+                "auto".to_string(),
+            );
+        }
+        let r = call(
+            &self.socket,
+            &Request::Register(throttlewatch_core::protocol::Register {
+                container_id: id.into(),
+                container_name: id.into(),
+                pid: Some(pid),
+                cgroup_path: cgroup_path.into(),
+                annotations,
+                ..Default::default()
+            }),
+            Duration::from_secs(30),
+        )
+        .unwrap_or_else(|e| panic!("register {id}: {e}"));
+        assert!(r.ok, "register {id}: {r:?}");
+        PathBuf::from(r.log_path.expect("a log path"))
+    }
 
     /// The log of a container: `<escaped id>.jsonl` (runc's default root, or
     /// registered without a scope), else the one `<escaped id>@<scope>.jsonl`

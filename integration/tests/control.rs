@@ -9,13 +9,12 @@
 //! The node guard giving CPU back to a real neighbour: control_guard.rs;
 //! `docker update` and the shim's `Update` during control: control_update.rs.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
-use throttlewatch_core::protocol::{call, Register, Request};
+use throttlewatch_core::protocol::{call, Request};
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{
@@ -47,28 +46,7 @@ fn values(g: &CpuCgroup) -> (u64, u64, u64) {
 }
 
 fn register(cfg: &PrivateConfig, id: &str, cg: &TransientCgroup, pid: u32, auto: bool) -> PathBuf {
-    let mut annotations = BTreeMap::new();
-    if auto {
-        annotations.insert(
-            "throttlewatch.io/cpu-control".to_string(),
-            "auto".to_string(),
-        );
-    }
-    let r = call(
-        &cfg.socket,
-        &Request::Register(Register {
-            container_id: id.into(),
-            container_name: id.into(),
-            pid: Some(pid),
-            cgroup_path: cg.group.rel.clone(),
-            annotations,
-            ..Default::default()
-        }),
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    assert!(r.ok, "{r:?}");
-    PathBuf::from(r.log_path.unwrap())
+    cfg.register_control(id, &cg.group.rel, pid, auto)
 }
 
 fn unregister(cfg: &PrivateConfig, id: &str) {

@@ -13,13 +13,11 @@
 //! tell its neighbour's pressure from theirs. The guard's code path is the
 //! node's, only the file differs.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
-use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{burn_in, cpu_lock, max_cpu_weight, of_type, read_log, unique};
 
@@ -158,23 +156,7 @@ fn a_hungry_neighbour_makes_the_guard_give_cpu_back_and_raises_resume_after_it()
     // the test (killed at its end).
     let mut burn = burn_in(&g, &["--threads", "2", "--ms", "300000"]);
     let id = format!("guard-{}", unique());
-    let mut annotations = BTreeMap::new();
-    annotations.insert("throttlewatch.io/cpu-control".into(), "auto".into());
-    let r = call(
-        &cfg.socket,
-        &Request::Register(Register {
-            container_id: id.clone(),
-            container_name: id.clone(),
-            pid: Some(burn.id()),
-            cgroup_path: g.group.rel.clone(),
-            annotations,
-            ..Default::default()
-        }),
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    assert!(r.ok, "{r:?}");
-    let log = PathBuf::from(r.log_path.unwrap());
+    let log = cfg.register_control(&id, &g.group.rel, burn.id(), true);
 
     // 1. Raised (quota past twice the original: there is something to give back).
     let took = wait_for("quota raised to 2x", &log, Duration::from_secs(8), || {

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies, TransientCgroup};
-use throttlewatch_core::protocol::{call, Register, Request};
+use throttlewatch_core::protocol::{call, Request};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{bin, unique, Scratch};
 
@@ -257,34 +257,12 @@ fn run_one(
     g.group.set_quota(q, PERIOD).unwrap();
     // The most weight: on a shared machine the quota, not the neighbours'
     // builds, should be what holds the server back.
-    let (file, weight) = match g.group.cpu_dir.join("cpu.shares").exists() {
-        true => ("cpu.shares", "262144"),
-        false => ("cpu.weight", "10000"),
-    };
-    std::fs::write(g.group.cpu_dir.join(file), weight).unwrap();
+    throttlewatch_integration::max_cpu_weight(&g.group.cpu_dir);
     let scratch = Scratch::new("serve");
     let socket = scratch.0.join("s.sock");
     let mut server = start_server(&socket, &g);
     let id = format!("bench-{mode}-{}", unique());
-    let mut annotations = std::collections::BTreeMap::new();
-    if mode == "auto" {
-        annotations.insert("throttlewatch.io/cpu-control".into(), "auto".into());
-    }
-    let r = call(
-        &cfg.socket,
-        &Request::Register(Register {
-            container_id: id.clone(),
-            container_name: id.clone(),
-            pid: Some(server.id()),
-            cgroup_path: g.group.rel.clone(),
-            annotations,
-            ..Default::default()
-        }),
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    assert!(r.ok, "{r:?}");
-    let log = PathBuf::from(r.log_path.unwrap());
+    let log = cfg.register_control(&id, &g.group.rel, server.id(), mode == "auto");
     let stop = Arc::new(AtomicBool::new(false));
     let k = (mode == "koord").then(|| {
         koord(
