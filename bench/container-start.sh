@@ -10,8 +10,9 @@
 # $TW_BIN_DIR when set (nothing is built), else they are built with the
 # release profile (a debug agent alone makes the register round trip several
 # times slower, so there is no fallback): the wrapper and the hook linked
-# statically, as packaging/ ships them (-C target-feature=+crt-static,
-# target/<host triple>/release: no dynamic loader at each container start),
+# statically (-C target-feature=+crt-static, target/<triple>/release: no
+# dynamic loader at each container start; musl, see below, unless
+# TW_BENCH_LIBC=gnu: static glibc as packaging/ ships them),
 # the agent from target/release (long-lived); TW_BENCH_STATIC=0 takes all
 # three from target/release (dynamically linked).
 # TW_BIN_DIR_BEFORE=DIR adds a third kind per round, `before`: the wrapper,
@@ -31,6 +32,16 @@ if [ -z "${TW_BIN_DIR:-}" ]; then
     TW_BIN_DIR=target/release
     if [ "${TW_BENCH_STATIC:-1}" = 1 ]; then
         TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
+        # musl when its target is installed (TW_BENCH_LIBC=gnu: static glibc):
+        # a static glibc binary probes the caches with CPUID at every start
+        # (init_cacheinfo), which traps to the hypervisor in a VM: ~1 ms per
+        # process here, twice per container (wrapper and hook). musl does not.
+        MUSL=$(echo "$TRIPLE" | sed 's/-gnu$/-musl/')
+        if [ "${TW_BENCH_LIBC:-musl}" = musl ] && rustup target list --installed 2>/dev/null | grep -qx "$MUSL"; then
+            TRIPLE=$MUSL
+        elif [ "${TW_BENCH_LIBC:-musl}" = musl ]; then
+            echo "note: $MUSL not installed (rustup target add $MUSL): hook and wrapper linked with static glibc" >&2
+        fi
         RUSTFLAGS="-C target-feature=+crt-static" cargo build --release -q --target "$TRIPLE" \
             -p throttlewatch-hook -p throttlewatch-runtime
         # The wrapper finds the hook beside its own (resolved) path.
@@ -196,7 +207,7 @@ done
 
 median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
-echo "binaries: $TW_BIN_DIR (wrapper, hook, agent); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
+echo "binaries: $TW_BIN_DIR (wrapper, hook, agent${TRIPLE:+; hook and wrapper built for $TRIPLE, static}); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
 echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 echo "plain runc run -d:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"
 echo "throttlewatch-runtime run -d:     median $(awk "BEGIN{printf \"%.1f\", $mt/1000}") ms (wrapper + createRuntime hook + register)"
