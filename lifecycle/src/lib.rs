@@ -22,6 +22,7 @@
 //! container start.
 
 pub mod agent_client;
+pub mod arena;
 pub mod agent_start;
 pub mod binaries;
 pub mod bundle_spec;
