@@ -1,6 +1,7 @@
 //! The low-level OCI runtime: which binary, and handing over to it.
 
 use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,10 +16,11 @@ pub const DEFAULT_RUNTIMES: [&str; 2] = ["runc", "crun"];
 /// `runtime` from the configuration (a path, or a name looked up in PATH),
 /// else the first of runc, crun in PATH. Never this wrapper itself.
 pub fn resolve(cfg: &Config) -> Result<PathBuf, String> {
-    let me = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.canonicalize().ok());
-    let not_me = |p: &Path| p.canonicalize().ok() != me;
+    // The same file: device and inode (through symlinks and hard links),
+    // two stat calls where canonicalize costs a readlink per component.
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    let me = id(Path::new("/proc/self/exe"));
+    let not_me = |p: &Path| id(p) != me;
     if !cfg.runtime.is_empty() {
         let p = if cfg.runtime.contains('/') {
             Some(PathBuf::from(&cfg.runtime)).filter(|p| p.is_file())
@@ -95,5 +97,22 @@ mod tests {
             ..Config::default()
         };
         assert_eq!(resolve(&cfg).unwrap(), PathBuf::from("/bin/true"));
+    }
+
+    /// This executable, by its path or through a symlink, is refused.
+    #[test]
+    fn never_this_executable() {
+        let me = std::env::current_exe().unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let link = d.path().join("runc");
+        std::os::unix::fs::symlink(&me, &link).unwrap();
+        for p in [&me, &link] {
+            let cfg = Config {
+                runtime: p.to_string_lossy().into_owned(),
+                ..Config::default()
+            };
+            let e = resolve(&cfg).unwrap_err();
+            assert!(e.contains("is this wrapper"), "{e}");
+        }
     }
 }
