@@ -18,20 +18,32 @@ done
 # the wrapper and the hook, which run at every container start (no dynamic
 # loader and relocations on the create path: 0.4-0.7 ms per exec measured,
 # bench/container-start.sh). The agent is long-lived and stays dynamic.
+# The hook and the wrapper against musl when its Rust target is installed
+# (scripts/setup.sh adds it): a static glibc process probes the CPU caches with
+# CPUID at each start, ~1 ms on a VM (bench/README.md, runs 7-10); else glibc.
 ARCH_TARGET=$(rustc -vV | sed -n 's/^host: //p')
-static=(throttlewatch-hook throttlewatch-runtime containerd-shim-throttlewatch-v2)
-stale=()
-for b in "${static[@]}"; do
-  s=target/$ARCH_TARGET/release/$b
-  if [[ ! -x $s || $s -ot $REL/$b ]]; then stale+=(-p "$b"); fi
-done
-if ((${#stale[@]})); then
-  RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet "${stale[@]}" --target "$ARCH_TARGET"
+MUSL_TARGET="${ARCH_TARGET%-gnu}-musl"
+FRONT_TARGET=$ARCH_TARGET
+if command -v rustup >/dev/null && rustup target list --installed 2>/dev/null | grep -qx "$MUSL_TARGET"; then
+  FRONT_TARGET=$MUSL_TARGET
 fi
+static=(throttlewatch-hook throttlewatch-runtime containerd-shim-throttlewatch-v2)
+target_of() { case $1 in containerd-shim-throttlewatch-v2) echo "$ARCH_TARGET" ;; *) echo "$FRONT_TARGET" ;; esac; }
+for t in $(printf '%s\n' "$ARCH_TARGET" "$FRONT_TARGET" | sort -u); do
+  stale=()
+  for b in "${static[@]}"; do
+    [[ $(target_of "$b") == "$t" ]] || continue
+    s=target/$t/release/$b
+    if [[ ! -x $s || $s -ot $REL/$b ]]; then stale+=(-p "$b"); fi
+  done
+  if ((${#stale[@]})); then
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet "${stale[@]}" --target "$t"
+  fi
+done
 install -d -m 0755 "$DESTDIR$PREFIX/bin"
 install -m 0755 "$REL/throttlewatch" "$DESTDIR$PREFIX/bin/throttlewatch"
 for b in "${static[@]}"; do
-  s=target/$ARCH_TARGET/release/$b
+  s=target/$(target_of "$b")/release/$b
   if readelf -l "$s" | grep -q 'program interpreter'; then
     echo "install: $s is dynamically linked (expected -C target-feature=+crt-static)" >&2; exit 1
   fi
