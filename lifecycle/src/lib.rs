@@ -22,8 +22,8 @@
 //! container start.
 
 pub mod agent_client;
-pub mod arena;
 pub mod agent_start;
+pub mod arena;
 pub mod binaries;
 pub mod bundle_spec;
 pub mod burst_record;
