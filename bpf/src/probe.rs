@@ -7,10 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer};
 
-use crate::event::{ColdStartSplit, ColdStartStage, Event};
+use crate::event::{ColdStartStage, Event};
+
+mod coldstart;
 use crate::load;
 use crate::runq::RunqTotals;
-use crate::skel::types::{tw_coldstart, tw_episode, tw_episode_key, tw_runq};
+use crate::skel::types::{tw_episode, tw_episode_key, tw_runq};
 use crate::skel::ThrottleSkel;
 
 /// The `coldstarts` map's value is a `tw_coldstart` behind a `bpf_spin_lock`
@@ -332,11 +334,7 @@ impl ThrottleProbe {
             // The group's processes only where that works, else every task.
             let prog = self.skel.progs.tw_iter_watched.as_fd();
             let group_walked = procs.is_some_and(|f| {
-                crate::task_iter::procs(f)
-                    .and_then(|pids| {
-                        pids.into_iter()
-                            .try_for_each(|pid| crate::task_iter::run_for_process(prog, pid))
-                    })
+                crate::task_iter::run_for_group(prog, f)
                     .inspect_err(|e| {
                         tracing::debug!(
                             "task iterator over {}: {e}; walking every task",
@@ -434,53 +432,6 @@ impl ThrottleProbe {
         }
     }
 
-    /// Arm a cold start: the next exec in the (watched) cgroup is its
-    /// entrypoint, complete when its threads had `cpu_ns` of CPU.
-    pub fn arm_cold_start(&self, cgroup_id: u64, cpu_ns: u64) -> Result<bool, ProbeError> {
-        let Some(r) = &self.runq else {
-            return Ok(false);
-        };
-        let v = tw_coldstart {
-            target_ns: cpu_ns.max(1),
-            ..Default::default()
-        };
-        let p = (&v as *const tw_coldstart).cast::<u8>();
-        // The value is the struct behind its spin lock (coldstart.bpf.h).
-        let mut bytes = vec![0u8; COLDSTART_LOCK_BYTES];
-        // SAFETY: the bytes of a POD value.
-        bytes.extend_from_slice(unsafe {
-            std::slice::from_raw_parts(p, std::mem::size_of::<tw_coldstart>())
-        });
-        self.skel
-            .maps
-            .coldstarts
-            .update(&cgroup_id.to_ne_bytes(), &bytes, MapFlags::ANY)
-            .map_err(ProbeError::Map)?;
-        let n = {
-            let mut a = r.armed.borrow_mut();
-            a.insert(cgroup_id);
-            a.len()
-        };
-        r.counter(|b| unsafe { &raw mut (*b).nr_coldstart })
-            .store(n as u64, Ordering::SeqCst);
-        Ok(true)
-    }
-
-    /// Stop tracking a cold start (complete, timed out or unwatched).
-    pub fn cold_start_finished(&self, cgroup_id: u64) {
-        let Some(r) = &self.runq else { return };
-        let n = {
-            let mut a = r.armed.borrow_mut();
-            if !a.remove(&cgroup_id) {
-                return;
-            }
-            a.len()
-        };
-        r.counter(|b| unsafe { &raw mut (*b).nr_coldstart })
-            .store(n as u64, Ordering::SeqCst);
-        let _ = self.skel.maps.coldstarts.delete(&cgroup_id.to_ne_bytes());
-    }
-
     /// The watch map's entries, counted in the kernel (a syscall per entry).
     pub fn watched_count(&self) -> usize {
         self.skel.maps.watched.keys().count()
@@ -498,32 +449,6 @@ impl ThrottleProbe {
             }
         }
         events
-    }
-
-    /// The split of a cold start's time from the exec (final once its CPU
-    /// stage was reported: the kernel no longer writes the entry).
-    pub fn cold_start_split(&self, cgroup_id: u64) -> Option<ColdStartSplit> {
-        let v = self
-            .skel
-            .maps
-            .coldstarts
-            .lookup(&cgroup_id.to_ne_bytes(), MapFlags::ANY)
-            .ok()??;
-        let v = v.get(COLDSTART_LOCK_BYTES..)?;
-        if v.len() < std::mem::size_of::<tw_coldstart>() {
-            return None;
-        }
-        // SAFETY: length checked; tw_coldstart is plain old data.
-        let c: tw_coldstart = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
-        if c.exec_ns == 0 {
-            return None;
-        }
-        Some(ColdStartSplit {
-            running_ns: c.running_ns,
-            runq_ns: c.queued_ns,
-            frozen_ns: c.frozen_ns,
-            blocked_ns: c.blocked_ns,
-        })
     }
 
     /// Inserts the kernel side's maps refused because they were full,

@@ -103,3 +103,10 @@ pub fn procs(file: &std::path::Path) -> std::io::Result<Vec<u32>> {
         })
         .collect()
 }
+
+/// Runs the iterator over every process in a cgroup's `cgroup.procs`.
+pub fn run_for_group(prog: BorrowedFd<'_>, procs_file: &std::path::Path) -> std::io::Result<()> {
+    procs(procs_file)?
+        .into_iter()
+        .try_for_each(|pid| run_for_process(prog, pid))
+}
