@@ -25,6 +25,15 @@
 set -eu
 
 ROUNDS=${1:-20}
+# TW_BENCH_MODE=create (default): `create` then `start`, as containerd's
+# runc shim and hence dockerd call the runtime (the wrapper applies QoS and
+# registers between the two, no createRuntime hook); run: `run -d` (one runc
+# process; the wrapper puts the createRuntime hook in the spec).
+MODE=${TW_BENCH_MODE:-create}
+case $MODE in
+    create | run) ;;
+    *) echo "TW_BENCH_MODE: expected create or run, got $MODE" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 BUILT=
 if [ -z "${TW_BIN_DIR:-}" ]; then
@@ -153,7 +162,8 @@ if [ "${TW_BENCH_TIMING:-0}" = 1 ]; then
 fi
 
 now_ns() { date +%s%N; }
-# one KIND ID: restore the bundle, time `run -d`, delete; prints microseconds.
+# one KIND ID: restore the bundle, time `create` + `start` (or `run -d`),
+# delete; prints microseconds.
 one() {
     kind=$1; id=$2
     case $kind in
@@ -170,7 +180,12 @@ one() {
         THROTTLEWATCH_TIMING="$W/timing"; [ "$kind" != before ] || THROTTLEWATCH_TIMING="$W/timing-before"
     fi
     t0=$(now_ns)
-    "$@" run -d --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+    if [ "$MODE" = create ]; then
+        "$@" create --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+        "$@" start "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+    else
+        "$@" run -d --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+    fi
     t1=$(now_ns)
     "$@" delete -f "$id" >/dev/null 2>&1
     echo $(( (t1 - t0) / 1000 ))
@@ -186,7 +201,12 @@ one plain warm-p >/dev/null; one tw warm-t >/dev/null
 kinds="tw plain"
 [ -z "$BEFORE" ] || kinds="tw plain before"
 if [ "${TW_BENCH_BREAKDOWN:-0}" = 1 ]; then
-    cp "$B/config.json" "$W/modified.json" # as the warm-up's wrapper left it
+    # The spec as the wrapper's `run` leaves it (our createRuntime hook in it).
+    cp "$W/pristine.json" "$B/config.json"
+    "$TW_BIN_DIR/throttlewatch-runtime" --throttlewatch-config "$W/tw.toml" --root "$ROOTS/root-tw" \
+        run -d --bundle "$B" warm-r </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+    "$RUNC" --root "$ROOTS/root-tw" delete -f warm-r >/dev/null 2>&1
+    cp "$B/config.json" "$W/modified.json"
     python3 - "$W/pristine.json" "$W/hooktrue.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -209,8 +229,9 @@ median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
 echo "binaries: $TW_BIN_DIR (wrapper, hook, agent${TRIPLE:+; hook and wrapper built for $TRIPLE, static}); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
 echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
-echo "plain runc run -d:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"
-echo "throttlewatch-runtime run -d:     median $(awk "BEGIN{printf \"%.1f\", $mt/1000}") ms (wrapper + createRuntime hook + register)"
+if [ "$MODE" = create ]; then what="create + start"; how="wrapper: runc create as its child, then QoS + register"; else what="run -d"; how="wrapper + createRuntime hook + register"; fi
+echo "plain runc $what:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"
+echo "throttlewatch-runtime $what:     median $(awk "BEGIN{printf \"%.1f\", $mt/1000}") ms ($how)"
 echo "ratio of medians (wrapper/plain): $(awk "BEGIN{printf \"%.3f\", $mt/$mp}") (issue 16: target <= 1.05)"
 # Each round's two runs share the machine's load of the moment: the median of
 # the per-round differences is steadier than the difference of the medians.
@@ -235,7 +256,7 @@ for tf in timing timing-before; do
     echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING)$( [ $tf = timing ] || echo ", before"):"
     # The agent: `register` until the answer (the hook waits for it),
     # `complete` (log, start record, state file) after it.
-    for who in "throttlewatch-runtime run" "throttlewatch-hook createRuntime" "throttlewatch-agent register" "throttlewatch-agent complete"; do
+    for who in "throttlewatch-runtime create" "throttlewatch-runtime run" "throttlewatch-hook createRuntime" "throttlewatch-agent register" "throttlewatch-agent complete"; do
         grep -q "^$who " "$W/$tf" || continue
         grep "^$who " "$W/$tf" | awk -v who="$who" '
             { for (i = 3; i <= NF; i++) { split($i, kv, "="); sub("us", "", kv[2]); v[kv[1], ++n[kv[1]]] = kv[2]; if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++k] = kv[1] } } }

@@ -9,6 +9,7 @@
 //! cpusets/                 exclusive cpuset holdings (throttlewatch-qos: cpusets.json, cpusets.lock)
 //! unwatched/<id>           a container the agent was never told about (the hook skips its unregister)
 //! control/<id>.json        the bandwidth a controlled container had before the agent moved it (restored after a crash)
+//! pids/<pid>               the init pid of a `create` the wrapper runs (its --pid-file when the caller gave none; removed at once)
 //! ```
 //! `<id>` is the container's [`ContainerKey::file_stem`]: the id escaped like
 //! the log file names (so it never leaves its directory), then `@<scope>`
@@ -27,6 +28,7 @@ pub const BURSTS_DIR: &str = "bursts";
 pub const CPUSETS_DIR: &str = "cpusets";
 pub const UNWATCHED_DIR: &str = "unwatched";
 pub const CONTROL_DIR: &str = "control";
+pub const PIDS_DIR: &str = "pids";
 /// Mode of the state directory and its subdirectories.
 pub const DIR_MODE: u32 = 0o700;
 /// Mode of the files in it.
@@ -89,6 +91,12 @@ impl StateDir {
     /// `unwatched/<key>` (an empty marker).
     pub fn unwatched_file(&self, key: &ContainerKey) -> PathBuf {
         self.unwatched_dir().join(key.file_stem())
+    }
+
+    /// `pids/<pid>`: where the low-level runtime run by wrapper process
+    /// `pid` writes its container's init pid.
+    pub fn create_pid_file(&self, pid: u32) -> PathBuf {
+        self.root.join(PIDS_DIR).join(pid.to_string())
     }
 
     /// Create `dir` (and its parents) with [`DIR_MODE`].

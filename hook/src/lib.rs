@@ -8,7 +8,6 @@
 //! Fail-closed: the hook exits non-zero and the runtime refuses the create.
 
 pub mod cli;
-pub mod report;
 pub mod stages;
 
 use std::ffi::OsString;
@@ -17,7 +16,7 @@ use throttlewatch_core::config::FailMode;
 use throttlewatch_lifecycle::timing;
 
 use crate::cli::HookArgs;
-use crate::report::Reporter;
+use throttlewatch_lifecycle::report::Reporter;
 
 /// Prefix of every line the hook prints.
 pub const NAME: &str = "throttlewatch-hook";
@@ -52,7 +51,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
     };
     t.name(&format!("{NAME} {}", args.stage));
     t.mark("config");
-    let mut rep = Reporter::new(&cfg, args.stage);
+    let mut rep = Reporter::new(&cfg, args.stage, NAME);
     let outcome = stages::run_stage(&args, &cfg, &mut rep, std::io::stdin().lock(), &mut t);
     match (outcome, cfg.fail_mode) {
         (Ok(()), _) if !rep.failed() => 0,

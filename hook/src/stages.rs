@@ -1,24 +1,19 @@
 //! What the hook does at each stage.
 
 use std::io::Read;
-use std::path::Path;
 
-use anyhow::{anyhow, Context};
-use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
-use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
-use throttlewatch_core::config::{Config, FailMode};
-use throttlewatch_core::logfmt::now_unix_ns;
-use throttlewatch_core::protocol::Register;
-use throttlewatch_lifecycle::qos::{self, QosOutcome, Requested, Target};
+use anyhow::anyhow;
+use throttlewatch_core::config::Config;
+use throttlewatch_lifecycle::created::{self, Created};
+use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
 use throttlewatch_lifecycle::{
-    agent_start, burst_record, scope, unwatched, AgentClient, AgentError, BundleSpec, ContainerKey,
-    EndReason, OciState, StateDir,
+    burst_record, scope, unwatched, AgentClient, AgentError, BundleSpec, ContainerKey, EndReason,
+    OciState, StateDir,
 };
-use throttlewatch_qos::{ExclusiveAllocator, Key};
+use throttlewatch_qos::ExclusiveAllocator;
 
 use crate::cli::HookArgs;
-use crate::report::Reporter;
 
 pub fn run_stage(
     args: &HookArgs,
@@ -53,99 +48,16 @@ fn on_create(
     if spec.is_pod_sandbox() {
         return Ok(()); // the pause container: no workload, no QoS, no log
     }
-    let asked = Requested::parse(cfg, &spec);
-    // Connect now: the agent accepts while the cgroup is written below.
-    let early = (asked.req.watch != Some(false)).then(|| AgentClient::of(cfg).connect_early());
-    t.mark("spec");
     let pid = st
         .init_pid()
         .ok_or_else(|| anyhow!("the OCI state of container {:?} has no pid", st.id))?;
-    let h = Hierarchies::discover().context("cgroup hierarchies")?;
-    // From the kernel, never from the (container-controlled) spec.
-    let rel = cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode)?;
-    let cg = CpuCgroup::open(&h, &rel)?;
-    t.mark("cgroup");
-    let target = Target {
+    let c = Created {
         key,
+        bundle: &st.bundle,
         pid,
-        hierarchies: &h,
-        cgroup: &cg,
+        spec: &spec,
     };
-    let q = qos::apply(cfg, &spec, asked, target);
-    t.mark("qos");
-    for r in &q.refused {
-        rep.error(&r.to_string());
-    }
-    record_burst(cfg, rep, key, &q);
-    t.mark("burst_record");
-    if q.watch == Some(false) {
-        mark_unwatched(cfg, rep, key);
-        return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
-    }
-    let mut reg = registration(st, key, &spec, pid, rel, q);
-    // Fail-closed: a log the agent cannot open refuses the container, so
-    // wait for it; fail-open: the answer comes once the cgroup is watched.
-    reg.wait_for_log = cfg.fail_mode == FailMode::Closed;
-    match agent_start::register(cfg, args.config.as_deref(), &reg, early) {
-        Ok(_) => unwatched::clear(&StateDir::new(&cfg.state_dir), key),
-        Err(e) => {
-            rep.error(&e);
-            mark_unwatched(cfg, rep, key);
-        }
-    }
-    t.mark("register");
-    Ok(())
-}
-
-fn mark_unwatched(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
-    if let Err(e) = unwatched::mark(&StateDir::new(&cfg.state_dir), key) {
-        rep.warn(&format!(
-            "cannot mark {key} unwatched in {}: {e} (poststop will ask the agent)",
-            cfg.state_dir.display()
-        ));
-    }
-}
-
-/// The burst record for `update`, or none when no burst was written.
-fn record_burst(cfg: &Config, rep: &mut Reporter, key: &ContainerKey, q: &QosOutcome) {
-    let state = StateDir::new(&cfg.state_dir);
-    let Some(b) = &q.burst else {
-        burst_record::remove(&state, key);
-        return;
-    };
-    if let Err(e) = burst_record::save(&state, b) {
-        rep.error(&format!(
-            "cannot record the burst of {key} in {}: {e} (`update` will not restore it)",
-            cfg.state_dir.display()
-        ));
-    }
-}
-
-fn registration(
-    st: &OciState,
-    key: &ContainerKey,
-    spec: &BundleSpec,
-    pid: u32,
-    rel: String,
-    q: QosOutcome,
-) -> Register {
-    Register {
-        container_id: key.id.clone(),
-        scope: key.scope.clone(),
-        container_name: spec.container_name(),
-        pid: Some(pid),
-        cgroup_path: rel,
-        annotations: spec.annotations.clone(),
-        bundle: st.bundle.to_string_lossy().into_owned(),
-        created_ns: spec
-            .annotations
-            .get(&Key::CreatedUnixNs.annotation())
-            .and_then(|v| v.trim().parse().ok()),
-        hook_ns: Some(now_unix_ns()),
-        threshold_ns: q.threshold_ns,
-        qos: Some(q.summary),
-        wait_for_log: false,
-    }
+    created::on_created(cfg, args.config.as_deref(), rep, c, t)
 }
 
 /// poststop: the agent writes `end`; exclusive cores and the burst record
@@ -193,6 +105,8 @@ mod tests {
     use super::*;
     use crate::cli::Stage;
 
+    use std::path::Path;
+
     /// Logs, socket and state in `dir`; no agent is started.
     fn private_config(dir: &Path) -> Config {
         Config {
@@ -221,7 +135,7 @@ mod tests {
                 format!(r#"{{"annotations":{{"io.kubernetes.cri.container-type":"{kind}"}}}}"#),
             )
             .unwrap();
-            let mut rep = Reporter::new(&cfg, args.stage);
+            let mut rep = Reporter::new(&cfg, args.stage, crate::NAME);
             let mut t = Phases::start("test");
             run_stage(&args, &cfg, &mut rep, state.as_bytes(), &mut t)
         };
@@ -240,7 +154,7 @@ mod tests {
             config: None,
         };
         let state = format!(r#"{{"id":"c1","pid":0,"bundle":{:?}}}"#, d.path());
-        let mut rep = Reporter::new(&cfg, args.stage);
+        let mut rep = Reporter::new(&cfg, args.stage, crate::NAME);
         let mut t = Phases::start("test");
         run_stage(&args, &cfg, &mut rep, state.as_bytes(), &mut t).unwrap();
         assert!(!rep.failed());

@@ -1,17 +1,22 @@
-//! The create path after issue 16: the agent answers the hook as soon as the
-//! container's cgroup is in the kernel's watch map and writes the log, its
-//! `start` record and the state file after answering (`wait_for_log`, asked
-//! under fail-closed, answers after). Real runc, the real wrapper, hook and
-//! agent: a container that throttles from its first instruction has that
-//! episode in its log and totals within 0.5 % of `cpu.stat`, on both paths;
-//! a register held by a stopped agent, then an agent killed and restarted,
-//! still leave one whole log (start, resume, end).
+//! The create path after issue 16: the agent answers the register as soon as
+//! the container's cgroup is in the kernel's watch map and writes the log,
+//! its `start` record and the state file after answering (`wait_for_log`,
+//! asked under fail-closed, answers after). Who registers: the createRuntime
+//! hook under `run -d`; the wrapper itself between `create` (run as its
+//! child) and `start`, with no hook of ours in the spec. Real runc, the real
+//! wrapper, hook and agent: a container that throttles from its first
+//! instruction has that episode in its log and totals within 0.5 % of
+//! `cpu.stat`, both ways and in both fail modes; a register held by a
+//! stopped agent, then an agent killed and restarted, still leave one whole
+//! log (start, resume, end).
 
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::Value;
+use std::process::Output;
+
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{cpu_lock, of_type, read_log, unique};
@@ -24,6 +29,31 @@ fn id(tag: &str) -> String {
 /// 10 ms of CPU, long before the container could be seen late.
 fn throttled_from_the_start(tag: &str) -> Bundle {
     Bundle::new(&id(tag), &ContainerOpts::busy(2, 2).quota(10_000, 100_000))
+}
+
+/// How the container is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launch {
+    /// `run -d`: the wrapper puts our createRuntime hook in the spec.
+    Run,
+    /// `create` then `start`, as containerd's runc shim (and so dockerd)
+    /// calls the runtime: the wrapper registers between the two.
+    CreateStart,
+}
+
+const LAUNCHES: [Launch; 2] = [Launch::Run, Launch::CreateStart];
+
+fn launch(rt: &OciCli, b: &Bundle, how: Launch) -> Output {
+    match how {
+        Launch::Run => rt.run_detached(b),
+        Launch::CreateStart => {
+            let o = rt.create(b);
+            if !o.status.success() {
+                return o;
+            }
+            rt.run(&["start", &b.id])
+        }
+    }
 }
 
 fn rel_err(a: u64, b: u64) -> f64 {
@@ -65,13 +95,20 @@ fn run_to_end(rt: &OciCli, cfg: &PrivateConfig, b: &Bundle) -> (Vec<Value>, u64)
 fn first_episode_is_logged_whether_the_agent_answers_early_or_after_the_log() {
     let _cpu = cpu_lock();
     // fail-open: answered once watched; fail-closed: `wait_for_log`.
-    for mode in ["open", "closed"] {
-        let cfg = PrivateConfig::new(&format!("fail_mode = {mode:?}"));
+    for (how, mode) in LAUNCHES
+        .into_iter()
+        .flat_map(|h| ["open", "closed"].map(|m| (h, m)))
+    {
+        let mode = &format!("{how:?}, fail-{mode}") as &str;
+        let cfg = PrivateConfig::new(&format!(
+            "fail_mode = {:?}",
+            mode.rsplit('-').next().unwrap()
+        ));
         let _agent = Agent::start(&cfg);
         let rt = OciCli::throttlewatch(&cfg);
-        let b = throttled_from_the_start(mode);
-        let o = rt.run_detached(&b);
-        assert!(o.status.success(), "{mode}: run -d: {}", text(&o));
+        let b = throttled_from_the_start(if how == Launch::Run { "r" } else { "c" });
+        let o = launch(&rt, &b, how);
+        assert!(o.status.success(), "{mode}: launch: {}", text(&o));
         let (log, kernel) = run_to_end(&rt, &cfg, &b);
         let end = whole_log(&log, mode);
         let probe = end["probe_throttled_ns"].as_u64().unwrap();
@@ -121,41 +158,50 @@ fn first_episode_is_logged_whether_the_agent_answers_early_or_after_the_log() {
 #[test]
 fn register_held_by_a_stopped_agent_then_a_restart_keep_the_log_whole() {
     let _cpu = cpu_lock();
+    for how in LAUNCHES {
+        held_then_restarted(how);
+    }
+}
+
+fn held_then_restarted(how: Launch) {
     // Longer than the stop below: the hook waits for the late answer.
     let cfg = PrivateConfig::new("agent_timeout_ms = 5000");
     let agent = Agent::start(&cfg);
     let rt = OciCli::throttlewatch(&cfg);
     let b = Bundle::new(
-        &id("held"),
+        &id(&format!("held-{how:?}")),
         &ContainerOpts::busy(2, 4).quota(10_000, 100_000),
     );
     let pid = Pid::from_raw(agent.child.id() as i32);
     kill(pid, Signal::SIGSTOP).unwrap();
     let create = std::thread::scope(|s| {
-        let h = s.spawn(|| rt.run_detached(&b));
+        let h = s.spawn(|| launch(&rt, &b, how));
         std::thread::sleep(Duration::from_millis(400));
         kill(pid, Signal::SIGCONT).unwrap();
         h.join().unwrap()
     });
-    assert!(create.status.success(), "run -d: {}", text(&create));
+    assert!(create.status.success(), "{how:?}: {}", text(&create));
     // Killed while the container throttles, then back: `resume`.
     std::thread::sleep(Duration::from_millis(1500));
     agent.kill();
     std::thread::sleep(Duration::from_millis(300));
     let _agent = Agent::start(&cfg);
     let (log, kernel) = run_to_end(&rt, &cfg, &b);
-    let end = whole_log(&log, "held, restarted");
-    assert!(!of_type(&log, "resume").is_empty(), "a resume record");
+    let end = whole_log(&log, &format!("{how:?}: held, restarted"));
+    assert!(
+        !of_type(&log, "resume").is_empty(),
+        "{how:?}: a resume record"
+    );
     let probe = end["probe_throttled_ns"].as_u64().unwrap();
     let unwatched = end["unwatched_throttled_ns"].as_u64().unwrap();
     let end_kernel = end["kernel_throttled_ns"].as_u64().unwrap();
-    eprintln!("held, restarted: probe {probe} + unwatched {unwatched} vs end.kernel {end_kernel}, cpu.stat {kernel}");
-    assert!(unwatched > 0, "the restart's gap is said: {end}");
+    eprintln!("{how:?}: held, restarted: probe {probe} + unwatched {unwatched} vs end.kernel {end_kernel}, cpu.stat {kernel}");
+    assert!(unwatched > 0, "{how:?}: the restart's gap is said: {end}");
     // end.kernel runs from the first watch (the hook); the cgroup's total
     // also holds runc's bootstrap before it (see BEFORE_WATCH_MAX_NS).
     assert!(
         kernel.abs_diff(end_kernel) <= BEFORE_WATCH_MAX_NS,
-        "end.kernel {end_kernel} vs cpu.stat {kernel}: from the first instruction"
+        "{how:?}: end.kernel {end_kernel} vs cpu.stat {kernel}: from the first instruction"
     );
     // An episode open on a CPU when the new agent attaches is opened at the
     // kernel's own throttle stamp by its group's timer run (dequeue.bpf.h):
@@ -168,7 +214,89 @@ fn register_held_by_a_stopped_agent_then_a_restart_keep_the_log_whole() {
     let both = probe + unwatched;
     assert!(
         both.abs_diff(end_kernel) <= end_kernel / 50,
-        "probe {probe} + unwatched {unwatched} = {both} vs end.kernel {end_kernel}: {} ns apart",
+        "{how:?}: probe {probe} + unwatched {unwatched} = {both} vs end.kernel {end_kernel}: {} ns apart",
         both.abs_diff(end_kernel)
     );
+}
+
+/// `create` through the wrapper: when it returns, the container is
+/// registered (fail-closed waits for the log: its `start` record is there),
+/// its QoS is in the cgroup, it has not started, and the spec holds our
+/// poststop hook but no createRuntime hook of ours; no pid file is left.
+/// With no agent, fail-open creates it unwatched and fail-closed refuses
+/// it, names the socket, and leaves no container behind.
+#[test]
+fn create_registers_before_start_without_a_hook() {
+    let cfg = PrivateConfig::new("fail_mode = \"closed\"");
+    let agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let b = Bundle::new(
+        &id("nohook"),
+        &ContainerOpts::busy(1, 1)
+            .quota(20_000, 100_000)
+            .annotation("throttlewatch.io/cpu-burst", "10ms"),
+    );
+    let o = rt.create(&b);
+    assert!(o.status.success(), "create: {}", text(&o));
+    assert_eq!(rt.status(&b.id).as_deref(), Some("created"));
+    let log = read_log(&cfg.log_of(&b.id));
+    assert_eq!(
+        log.first().map(|r| r["type"].clone()),
+        Some("start".into()),
+        "the log begins before `start`: {log:?}"
+    );
+    assert_eq!(
+        b.burst_us(),
+        10_000,
+        "the burst annotation, applied at create"
+    );
+    let spec = b.config();
+    let ours = |stage: &str| {
+        spec["hooks"][stage]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter(|h| {
+                        h["path"]
+                            .as_str()
+                            .unwrap_or("")
+                            .ends_with("throttlewatch-hook")
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(ours("createRuntime"), 0, "{spec}");
+    assert_eq!(ours("poststop"), 1, "{spec}");
+    let pids = cfg.state_dir.join("pids");
+    assert_eq!(
+        std::fs::read_dir(&pids).map(|d| d.count()).unwrap_or(0),
+        0,
+        "the wrapper's pid file is removed"
+    );
+    let o = rt.run(&["start", &b.id]);
+    assert!(o.status.success(), "start: {}", text(&o));
+    let (log, _) = run_to_end(&rt, &cfg, &b);
+    let end = whole_log(&log, "create + start");
+    assert!(end["probe_throttled_ns"].as_u64().unwrap() > 0, "{end}");
+    assert!(!cfg.hook_log().contains("error"), "{}", cfg.hook_log());
+    agent.kill();
+
+    for mode in ["open", "closed"] {
+        let cfg = PrivateConfig::new(&format!("fail_mode = {mode:?}\nstart_agent = false"));
+        let rt = OciCli::throttlewatch(&cfg);
+        let b = Bundle::new(&id(&format!("noagent-{mode}")), &ContainerOpts::default());
+        let o = rt.create(&b);
+        let said = String::from_utf8_lossy(&o.stderr).contains("no agent answers")
+            && cfg.hook_log().contains("start_agent = false");
+        assert!(said, "{mode}: {} / hook.log: {}", text(&o), cfg.hook_log());
+        if mode == "open" {
+            assert!(o.status.success(), "{mode}: {}", text(&o));
+            assert_eq!(rt.status(&b.id).as_deref(), Some("created"));
+            assert!(rt.run(&["delete", "-f", &b.id]).status.success());
+        } else {
+            assert!(!o.status.success(), "{mode}: refused");
+            assert_eq!(rt.status(&b.id), None, "{mode}: nothing left behind");
+        }
+    }
 }

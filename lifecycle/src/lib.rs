@@ -7,8 +7,10 @@
 //!   ([`spec_file`] keeps unknown fields on write, [`bundle_spec`] is the
 //!   typed reading of what throttlewatch needs);
 //! - the spec modifiers applied at `create` ([`modifiers`]);
-//! - the QoS steps at `createRuntime` ([`qos`]) and the CFS burst kept
-//!   across `update` ([`burst_record`], [`held_burst`]);
+//! - the work between create and start, whoever does it ([`created`]: the
+//!   QoS steps of [`qos`], then the register; errors through [`report`]),
+//!   and the CFS burst kept across `update` ([`burst_record`],
+//!   [`held_burst`]);
 //! - the one client of the agent's socket ([`agent_client`]) and starting
 //!   an agent ([`agent_start`]);
 //! - the hook stages ([`Stage`]), where binaries are ([`binaries`]), phase
@@ -27,10 +29,12 @@ pub mod arena;
 pub mod binaries;
 pub mod bundle_spec;
 pub mod burst_record;
+pub mod created;
 pub mod held_burst;
 pub mod modifiers;
 pub mod oci_state;
 pub mod qos;
+pub mod report;
 pub mod scope;
 pub mod spec_file;
 pub mod stage;

@@ -1,6 +1,8 @@
-//! The wrapper's flow: parse runc's arguments, edit the bundle on
-//! `create`/`run`, run `update` as a child, and exec the low-level runtime
-//! for everything (argv untouched).
+//! The wrapper's flow: parse runc's arguments; on `create` edit the bundle,
+//! run the runtime's `create` as a child and do the createRuntime work
+//! itself ([`crate::create`]); on `run` edit the bundle (the hook does that
+//! work); run `update` as a child; exec the low-level runtime for
+//! everything else (argv untouched).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -51,7 +53,16 @@ pub fn main(args: Vec<OsString>) -> i32 {
     };
     t.mark("resolve");
     match args.subcommand() {
-        Some("create") | Some("run") if cfg_ok => {
+        Some("create") if cfg_ok => {
+            match crate::create::create(&runtime, &args, &cfg, config_path, &log, &mut t) {
+                crate::create::Next::Exit(code) => {
+                    t.finish();
+                    return code;
+                }
+                crate::create::Next::Exec => {}
+            }
+        }
+        Some("run") if cfg_ok => {
             if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
                 match cfg.fail_mode {
                     FailMode::Open => log.error(&format!(
@@ -97,6 +108,7 @@ fn modify(
         hook_path: default_hook_path().map_err(|e| anyhow::anyhow!(e))?,
         config_path,
         cfg: cfg.clone(),
+        create_runtime_hook: true,
     };
     t.mark("hook_path");
     modify_bundle(&bundle, &ctx)?;

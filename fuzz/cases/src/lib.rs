@@ -57,6 +57,8 @@ pub fn spec_modifiers(data: &[u8]) {
         hook_path: PathBuf::from("/usr/local/bin/throttlewatch-hook"),
         config_path: None,
         cfg: Default::default(),
+        // Both ways: the hook's spec and the wrapper's `create` (none of ours).
+        create_runtime_hook: data.len() % 2 == 0,
     };
     if throttlewatch_lifecycle::modifiers::apply_to_value(&mut spec, &ctx).is_err() {
         return;

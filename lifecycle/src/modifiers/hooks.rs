@@ -31,12 +31,17 @@ fn is_our_hook(h: &Value, ctx: &ModifyContext) -> bool {
     Path::new(p) == ctx.hook_path || Path::new(p).file_name().is_some_and(|n| n == HOOK_BINARY)
 }
 
-/// Exactly one entry of ours in `hooks.<stage>`, with the current arguments.
+/// Exactly one entry of ours in `hooks.<stage>`, with the current
+/// arguments (`want`), or none (`!want`).
 fn ensure_hook(
     spec: &mut Value,
     ctx: &ModifyContext,
     stage: Stage,
+    want: bool,
 ) -> Result<Option<String>, String> {
+    if !want && spec.pointer(&format!("/hooks/{stage}")).is_none() {
+        return Ok(None);
+    }
     let hooks = object_at(spec, "hooks", "hooks")?;
     let field = format!("hooks.{stage}");
     let list = hooks.entry(stage.as_str()).or_insert_with(|| json!([]));
@@ -47,17 +52,26 @@ fn ensure_hook(
     let list = list
         .as_array_mut()
         .ok_or_else(|| format!("\"{field}\" is {k}; expected an array of hooks"))?;
-    let want = hook_entry(stage, ctx);
     let ours: Vec<usize> = (0..list.len())
         .filter(|i| is_our_hook(&list[*i], ctx))
         .collect();
-    if ours.len() == 1 && list[ours[0]] == want {
+    if !want {
+        if ours.is_empty() {
+            return Ok(None);
+        }
+        for i in ours.iter().rev() {
+            list.remove(*i);
+        }
+        return Ok(Some(format!("{field}: ours removed (done by the caller)")));
+    }
+    let entry = hook_entry(stage, ctx);
+    if ours.len() == 1 && list[ours[0]] == entry {
         return Ok(None);
     }
     for i in ours.iter().rev() {
         list.remove(*i);
     }
-    list.push(want);
+    list.push(entry);
     Ok(Some(format!(
         "{field}: {} {}",
         ctx.hook_path.display(),
@@ -69,9 +83,9 @@ pub fn add_create_runtime_hook(
     spec: &mut Value,
     ctx: &ModifyContext,
 ) -> Result<Option<String>, String> {
-    ensure_hook(spec, ctx, Stage::CreateRuntime)
+    ensure_hook(spec, ctx, Stage::CreateRuntime, ctx.create_runtime_hook)
 }
 
 pub fn add_poststop_hook(spec: &mut Value, ctx: &ModifyContext) -> Result<Option<String>, String> {
-    ensure_hook(spec, ctx, Stage::Poststop)
+    ensure_hook(spec, ctx, Stage::Poststop, true)
 }

@@ -39,6 +39,10 @@ pub struct ModifyContext {
     /// Passed to the hook as `--config`, when known.
     pub config_path: Option<PathBuf>,
     pub cfg: Config,
+    /// Whether the createRuntime hook does the create work (QoS, register).
+    /// False when the caller does it itself once the runtime's `create`
+    /// returns (the wrapper's `create`): then the spec holds none of ours.
+    pub create_runtime_hook: bool,
 }
 
 impl ModifyContext {
@@ -51,6 +55,7 @@ impl ModifyContext {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
             cfg: cfg.clone(),
+            create_runtime_hook: true,
         })
     }
 }

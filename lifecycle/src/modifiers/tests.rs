@@ -10,6 +10,7 @@ fn ctx() -> ModifyContext {
         hook_path: PathBuf::from("/usr/local/bin/throttlewatch-hook"),
         config_path: Some(PathBuf::from("/etc/tw.toml")),
         cfg: Config::default(),
+        create_runtime_hook: true,
     }
 }
 
@@ -179,4 +180,34 @@ fn the_create_stamp_is_not_a_qos_refusal() {
     let (req, refused) = crate::qos::request(&ctx().cfg, &spec);
     assert_eq!(refused, vec![]);
     assert!(req.burst.is_some());
+}
+
+/// The wrapper's `create` does the createRuntime work itself: the spec gets
+/// our poststop hook only, an entry of ours already there is taken out
+/// (else the work would be done twice), others' hooks stay, and a second
+/// pass changes nothing.
+#[test]
+fn without_the_create_runtime_hook_ours_is_removed_and_others_kept() {
+    let c = ModifyContext {
+        create_runtime_hook: false,
+        ..ctx()
+    };
+    let d = bundle("{}");
+    modify_bundle(d.path(), &c).unwrap();
+    let v = read(&d);
+    assert!(v["hooks"].get("createRuntime").is_none(), "{v}");
+    assert_eq!(v["hooks"]["poststop"].as_array().unwrap().len(), 1);
+    let d = bundle(
+        r#"{"hooks":{"createRuntime":[{"path":"/usr/bin/other"},{"path":"/opt/tw/throttlewatch-hook","args":["throttlewatch-hook","createRuntime"]}]}}"#,
+    );
+    let m = modify_bundle(d.path(), &c).unwrap();
+    assert!(
+        m.changes.iter().any(|c| c.contains("ours removed")),
+        "{m:?}"
+    );
+    assert_eq!(
+        read(&d)["hooks"]["createRuntime"],
+        json!([{"path": "/usr/bin/other"}])
+    );
+    assert!(modify_bundle(d.path(), &c).unwrap().changes.is_empty());
 }

@@ -1,6 +1,7 @@
-//! Where the hook's errors go: one line on stderr (the runtime shows it when
-//! the hook fails) and the same line appended to `<log_dir>/hook.log` (0640),
-//! which is the only file the hook writes in the log directory.
+//! Where the create and poststop work's errors go, whether the hook or the
+//! wrapper does it: one line on stderr (the runtime or its caller shows it
+//! when the step fails) and the same line appended to `<log_dir>/hook.log`
+//! (0640), the only file either writes in the log directory.
 
 use std::fs::DirBuilder;
 use std::os::unix::fs::DirBuilderExt;
@@ -10,13 +11,14 @@ use throttlewatch_core::config::Config;
 use throttlewatch_core::logfmt::rotate::append_capped;
 use throttlewatch_core::logfmt::Rotation;
 
-use crate::NAME;
-use throttlewatch_lifecycle::timefmt::now_rfc3339;
-use throttlewatch_lifecycle::Stage;
+use crate::stage::Stage;
+use crate::timefmt::now_rfc3339;
 
 pub const HOOK_LOG: &str = "hook.log";
 
 pub struct Reporter {
+    /// The program, prefixed to stderr lines (`throttlewatch-hook`, ...).
+    name: &'static str,
     log_dir: PathBuf,
     /// hook.log is cut at `log_max_bytes`, keeping `log_keep` parts.
     rotation: Rotation,
@@ -28,8 +30,9 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    pub fn new(cfg: &Config, stage: Stage) -> Reporter {
+    pub fn new(cfg: &Config, stage: Stage, name: &'static str) -> Reporter {
         Reporter {
+            name,
             log_dir: cfg.log_dir.clone(),
             rotation: cfg.log_rotation(),
             stage,
@@ -72,7 +75,7 @@ impl Reporter {
         // One line, no terminal escapes: a value with a newline in it must
         // not forge a second line, nor an ESC sequence reach a terminal.
         let msg = throttlewatch_core::printable::printable(msg).into_owned();
-        eprintln!("{NAME}: {msg}");
+        eprintln!("{}: {msg}", self.name);
         self.append(&msg);
         self.lines.push(msg);
     }
@@ -91,7 +94,8 @@ impl Reporter {
         );
         if let Err(e) = self.write_line(&line) {
             eprintln!(
-                "{NAME}: cannot append to {}: {e}",
+                "{}: cannot append to {}: {e}",
+                self.name,
                 self.hook_log_path().display()
             );
         }
@@ -122,7 +126,7 @@ mod tests {
             log_dir: d.path().join("logs"),
             ..Config::default()
         };
-        let mut r = Reporter::new(&cfg, Stage::CreateRuntime);
+        let mut r = Reporter::new(&cfg, Stage::CreateRuntime, "test");
         r.set_container("a..b");
         r.error("throttlewatch.io/cpu-burst=\"abc\": expected a duration\nforged");
         assert!(r.failed());
@@ -148,7 +152,7 @@ mod tests {
             log_keep: 2,
             ..Config::default()
         };
-        let mut r = Reporter::new(&cfg, Stage::CreateRuntime);
+        let mut r = Reporter::new(&cfg, Stage::CreateRuntime, "test");
         for i in 0..200 {
             r.warn(&format!(
                 "warning number {i} with some words to fill the line"

@@ -1,0 +1,176 @@
+//! The work done once a container's cgroup exists and before its entrypoint
+//! runs: the annotations' QoS into the cgroup, the burst record, then the
+//! register with the agent. The hook does it at `createRuntime` (runc runs
+//! it); the wrapper does it itself after the low-level runtime's `create`
+//! returns (no hook process, no runc hook machinery on the start path).
+
+use std::path::Path;
+
+use anyhow::Context;
+use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
+use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
+use throttlewatch_core::config::{Config, FailMode};
+use throttlewatch_core::logfmt::now_unix_ns;
+use throttlewatch_core::protocol::Register;
+use throttlewatch_qos::Key;
+
+use crate::qos::{self, QosOutcome, Requested, Target};
+use crate::report::Reporter;
+use crate::timing::Phases;
+use crate::{
+    agent_start, burst_record, unwatched, AgentClient, BundleSpec, ContainerKey, StateDir,
+};
+
+/// A container created and not yet started.
+pub struct Created<'a> {
+    pub key: &'a ContainerKey,
+    /// Its bundle directory, as the runtime was given it.
+    pub bundle: &'a Path,
+    /// Its init process (runc's `init`, waiting for `start`).
+    pub pid: u32,
+    /// Its config.json, as read (and edited) once.
+    pub spec: &'a BundleSpec,
+}
+
+/// QoS into the cgroup, then register. `config_path` is handed to an agent
+/// this starts (`start_agent`). Errors that do not stop the rest are
+/// reported to `rep` (fail-closed turns any into a refusal); the error
+/// returned is the one that stopped it.
+pub fn on_created(
+    cfg: &Config,
+    config_path: Option<&Path>,
+    rep: &mut Reporter,
+    c: Created,
+    t: &mut Phases,
+) -> anyhow::Result<()> {
+    if c.spec.is_pod_sandbox() {
+        return Ok(()); // the pause container: no workload, no QoS, no log
+    }
+    let asked = Requested::parse(cfg, c.spec);
+    // Connect now: the agent accepts while the cgroup is written below.
+    let early = (asked.req.watch != Some(false)).then(|| AgentClient::of(cfg).connect_early());
+    t.mark("spec");
+    let h = Hierarchies::discover().context("cgroup hierarchies")?;
+    // From the kernel, never from the (container-controlled) spec.
+    let rel = cpu_cgroup_of_pid(Path::new("/proc"), c.pid, h.mode)?;
+    let cg = CpuCgroup::open(&h, &rel)?;
+    t.mark("cgroup");
+    let target = Target {
+        key: c.key,
+        pid: c.pid,
+        hierarchies: &h,
+        cgroup: &cg,
+    };
+    let q = qos::apply(cfg, c.spec, asked, target);
+    t.mark("qos");
+    for r in &q.refused {
+        rep.error(&r.to_string());
+    }
+    record_burst(cfg, rep, c.key, &q);
+    t.mark("burst_record");
+    if q.watch == Some(false) {
+        mark_unwatched(cfg, rep, c.key);
+        return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
+    }
+    let mut reg = registration(&c, rel, q);
+    // Fail-closed: a log the agent cannot open refuses the container, so
+    // wait for it; fail-open: the answer comes once the cgroup is watched.
+    reg.wait_for_log = cfg.fail_mode == FailMode::Closed;
+    match agent_start::register(cfg, config_path, &reg, early) {
+        Ok(_) => unwatched::clear(&StateDir::new(&cfg.state_dir), c.key),
+        Err(e) => {
+            rep.error(&e);
+            mark_unwatched(cfg, rep, c.key);
+        }
+    }
+    t.mark("register");
+    Ok(())
+}
+
+fn mark_unwatched(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
+    if let Err(e) = unwatched::mark(&StateDir::new(&cfg.state_dir), key) {
+        rep.warn(&format!(
+            "cannot mark {key} unwatched in {}: {e} (poststop will ask the agent)",
+            cfg.state_dir.display()
+        ));
+    }
+}
+
+/// The burst record for `update`, or none when no burst was written.
+fn record_burst(cfg: &Config, rep: &mut Reporter, key: &ContainerKey, q: &QosOutcome) {
+    let state = StateDir::new(&cfg.state_dir);
+    let Some(b) = &q.burst else {
+        burst_record::remove(&state, key);
+        return;
+    };
+    if let Err(e) = burst_record::save(&state, b) {
+        rep.error(&format!(
+            "cannot record the burst of {key} in {}: {e} (`update` will not restore it)",
+            cfg.state_dir.display()
+        ));
+    }
+}
+
+fn registration(c: &Created, rel: String, q: QosOutcome) -> Register {
+    Register {
+        container_id: c.key.id.clone(),
+        scope: c.key.scope.clone(),
+        container_name: c.spec.container_name(),
+        pid: Some(c.pid),
+        cgroup_path: rel,
+        annotations: c.spec.annotations.clone(),
+        bundle: c.bundle.to_string_lossy().into_owned(),
+        created_ns: c
+            .spec
+            .annotations
+            .get(&Key::CreatedUnixNs.annotation())
+            .and_then(|v| v.trim().parse().ok()),
+        hook_ns: Some(now_unix_ns()),
+        threshold_ns: q.threshold_ns,
+        qos: Some(q.summary),
+        wait_for_log: false,
+    }
+}
+
+/// Read the pid the runtime wrote with `--pid-file` (a decimal, maybe with
+/// a newline); the error names the file and what was there.
+pub fn read_pid_file(path: &Path) -> Result<u32, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("pid file {}: {e}", path.display()))?;
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| {
+            format!(
+                "pid file {}: expected a process id, got {:?}",
+                path.display(),
+                text.chars().take(40).collect::<String>()
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_file_is_a_positive_decimal() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("pid");
+        std::fs::write(&p, "1234").unwrap();
+        assert_eq!(read_pid_file(&p), Ok(1234));
+        std::fs::write(&p, "99\n").unwrap();
+        assert_eq!(read_pid_file(&p), Ok(99));
+        for bad in ["", "0", "-3", "12x"] {
+            std::fs::write(&p, bad).unwrap();
+            let e = read_pid_file(&p).unwrap_err();
+            assert!(
+                e.contains("expected a process id") && e.contains("pid"),
+                "{e}"
+            );
+        }
+        let e = read_pid_file(&d.path().join("none")).unwrap_err();
+        assert!(e.contains("none"), "{e}");
+    }
+}
