@@ -1,6 +1,7 @@
 //! The shim with the throttlewatch agent, under a real, private containerd
 //! 1.6: fifty short-lived containers leak nothing, a throttled container's
-//! log agrees with cpu.stat, and pause, resume and update keep the burst.
+//! log agrees with cpu.stat, pause, resume and update keep the burst, and
+//! with no agent fail-open runs a container and fail-closed refuses it.
 //! Run `cargo build --workspace --bins` first.
 
 use std::path::Path;
@@ -248,4 +249,42 @@ fn shim_pause_resume_and_update_keep_the_burst() {
     assert!(ctr(&["task", "delete", "upd1"]).status.success());
     assert!(ctr(&["containers", "rm", "upd1"]).status.success());
     let _ = &s.tw;
+}
+
+/// The shim does the create work itself (no createRuntime hook of ours in
+/// the spec it hands runc). With no agent: fail-open runs the container and
+/// says why it is not watched; fail-closed refuses the task, names the
+/// socket, and leaves no runc state behind.
+#[test]
+fn shim_without_an_agent_runs_fail_open_and_refuses_fail_closed() {
+    let s = setup();
+    let out = s.ctd.ctr(&run_args("noagent-open", &[], &["echo", "ran"]));
+    assert!(
+        out.status.success() && text(&out.stdout) == "ran\n",
+        "fail-open: {}\n{}",
+        text(&out.stderr),
+        s.ctd.log()
+    );
+    let hook_log = std::fs::read_to_string(s.tw.0.join("logs/hook.log")).unwrap_or_default();
+    assert!(
+        hook_log.contains("noagent-open") && hook_log.contains("no agent answers"),
+        "hook.log: {hook_log}"
+    );
+    let mut cfg = std::fs::read_to_string(&s.config).unwrap();
+    cfg.push_str("fail_mode = \"closed\"\n");
+    std::fs::write(&s.config, cfg).unwrap();
+    let out = s
+        .ctd
+        .ctr(&run_args("noagent-closed", &[], &["echo", "ran"]));
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("no agent answers"),
+        "fail-closed: {} / {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(!text(&out.stdout).contains("ran"));
+    let runc_state = Path::new("/run/containerd/throttlewatch")
+        .join(&s.ctd.namespace)
+        .join("noagent-closed");
+    assert!(!runc_state.exists(), "{} left", runc_state.display());
 }
