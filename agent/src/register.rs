@@ -86,10 +86,14 @@ impl Agent {
             self.complete_deferred();
         }
         let mut t = Phases::start("register");
+        let key = r.key();
         let begun = match self.begin_register(r, None, &mut t) {
             Ok(Begun::Pending(p)) => p,
             Ok(Begun::Known(resp)) => return to.send(resp),
-            Err(e) => return to.send(Response::err(e)),
+            Err(e) => {
+                self.mark_unwatched(&key);
+                return to.send(Response::err(e));
+            }
         };
         let answer = Response {
             log_path: Some(begun.log_path.display().to_string()),
@@ -107,9 +111,34 @@ impl Agent {
         let done = self.complete_register(begun, &mut t);
         if let Err(e) = &done {
             eprintln!("throttlewatch agent: {key}: {e}; not watched");
+            self.mark_unwatched(&key);
         }
         to.send(done.map(|_| answer).unwrap_or_else(Response::err));
         t.mark("answer");
+    }
+
+    /// A register refused (or whose log could not be opened): the empty
+    /// marker `unwatched/<key>` in the state directory, as the hook writes
+    /// when its register fails. Its answer may have gone to a client that
+    /// did not wait (the wrapper's `create`, `throttlewatch_lifecycle::pending`):
+    /// the wrapper's `start` sees the marker instead of waiting out its
+    /// timeout, and poststop skips the unregister.
+    fn mark_unwatched(&self, key: &throttlewatch_core::ContainerKey) {
+        let state = throttlewatch_core::StateDir::new(&self.cfg.state_dir);
+        let made =
+            throttlewatch_core::StateDir::create_dir(&state.unwatched_dir()).and_then(|()| {
+                throttlewatch_core::state_dir::write_atomic(
+                    &state.unwatched_file(key),
+                    b"",
+                    &throttlewatch_core::state_dir::WriteOptions::STATE,
+                )
+            });
+        if let Err(e) = made {
+            eprintln!(
+                "throttlewatch agent: {key}: cannot mark it unwatched in {}: {e}",
+                state.unwatched_dir().display()
+            );
+        }
     }
 
     /// The log, `start` record and state file of every register answered
@@ -121,6 +150,7 @@ impl Agent {
             let mut t = Phases::start("complete");
             if let Err(e) = self.complete_register(p, &mut t) {
                 eprintln!("throttlewatch agent: {key}: {e}; not watched");
+                self.mark_unwatched(&key);
             }
         }
     }

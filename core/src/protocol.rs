@@ -168,6 +168,16 @@ pub fn call(socket: &Path, req: &Request, timeout: Duration) -> std::io::Result<
     call_on(connect(socket, timeout)?, req, timeout)
 }
 
+/// One request on a connected stream, its answer not awaited: the line is
+/// written whole (bounded by `timeout`) and the connection closed. The
+/// agent still acts on it; its answer finds the connection closed.
+pub fn send_on(mut s: UnixStream, req: &Request, timeout: Duration) -> std::io::Result<()> {
+    s.set_write_timeout(Some(timeout))?;
+    let mut line = serde_json::to_vec(req)?;
+    line.push(b'\n');
+    s.write_all(&line)
+}
+
 /// One request and its answer on a connected stream; `timeout` bounds each
 /// read and write. A connection closed without an answer is `UnexpectedEof`.
 pub fn call_on(mut s: UnixStream, req: &Request, timeout: Duration) -> std::io::Result<Response> {

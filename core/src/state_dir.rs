@@ -9,6 +9,7 @@
 //! cpusets/                 exclusive cpuset holdings (throttlewatch-qos: cpusets.json, cpusets.lock)
 //! unwatched/<id>           a container the agent was never told about (the hook skips its unregister)
 //! control/<id>.json        the bandwidth a controlled container had before the agent moved it (restored after a crash)
+//! pending/<id>             a register sent by the wrapper's `create` and not yet confirmed: the init pid (its `start` waits for the watch)
 //! pids/<pid>               the init pid of a `create` the wrapper runs (its --pid-file when the caller gave none; removed at once)
 //! ```
 //! `<id>` is the container's [`ContainerKey::file_stem`]: the id escaped like
@@ -29,6 +30,7 @@ pub const CPUSETS_DIR: &str = "cpusets";
 pub const UNWATCHED_DIR: &str = "unwatched";
 pub const CONTROL_DIR: &str = "control";
 pub const PIDS_DIR: &str = "pids";
+pub const PENDING_DIR: &str = "pending";
 /// Mode of the state directory and its subdirectories.
 pub const DIR_MODE: u32 = 0o700;
 /// Mode of the files in it.
@@ -91,6 +93,15 @@ impl StateDir {
     /// `unwatched/<key>` (an empty marker).
     pub fn unwatched_file(&self, key: &ContainerKey) -> PathBuf {
         self.unwatched_dir().join(key.file_stem())
+    }
+
+    pub fn pending_dir(&self) -> PathBuf {
+        self.root.join(PENDING_DIR)
+    }
+
+    /// `pending/<key>`: a register sent and not yet seen done.
+    pub fn pending_file(&self, key: &ContainerKey) -> PathBuf {
+        self.pending_dir().join(key.file_stem())
     }
 
     /// `pids/<pid>`: where the low-level runtime run by wrapper process

@@ -300,3 +300,62 @@ fn create_registers_before_start_without_a_hook() {
         }
     }
 }
+
+/// Fail-open `create` through the wrapper sends the register and returns
+/// without the answer (a `pending/` record until `start`); `start` lets the
+/// entrypoint run only once the agent watches the container. A register
+/// the agent refuses (here: its kernel maps hold one container) does not
+/// make `start` wait out `agent_timeout_ms`: the agent marks it unwatched,
+/// and the container starts unwatched with that said in hook.log.
+#[test]
+fn fail_open_create_does_not_wait_and_start_waits_for_the_watch() {
+    let cfg = PrivateConfig::new("agent_timeout_ms = 3000\nmax_containers = 1");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let pending = |what: &str| {
+        let n = std::fs::read_dir(cfg.state_dir.join("pending"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        eprintln!("{what}: {n} pending");
+        n
+    };
+    let a = Bundle::new(&id("async-a"), &ContainerOpts::sh("sleep 30"));
+    let o = rt.create(&a);
+    assert!(o.status.success(), "create a: {}", text(&o));
+    assert_eq!(
+        pending("after create"),
+        1,
+        "the create left its register pending"
+    );
+    let o = rt.run(&["start", &a.id]);
+    assert!(o.status.success(), "start a: {}", text(&o));
+    assert_eq!(pending("after start"), 0, "start took it");
+    let log = read_log(&cfg.log_of(&a.id));
+    assert_eq!(
+        log.first().map(|r| r["type"].clone()),
+        Some("start".into()),
+        "{log:?}"
+    );
+    assert!(!cfg.hook_log().contains("unwatched"), "{}", cfg.hook_log());
+
+    let b = Bundle::new(&id("async-b"), &ContainerOpts::sh("sleep 30"));
+    let o = rt.create(&b);
+    assert!(o.status.success(), "create b: {}", text(&o));
+    let t0 = std::time::Instant::now();
+    let o = rt.run(&["start", &b.id]);
+    let took = t0.elapsed();
+    assert!(o.status.success(), "start b: {}", text(&o));
+    assert_eq!(rt.status(&b.id).as_deref(), Some("running"));
+    let said = cfg.hook_log();
+    assert!(
+        said.contains(&b.id) && said.contains("starts unwatched") && said.contains("refused"),
+        "hook.log: {said}"
+    );
+    assert!(
+        took < Duration::from_millis(1500),
+        "start waited {took:?} for a refused register (agent_timeout_ms = 3000)"
+    );
+    for c in [&a, &b] {
+        assert!(rt.run(&["delete", "-f", &c.id]).status.success());
+    }
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use throttlewatch_core::config::Config;
 use throttlewatch_core::protocol::{
-    call, call_on, connect, ErrorCode, Register, Request, Response,
+    call, call_on, connect, send_on, ErrorCode, Register, Request, Response,
 };
 use throttlewatch_core::{ContainerKey, EndReason};
 
@@ -145,6 +145,31 @@ impl AgentClient {
             // A connect that timed out (a full backlog) is not tried twice.
             Some(Err(e)) if no_listener(&e) || timed_out(&e) => Err(self.error(e)),
             Some(Err(_)) | None => self.call(&req),
+        }
+    }
+
+    /// Send the register without waiting for the answer (see
+    /// [`crate::pending`]): on the early connection, else (or when that
+    /// broke) on a fresh one. Ok once the whole request is written.
+    pub fn register_unanswered(
+        &self,
+        reg: &Register,
+        early: Option<EarlyConnection>,
+    ) -> Result<(), AgentError> {
+        let req = Request::Register(reg.clone());
+        let fresh = || {
+            connect(&self.socket, self.timeout)
+                .and_then(|s| send_on(s, &req, self.timeout))
+                .map_err(|e| self.error(e))
+        };
+        match early.map(|c| c.0) {
+            Some(Ok(s)) => match send_on(s, &req, self.timeout) {
+                Ok(()) => Ok(()),
+                Err(e) if timed_out(&e) => Err(self.error(e)),
+                Err(_) => fresh(),
+            },
+            Some(Err(e)) if no_listener(&e) || timed_out(&e) => Err(self.error(e)),
+            Some(Err(_)) | None => fresh(),
         }
     }
 

@@ -18,7 +18,7 @@ use crate::qos::{self, QosOutcome, Requested, Target};
 use crate::report::Reporter;
 use crate::timing::Phases;
 use crate::{
-    agent_start, burst_record, unwatched, AgentClient, BundleSpec, ContainerKey, StateDir,
+    agent_start, burst_record, pending, unwatched, AgentClient, BundleSpec, ContainerKey, StateDir,
 };
 
 /// A container created and not yet started.
@@ -32,10 +32,38 @@ pub struct Created<'a> {
     pub spec: &'a BundleSpec,
 }
 
-/// QoS into the cgroup, then register. `config_path` is handed to an agent
-/// this starts (`start_agent`). Errors that do not stop the rest are
-/// reported to `rep` (fail-closed turns any into a refusal); the error
-/// returned is the one that stopped it.
+/// What can be done before the cgroup exists: the request parsed from the
+/// spec, the cgroup hierarchies found. The wrapper does it while the
+/// low-level runtime's `create` runs. None for a pod sandbox (the pause
+/// container: no workload, no QoS, no log).
+pub struct Prepared {
+    asked: Requested,
+    hierarchies: anyhow::Result<Hierarchies>,
+}
+
+pub fn prepare(cfg: &Config, spec: &BundleSpec) -> Option<Prepared> {
+    if spec.is_pod_sandbox() {
+        return None;
+    }
+    Some(Prepared {
+        asked: Requested::parse(cfg, spec),
+        hierarchies: Hierarchies::discover().context("cgroup hierarchies"),
+    })
+}
+
+/// Whether the register's answer is awaited before returning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// Wait for it: the container is watched when this returns.
+    Now,
+    /// Fail-open only (fail-closed always waits): send it, record it as
+    /// [`crate::pending`], return; the wrapper's `start` waits for the
+    /// watch before the entrypoint runs.
+    AtStart,
+}
+
+/// [`prepare`], then [`on_prepared`] waiting for the answer: QoS into the
+/// cgroup, then register.
 pub fn on_created(
     cfg: &Config,
     config_path: Option<&Path>,
@@ -43,14 +71,30 @@ pub fn on_created(
     c: Created,
     t: &mut Phases,
 ) -> anyhow::Result<()> {
-    if c.spec.is_pod_sandbox() {
-        return Ok(()); // the pause container: no workload, no QoS, no log
+    match prepare(cfg, c.spec) {
+        Some(p) => on_prepared(cfg, config_path, rep, c, p, Answer::Now, t),
+        None => Ok(()),
     }
-    let asked = Requested::parse(cfg, c.spec);
+}
+
+/// QoS into the cgroup, then register. `config_path` is handed to an agent
+/// this starts (`start_agent`). Errors that do not stop the rest are
+/// reported to `rep` (fail-closed turns any into a refusal); the error
+/// returned is the one that stopped it.
+pub fn on_prepared(
+    cfg: &Config,
+    config_path: Option<&Path>,
+    rep: &mut Reporter,
+    c: Created,
+    p: Prepared,
+    answer: Answer,
+    t: &mut Phases,
+) -> anyhow::Result<()> {
+    let Prepared { asked, hierarchies } = p;
     // Connect now: the agent accepts while the cgroup is written below.
     let early = (asked.req.watch != Some(false)).then(|| AgentClient::of(cfg).connect_early());
     t.mark("spec");
-    let h = Hierarchies::discover().context("cgroup hierarchies")?;
+    let h = hierarchies?;
     // From the kernel, never from the (container-controlled) spec.
     let rel = cpu_cgroup_of_pid(Path::new("/proc"), c.pid, h.mode)?;
     let cg = CpuCgroup::open(&h, &rel)?;
@@ -76,6 +120,31 @@ pub fn on_created(
     // Fail-closed: a log the agent cannot open refuses the container, so
     // wait for it; fail-open: the answer comes once the cgroup is watched.
     reg.wait_for_log = cfg.fail_mode == FailMode::Closed;
+    let mut early = early;
+    if answer == Answer::AtStart && !reg.wait_for_log {
+        let state = StateDir::new(&cfg.state_dir);
+        unwatched::clear(&state, c.key);
+        match AgentClient::of(cfg).register_unanswered(&reg, early) {
+            Ok(()) => {
+                if let Err(e) = pending::mark(&state, c.key, c.pid) {
+                    rep.warn(&format!(
+                        "cannot record the register of {} in {}: {e} (its start will not wait for the watch)",
+                        c.key,
+                        state.pending_dir().display()
+                    ));
+                }
+                t.mark("register_sent");
+                return Ok(());
+            }
+            // No agent: the waiting path starts one (start_agent) or says why not.
+            Err(e) if e.is_no_listener() => early = None,
+            Err(e) => {
+                rep.error(&format!("{e}; cannot register container {:?}", c.key.id));
+                mark_unwatched(cfg, rep, c.key);
+                return Ok(());
+            }
+        }
+    }
     match agent_start::register(cfg, config_path, &reg, early) {
         Ok(_) => unwatched::clear(&StateDir::new(&cfg.state_dir), c.key),
         Err(e) => {

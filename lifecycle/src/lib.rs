@@ -33,6 +33,7 @@ pub mod created;
 pub mod held_burst;
 pub mod modifiers;
 pub mod oci_state;
+pub mod pending;
 pub mod qos;
 pub mod report;
 pub mod scope;

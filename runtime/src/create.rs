@@ -14,10 +14,10 @@
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 
 use throttlewatch_core::config::{Config, FailMode};
-use throttlewatch_lifecycle::created::{on_created, read_pid_file, Created};
+use throttlewatch_lifecycle::created::{on_prepared, prepare, read_pid_file, Answer, Created};
 use throttlewatch_lifecycle::modifiers::{
     apply_modifiers, default_hook_path, is_pod_sandbox_spec, ModifyContext,
 };
@@ -83,13 +83,17 @@ pub fn create(
             (with_pid_file(args, &p), p, true)
         }
     };
-    let code = match run_child(runtime, &argv) {
+    let child = match spawn_child(runtime, &argv) {
         Ok(c) => c,
         Err(e) => {
             log.error(&format!("cannot run {}: {e}", runtime.display()));
             return Next::Exit(127);
         }
     };
+    // While the runtime creates: what needs no cgroup yet.
+    let prepared = prepare(cfg, &spec);
+    t.mark("prepare");
+    let code = wait_child(child);
     t.mark("runtime_create");
     let pid = read_pid_file(&pid_file);
     if ours {
@@ -105,6 +109,9 @@ pub fn create(
     };
     let mut rep = Reporter::new(cfg, Stage::CreateRuntime, NAME);
     rep.set_container(&key.id);
+    let Some(prepared) = prepared else {
+        return Next::Exit(0); // a pod sandbox (the edit let it through)
+    };
     let done = pid.map_err(anyhow::Error::msg).and_then(|pid| {
         let c = Created {
             key: &key,
@@ -112,7 +119,15 @@ pub fn create(
             pid,
             spec: &spec,
         };
-        on_created(cfg, config_path.as_deref(), &mut rep, c, t)
+        on_prepared(
+            cfg,
+            config_path.as_deref(),
+            &mut rep,
+            c,
+            prepared,
+            Answer::AtStart,
+            t,
+        )
     });
     if let Err(e) = done {
         rep.error(&format!("{e:#}"));
@@ -178,6 +193,17 @@ fn with_pid_file(args: &RuncArgs, p: &Path) -> Vec<OsString> {
 /// that dies with this process (a caller that kills the "runtime" on a
 /// timeout kills the real one too); its exit code, 128 + signal if killed.
 fn run_child(runtime: &Path, argv: &[OsString]) -> std::io::Result<i32> {
+    Ok(wait_child(spawn_child(runtime, argv)?))
+}
+
+fn wait_child(mut child: Child) -> i32 {
+    match child.wait() {
+        Ok(st) => st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)),
+        Err(_) => 1, // not ours to wait for: cannot happen (our own child)
+    }
+}
+
+fn spawn_child(runtime: &Path, argv: &[OsString]) -> std::io::Result<Child> {
     let mut cmd = Command::new(runtime);
     cmd.args(argv);
     // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
@@ -189,8 +215,7 @@ fn run_child(runtime: &Path, argv: &[OsString]) -> std::io::Result<i32> {
             Ok(())
         });
     }
-    let st = cmd.status()?;
-    Ok(st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)))
+    cmd.spawn()
 }
 
 #[cfg(test)]

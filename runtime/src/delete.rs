@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use throttlewatch_core::config::Config;
-use throttlewatch_lifecycle::agent_client;
+use throttlewatch_lifecycle::{agent_client, pending, StateDir};
 
 use crate::args::RuncArgs;
 use crate::lowlevel;
@@ -16,6 +16,8 @@ pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &Ru
     let Some(key) = args.container_key() else {
         return;
     };
+    // Created and never started: its register is no longer awaited.
+    let _ = pending::take(&StateDir::new(&cfg.state_dir), &key);
     if !cfg.socket.exists() {
         return;
     }

@@ -12,5 +12,6 @@ pub mod create;
 pub mod delete;
 pub mod lowlevel;
 pub mod runlog;
+pub mod start;
 pub mod update;
 pub mod wrapper;
