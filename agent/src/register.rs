@@ -89,12 +89,18 @@ impl Agent {
         let key = r.key();
         let begun = match self.begin_register(r, None, &mut t) {
             Ok(Begun::Pending(p)) => p,
-            Ok(Begun::Known(resp)) => return to.send(resp),
+            Ok(Begun::Known(resp)) => {
+                self.taken(&key);
+                return to.send(resp);
+            }
             Err(e) => {
                 self.mark_unwatched(&key);
+                self.taken(&key);
                 return to.send(Response::err(e));
             }
         };
+        // Watched from here: a `start` waiting on it may go on.
+        self.taken(&key);
         let answer = Response {
             log_path: Some(begun.log_path.display().to_string()),
             ..Response::ok()
@@ -139,6 +145,13 @@ impl Agent {
                 state.unwatched_dir().display()
             );
         }
+    }
+
+    /// The register of `key` is taken: its `pending/<key>` record, if the
+    /// client left one (`throttlewatch_lifecycle::pending`), is removed.
+    fn taken(&self, key: &throttlewatch_core::ContainerKey) {
+        let state = throttlewatch_core::StateDir::new(&self.cfg.state_dir);
+        let _ = std::fs::remove_file(state.pending_file(key));
     }
 
     /// The log, `start` record and state file of every register answered

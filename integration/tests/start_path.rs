@@ -302,15 +302,16 @@ fn create_registers_before_start_without_a_hook() {
 }
 
 /// Fail-open `create` through the wrapper sends the register and returns
-/// without the answer (a `pending/` record until `start`); `start` lets the
-/// entrypoint run only once the agent watches the container. A register
+/// without the answer (a `pending/` record until the agent takes it): with
+/// the agent stopped it still returns at once; `start` lets the entrypoint
+/// run only once the agent has the container. A register
 /// the agent refuses (here: its kernel maps hold one container) does not
 /// make `start` wait out `agent_timeout_ms`: the agent marks it unwatched,
 /// and the container starts unwatched with that said in hook.log.
 #[test]
 fn fail_open_create_does_not_wait_and_start_waits_for_the_watch() {
     let cfg = PrivateConfig::new("agent_timeout_ms = 3000\nmax_containers = 1");
-    let _agent = Agent::start(&cfg);
+    let agent = Agent::start(&cfg);
     let rt = OciCli::throttlewatch(&cfg);
     let pending = |what: &str| {
         let n = std::fs::read_dir(cfg.state_dir.join("pending"))
@@ -320,16 +321,25 @@ fn fail_open_create_does_not_wait_and_start_waits_for_the_watch() {
         n
     };
     let a = Bundle::new(&id("async-a"), &ContainerOpts::sh("sleep 30"));
+    let pid = Pid::from_raw(agent.child.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let t0 = std::time::Instant::now();
     let o = rt.create(&a);
+    let took = t0.elapsed();
+    let left = pending("after create, the agent stopped");
+    kill(pid, Signal::SIGCONT).unwrap();
     assert!(o.status.success(), "create a: {}", text(&o));
+    assert!(
+        took < Duration::from_millis(1500),
+        "create waited {took:?} for a stopped agent"
+    );
     assert_eq!(
-        pending("after create"),
-        1,
-        "the create left its register pending"
+        left, 1,
+        "the register is pending while the agent is stopped"
     );
     let o = rt.run(&["start", &a.id]);
     assert!(o.status.success(), "start a: {}", text(&o));
-    assert_eq!(pending("after start"), 0, "start took it");
+    assert_eq!(pending("after start"), 0, "the agent took it");
     let log = read_log(&cfg.log_of(&a.id));
     assert_eq!(
         log.first().map(|r| r["type"].clone()),

@@ -124,24 +124,30 @@ pub fn on_prepared(
     if answer == Answer::AtStart && !reg.wait_for_log {
         let state = StateDir::new(&cfg.state_dir);
         unwatched::clear(&state, c.key);
-        match AgentClient::of(cfg).register_unanswered(&reg, early) {
-            Ok(()) => {
-                if let Err(e) = pending::mark(&state, c.key, c.pid) {
-                    rep.warn(&format!(
-                        "cannot record the register of {} in {}: {e} (its start will not wait for the watch)",
-                        c.key,
-                        state.pending_dir().display()
-                    ));
+        // Recorded before the send: the agent removes it once watched.
+        if let Err(e) = pending::mark(&state, c.key, c.pid) {
+            rep.warn(&format!(
+                "cannot record the register of {} in {}: {e}; waiting for the answer",
+                c.key,
+                state.pending_dir().display()
+            ));
+        } else {
+            match AgentClient::of(cfg).register_unanswered(&reg, early) {
+                Ok(()) => {
+                    t.mark("register_sent");
+                    return Ok(());
                 }
-                t.mark("register_sent");
-                return Ok(());
-            }
-            // No agent: the waiting path starts one (start_agent) or says why not.
-            Err(e) if e.is_no_listener() => early = None,
-            Err(e) => {
-                rep.error(&format!("{e}; cannot register container {:?}", c.key.id));
-                mark_unwatched(cfg, rep, c.key);
-                return Ok(());
+                // No agent: the waiting path starts one (start_agent) or says why not.
+                Err(e) if e.is_no_listener() => {
+                    pending::clear(&state, c.key);
+                    early = None;
+                }
+                Err(e) => {
+                    pending::clear(&state, c.key);
+                    rep.error(&format!("{e}; cannot register container {:?}", c.key.id));
+                    mark_unwatched(cfg, rep, c.key);
+                    return Ok(());
+                }
             }
         }
     }

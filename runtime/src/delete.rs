@@ -17,7 +17,7 @@ pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &Ru
         return;
     };
     // Created and never started: its register is no longer awaited.
-    let _ = pending::take(&StateDir::new(&cfg.state_dir), &key);
+    pending::clear(&StateDir::new(&cfg.state_dir), &key);
     if !cfg.socket.exists() {
         return;
     }

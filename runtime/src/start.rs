@@ -1,8 +1,9 @@
 //! `start`: the entrypoint runs only once the container is watched. The
 //! wrapper's `create` sent the register without waiting for the answer
 //! (`throttlewatch_lifecycle::pending`); here, before the low-level runtime
-//! lets the entrypoint run, the wrapper waits for the agent to have the
-//! container — usually done already, then one read. A register the agent
+//! lets the entrypoint run, the wrapper waits for the agent to have taken
+//! it — usually done already, then one `stat` (also when nothing was
+//! pending: a register answered at create, or none). A register the agent
 //! refused or did not confirm within `agent_timeout_ms` starts the
 //! container unwatched (fail-open: `create` only sends without waiting
 //! under fail-open) and says so in hook.log and runc's log.
@@ -20,10 +21,7 @@ pub fn wait_for_watch(args: &RuncArgs, cfg: &Config, log: &RuncLog) {
         return;
     };
     let state = StateDir::new(&cfg.state_dir);
-    let Some(pid) = pending::take(&state, &key) else {
-        return; // registered at create (or never): nothing to wait for
-    };
-    let why = match pending::wait_watched(&state, &key, pid, cfg.agent_timeout()) {
+    let why = match pending::wait_watched(&state, &key, cfg.agent_timeout()) {
         Confirmed::Watched(_) => return,
         Confirmed::Refused => "the agent refused to watch it (see the agent's log)".to_string(),
         Confirmed::TimedOut(t) => format!(
