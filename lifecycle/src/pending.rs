@@ -12,8 +12,12 @@
 
 use std::time::{Duration, Instant};
 
+use throttlewatch_core::config::Config;
 use throttlewatch_core::state_dir::{write_atomic, StateDir, WriteOptions};
 use throttlewatch_core::ContainerKey;
+
+use crate::report::Reporter;
+use crate::Stage;
 
 /// Record that `key`'s register (init pid `pid`) is about to be sent.
 pub fn mark(state: &StateDir, key: &ContainerKey, pid: u32) -> std::io::Result<()> {
@@ -30,6 +34,26 @@ pub fn mark(state: &StateDir, key: &ContainerKey, pid: u32) -> std::io::Result<(
 /// stop waiting.
 pub fn clear(state: &StateDir, key: &ContainerKey) {
     let _ = std::fs::remove_file(state.pending_file(key));
+}
+
+/// What the front ends' `start` does before the runtime's: wait for a
+/// pending register of `key` (see the module). When the container starts
+/// unwatched, the reason is said in hook.log (by `name`) and returned.
+pub fn before_start(cfg: &Config, key: &ContainerKey, name: &'static str) -> Option<String> {
+    let state = StateDir::new(&cfg.state_dir);
+    let why = match wait_watched(&state, key, cfg.agent_timeout()) {
+        Confirmed::Watched(_) => return None,
+        Confirmed::Refused => "the agent refused to watch it (see the agent's log)".to_string(),
+        Confirmed::TimedOut(t) => format!(
+            "the agent on {} did not confirm the watch within {t:?} (agent_timeout_ms)",
+            cfg.socket.display()
+        ),
+    };
+    let msg = format!("container {:?} starts unwatched: {why}", key.id);
+    let mut rep = Reporter::new(cfg, Stage::CreateRuntime, name);
+    rep.set_container(&key.id);
+    rep.warn(&msg);
+    Some(msg)
 }
 
 /// How a wait for the watch ended.

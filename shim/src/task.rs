@@ -17,7 +17,7 @@ use containerd_shim::protos::ttrpc::{self, Code};
 use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
 use log::{info, warn};
 use throttlewatch_core::config::{BadConfig, Config, FailMode, ENV_CONFIG};
-use throttlewatch_lifecycle::created::{on_created, Created};
+use throttlewatch_lifecycle::created::{on_prepared, prepare, Answer, Created};
 use throttlewatch_lifecycle::held_burst::{derive_for_bundle, HeldBurst};
 use throttlewatch_lifecycle::modifiers::{apply_modifiers, is_pod_sandbox_spec, ModifyContext};
 use throttlewatch_lifecycle::report::Reporter;
@@ -38,6 +38,9 @@ pub struct TaskService {
     events: Mutex<mpsc::Sender<Event>>,
     exit: Arc<ExitSignal>,
 }
+
+/// The name on the shim's lines in hook.log.
+pub(crate) const SHIM_NAME: &str = "containerd-shim-throttlewatch-v2";
 
 fn err(code: Code, msg: impl ToString) -> ttrpc::Error {
     ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg))
@@ -176,11 +179,7 @@ impl TaskService {
     /// hook.log and the shim's log; under fail-closed any refuses the create.
     fn on_created(&self, id: &str, bundle: &Path, pid: u32, spec: &BundleSpec) -> TtrpcResult<()> {
         let key = self.key(id);
-        let mut rep = Reporter::new(
-            &self.cfg,
-            Stage::CreateRuntime,
-            "containerd-shim-throttlewatch-v2",
-        );
+        let mut rep = Reporter::new(&self.cfg, Stage::CreateRuntime, SHIM_NAME);
         rep.set_container(id);
         let mut t = Phases::start("containerd-shim-throttlewatch-v2 create");
         let config_path = std::env::var_os(ENV_CONFIG)
@@ -192,7 +191,21 @@ impl TaskService {
             pid,
             spec,
         };
-        if let Err(e) = on_created(&self.cfg, config_path.as_deref(), &mut rep, c, &mut t) {
+        // Fail-open: the register is sent, not awaited; `start` waits for
+        // the watch (lifecycle::pending). Fail-closed waits here.
+        let done = match prepare(&self.cfg, spec) {
+            Some(p) => on_prepared(
+                &self.cfg,
+                config_path.as_deref(),
+                &mut rep,
+                c,
+                p,
+                Answer::AtStart,
+                &mut t,
+            ),
+            None => Ok(()),
+        };
+        if let Err(e) = done {
             rep.error(&format!("{e:#}"));
         }
         if rep.failed() && self.cfg.fail_mode == FailMode::Closed {

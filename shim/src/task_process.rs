@@ -12,8 +12,9 @@ use containerd_shim::protos::ttrpc::Code;
 use containerd_shim::TtrpcResult;
 use log::warn;
 use throttlewatch_lifecycle::agent_client::end_before_delete;
+use throttlewatch_lifecycle::pending;
 
-use super::{err, not_found, TaskService};
+use super::{err, not_found, TaskService, SHIM_NAME};
 use crate::state::now;
 use crate::stdio::ProcIo;
 
@@ -41,6 +42,10 @@ impl TaskService {
     pub(super) fn start_init(&self, id: &str) -> TtrpcResult<u32> {
         if !self.lock().containers.contains_key(id) {
             return Err(not_found(id));
+        }
+        // A register sent at create and not yet taken: wait for the watch.
+        if let Some(msg) = pending::before_start(&self.cfg, &self.key(id), SHIM_NAME) {
+            warn!("{msg}");
         }
         self.runc.start(id).map_err(|e| err(Code::INTERNAL, e))?;
         let mut st = self.lock();
@@ -124,9 +129,15 @@ impl TaskService {
             let code = (c.init.status == Status::STOPPED).then_some(c.init.exit_status as i32);
             (c.bundle.clone(), c.mounted_rootfs, code)
         };
+        // Created and never started: its register is no longer awaited.
+        let key = self.key(&id);
+        pending::clear(
+            &throttlewatch_lifecycle::StateDir::new(&self.cfg.state_dir),
+            &key,
+        );
         // The log's `end` record while cpu.stat still exists (runc delete
         // removes the cgroup before its poststop hook runs).
-        if let Err(w) = end_before_delete(&self.cfg, &self.key(&id), exit_code) {
+        if let Err(w) = end_before_delete(&self.cfg, &key, exit_code) {
             warn!("{id}: {w}");
         }
         self.runc.delete(&id).map_err(|e| err(Code::INTERNAL, e))?;
