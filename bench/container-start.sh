@@ -1,8 +1,10 @@
 #!/bin/sh
-# Container start latency: throttlewatch-runtime (wrapper + createRuntime hook
-# + register with a running agent) against plain runc, on the same bundle,
-# interleaved. Each round restores the pristine config.json (as containerd and
-# dockerd hand the runtime a fresh bundle), times `run -d`, then deletes.
+# Container start latency: throttlewatch-runtime (the wrapper: spec edit, then
+# on `create` runc's create as its child, QoS and the register sent to a
+# running agent, `start` waiting for the watch; on `run`, the createRuntime
+# hook) against plain runc, on the same bundle, interleaved. Each round
+# restores the pristine config.json (as containerd and dockerd hand the
+# runtime a fresh bundle), times `create` + `start` (or `run -d`), then deletes.
 #
 #   bench/container-start.sh [ROUNDS]          (default 20; run as root)
 #
@@ -196,8 +198,8 @@ one plain warm-p >/dev/null; one tw warm-t >/dev/null
 [ -z "$BEFORE" ] || one before warm-b >/dev/null
 # TW_BENCH_BREAKDOWN=1 adds two runs per round with plain runc, to split
 # the overhead: `hooktrue` (a createRuntime hook that is /bin/true: what
-# any OCI hook costs) and `hookonly` (the config.json the wrapper wrote:
-# our hook, without the wrapper's exec and edit).
+# any OCI hook costs) and `hookonly` (the config.json the wrapper's `run`
+# writes: our createRuntime hook and its register, without the wrapper).
 kinds="tw plain"
 [ -z "$BEFORE" ] || kinds="tw plain before"
 if [ "${TW_BENCH_BREAKDOWN:-0}" = 1 ]; then
@@ -229,7 +231,7 @@ median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
 echo "binaries: $TW_BIN_DIR (wrapper, hook, agent${TRIPLE:+; hook and wrapper built for $TRIPLE, static}); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
 echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
-if [ "$MODE" = create ]; then what="create + start"; how="wrapper: runc create as its child, then QoS + register"; else what="run -d"; how="wrapper + createRuntime hook + register"; fi
+if [ "$MODE" = create ]; then what="create + start"; how="wrapper: runc create as its child, QoS, register sent; start waits for the watch"; else what="run -d"; how="wrapper + createRuntime hook + register"; fi
 echo "plain runc $what:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"
 echo "throttlewatch-runtime $what:     median $(awk "BEGIN{printf \"%.1f\", $mt/1000}") ms ($how)"
 echo "ratio of medians (wrapper/plain): $(awk "BEGIN{printf \"%.3f\", $mt/$mp}") (issue 16: target <= 1.05)"
@@ -256,7 +258,7 @@ for tf in timing timing-before; do
     echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING)$( [ $tf = timing ] || echo ", before"):"
     # The agent: `register` until the answer (the hook waits for it),
     # `complete` (log, start record, state file) after it.
-    for who in "throttlewatch-runtime create" "throttlewatch-runtime run" "throttlewatch-hook createRuntime" "throttlewatch-agent register" "throttlewatch-agent complete"; do
+    for who in "throttlewatch-runtime create" "throttlewatch-runtime start" "throttlewatch-runtime run" "throttlewatch-hook createRuntime" "throttlewatch-agent register" "throttlewatch-agent complete"; do
         grep -q "^$who " "$W/$tf" || continue
         grep "^$who " "$W/$tf" | awk -v who="$who" '
             { for (i = 3; i <= NF; i++) { split($i, kv, "="); sub("us", "", kv[2]); v[kv[1], ++n[kv[1]]] = kv[2]; if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++k] = kv[1] } } }

@@ -369,3 +369,42 @@ fn fail_open_create_does_not_wait_and_start_waits_for_the_watch() {
         assert!(rt.run(&["delete", "-f", &c.id]).status.success());
     }
 }
+
+/// A register lost with its agent: `create` (fail-open) sent it to an agent
+/// that was stopped, then killed with it unread; another agent is up by
+/// `start`, which sees the socket changed, sends the register again and
+/// waits for it. The container throttles from its first instruction and
+/// its log is whole and within 0.5 % of `cpu.stat`.
+#[test]
+fn a_register_lost_with_its_agent_is_sent_again_at_start() {
+    let _cpu = cpu_lock();
+    let cfg = PrivateConfig::new("agent_timeout_ms = 3000");
+    let first = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let b = throttled_from_the_start("lost");
+    kill(Pid::from_raw(first.child.id() as i32), Signal::SIGSTOP).unwrap();
+    let o = rt.create(&b);
+    assert!(o.status.success(), "create: {}", text(&o));
+    first.kill();
+    let _second = Agent::start(&cfg);
+    let t0 = std::time::Instant::now();
+    let o = rt.run(&["start", &b.id]);
+    let took = t0.elapsed();
+    assert!(o.status.success(), "start: {}", text(&o));
+    assert!(
+        took < Duration::from_millis(1500),
+        "start took {took:?}: it should see the agent gone at once"
+    );
+    let (log, kernel) = run_to_end(&rt, &cfg, &b);
+    let end = whole_log(&log, "lost register");
+    let probe = end["probe_throttled_ns"].as_u64().unwrap();
+    let end_kernel = end["kernel_throttled_ns"].as_u64().unwrap();
+    eprintln!("lost register: probe {probe} ns, end.kernel {end_kernel} ns, cpu.stat {kernel} ns");
+    assert!(kernel > 500_000_000, "too little throttling: {end}");
+    assert!(
+        rel_err(probe, end_kernel) <= 0.005,
+        "probe {probe} vs end.kernel {end_kernel}: {end}"
+    );
+    assert_eq!(end["unwatched_throttled_ns"], 0, "{end}");
+    assert!(!cfg.hook_log().contains("unwatched"), "{}", cfg.hook_log());
+}

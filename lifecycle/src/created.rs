@@ -125,7 +125,11 @@ pub fn on_prepared(
         let state = StateDir::new(&cfg.state_dir);
         unwatched::clear(&state, c.key);
         // Recorded before the send: the agent removes it once watched.
-        if let Err(e) = pending::mark(&state, c.key, c.pid) {
+        let record = pending::PendingRegister {
+            socket: pending::socket_id(&cfg.socket),
+            register: reg.clone(),
+        };
+        if let Err(e) = pending::mark(&state, c.key, &record) {
             rep.warn(&format!(
                 "cannot record the register of {} in {}: {e}; waiting for the answer",
                 c.key,

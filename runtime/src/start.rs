@@ -3,10 +3,14 @@
 //! (`throttlewatch_lifecycle::pending`); here, before the low-level runtime
 //! lets the entrypoint run, the wrapper waits for the agent to have taken
 //! it — usually done already, then one `stat` (also when nothing was
-//! pending: a register answered at create, or none). A register the agent
-//! refused or did not take within `agent_timeout_ms` starts the container
-//! unwatched (fail-open: `create` only sends without waiting under
-//! fail-open) and says so in hook.log and runc's log.
+//! pending: a register answered at create, or none). A register whose agent
+//! restarted before reading it, or that was not taken within
+//! `agent_timeout_ms`, is sent again and its answer awaited; one the agent
+//! refused, or that fails again, starts the container unwatched (fail-open:
+//! `create` only sends without waiting under fail-open), said in hook.log
+//! and runc's log.
+
+use std::path::Path;
 
 use throttlewatch_core::config::Config;
 use throttlewatch_lifecycle::pending;
@@ -14,11 +18,11 @@ use throttlewatch_lifecycle::pending;
 use crate::args::RuncArgs;
 use crate::runlog::{RuncLog, NAME};
 
-pub fn wait_for_watch(args: &RuncArgs, cfg: &Config, log: &RuncLog) {
+pub fn wait_for_watch(args: &RuncArgs, cfg: &Config, config_path: Option<&Path>, log: &RuncLog) {
     let Some(key) = args.container_key() else {
         return;
     };
-    if let Some(msg) = pending::before_start(cfg, &key, NAME) {
+    if let Some(msg) = pending::before_start(cfg, config_path, &key, NAME) {
         log.warning(&msg);
     }
 }

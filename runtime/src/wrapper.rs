@@ -75,7 +75,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 }
             }
         }
-        Some("start") if cfg_ok => crate::start::wait_for_watch(&args, &cfg, &log),
+        Some("start") if cfg_ok => {
+            crate::start::wait_for_watch(&args, &cfg, config_path.as_deref(), &log)
+        }
         Some("update") if cfg_ok => return update::update(&runtime, &args, &cfg, &log),
         Some("delete") if cfg_ok => delete::end_before_delete(&runtime, &args, &cfg, &log),
         _ => {}

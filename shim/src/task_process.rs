@@ -44,7 +44,12 @@ impl TaskService {
             return Err(not_found(id));
         }
         // A register sent at create and not yet taken: wait for the watch.
-        if let Some(msg) = pending::before_start(&self.cfg, &self.key(id), SHIM_NAME) {
+        let config_path = std::env::var_os(throttlewatch_core::config::ENV_CONFIG)
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from);
+        if let Some(msg) =
+            pending::before_start(&self.cfg, config_path.as_deref(), &self.key(id), SHIM_NAME)
+        {
             warn!("{msg}");
         }
         self.runc.start(id).map_err(|e| err(Code::INTERNAL, e))?;
