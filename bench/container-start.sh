@@ -183,7 +183,8 @@ one() {
     fi
     t0=$(now_ns)
     if [ "$MODE" = create ]; then
-        "$@" create --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+        # With --pid-file, as containerd's runc shim always calls it.
+        "$@" create --bundle "$B" --pid-file "$B/init.pid" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
         "$@" start "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
     else
         "$@" run -d --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }

@@ -90,6 +90,7 @@ pub fn create(
             return Next::Exit(127);
         }
     };
+    t.mark("spawn");
     // While the runtime creates: what needs no cgroup yet.
     let prepared = prepare(cfg, &spec);
     t.mark("prepare");
