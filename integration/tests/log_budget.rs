@@ -360,9 +360,14 @@ fn agent_log_is_rotated_at_its_size() {
     let old = std::fs::read_to_string(&part).unwrap();
     assert!(old.starts_with("an older agent's line\n"), "{old}");
     assert!(old.contains("probe"), "the agent's first lines: {old}");
+    // The rename comes first, the agent's reopen of fd 1 and 2 right after.
     for fd in [1, 2] {
-        let to = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).unwrap();
-        assert_eq!(to, log, "fd {fd} moved to the fresh agent.log");
+        let to = || std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok();
+        wait_for(
+            &format!("fd {fd} moved to the fresh agent.log"),
+            Duration::from_secs(10),
+            || to().as_deref() == Some(log.as_path()),
+        );
     }
     assert!(std::fs::metadata(&log).unwrap().len() < 4096);
     assert!(!cfg.log_dir.join("agent.log.2").exists(), "log_keep = 1");
