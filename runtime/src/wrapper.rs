@@ -53,7 +53,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
     };
     t.mark("resolve");
     match args.subcommand() {
-        Some("create") if cfg_ok => {
+        // Fail-closed keeps the hook (below, as `run`): runc's own create
+        // is refused unless the container's log is open.
+        Some("create") if cfg_ok && cfg.fail_mode == FailMode::Open => {
             match crate::create::create(&runtime, &args, &cfg, config_path, &log, &mut t) {
                 crate::create::Next::Exit(code) => {
                     t.finish();
@@ -62,7 +64,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 crate::create::Next::Exec => {}
             }
         }
-        Some("run") if cfg_ok => {
+        Some("run") | Some("create") if cfg_ok => {
             if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
                 match cfg.fail_mode {
                     FailMode::Open => log.error(&format!(
