@@ -94,8 +94,8 @@ impl Agent {
                 return to.send(resp);
             }
             Err(e) => {
+                // The pending record stays: `start` finds it and the mark.
                 self.mark_unwatched(&key);
-                self.taken(&key);
                 return to.send(Response::err(e));
             }
         };
@@ -131,15 +131,7 @@ impl Agent {
     /// timeout, and poststop skips the unregister.
     fn mark_unwatched(&self, key: &throttlewatch_core::ContainerKey) {
         let state = throttlewatch_core::StateDir::new(&self.cfg.state_dir);
-        let made =
-            throttlewatch_core::StateDir::create_dir(&state.unwatched_dir()).and_then(|()| {
-                throttlewatch_core::state_dir::write_atomic(
-                    &state.unwatched_file(key),
-                    b"",
-                    &throttlewatch_core::state_dir::WriteOptions::STATE,
-                )
-            });
-        if let Err(e) = made {
+        if let Err(e) = state.mark_unwatched(key) {
             eprintln!(
                 "throttlewatch agent: {key}: cannot mark it unwatched in {}: {e}",
                 state.unwatched_dir().display()

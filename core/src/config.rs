@@ -253,13 +253,17 @@ impl Config {
         }
     }
 
+    /// $THROTTLEWATCH_CONFIG when set and not empty.
+    pub fn env_path() -> Option<PathBuf> {
+        std::env::var_os(ENV_CONFIG)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    }
+
     /// `explicit` (from --config), else $THROTTLEWATCH_CONFIG, else the
     /// default path if it exists, else the built-in defaults.
     pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
-        let env = std::env::var_os(ENV_CONFIG)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
-        let path = match (explicit, env) {
+        let path = match (explicit, Self::env_path()) {
             (Some(p), _) => p.to_path_buf(),
             (None, Some(p)) => p,
             (None, None) if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),

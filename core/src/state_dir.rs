@@ -110,6 +110,21 @@ impl StateDir {
         self.root.join(PIDS_DIR).join(pid.to_string())
     }
 
+    /// Mark `key` as never registered: the empty `unwatched/<key>` (0600 in
+    /// a 0700 directory), written by the front ends when their register
+    /// fails and by the agent when it refuses one.
+    pub fn mark_unwatched(&self, key: &ContainerKey) -> io::Result<()> {
+        Self::create_dir(&self.unwatched_dir())?;
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(FILE_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.unwatched_file(key))
+            .map(drop)
+    }
+
     /// Create `dir` (and its parents) with [`DIR_MODE`].
     pub fn create_dir(dir: &Path) -> io::Result<()> {
         DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)

@@ -4,11 +4,11 @@
 //! to), write the register on the agent's socket and return: the agent puts
 //! the cgroup in the watch map a few hundred microseconds later, while the
 //! caller goes on to `start`, and removes the record once it has (before its
-//! answer; a register it refuses is marked `unwatched/<key>` first).
+//! answer; a register it refuses is marked `unwatched/<key>` and its record left for `start`).
 //!
 //! Nothing may run unwatched, and nothing may be lost: `start` lets the
 //! runtime start the entrypoint only when the record is gone — by then
-//! usually so, one failed `stat` — or the agent refused the container. When
+//! usually so, one failed read — or the agent refused the container. When
 //! the agent that got the register is gone (the socket is another one: it
 //! restarted with the request unread) or has not taken it within
 //! `agent_timeout_ms`, `start` sends it again and waits for the answer, as
@@ -53,6 +53,12 @@ pub fn mark(state: &StateDir, key: &ContainerKey, p: &PendingRegister) -> std::i
     write_atomic(&state.pending_file(key), &bytes, &WriteOptions::STATE)
 }
 
+/// `key`'s pending register, if there is one.
+pub fn read(state: &StateDir, key: &ContainerKey) -> Option<PendingRegister> {
+    let bytes = std::fs::read(state.pending_file(key)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
 /// The agent has taken the register (or the container is gone): the
 /// record is removed.
 pub fn clear(state: &StateDir, key: &ContainerKey) {
@@ -72,18 +78,19 @@ pub enum Confirmed {
     AgentGone,
 }
 
-/// Wait until `key`'s register is no longer pending, the agent refused it,
-/// its agent is gone, or `timeout` passed. Polls every 100 µs. The record
-/// is left in place (see [`before_start`]).
+/// Wait until `key`'s register, sent to the socket file `sent_to` names
+/// ([`socket_id`]), is no longer pending, the agent refused it, that agent
+/// is gone from `socket`, or `timeout` passed. Polls every 100 µs. The
+/// record is left in place (see [`before_start`]).
 pub fn wait_watched(
     state: &StateDir,
     key: &ContainerKey,
+    sent_to: Option<&str>,
     socket: &Path,
     timeout: Duration,
 ) -> Confirmed {
     let p = state.pending_file(key);
     let t0 = Instant::now();
-    let mut sent_to: Option<Option<String>> = None;
     loop {
         if state.unwatched_file(key).exists() {
             return Confirmed::Refused;
@@ -91,13 +98,7 @@ pub fn wait_watched(
         if !p.exists() {
             return Confirmed::Watched(t0.elapsed());
         }
-        let sent = sent_to.get_or_insert_with(|| {
-            std::fs::read(&p)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<PendingRegister>(&b).ok())
-                .and_then(|r| r.socket)
-        });
-        if sent.is_some() && socket_id(socket) != *sent {
+        if sent_to.is_some() && socket_id(socket).as_deref() != sent_to {
             return Confirmed::AgentGone;
         }
         if t0.elapsed() >= timeout {
@@ -118,17 +119,21 @@ pub fn before_start(
     name: &'static str,
 ) -> Option<String> {
     let state = StateDir::new(&cfg.state_dir);
-    let waited = wait_watched(&state, key, &cfg.socket, cfg.agent_timeout());
-    let record = std::fs::read(state.pending_file(key)).ok();
+    // Nothing pending (answered at create, or never sent): nothing to wait
+    // for, whatever an `unwatched/` mark says.
+    let p = read(&state, key)?;
+    let waited = wait_watched(
+        &state,
+        key,
+        p.socket.as_deref(),
+        &cfg.socket,
+        cfg.agent_timeout(),
+    );
     clear(&state, key);
     let why = match waited {
         Confirmed::Watched(_) => return None,
         Confirmed::Refused => "the agent refused to watch it (see the agent's log)".to_string(),
         Confirmed::TimedOut(_) | Confirmed::AgentGone => {
-            let Some(p) = record.and_then(|b| serde_json::from_slice::<PendingRegister>(&b).ok())
-            else {
-                return None; // taken meanwhile
-            };
             // Once more, waiting for the answer (registering twice is harmless).
             match agent_start::register(cfg, config_path, &p.register, None) {
                 Ok(_) => {
@@ -176,7 +181,7 @@ mod tests {
         let id = socket_id(&sock);
         let k = ContainerKey::new("c1", None);
         let short = Duration::from_millis(5);
-        let wait = || wait_watched(&st, &k, &sock, short);
+        let wait = || wait_watched(&st, &k, id.as_deref(), &sock, short);
         assert!(matches!(wait(), Confirmed::Watched(_)), "nothing pending");
         mark(&st, &k, &record(id.clone())).unwrap();
         let back: PendingRegister =
@@ -189,14 +194,19 @@ mod tests {
             clear(&st2, &k2);
         });
         let long = Duration::from_secs(5);
-        assert!(matches!(wait_watched(&st, &k, &sock, long), Confirmed::Watched(t) if t < long));
+        assert!(
+            matches!(wait_watched(&st, &k, id.as_deref(), &sock, long), Confirmed::Watched(t) if t < long)
+        );
         agent.join().unwrap();
         // A restarted agent binds a new socket file.
         mark(&st, &k, &record(id.clone())).unwrap();
         std::fs::remove_file(&sock).unwrap();
         std::fs::write(d.path().join("other"), "").unwrap();
         std::fs::rename(d.path().join("other"), &sock).unwrap();
-        assert_eq!(wait_watched(&st, &k, &sock, long), Confirmed::AgentGone);
+        assert_eq!(
+            wait_watched(&st, &k, id.as_deref(), &sock, long),
+            Confirmed::AgentGone
+        );
         crate::unwatched::mark(&st, &k).unwrap();
         assert_eq!(wait(), Confirmed::Refused);
     }

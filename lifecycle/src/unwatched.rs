@@ -5,23 +5,12 @@
 //! costs a refused (fail-closed) or unwatched container one
 //! `agent_timeout_ms`, not two.
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
-
-use throttlewatch_core::state_dir::{StateDir, FILE_MODE};
+use throttlewatch_core::state_dir::StateDir;
 use throttlewatch_core::ContainerKey;
 
 /// Mark `id` as never registered (0600 in a 0700 directory).
 pub fn mark(state: &StateDir, key: &ContainerKey) -> std::io::Result<()> {
-    StateDir::create_dir(&state.unwatched_dir())?;
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(FILE_MODE)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(state.unwatched_file(key))
-        .map(drop)
+    state.mark_unwatched(key)
 }
 
 /// Whether `id` was marked; the mark is removed.

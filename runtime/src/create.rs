@@ -22,7 +22,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
-use throttlewatch_core::config::{Config, FailMode};
+use throttlewatch_core::config::Config;
 use throttlewatch_lifecycle::created::{on_prepared, prepare, read_pid_file, Answer, Created};
 use throttlewatch_lifecycle::modifiers::{
     apply_modifiers, default_hook_path, is_pod_sandbox_spec, ModifyContext,
@@ -42,9 +42,10 @@ pub enum Next {
     Exit(i32),
 }
 
-/// `create`: edit the spec, run the runtime's `create`, then QoS and
-/// register. A spec that cannot be edited goes to the runtime unchanged
-/// (fail-open) or is refused (fail-closed), as the hook path does.
+/// `create` under fail-open: edit the spec, run the runtime's `create`,
+/// then QoS and the register sent. A spec that cannot be edited goes to
+/// the runtime unchanged; any later failure leaves the container created
+/// and unwatched, said in hook.log (fail-closed keeps the hook: see the module).
 pub fn create(
     runtime: &Path,
     args: &RuncArgs,
@@ -57,18 +58,10 @@ pub fn create(
         Ok(Some(spec)) => spec,
         Ok(None) => return Next::Exec, // a pod sandbox: nothing to do
         Err(e) => {
-            return match cfg.fail_mode {
-                FailMode::Open => {
-                    log.error(&format!(
-                        "{e:#} (fail-open: creating the container unchanged)"
-                    ));
-                    Next::Exec
-                }
-                FailMode::Closed => {
-                    log.error(&format!("{e:#} (fail-closed: create refused)"));
-                    Next::Exit(1)
-                }
-            };
+            log.error(&format!(
+                "{e:#} (fail-open: creating the container unchanged)"
+            ));
+            return Next::Exec;
         }
     };
     // The init pid: from the caller's --pid-file, else one of ours.
@@ -83,7 +76,7 @@ pub fn create(
                     "cannot create {}: {e}; the container is created and not watched",
                     p.parent().unwrap_or(Path::new("")).display()
                 ));
-                return fail_or_exec(cfg);
+                return Next::Exec;
             }
             let _ = std::fs::remove_file(&p);
             (with_pid_file(args, &p), p, true)
@@ -139,26 +132,7 @@ pub fn create(
     if let Err(e) = done {
         rep.error(&format!("{e:#}"));
     }
-    if rep.failed() && cfg.fail_mode == FailMode::Closed {
-        // The hook's failure makes runc destroy what it made; so do we.
-        let mut del: Vec<OsString> = args.global_args().to_vec();
-        del.extend(["delete".into(), "--force".into(), key.id.clone().into()]);
-        let _ = run_child(runtime, &del);
-        log.error(&format!(
-            "container {:?}: {} (fail-closed: create refused)",
-            key.id,
-            rep.lines.join("; ")
-        ));
-        return Next::Exit(1);
-    }
     Next::Exit(0)
-}
-
-fn fail_or_exec(cfg: &Config) -> Next {
-    match cfg.fail_mode {
-        FailMode::Open => Next::Exec,
-        FailMode::Closed => Next::Exit(1),
-    }
 }
 
 /// Read, edit (no createRuntime hook of ours) and write back config.json;
@@ -196,13 +170,7 @@ fn with_pid_file(args: &RuncArgs, p: &Path) -> Vec<OsString> {
     argv
 }
 
-/// Run the runtime as a child (stdio and preserved descriptors inherited)
-/// that dies with this process (a caller that kills the "runtime" on a
-/// timeout kills the real one too); its exit code, 128 + signal if killed.
-fn run_child(runtime: &Path, argv: &[OsString]) -> std::io::Result<i32> {
-    Ok(wait_child(spawn_child(runtime, argv)?))
-}
-
+/// The child's exit code, 128 + signal if it was killed.
 fn wait_child(mut child: Child) -> i32 {
     match child.wait() {
         Ok(st) => st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)),
@@ -210,6 +178,9 @@ fn wait_child(mut child: Child) -> i32 {
     }
 }
 
+/// Start the runtime as a child (stdio and preserved descriptors
+/// inherited) that dies with this process: a caller that kills the
+/// "runtime" on a timeout kills the real one too.
 fn spawn_child(runtime: &Path, argv: &[OsString]) -> std::io::Result<Child> {
     let mut cmd = Command::new(runtime);
     cmd.args(argv);

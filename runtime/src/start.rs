@@ -2,7 +2,7 @@
 //! wrapper's `create` sent the register without waiting for the answer
 //! (`throttlewatch_lifecycle::pending`); here, before the low-level runtime
 //! lets the entrypoint run, the wrapper waits for the agent to have taken
-//! it — usually done already, then one `stat` (also when nothing was
+//! it — usually done already, then one failed read (also when nothing was
 //! pending: a register answered at create, or none). A register whose agent
 //! restarted before reading it, or that was not taken within
 //! `agent_timeout_ms`, is sent again and its answer awaited; one the agent

@@ -7,7 +7,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use throttlewatch_core::config::{Config, FailMode, ENV_CONFIG};
+use throttlewatch_core::config::{Config, FailMode};
 use throttlewatch_lifecycle::modifiers::{default_hook_path, modify_bundle, ModifyContext};
 use throttlewatch_lifecycle::timing::Phases;
 
@@ -94,11 +94,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
 /// `--throttlewatch-config`, else $THROTTLEWATCH_CONFIG; absolute, since the
 /// hook runs in another directory.
 fn config_path(args: &RuncArgs) -> Option<PathBuf> {
-    let p = args.config.clone().or_else(|| {
-        std::env::var_os(ENV_CONFIG)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    })?;
+    let p = args.config.clone().or_else(Config::env_path)?;
     Some(std::path::absolute(&p).unwrap_or(p))
 }
 

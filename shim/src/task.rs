@@ -16,13 +16,9 @@ use containerd_shim::protos::topics;
 use containerd_shim::protos::ttrpc::{self, Code};
 use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
 use log::{info, warn};
-use throttlewatch_core::config::{BadConfig, Config, FailMode, ENV_CONFIG};
-use throttlewatch_lifecycle::created::{on_prepared, prepare, Answer, Created};
+use throttlewatch_core::config::{BadConfig, Config, FailMode};
 use throttlewatch_lifecycle::held_burst::{derive_for_bundle, HeldBurst};
-use throttlewatch_lifecycle::modifiers::{apply_modifiers, is_pod_sandbox_spec, ModifyContext};
-use throttlewatch_lifecycle::report::Reporter;
-use throttlewatch_lifecycle::timing::Phases;
-use throttlewatch_lifecycle::{BundleSpec, ContainerKey, Scope, SpecFile, Stage};
+use throttlewatch_lifecycle::{ContainerKey, Scope};
 
 use crate::metrics::metrics_any;
 use crate::runc::Runc;
@@ -121,105 +117,6 @@ impl TaskService {
         apply_exit(&self.state, &tx, cid, exec_id, pid, code, at);
     }
 
-    /// The throttlewatch spec modifiers on the bundle (fail-open unless
-    /// `fail_mode = "closed"`): our poststop hook, cpuset resources, the
-    /// create stamp, and no createRuntime hook of ours — the shim does that
-    /// work itself once runc's `create` returns ([`Self::on_created`]).
-    /// Returns the typed spec for it, or None when nothing is to be done (a
-    /// configuration that could not be used leaves the spec unchanged, or
-    /// refuses the create when the file meant fail-closed; a pod sandbox).
-    fn modify_spec(&self, id: &str, bundle: &Path) -> TtrpcResult<Option<BundleSpec>> {
-        match &self.bad_config {
-            Some(bad) if bad.fail_mode == FailMode::Closed => {
-                return Err(err(
-                    Code::FAILED_PRECONDITION,
-                    format!("throttlewatch: {bad} (fail-closed: create refused)"),
-                ));
-            }
-            Some(_) => return Ok(None),
-            None => {}
-        }
-        let res = ModifyContext::from_env(&self.cfg).and_then(|ctx| {
-            let ctx = ModifyContext {
-                create_runtime_hook: false,
-                ..ctx
-            };
-            let mut file = SpecFile::read(bundle).map_err(|e| e.to_string())?;
-            if is_pod_sandbox_spec(&file.value) {
-                return Ok((vec![], None));
-            }
-            let changes = apply_modifiers(&mut file, &ctx).map_err(|e| e.to_string())?;
-            if !changes.is_empty() {
-                file.write().map_err(|e| e.to_string())?;
-            }
-            let spec = file.typed().map_err(|e| e.to_string())?;
-            Ok((changes, Some(spec)))
-        });
-        match res {
-            Ok((changes, spec)) => {
-                if !changes.is_empty() {
-                    info!("{id}: spec modified: {}", changes.join(", "))
-                }
-                Ok(spec)
-            }
-            Err(e) if self.cfg.fail_mode == FailMode::Closed => Err(err(
-                Code::FAILED_PRECONDITION,
-                format!("throttlewatch spec modifiers: {e}"),
-            )),
-            Err(e) => {
-                warn!("{id}: spec modifiers failed, continuing without them (fail_mode=open): {e}");
-                Ok(None)
-            }
-        }
-    }
-
-    /// Between runc's `create` and the task's `start`: the QoS the
-    /// annotations ask for into the cgroup, then the register with the agent
-    /// (what our createRuntime hook does under plain runc). Errors go to
-    /// hook.log and the shim's log; under fail-closed any refuses the create.
-    fn on_created(&self, id: &str, bundle: &Path, pid: u32, spec: &BundleSpec) -> TtrpcResult<()> {
-        let key = self.key(id);
-        let mut rep = Reporter::new(&self.cfg, Stage::CreateRuntime, SHIM_NAME);
-        rep.set_container(id);
-        let mut t = Phases::start("containerd-shim-throttlewatch-v2 create");
-        let config_path = std::env::var_os(ENV_CONFIG)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from);
-        let c = Created {
-            key: &key,
-            bundle,
-            pid,
-            spec,
-        };
-        // Fail-open: the register is sent, not awaited; `start` waits for
-        // the watch (lifecycle::pending). Fail-closed waits here.
-        let done = match prepare(&self.cfg, spec) {
-            Some(p) => on_prepared(
-                &self.cfg,
-                config_path.as_deref(),
-                &mut rep,
-                c,
-                p,
-                Answer::AtStart,
-                &mut t,
-            ),
-            None => Ok(()),
-        };
-        if let Err(e) = done {
-            rep.error(&format!("{e:#}"));
-        }
-        if rep.failed() && self.cfg.fail_mode == FailMode::Closed {
-            return Err(err(
-                Code::FAILED_PRECONDITION,
-                format!(
-                    "throttlewatch: container {id}: {} (fail-closed: create refused)",
-                    rep.lines.join("; ")
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     fn publish_created(&self, req: api::CreateTaskRequest, pid: u32) {
         let io = TaskIO {
             stdin: req.stdin,
@@ -239,6 +136,8 @@ impl TaskService {
     }
 }
 
+#[path = "task_create.rs"]
+mod create;
 #[path = "task_process.rs"]
 mod process;
 

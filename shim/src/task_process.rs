@@ -44,9 +44,7 @@ impl TaskService {
             return Err(not_found(id));
         }
         // A register sent at create and not yet taken: wait for the watch.
-        let config_path = std::env::var_os(throttlewatch_core::config::ENV_CONFIG)
-            .filter(|v| !v.is_empty())
-            .map(std::path::PathBuf::from);
+        let config_path = throttlewatch_core::config::Config::env_path();
         if let Some(msg) =
             pending::before_start(&self.cfg, config_path.as_deref(), &self.key(id), SHIM_NAME)
         {

@@ -15,7 +15,7 @@ pub mod json;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use throttlewatch_core::config::{Config, ENV_CONFIG};
+use throttlewatch_core::config::Config;
 
 use crate::binaries::{beside_me_or_in_path, HOOK_BINARY};
 use crate::bundle_spec::is_pod_sandbox;
@@ -51,9 +51,7 @@ impl ModifyContext {
     pub fn from_env(cfg: &Config) -> Result<ModifyContext, String> {
         Ok(ModifyContext {
             hook_path: default_hook_path()?,
-            config_path: std::env::var_os(ENV_CONFIG)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
+            config_path: Config::env_path(),
             cfg: cfg.clone(),
             create_runtime_hook: true,
         })
