@@ -257,9 +257,10 @@ for tf in timing timing-before; do
     [ -s "$W/$tf" ] || continue
     # "NAME SUBCOMMAND total=Nus phase=Nus ..." lines: the median of each phase, per program.
     echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING)$( [ $tf = timing ] || echo ", before"):"
+    # `runtime created`: the wrapper's helper, after the runtime's create.
     # The agent: `register` until the answer (the hook waits for it),
     # `complete` (log, start record, state file) after it.
-    for who in "throttlewatch-runtime create" "throttlewatch-runtime start" "throttlewatch-runtime run" "throttlewatch-hook createRuntime" "throttlewatch-agent register" "throttlewatch-agent complete"; do
+    for who in "throttlewatch-runtime create" "throttlewatch-runtime created" "throttlewatch-runtime start" "throttlewatch-runtime run" "throttlewatch-hook createRuntime" "throttlewatch-agent register" "throttlewatch-agent complete"; do
         grep -q "^$who " "$W/$tf" || continue
         grep "^$who " "$W/$tf" | awk -v who="$who" '
             { for (i = 3; i <= NF; i++) { split($i, kv, "="); sub("us", "", kv[2]); v[kv[1], ++n[kv[1]]] = kv[2]; if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++k] = kv[1] } } }

@@ -2,8 +2,9 @@
 //! the container's cgroup is in the kernel's watch map and writes the log,
 //! its `start` record and the state file after answering (`wait_for_log`,
 //! asked under fail-closed, answers after). Who registers: the createRuntime
-//! hook under `run -d`; the wrapper itself between `create` (run as its
-//! child) and `start`, with no hook of ours in the spec. Real runc, the real
+//! hook under `run -d`; the wrapper's helper between `create` (the wrapper
+//! execs runc's; the helper works once runc has written the pid file) and
+//! `start`, with no hook of ours in the spec. Real runc, the real
 //! wrapper, hook and agent: a container that throttles from its first
 //! instruction has that episode in its log and totals within 0.5 % of
 //! `cpu.stat`, both ways and in both fail modes; a register held by a
@@ -54,6 +55,53 @@ fn launch(rt: &OciCli, b: &Bundle, how: Launch) -> Output {
             rt.run(&["start", &b.id])
         }
     }
+}
+
+/// The wrapper's create helpers for container `id` still running: once
+/// `create` has returned, a process whose command line is still the
+/// wrapper's `create ... id` (runc's exec replaced the wrapper's own).
+fn helper_pids(id: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let argv = std::fs::read(e.path().join("cmdline")).ok()?;
+            let argv: Vec<&[u8]> = argv.split(|b| *b == 0).collect();
+            let ours = argv
+                .first()
+                .is_some_and(|a0| a0.ends_with(b"throttlewatch-runtime"))
+                && argv.contains(&b"create".as_slice())
+                && argv.contains(&id.as_bytes());
+            ours.then_some(pid)
+        })
+        .collect()
+}
+
+/// Wait (up to 10 s) until the wrapper's create helper for `id` has
+/// exited (a process still running the wrapper's `create ... id` command
+/// line once `create` has returned is the helper), then check that it sent
+/// the register: `id`'s `pending/` record is no longer the empty mark.
+fn wait_sent(cfg: &PrivateConfig, id: &str) {
+    let t0 = std::time::Instant::now();
+    while !helper_pids(id).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "{id}: the create helper still runs 10 s after create"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let sent = std::fs::read_dir(cfg.state_dir.join("pending"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name == id || name.starts_with(&format!("{id}@")))
+                && e.metadata().is_ok_and(|m| m.len() > 0)
+        });
+    assert!(sent, "{id}: the helper left no register in pending/");
 }
 
 fn rel_err(a: u64, b: u64) -> f64 {
@@ -231,12 +279,14 @@ fn held_then_restarted(how: Launch) {
     );
 }
 
-/// `create` through the wrapper (fail-open): when it returns, its QoS is in
-/// the cgroup, it has not started, the spec holds our poststop hook and no
-/// createRuntime hook of ours, and no pid file is left; after `start` its
-/// log begins with `start` and ends whole. Fail-closed keeps the hook: the
-/// spec has it. With no agent, fail-open creates it unwatched and
-/// fail-closed refuses it, names the socket, and leaves no container.
+/// `create` through the wrapper (fail-open): when it returns, it has not
+/// started and the spec holds our poststop hook and no createRuntime hook of
+/// ours; once `start` returns (the helper's work done: `start` waits for
+/// it), its QoS is in the cgroup, no pid file is left, and its log begins
+/// with `start` and ends whole. Fail-closed keeps the hook: the spec has it.
+/// With no agent, fail-open creates it unwatched (said in hook.log by the
+/// helper) and fail-closed refuses it, names the socket, and leaves no
+/// container.
 #[test]
 fn create_registers_before_start_without_a_hook() {
     let cfg = PrivateConfig::new("");
@@ -251,11 +301,6 @@ fn create_registers_before_start_without_a_hook() {
     let o = rt.create(&b);
     assert!(o.status.success(), "create: {}", text(&o));
     assert_eq!(rt.status(&b.id).as_deref(), Some("created"));
-    assert_eq!(
-        b.burst_us(),
-        10_000,
-        "the burst annotation, applied at create"
-    );
     let spec = b.config();
     let ours = |stage: &str| {
         spec["hooks"][stage]
@@ -274,14 +319,19 @@ fn create_registers_before_start_without_a_hook() {
     };
     assert_eq!(ours("createRuntime"), 0, "{spec}");
     assert_eq!(ours("poststop"), 1, "{spec}");
+    let o = rt.run(&["start", &b.id]);
+    assert!(o.status.success(), "start: {}", text(&o));
+    assert_eq!(
+        b.burst_us(),
+        10_000,
+        "the burst annotation, applied before the entrypoint ran"
+    );
     let pids = cfg.state_dir.join("pids");
     assert_eq!(
         std::fs::read_dir(&pids).map(|d| d.count()).unwrap_or(0),
         0,
         "the wrapper's pid file is removed"
     );
-    let o = rt.run(&["start", &b.id]);
-    assert!(o.status.success(), "start: {}", text(&o));
     let (log, _) = run_to_end(&rt, &cfg, &b);
     let end = whole_log(&log, "create + start");
     assert!(end["probe_throttled_ns"].as_u64().unwrap() > 0, "{end}");
@@ -308,9 +358,25 @@ fn create_registers_before_start_without_a_hook() {
         let rt = OciCli::throttlewatch(&cfg);
         let b = Bundle::new(&id(&format!("noagent-{mode}")), &ContainerOpts::default());
         let o = rt.create(&b);
-        let said = String::from_utf8_lossy(&o.stderr).contains("no agent answers")
-            && cfg.hook_log().contains("start_agent = false");
-        assert!(said, "{mode}: {} / hook.log: {}", text(&o), cfg.hook_log());
+        // Fail-open: the helper says it in hook.log after `create` returned.
+        let said = || {
+            let log = cfg.hook_log();
+            let err = match mode {
+                "open" => log.as_str().into(),
+                _ => String::from_utf8_lossy(&o.stderr),
+            };
+            err.contains("no agent answers") && log.contains("start_agent = false")
+        };
+        let t0 = std::time::Instant::now();
+        while !said() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            said(),
+            "{mode}: {} / hook.log: {}",
+            text(&o),
+            cfg.hook_log()
+        );
         if mode == "open" {
             assert!(o.status.success(), "{mode}: {}", text(&o));
             assert_eq!(rt.status(&b.id).as_deref(), Some("created"));
@@ -391,6 +457,75 @@ fn fail_open_create_does_not_wait_and_start_waits_for_the_watch() {
     }
 }
 
+/// The wrapper's create helper works after `create` has returned. Held up
+/// (here: hook.log locked while it reports a refused annotation), it holds
+/// nothing of the caller's — `create` returned at once and none of the
+/// helper's descriptors is the caller's output — and `start` does not let
+/// the entrypoint run until it has registered: `start` is still waiting
+/// half a second later, goes on once hook.log is unlocked, and the
+/// container's log begins with its `start` record.
+#[test]
+fn a_held_up_create_helper_holds_neither_the_caller_nor_an_early_start() {
+    use std::os::fd::AsRawFd;
+    let cfg = PrivateConfig::new("agent_timeout_ms = 5000");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    std::fs::create_dir_all(&cfg.log_dir).unwrap();
+    let hook_log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(cfg.log_dir.join("hook.log"))
+        .unwrap();
+    // SAFETY: flock on a descriptor owned by `hook_log`; released when it closes.
+    assert_eq!(
+        unsafe { libc::flock(hook_log.as_raw_fd(), libc::LOCK_EX) },
+        0
+    );
+    let b = Bundle::new(
+        &id("held-helper"),
+        &ContainerOpts::sh("sleep 30").annotation("throttlewatch.io/cpu-burst", "soon"),
+    );
+    let t0 = std::time::Instant::now();
+    let o = rt.create(&b);
+    let took = t0.elapsed();
+    assert!(o.status.success(), "create: {}", text(&o));
+    assert!(took < Duration::from_millis(1500), "create took {took:?}");
+    let helpers = helper_pids(&b.id);
+    assert_eq!(
+        helpers.len(),
+        1,
+        "the helper, held on hook.log: {helpers:?}"
+    );
+    let fds: Vec<std::path::PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", helpers[0]))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .collect();
+    assert!(
+        fds.iter().all(|p| !p.starts_with(&rt.root.0)),
+        "the helper holds the caller's output files: {fds:?}"
+    );
+    std::thread::scope(|s| {
+        let start = s.spawn(|| rt.run(&["start", &b.id]));
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            !start.is_finished(),
+            "start went on before the helper registered the container"
+        );
+        drop(hook_log);
+        let o = start.join().unwrap();
+        assert!(o.status.success(), "start: {}", text(&o));
+    });
+    let log = read_log(&cfg.log_of(&b.id));
+    assert_eq!(
+        log.first().map(|r| r["type"].clone()),
+        Some("start".into()),
+        "{log:?}"
+    );
+    assert!(cfg.hook_log().contains("soon"), "{}", cfg.hook_log());
+    assert!(rt.run(&["delete", "-f", &b.id]).status.success());
+}
+
 /// A register lost with its agent: `create` (fail-open) sent it to an agent
 /// that was stopped, then killed with it unread; another agent is up by
 /// `start`, which sees the socket changed, sends the register again and
@@ -406,6 +541,9 @@ fn a_register_lost_with_its_agent_is_sent_again_at_start() {
     kill(Pid::from_raw(first.child.id() as i32), Signal::SIGSTOP).unwrap();
     let o = rt.create(&b);
     assert!(o.status.success(), "create: {}", text(&o));
+    // The helper sends the register once runc's create has returned: lost
+    // with the first agent only once it went there (the record names it).
+    wait_sent(&cfg, &b.id);
     first.kill();
     let _second = Agent::start(&cfg);
     let t0 = std::time::Instant::now();

@@ -121,6 +121,9 @@ pub fn on_prepared(
     // wait for it; fail-open: the answer comes once the cgroup is watched.
     reg.wait_for_log = cfg.fail_mode == FailMode::Closed;
     let mut early = early;
+    // Whether `pending/<key>` holds the register while it is sent again
+    // below: `start` (maybe already running: the wrapper's helper) waits on it.
+    let mut recorded = None;
     if answer == Answer::AtStart && !reg.wait_for_log {
         let state = StateDir::new(&cfg.state_dir);
         unwatched::clear(&state, c.key);
@@ -141,9 +144,10 @@ pub fn on_prepared(
                     t.mark("register_sent");
                     return Ok(());
                 }
-                // No agent: the waiting path starts one (start_agent) or says why not.
+                // No agent: the waiting path starts one (start_agent) or says
+                // why not; the record stays until it is done.
                 Err(e) if e.is_no_listener() => {
-                    pending::clear(&state, c.key);
+                    recorded = Some(state);
                     early = None;
                 }
                 Err(e) => {
@@ -155,7 +159,11 @@ pub fn on_prepared(
             }
         }
     }
-    match agent_start::register(cfg, config_path, &reg, early) {
+    let done = agent_start::register(cfg, config_path, &reg, early);
+    if let Some(state) = recorded {
+        pending::clear(&state, c.key); // the agent took it, or it failed (below)
+    }
+    match done {
         Ok(_) => unwatched::clear(&StateDir::new(&cfg.state_dir), c.key),
         Err(e) => {
             rep.error(&e);

@@ -14,8 +14,17 @@
 //! `agent_timeout_ms`, `start` sends it again and waits for the answer, as
 //! the hook does (starting an agent when `start_agent` allows); only when
 //! that fails too does the container start unwatched, said in hook.log.
+//!
+//! The wrapper's `create` does that work after the low-level runtime's
+//! `create` has returned to the caller, in a helper process
+//! (`throttlewatch_runtime::create`): before the runtime runs it marks the
+//! container `pending` with an empty record ([`mark_creating`]), which the
+//! helper replaces with the register it sends. `start` waits on an empty
+//! record as on a full one; one still empty after `agent_timeout_ms` (the
+//! helper died) cannot be sent again, and the container starts unwatched.
 
-use std::os::unix::fs::MetadataExt;
+use std::fs::OpenOptions;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -53,10 +62,48 @@ pub fn mark(state: &StateDir, key: &ContainerKey, p: &PendingRegister) -> std::i
     write_atomic(&state.pending_file(key), &bytes, &WriteOptions::STATE)
 }
 
-/// `key`'s pending register, if there is one.
-pub fn read(state: &StateDir, key: &ContainerKey) -> Option<PendingRegister> {
+/// Record that `key`'s register will be sent once the runtime has created
+/// it: an empty record (0600, never through a symlink), for `start` to
+/// wait on until [`mark`] replaces it with the register.
+pub fn mark_creating(state: &StateDir, key: &ContainerKey) -> std::io::Result<()> {
+    StateDir::create_dir(&state.pending_dir())?;
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(state.pending_file(key))
+        .map(drop)
+}
+
+/// What `pending/<key>` holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pending {
+    /// Marked by [`mark_creating`]; the register is not sent yet.
+    Creating,
+    /// The register, sent.
+    Sent(PendingRegister),
+}
+
+/// `key`'s pending register, if there is one. A record that does not
+/// parse counts as [`Pending::Creating`] (records are written whole, by
+/// rename; an empty one is the mark).
+pub fn read(state: &StateDir, key: &ContainerKey) -> Option<Pending> {
     let bytes = std::fs::read(state.pending_file(key)).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    Some(match serde_json::from_slice(&bytes) {
+        Ok(p) => Pending::Sent(p),
+        Err(_) => Pending::Creating,
+    })
+}
+
+/// Remove `key`'s record if it is still the mark of [`mark_creating`]
+/// (the register was never sent); a sent one is left for `start`.
+pub fn clear_if_creating(state: &StateDir, key: &ContainerKey) {
+    let p = state.pending_file(key);
+    if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file() && m.len() == 0) {
+        let _ = std::fs::remove_file(&p);
+    }
 }
 
 /// The agent has taken the register (or the container is gone): the
@@ -78,28 +125,36 @@ pub enum Confirmed {
     AgentGone,
 }
 
-/// Wait until `key`'s register, sent to the socket file `sent_to` names
-/// ([`socket_id`]), is no longer pending, the agent refused it, that agent
-/// is gone from `socket`, or `timeout` passed. Polls every 100 µs. The
-/// record is left in place (see [`before_start`]).
+/// Wait until `key`'s register is no longer pending, the agent refused it,
+/// the agent it was sent to (the socket file its record names, see
+/// [`socket_id`]) is gone from `socket`, or `timeout` passed. Polls every
+/// 100 µs; a record still [`Pending::Creating`] is read again each time.
+/// The record is left in place (see [`before_start`]).
 pub fn wait_watched(
     state: &StateDir,
     key: &ContainerKey,
-    sent_to: Option<&str>,
     socket: &Path,
     timeout: Duration,
 ) -> Confirmed {
-    let p = state.pending_file(key);
     let t0 = Instant::now();
+    let mut sent_to: Option<Option<String>> = None;
     loop {
         if state.unwatched_file(key).exists() {
             return Confirmed::Refused;
         }
-        if !p.exists() {
+        if sent_to.is_none() {
+            match read(state, key) {
+                None => return Confirmed::Watched(t0.elapsed()),
+                Some(Pending::Sent(p)) => sent_to = Some(p.socket),
+                Some(Pending::Creating) => {}
+            }
+        } else if !state.pending_file(key).exists() {
             return Confirmed::Watched(t0.elapsed());
         }
-        if sent_to.is_some() && socket_id(socket).as_deref() != sent_to {
-            return Confirmed::AgentGone;
+        if let Some(Some(to)) = &sent_to {
+            if socket_id(socket).as_deref() != Some(to.as_str()) {
+                return Confirmed::AgentGone;
+            }
         }
         if t0.elapsed() >= timeout {
             return Confirmed::TimedOut(timeout);
@@ -121,19 +176,21 @@ pub fn before_start(
     let state = StateDir::new(&cfg.state_dir);
     // Nothing pending (answered at create, or never sent): nothing to wait
     // for, whatever an `unwatched/` mark says.
-    let p = read(&state, key)?;
-    let waited = wait_watched(
-        &state,
-        key,
-        p.socket.as_deref(),
-        &cfg.socket,
-        cfg.agent_timeout(),
-    );
+    read(&state, key)?;
+    let waited = wait_watched(&state, key, &cfg.socket, cfg.agent_timeout());
+    let last = read(&state, key);
     clear(&state, key);
-    let why = match waited {
-        Confirmed::Watched(_) => return None,
-        Confirmed::Refused => "the agent refused to watch it (see the agent's log)".to_string(),
-        Confirmed::TimedOut(_) | Confirmed::AgentGone => {
+    let why = match (waited, last) {
+        (Confirmed::Watched(_), _) => return None,
+        (Confirmed::Refused, _) => {
+            "the agent refused to watch it (see the agent's log)".to_string()
+        }
+        (Confirmed::TimedOut(_) | Confirmed::AgentGone, None) => return None, // taken meanwhile
+        (Confirmed::TimedOut(_) | Confirmed::AgentGone, Some(Pending::Creating)) => format!(
+            "its register was not sent within {:?} (agent_timeout_ms) of the start: the wrapper's create did not finish (see hook.log)",
+            cfg.agent_timeout()
+        ),
+        (waited, Some(Pending::Sent(p))) => {
             // Once more, waiting for the answer (registering twice is harmless).
             match agent_start::register(cfg, config_path, &p.register, None) {
                 Ok(_) => {
@@ -181,33 +238,70 @@ mod tests {
         let id = socket_id(&sock);
         let k = ContainerKey::new("c1", None);
         let short = Duration::from_millis(5);
-        let wait = || wait_watched(&st, &k, id.as_deref(), &sock, short);
-        assert!(matches!(wait(), Confirmed::Watched(_)), "nothing pending");
+        let wait = |t| wait_watched(&st, &k, &sock, t);
+        assert!(
+            matches!(wait(short), Confirmed::Watched(_)),
+            "nothing pending"
+        );
         mark(&st, &k, &record(id.clone())).unwrap();
         let back: PendingRegister =
             serde_json::from_slice(&std::fs::read(st.pending_file(&k)).unwrap()).unwrap();
         assert_eq!(back, record(id.clone()));
-        assert_eq!(wait(), Confirmed::TimedOut(short));
+        assert_eq!(read(&st, &k), Some(Pending::Sent(record(id.clone()))));
+        assert_eq!(wait(short), Confirmed::TimedOut(short));
         let (st2, k2) = (st.clone(), k.clone());
         let agent = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
             clear(&st2, &k2);
         });
         let long = Duration::from_secs(5);
-        assert!(
-            matches!(wait_watched(&st, &k, id.as_deref(), &sock, long), Confirmed::Watched(t) if t < long)
-        );
+        assert!(matches!(wait(long), Confirmed::Watched(t) if t < long));
         agent.join().unwrap();
         // A restarted agent binds a new socket file.
         mark(&st, &k, &record(id.clone())).unwrap();
         std::fs::remove_file(&sock).unwrap();
         std::fs::write(d.path().join("other"), "").unwrap();
         std::fs::rename(d.path().join("other"), &sock).unwrap();
+        assert_eq!(wait(long), Confirmed::AgentGone);
+        crate::unwatched::mark(&st, &k).unwrap();
+        assert_eq!(wait(short), Confirmed::Refused);
+    }
+
+    /// The wrapper's mark before the runtime's create: waited on like a
+    /// register; followed once the helper writes the register (here sent to
+    /// an agent since gone); removed by `clear_if_creating` only while empty.
+    #[test]
+    fn an_empty_mark_is_waited_on_and_followed_once_sent() {
+        let d = tempfile::tempdir().unwrap();
+        let st = StateDir::new(d.path());
+        let sock = d.path().join("agent.sock");
+        std::fs::write(&sock, "").unwrap();
+        let k = ContainerKey::new("c1", None);
+        let short = Duration::from_millis(5);
+        mark_creating(&st, &k).unwrap();
+        let f = st.pending_file(&k);
+        assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(read(&st, &k), Some(Pending::Creating));
         assert_eq!(
-            wait_watched(&st, &k, id.as_deref(), &sock, long),
+            wait_watched(&st, &k, &sock, short),
+            Confirmed::TimedOut(short)
+        );
+        clear_if_creating(&st, &k);
+        assert_eq!(read(&st, &k), None, "an unsent mark is cleared");
+        mark_creating(&st, &k).unwrap();
+        let (st2, k2, sock2) = (st.clone(), k.clone(), sock.clone());
+        let helper = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            mark(&st2, &k2, &record(socket_id(&sock2))).unwrap();
+            clear_if_creating(&st2, &k2); // sent: left in place
+            std::fs::remove_file(&sock2).unwrap();
+            std::fs::write(&sock2, "x").unwrap(); // another agent's socket
+        });
+        assert_eq!(
+            wait_watched(&st, &k, &sock, Duration::from_secs(5)),
             Confirmed::AgentGone
         );
-        crate::unwatched::mark(&st, &k).unwrap();
-        assert_eq!(wait(), Confirmed::Refused);
+        helper.join().unwrap();
+        assert!(matches!(read(&st, &k), Some(Pending::Sent(_))));
     }
 }

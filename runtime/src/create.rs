@@ -1,74 +1,86 @@
-//! `create` with no hook on the start path: the wrapper edits the spec (our
-//! poststop hook, cpuset resources, the create stamp; no createRuntime
-//! hook), runs the low-level runtime's `create` as its child, and once it
-//! returns — the cgroup made, the init process waiting for `start`, the
-//! entrypoint not yet run — does the hook's createRuntime work itself:
-//! QoS into the cgroup, then the register with the agent. runc's hook
+//! `create` with no hook and no work of ours on the start path. The wrapper
+//! edits the spec (our poststop hook, cpuset resources, the create stamp; no
+//! createRuntime hook), marks the container pending
+//! (`throttlewatch_lifecycle::pending::mark_creating`), forks a helper and
+//! execs the low-level runtime's `create` in its own place: the caller waits
+//! for the runtime it asked for and nothing else, and a caller that kills
+//! "the runtime" on a timeout kills the real one.
+//!
+//! The helper, detached (its own session, stdio on /dev/null, no
+//! descriptor of the caller's), parses the request and finds the cgroup
+//! hierarchies while the runtime creates, waits for the runtime to exit
+//! (a pidfd), and if it created the container — a pid file written during
+//! this create — does the hook's createRuntime work: QoS into the cgroup,
+//! the burst record, then the register sent to the agent, which replaces
+//! the mark. All that runs while the caller goes on to `start`, which lets
+//! the entrypoint run only once the agent has the container (or it was
+//! refused, or the helper failed and said why in hook.log). runc's hook
 //! machinery (state JSON, a fork of the Go process, a second process's
-//! start-up) is what a createRuntime hook cost on the start path: 2.3 ms
-//! for `/bin/true` as the hook (bench/README.md, container start).
+//! start-up) cost 2.3 ms on the start path for `/bin/true` as the hook;
+//! the child runtime and the work after its create, another ~0.5 ms
+//! (bench/README.md, container start).
 //!
 //! `run` keeps the hook: runc creates and starts in one process, and the
 //! hook is the only point between the two. So does fail-closed (the
 //! wrapper sends `create` here only under fail-open): there the hook makes
 //! runc's own create fail unless the container's log is open, the
-//! strongest form of the guarantee, and speed comes second. (In the VM
-//! lane the create path under fail-closed twice came out 1.3 % and 3.2 %
-//! short of the kernel's count in about twenty runs: not understood yet,
-//! see the issue 16 note.)
+//! strongest form of the guarantee, and speed comes second.
 
 use std::ffi::OsString;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::time::Duration;
 
 use throttlewatch_core::config::Config;
+use throttlewatch_core::ContainerKey;
 use throttlewatch_lifecycle::created::{on_prepared, prepare, read_pid_file, Answer, Created};
 use throttlewatch_lifecycle::modifiers::{
     apply_modifiers, default_hook_path, is_pod_sandbox_spec, ModifyContext,
 };
 use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
+use throttlewatch_lifecycle::{pending, unwatched};
 use throttlewatch_lifecycle::{BundleSpec, SpecFile, Stage, StateDir};
 
 use crate::args::RuncArgs;
 use crate::runlog::{RuncLog, NAME};
 
-/// What the wrapper does next.
-pub enum Next {
-    /// Hand the (maybe edited) bundle to the low-level runtime by exec.
-    Exec,
-    /// Done: exit with this code.
-    Exit(i32),
-}
+/// What the wrapper does next: exec the low-level runtime with these
+/// arguments (the caller's, maybe with a `--pid-file` of ours).
+pub struct Next(pub Vec<OsString>);
 
-/// `create` under fail-open: edit the spec, run the runtime's `create`,
-/// then QoS and the register sent. A spec that cannot be edited goes to
-/// the runtime unchanged; any later failure leaves the container created
-/// and unwatched, said in hook.log (fail-closed keeps the hook: see the module).
+/// `create` under fail-open: edit the spec, mark the container pending,
+/// fork the helper (see the module), then exec the runtime's `create`. A
+/// spec that cannot be edited goes to the runtime unchanged; any later
+/// failure leaves the container created and unwatched, said in runc's log
+/// (before the fork) or hook.log (the helper); fail-closed keeps the hook.
 pub fn create(
-    runtime: &Path,
     args: &RuncArgs,
     cfg: &Config,
     config_path: Option<PathBuf>,
     log: &RuncLog,
     t: &mut Phases,
 ) -> Next {
+    let unchanged = || Next(args.argv.clone());
     let spec = match edit(args, cfg, config_path.clone(), t) {
         Ok(Some(spec)) => spec,
-        Ok(None) => return Next::Exec, // a pod sandbox: nothing to do
+        Ok(None) => return unchanged(), // a pod sandbox: nothing to do
         Err(e) => {
             log.error(&format!(
                 "{e:#} (fail-open: creating the container unchanged)"
             ));
-            return Next::Exec;
+            return unchanged();
         }
     };
+    let Some(key) = args.container_key() else {
+        log.error("create: no container id in the arguments; not watched");
+        return unchanged();
+    };
+    let state = StateDir::new(&cfg.state_dir);
     // The init pid: from the caller's --pid-file, else one of ours.
     let (argv, pid_file, ours) = match args.sub_flag(&["pid-file"]) {
         Some(p) => (args.argv.clone(), PathBuf::from(p), false),
         None => {
-            let state = StateDir::new(&cfg.state_dir);
             let p = state.create_pid_file(std::process::id());
             let made = p.parent().map(StateDir::create_dir);
             if let Some(Err(e)) = made {
@@ -76,63 +88,55 @@ pub fn create(
                     "cannot create {}: {e}; the container is created and not watched",
                     p.parent().unwrap_or(Path::new("")).display()
                 ));
-                return Next::Exec;
+                return unchanged();
             }
             let _ = std::fs::remove_file(&p);
             (with_pid_file(args, &p), p, true)
         }
     };
-    let child = match spawn_child(runtime, &argv) {
-        Ok(c) => c,
-        Err(e) => {
-            log.error(&format!("cannot run {}: {e}", runtime.display()));
-            return Next::Exit(127);
+    // A pid file there before (a reused path) is not this create's.
+    let stale = file_id(&pid_file);
+    // A mark left by an earlier container of this id (restarted) must not
+    // make this one's `start` skip the wait.
+    unwatched::clear(&state, &key);
+    if let Err(e) = pending::mark_creating(&state, &key) {
+        log.error(&format!(
+            "cannot mark {key} pending in {}: {e}; the container is created and not watched",
+            state.pending_dir().display()
+        ));
+        return Next(argv);
+    }
+    t.mark("mark");
+    let runtime_pid = std::process::id();
+    // SAFETY: the wrapper runs one thread (it starts none), so the child
+    // may run ordinary code; it ends in `_exit` and never returns here.
+    match unsafe { libc::fork() } {
+        0 => {
+            let h = Helper {
+                runtime_pid,
+                cfg,
+                config_path: config_path.as_deref(),
+                spec: &spec,
+                key: &key,
+                bundle: args.bundle().unwrap_or_default(),
+                pid_file: &pid_file,
+                stale,
+                ours,
+            };
+            h.run();
+            // SAFETY: ends the helper without running anything of the wrapper's.
+            unsafe { libc::_exit(0) }
         }
-    };
-    t.mark("spawn");
-    // While the runtime creates: what needs no cgroup yet.
-    let prepared = prepare(cfg, &spec);
-    t.mark("prepare");
-    let code = wait_child(child);
-    t.mark("runtime_create");
-    let pid = read_pid_file(&pid_file);
-    if ours {
-        let _ = std::fs::remove_file(&pid_file);
+        -1 => {
+            let e = std::io::Error::last_os_error();
+            pending::clear(&state, &key);
+            log.error(&format!(
+                "cannot fork the create helper: {e}; the container is created and not watched"
+            ));
+        }
+        _ => t.mark("fork"),
     }
-    if code != 0 {
-        return Next::Exit(code); // the runtime said why
-    }
-    let bundle = args.bundle().unwrap_or_default();
-    let Some(key) = args.container_key() else {
-        log.error("create: no container id in the arguments; not watched");
-        return Next::Exit(0);
-    };
-    let mut rep = Reporter::new(cfg, Stage::CreateRuntime, NAME);
-    rep.set_container(&key.id);
-    let Some(prepared) = prepared else {
-        return Next::Exit(0); // a pod sandbox (the edit let it through)
-    };
-    let done = pid.map_err(anyhow::Error::msg).and_then(|pid| {
-        let c = Created {
-            key: &key,
-            bundle: &bundle,
-            pid,
-            spec: &spec,
-        };
-        on_prepared(
-            cfg,
-            config_path.as_deref(),
-            &mut rep,
-            c,
-            prepared,
-            Answer::AtStart,
-            t,
-        )
-    });
-    if let Err(e) = done {
-        rep.error(&format!("{e:#}"));
-    }
-    Next::Exit(0)
+    Next(argv)
 }
 
 /// Read, edit (no createRuntime hook of ours) and write back config.json;
@@ -145,6 +149,7 @@ fn edit(
 ) -> anyhow::Result<Option<BundleSpec>> {
     let bundle = args.bundle()?;
     let mut file = SpecFile::read(&bundle)?;
+    t.mark("spec_read");
     if is_pod_sandbox_spec(&file.value) {
         return Ok(None);
     }
@@ -155,10 +160,12 @@ fn edit(
         create_runtime_hook: false,
     };
     t.mark("hook_path");
-    if !apply_modifiers(&mut file, &ctx)?.is_empty() {
+    let changed = !apply_modifiers(&mut file, &ctx)?.is_empty();
+    t.mark("modify");
+    if changed {
         file.write()?;
     }
-    t.mark("modify");
+    t.mark("write");
     Ok(Some(file.typed()?))
 }
 
@@ -170,30 +177,216 @@ fn with_pid_file(args: &RuncArgs, p: &Path) -> Vec<OsString> {
     argv
 }
 
-/// The child's exit code, 128 + signal if it was killed.
-fn wait_child(mut child: Child) -> i32 {
-    match child.wait() {
-        Ok(st) => st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0)),
-        Err(_) => 1, // not ours to wait for: cannot happen (our own child)
+/// A file's identity: runc writes the pid file by rename, so a new one is
+/// another inode or at least another change time.
+type FileId = (u64, u64, i64, i64);
+
+fn file_id(p: &Path) -> Option<FileId> {
+    std::fs::symlink_metadata(p)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+}
+
+/// The helper's share of `create` (see the module).
+struct Helper<'a> {
+    /// The wrapper's pid, which the runtime's `create` keeps across exec.
+    runtime_pid: u32,
+    cfg: &'a Config,
+    config_path: Option<&'a Path>,
+    spec: &'a BundleSpec,
+    key: &'a ContainerKey,
+    bundle: PathBuf,
+    pid_file: &'a Path,
+    stale: Option<FileId>,
+    /// The pid file is ours (`<state_dir>/pids/`): removed once read.
+    ours: bool,
+}
+
+impl Helper<'_> {
+    fn run(self) {
+        detach();
+        let mut t = Phases::start(NAME);
+        t.name(&format!("{NAME} created"));
+        let state = StateDir::new(&self.cfg.state_dir);
+        // While the runtime creates: what needs no cgroup yet.
+        let prepared = prepare(self.cfg, self.spec);
+        t.mark("prepare");
+        let pid = self.wait_created();
+        t.mark("runtime_create");
+        if self.ours {
+            let _ = std::fs::remove_file(self.pid_file);
+        }
+        let (Some(pid), Some(prepared)) = (pid, prepared) else {
+            // Not created (the runtime said why), or a pod sandbox.
+            pending::clear_if_creating(&state, self.key);
+            t.finish();
+            return;
+        };
+        let mut rep = Reporter::new(self.cfg, Stage::CreateRuntime, NAME);
+        rep.set_container(&self.key.id);
+        let done = pid.map_err(anyhow::Error::msg).and_then(|pid| {
+            let c = Created {
+                key: self.key,
+                bundle: &self.bundle,
+                pid,
+                spec: self.spec,
+            };
+            on_prepared(
+                self.cfg,
+                self.config_path,
+                &mut rep,
+                c,
+                prepared,
+                Answer::AtStart,
+                &mut t,
+            )
+            .map_err(|e| match Path::new(&format!("/proc/{pid}")).exists() {
+                true => e,
+                false => e.context(format!(
+                    "init process {pid} gone (deleted before its start)"
+                )),
+            })
+        });
+        if let Err(e) = done {
+            rep.error(&format!("{e:#}; the container is not watched"));
+        }
+        // Never sent: `start` need not wait for it.
+        pending::clear_if_creating(&state, self.key);
+        t.finish();
     }
 }
 
-/// Start the runtime as a child (stdio and preserved descriptors
-/// inherited) that dies with this process: a caller that kills the
-/// "runtime" on a timeout kills the real one too.
-fn spawn_child(runtime: &Path, argv: &[OsString]) -> std::io::Result<Child> {
-    let mut cmd = Command::new(runtime);
-    cmd.args(argv);
-    // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
+impl Helper<'_> {
+    /// The container's init pid once the runtime has written it to the pid
+    /// file (runc does so when the create has succeeded, then exits: the
+    /// work here overlaps its exit and the caller's next step); None when
+    /// the runtime exited without writing it (the create failed). Reads
+    /// the file on each change in its directory (inotify) and once more
+    /// when the runtime has exited.
+    fn wait_created(&self) -> Option<Result<u32, String>> {
+        let written = || {
+            file_id(self.pid_file)
+                .filter(|id| Some(*id) != self.stale)
+                .map(|_| read_pid_file(self.pid_file))
+        };
+        let dir = self.pid_file.parent().unwrap_or(Path::new("/"));
+        let Some(changes) = DirChanges::watch(dir) else {
+            wait_for_exit(self.runtime_pid, None);
+            return written();
+        };
+        loop {
+            if let Some(Ok(pid)) = written() {
+                return Some(Ok(pid));
             }
-            Ok(())
-        });
+            if wait_for_exit(self.runtime_pid, Some(&changes)) {
+                return written();
+            }
+            changes.drain();
+        }
     }
-    cmd.spawn()
+}
+
+/// inotify on one directory: files written or renamed into it. Never
+/// closed: closing an inotify descriptor waits for an SRCU grace period
+/// (`fsnotify_destroy_group`), 10-20 ms here, which would come before the
+/// register; the helper's exit closes it when nobody waits.
+struct DirChanges(i32);
+
+impl DirChanges {
+    fn watch(dir: &Path) -> Option<DirChanges> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+        // SAFETY: a new descriptor, owned by the value returned.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if fd < 0 {
+            return None;
+        }
+        let w = DirChanges(fd);
+        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_ONLYDIR;
+        // SAFETY: a valid C string and our inotify descriptor.
+        (unsafe { libc::inotify_add_watch(fd, path.as_ptr(), mask) } >= 0).then_some(w)
+    }
+
+    fn drain(&self) {
+        let mut buf = [0u8; 4096];
+        // SAFETY: reads into a local buffer of its size.
+        while unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    }
+}
+
+/// Leave the caller: a session of its own, stdio on /dev/null, every other
+/// descriptor closed (the caller may wait for its pipes to close, and the
+/// runtime's preserved descriptors are the container's).
+fn detach() {
+    // SAFETY: plain system calls on this process's own descriptors.
+    unsafe {
+        libc::setsid();
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        for fd in 0..3 {
+            if null >= 0 {
+                libc::dup2(null, fd);
+            } else {
+                libc::close(fd);
+            }
+        }
+        if libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) != 0 {
+            // Before Linux 5.9: one by one.
+            let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+                .map(|d| {
+                    d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for fd in open.into_iter().filter(|fd| *fd >= 3) {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// Wait until process `pid`, this one's parent, has exited (true), or
+/// until `changes` has something to read (false): a pidfd, or before Linux
+/// 5.3 until this process is reparented (then `changes` is not watched).
+fn wait_for_exit(pid: u32, changes: Option<&DirChanges>) -> bool {
+    let parent = || unsafe { libc::getppid() } as u32;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32;
+    let close = |fd: i32| {
+        if fd >= 0 {
+            // SAFETY: the pidfd opened above, closed once.
+            unsafe { libc::close(fd) };
+        }
+    };
+    if parent() != pid {
+        close(fd); // gone already (and the pidfd may name another process)
+        return true;
+    }
+    if fd < 0 {
+        while parent() == pid {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        return true;
+    }
+    let mut p = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: changes.map_or(-1, |c| c.0),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two pollfds owned here (a negative fd is ignored by poll).
+    unsafe {
+        while libc::poll(p.as_mut_ptr(), 2, -1) < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {}
+    }
+    close(fd);
+    p[0].revents != 0
 }
 
 #[cfg(test)]
@@ -226,5 +419,45 @@ mod tests {
             again.sub_flag(&["pid-file"]),
             Some(OsString::from("/run/tw/pids/7"))
         );
+    }
+
+    /// The helper's wait ends when its parent exits, not before.
+    #[test]
+    fn the_helper_waits_for_its_parent_to_exit() {
+        let mut fds = [0; 2];
+        // SAFETY: the forked processes run only system calls and
+        // `wait_for_exit`, then `_exit`.
+        unsafe {
+            assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+            let [r, w] = fds;
+            match libc::fork() {
+                0 => {
+                    let me = std::process::id();
+                    if libc::fork() == 0 {
+                        let t0 = std::time::Instant::now();
+                        assert!(wait_for_exit(me, None));
+                        let ms = (t0.elapsed().as_millis() as u32).to_le_bytes();
+                        libc::write(w, ms.as_ptr().cast(), 4);
+                        libc::_exit(0)
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                    libc::_exit(0)
+                }
+                child => {
+                    libc::close(w);
+                    let mut st = 0;
+                    libc::waitpid(child, &mut st, 0);
+                    let mut b = [0u8; 4];
+                    let n = libc::read(r, b.as_mut_ptr().cast(), 4);
+                    libc::close(r);
+                    assert_eq!(n, 4, "the grandchild reported");
+                    let ms = u32::from_le_bytes(b);
+                    assert!(
+                        (150..5000).contains(&ms),
+                        "waited {ms} ms for a 200 ms parent"
+                    );
+                }
+            }
+        }
     }
 }

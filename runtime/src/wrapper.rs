@@ -1,6 +1,6 @@
 //! The wrapper's flow: parse runc's arguments; on `create` edit the bundle,
-//! run the runtime's `create` as a child and do the createRuntime work
-//! itself ([`crate::create`]); on `run` edit the bundle (the hook does that
+//! leave the createRuntime work to a helper and exec the runtime's `create`
+//! ([`crate::create`]); on `run` edit the bundle (the hook does that
 //! work); run `update` as a child; exec the low-level runtime for
 //! everything else (argv untouched).
 
@@ -56,13 +56,12 @@ pub fn main(args: Vec<OsString>) -> i32 {
         // Fail-closed keeps the hook (below, as `run`): runc's own create
         // is refused unless the container's log is open.
         Some("create") if cfg_ok && cfg.fail_mode == FailMode::Open => {
-            match crate::create::create(&runtime, &args, &cfg, config_path, &log, &mut t) {
-                crate::create::Next::Exit(code) => {
-                    t.finish();
-                    return code;
-                }
-                crate::create::Next::Exec => {}
-            }
+            let crate::create::Next(argv) =
+                crate::create::create(&args, &cfg, config_path, &log, &mut t);
+            t.finish();
+            let e = lowlevel::exec(&runtime, &argv);
+            log.error(&format!("cannot exec {}: {e}", runtime.display()));
+            return 127;
         }
         Some("run") | Some("create") if cfg_ok => {
             if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
