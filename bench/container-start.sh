@@ -1,8 +1,9 @@
 #!/bin/sh
 # Container start latency: throttlewatch-runtime (the wrapper: spec edit, then
-# on `create` runc's create as its child, QoS and the register sent to a
-# running agent, `start` waiting for the watch; on `run`, the createRuntime
-# hook) against plain runc, on the same bundle, interleaved. Each round
+# on `create` runc's create exec'd in its place while a helper applies QoS and
+# sends the register to a running agent, `start` waiting for the watch; on
+# `run`, the createRuntime hook) against plain runc, on the same bundle,
+# interleaved. Each round
 # restores the pristine config.json (as containerd and dockerd hand the
 # runtime a fresh bundle), times `create` + `start` (or `run -d`), then deletes.
 #
@@ -124,13 +125,23 @@ json.dump(c, open(p, "w"))
 PY
 cp "$B/config.json" "$W/pristine.json"
 
-cat > "$W/tw.toml" <<TOML
-log_dir = "$W/logs"
-socket = "$RUN/agent.sock"
-state_dir = "$RUN"
-metrics_addr = ""
-start_agent = false
-TOML
+# TW_BENCH_CONFIG=shipped: configs/throttlewatch.toml (112 lines, every key
+# with its comment, as packaging/ installs it) with these five keys set
+# instead of a five-line file: what the wrapper and hook parse on a node.
+bench_config() { # OUT LOG_DIR SOCKET STATE_DIR
+    if [ "${TW_BENCH_CONFIG:-short}" = shipped ]; then
+        sed -e "s|^log_dir = .*|log_dir = \"$2\"|" -e "s|^socket = .*|socket = \"$3\"|" \
+            -e "s|^state_dir = .*|state_dir = \"$4\"|" -e 's|^metrics_addr = .*|metrics_addr = ""|' \
+            -e 's|^start_agent = .*|start_agent = false|' configs/throttlewatch.toml >"$1"
+    else
+        printf 'log_dir = "%s"\nsocket = "%s"\nstate_dir = "%s"\nmetrics_addr = ""\nstart_agent = false\n' "$2" "$3" "$4" >"$1"
+    fi
+}
+case ${TW_BENCH_CONFIG:-short} in
+    short | shipped) ;;
+    *) echo "TW_BENCH_CONFIG: expected short or shipped, got $TW_BENCH_CONFIG" >&2; exit 2 ;;
+esac
+bench_config "$W/tw.toml" "$W/logs" "$RUN/agent.sock" "$RUN"
 # TW_BENCH_TIMING=1: the agents time their registers too (agent/src/timing.rs).
 agent_timing() { [ "${TW_BENCH_TIMING:-0}" = 1 ] && echo "$W/$1" || echo ""; }
 THROTTLEWATCH_TIMING=$(agent_timing timing) "$AGENT" agent --config "$W/tw.toml" >"$W/agent.out" 2>&1 &
@@ -142,13 +153,7 @@ until [ -S "$RUN/agent.sock" ]; do
 done
 if [ -n "$BEFORE" ]; then
     mkdir -p "$RUN/before"
-    cat > "$W/tw-before.toml" <<TOML
-log_dir = "$W/logs-before"
-socket = "$RUN/before/agent.sock"
-state_dir = "$RUN/before"
-metrics_addr = ""
-start_agent = false
-TOML
+    bench_config "$W/tw-before.toml" "$W/logs-before" "$RUN/before/agent.sock" "$RUN/before"
     THROTTLEWATCH_TIMING=$(agent_timing timing-before) "$BEFORE/throttlewatch" agent --config "$W/tw-before.toml" >"$W/agent-before.out" 2>&1 &
     AGENT_BEFORE_PID=$!
     i=0
@@ -232,7 +237,7 @@ median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
 echo "binaries: $TW_BIN_DIR (wrapper, hook, agent${TRIPLE:+; hook and wrapper built for $TRIPLE, static}); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
 echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
-if [ "$MODE" = create ]; then what="create + start"; how="wrapper: runc create as its child, QoS, register sent; start waits for the watch"; else what="run -d"; how="wrapper + createRuntime hook + register"; fi
+if [ "$MODE" = create ]; then what="create + start"; how="wrapper execs runc create, its helper: QoS, register sent; start waits for the watch"; else what="run -d"; how="wrapper + createRuntime hook + register"; fi
 echo "plain runc $what:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"
 echo "throttlewatch-runtime $what:     median $(awk "BEGIN{printf \"%.1f\", $mt/1000}") ms ($how)"
 echo "ratio of medians (wrapper/plain): $(awk "BEGIN{printf \"%.3f\", $mt/$mp}") (issue 16: target <= 1.05)"

@@ -260,14 +260,22 @@ impl Config {
             .map(PathBuf::from)
     }
 
-    /// `explicit` (from --config), else $THROTTLEWATCH_CONFIG, else the
-    /// default path if it exists, else the built-in defaults.
+    /// The file [`Config::load`] reads: `explicit` (from --config), else
+    /// $THROTTLEWATCH_CONFIG, else the default path if it exists; None: the
+    /// built-in defaults.
+    pub fn path_to_load(explicit: Option<&Path>) -> Option<PathBuf> {
+        match (explicit, Self::env_path()) {
+            (Some(p), _) => Some(p.to_path_buf()),
+            (None, Some(p)) => Some(p),
+            (None, None) if Path::new(DEFAULT_PATH).exists() => Some(PathBuf::from(DEFAULT_PATH)),
+            _ => None,
+        }
+    }
+
+    /// The file [`Config::path_to_load`] names, parsed; else the defaults.
     pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
-        let path = match (explicit, Self::env_path()) {
-            (Some(p), _) => p.to_path_buf(),
-            (None, Some(p)) => p,
-            (None, None) if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),
-            _ => return Ok(Config::default()),
+        let Some(path) = Self::path_to_load(explicit) else {
+            return Ok(Config::default());
         };
         let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Io {
             path: path.clone(),
@@ -276,9 +284,29 @@ impl Config {
         Self::parse(&path, &text)
     }
 
+    /// [`Config::load`] through [`crate::config_cache`]: for the wrapper and
+    /// the hook, which parse the same file at every container start.
+    pub fn load_cached(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        match Self::path_to_load(explicit) {
+            None => Ok(Config::default()),
+            Some(path) => {
+                crate::config_cache::load(Path::new(crate::config_cache::CACHE_DIR), &path)
+            }
+        }
+    }
+
     /// `load`, and on failure what the file meant (see [`BadConfig`]).
     pub fn load_checked(explicit: Option<&Path>) -> Result<Config, BadConfig> {
-        Self::load(explicit).map_err(|e| {
+        Self::checked(Self::load(explicit))
+    }
+
+    /// [`Config::load_checked`] through [`crate::config_cache`].
+    pub fn load_checked_cached(explicit: Option<&Path>) -> Result<Config, BadConfig> {
+        Self::checked(Self::load_cached(explicit))
+    }
+
+    fn checked(loaded: Result<Config, ConfigError>) -> Result<Config, BadConfig> {
+        loaded.map_err(|e| {
             let text = match &e {
                 ConfigError::Parse { path, .. } => {
                     std::fs::read_to_string(path).unwrap_or_default()

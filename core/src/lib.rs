@@ -3,6 +3,7 @@
 //! and the runtime wrapper link this and stay small.
 
 pub mod config;
+pub mod config_cache;
 pub mod container_key;
 pub mod control_config;
 pub mod cpulist;

@@ -13,7 +13,16 @@ use crate::policy::ANNOTATION_ONLY;
 
 /// `Config::load_checked`, then [`check`].
 pub fn load(explicit: Option<&Path>) -> Result<Config, BadConfig> {
-    let cfg = Config::load_checked(explicit)?;
+    checked(explicit, Config::load_checked(explicit)?)
+}
+
+/// [`load`] through the parsed-configuration cache
+/// (`throttlewatch_core::config_cache`): the wrapper and the hook.
+pub fn load_cached(explicit: Option<&Path>) -> Result<Config, BadConfig> {
+    checked(explicit, Config::load_checked_cached(explicit)?)
+}
+
+fn checked(explicit: Option<&Path>, cfg: Config) -> Result<Config, BadConfig> {
     check(&cfg).map_err(|e| BadConfig {
         error: format!("config {}: {e}", describe_path(explicit)),
         fail_mode: cfg.fail_mode,

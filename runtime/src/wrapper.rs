@@ -27,7 +27,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     ));
     let log = RuncLog::new(args.log.clone(), args.log_format.as_deref());
     let config_path = config_path(&args);
-    let (cfg, cfg_ok) = match throttlewatch_qos::config_check::load(config_path.as_deref()) {
+    let (cfg, cfg_ok) = match throttlewatch_qos::config_check::load_cached(config_path.as_deref()) {
         Ok(c) => (c, true),
         Err(bad)
             if bad.fail_mode == FailMode::Closed
