@@ -3,9 +3,10 @@
 //! `run`; each parsed the same TOML file: 0.08–0.11 ms per process for the
 //! shipped `configs/throttlewatch.toml` (cold code, toml_edit's document
 //! model; bench/README.md). The cache holds the parsed [`Config`] as JSON
-//! with the text it was parsed from, one file per configuration path, and
-//! is used only when the file's text now is that text, byte for byte (no
-//! file times: a coarse clock can give two edits the same ones).
+//! with the length and a 128-bit digest of the text it was parsed from, one
+//! file per configuration path, and is used only when the file's text now
+//! has that length and digest (no file times: a coarse clock can give two
+//! edits the same ones).
 //!
 //! Only for root, only in [`CACHE_DIR`] when it is a directory (not a
 //! symlink) owned by root and closed to others (0700, created so); entries
@@ -33,9 +34,32 @@ const MAX_ENTRY_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Entry {
-    /// The file's text, as parsed.
-    text: String,
+    /// The file's text, as parsed: its length and two independent 64-bit
+    /// SipHash digests (the text itself would make the entry twice the
+    /// size and its reading slower than the TOML it saves).
+    text: TextId,
     config: Config,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct TextId {
+    len: usize,
+    digest: [u64; 2],
+}
+
+impl TextId {
+    fn of(text: &str) -> TextId {
+        let digest = [0u8, 1].map(|seed| {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            seed.hash(&mut h);
+            text.hash(&mut h);
+            h.finish()
+        });
+        TextId {
+            len: text.len(),
+            digest,
+        }
+    }
 }
 
 /// `path` read and parsed ([`Config::parse`]), through the cache in `dir`.
@@ -50,14 +74,14 @@ pub fn load(dir: &Path, path: &Path) -> Result<Config, ConfigError> {
     }
     let entry = dir.join(entry_name(path));
     if ours(dir) {
-        if let Some(c) = read(&entry, &text) {
+        if let Some(c) = read(&entry, TextId::of(&text)) {
             return Ok(c);
         }
     }
     let config = Config::parse(path, &text)?;
     if make_dir(dir) {
         let e = Entry {
-            text,
+            text: TextId::of(&text),
             config: config.clone(),
         };
         if let Ok(bytes) = serde_json::to_vec(&e) {
@@ -88,7 +112,7 @@ fn make_dir(dir: &Path) -> bool {
     ours(dir)
 }
 
-fn read(entry: &Path, text: &str) -> Option<Config> {
+fn read(entry: &Path, text: TextId) -> Option<Config> {
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -163,7 +187,7 @@ mod tests {
         for text in [shipped.as_str(), set] {
             let c = Config::parse(Path::new("t.toml"), text).unwrap();
             let e = Entry {
-                text: text.into(),
+                text: TextId::of(text),
                 config: c.clone(),
             };
             let back: Entry = serde_json::from_slice(&serde_json::to_vec(&e).unwrap()).unwrap();
