@@ -105,13 +105,20 @@ pub struct Console {
     master: File,
     /// Write end of the stdin copy's stop pipe: closing it wakes the thread.
     stop: Option<File>,
+    /// Disconnected when the output copy has ended (the last slave closed
+    /// and everything it wrote is in the stdout fifo).
+    out_done: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
 impl Console {
     /// `input`: the stdin fifo (None: no stdin); `output`: the stdout fifo.
     pub fn start(master: File, input: Option<File>, output: File) -> std::io::Result<Console> {
         let out_master = master.try_clone()?;
-        spawn("pty-out", move || copy_out(out_master, output))?;
+        let (done, out_done) = std::sync::mpsc::channel::<()>();
+        spawn("pty-out", move || {
+            copy_out(out_master, output);
+            drop(done);
+        })?;
         let mut stop = None;
         if let Some(input) = input {
             let (r, w) = nix::unistd::pipe()?;
@@ -119,7 +126,23 @@ impl Console {
             spawn("pty-in", move || copy_in(input, in_master, File::from(r)))?;
             stop = Some(File::from(w));
         }
-        Ok(Console { master, stop })
+        Ok(Console {
+            master,
+            stop,
+            out_done: std::sync::Mutex::new(out_done),
+        })
+    }
+
+    /// Wait up to `limit` for the output copy to end: once the process has
+    /// exited, what it wrote last is still in the pty until the copy reads
+    /// it, and containerd's client stops reading stdout once it sees the
+    /// exit. False: still copying (another process holds the terminal).
+    pub fn wait_output(&self, limit: Duration) -> bool {
+        let rx = self.out_done.lock().unwrap_or_else(|e| e.into_inner());
+        !matches!(
+            rx.recv_timeout(limit),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        )
     }
 
     pub fn resize(&self, width: u32, height: u32) -> std::io::Result<()> {
@@ -268,6 +291,46 @@ mod tests {
 
     /// Issue 11: not a predictable name in the shared temp directory, but a
     /// private (0700) directory of its own.
+    /// The output copy ends once the last slave descriptor is closed, with
+    /// everything written before in the output; until then `wait_output`
+    /// says it is still copying.
+    #[test]
+    fn wait_output_ends_after_the_last_write_is_copied() {
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty with valid out-pointers.
+        assert_eq!(
+            unsafe {
+                libc::openpty(
+                    &mut master,
+                    &mut slave,
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                )
+            },
+            0
+        );
+        // SAFETY: descriptors openpty just gave us, owned from here on.
+        let (master, mut slave) = unsafe { (File::from_raw_fd(master), File::from_raw_fd(slave)) };
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let console = Console::start(master, None, File::from(w)).unwrap();
+        slave.write_all(b"first\n").unwrap();
+        assert!(
+            !console.wait_output(Duration::from_millis(100)),
+            "the slave is open: still copying"
+        );
+        slave.write_all(b"last line\n").unwrap();
+        drop(slave);
+        assert!(console.wait_output(Duration::from_secs(5)), "copy ended");
+        let mut out = String::new();
+        File::from(r).read_to_string(&mut out).unwrap();
+        assert!(
+            out.contains("first") && out.ends_with("last line\r\n"),
+            "{out:?}"
+        );
+        assert!(console.wait_output(Duration::ZERO), "and stays ended");
+    }
+
     #[test]
     fn the_socket_lives_in_a_private_directory() {
         use std::os::unix::fs::PermissionsExt;

@@ -64,23 +64,34 @@ pub struct State {
     pub unclaimed: VecDeque<(u32, u32, Timestamp)>,
 }
 
-/// Record an exit for whichever process had `pid` and publish TaskExit.
+/// How long an exit waits for its terminal's last output (see
+/// [`ProcIo::wait_output`](crate::stdio::ProcIo::wait_output)).
+const OUTPUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Record an exit for whichever process had `pid` and publish TaskExit;
+/// a process with a terminal once its last output is copied out (bounded
+/// by [`OUTPUT_LIMIT`]): containerd's client stops reading at the exit.
 pub fn on_exit(state: &Shared, tx: &mpsc::Sender<Event>, pid: u32, code: u32) {
     let at = now();
     let found = {
         let st = state.0.lock().unwrap_or_else(|e| e.into_inner());
         st.containers.iter().find_map(|(cid, c)| {
             if c.init.pid == pid && c.init.status != Status::STOPPED {
-                return Some((cid.clone(), String::new()));
+                return Some((cid.clone(), String::new(), c.init.io.clone()));
             }
             c.execs
                 .iter()
                 .find(|(_, p)| p.pid == pid && p.status != Status::STOPPED)
-                .map(|(e, _)| (cid.clone(), e.clone()))
+                .map(|(e, p)| (cid.clone(), e.clone(), p.io.clone()))
         })
     };
     match found {
-        Some((cid, eid)) => apply_exit(state, tx, &cid, &eid, pid, code, at),
+        Some((cid, eid, io)) => {
+            if let Some(io) = io {
+                io.wait_output(OUTPUT_LIMIT);
+            }
+            apply_exit(state, tx, &cid, &eid, pid, code, at)
+        }
         None => {
             let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
             st.unclaimed.push_back((pid, code, at));

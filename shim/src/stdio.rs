@@ -176,6 +176,12 @@ impl ProcIo {
             .take();
     }
 
+    /// Wait up to `limit` for a terminal's output to be copied out (see
+    /// [`Console::wait_output`]); at once without a terminal.
+    pub fn wait_output(&self, limit: std::time::Duration) -> bool {
+        self.console.as_ref().is_none_or(|c| c.wait_output(limit))
+    }
+
     /// ResizePty; a process without a terminal ignores it (as in the runc shim).
     pub fn resize(&self, width: u32, height: u32) -> std::io::Result<()> {
         match &self.console {
