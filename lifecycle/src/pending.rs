@@ -83,7 +83,7 @@ pub enum Pending {
     /// Marked by [`mark_creating`]; the register is not sent yet.
     Creating,
     /// The register, sent.
-    Sent(PendingRegister),
+    Sent(Box<PendingRegister>),
 }
 
 /// `key`'s pending register, if there is one. A record that does not
@@ -92,7 +92,7 @@ pub enum Pending {
 pub fn read(state: &StateDir, key: &ContainerKey) -> Option<Pending> {
     let bytes = std::fs::read(state.pending_file(key)).ok()?;
     Some(match serde_json::from_slice(&bytes) {
-        Ok(p) => Pending::Sent(p),
+        Ok(p) => Pending::Sent(Box::new(p)),
         Err(_) => Pending::Creating,
     })
 }
@@ -247,7 +247,10 @@ mod tests {
         let back: PendingRegister =
             serde_json::from_slice(&std::fs::read(st.pending_file(&k)).unwrap()).unwrap();
         assert_eq!(back, record(id.clone()));
-        assert_eq!(read(&st, &k), Some(Pending::Sent(record(id.clone()))));
+        assert_eq!(
+            read(&st, &k),
+            Some(Pending::Sent(Box::new(record(id.clone()))))
+        );
         assert_eq!(wait(short), Confirmed::TimedOut(short));
         let (st2, k2) = (st.clone(), k.clone());
         let agent = std::thread::spawn(move || {

@@ -242,24 +242,28 @@ fn copy_in(mut input: File, mut master: File, stop: File) {
 mod tests {
     use super::*;
 
+    /// A new pty: (master, slave) descriptors, the caller's to close.
+    fn openpty() -> (i32, i32) {
+        let (mut master, mut slave) = (0, 0);
+        // SAFETY: openpty with valid out-pointers.
+        let rc = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+        (master, slave)
+    }
+
     /// A fake runc: connect to the console socket and send a pty master.
     #[test]
     fn master_arrives_over_the_socket_and_resizes() {
         let sock = ConsoleSocket::new().unwrap();
-        let (mut master, mut slave) = (0, 0);
-        // SAFETY: openpty with valid out-pointers.
-        assert_eq!(
-            unsafe {
-                libc::openpty(
-                    &mut master,
-                    &mut slave,
-                    std::ptr::null_mut(),
-                    std::ptr::null(),
-                    std::ptr::null(),
-                )
-            },
-            0
-        );
+        let (master, slave) = openpty();
         let c = std::os::unix::net::UnixStream::connect(sock.path()).unwrap();
         let fds = [master];
         let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
@@ -289,27 +293,12 @@ mod tests {
         assert!(!path.parent().unwrap().exists(), "its directory too");
     }
 
-    /// Issue 11: not a predictable name in the shared temp directory, but a
-    /// private (0700) directory of its own.
     /// The output copy ends once the last slave descriptor is closed, with
     /// everything written before in the output; until then `wait_output`
     /// says it is still copying.
     #[test]
     fn wait_output_ends_after_the_last_write_is_copied() {
-        let (mut master, mut slave) = (0, 0);
-        // SAFETY: openpty with valid out-pointers.
-        assert_eq!(
-            unsafe {
-                libc::openpty(
-                    &mut master,
-                    &mut slave,
-                    std::ptr::null_mut(),
-                    std::ptr::null(),
-                    std::ptr::null(),
-                )
-            },
-            0
-        );
+        let (master, slave) = openpty();
         // SAFETY: descriptors openpty just gave us, owned from here on.
         let (master, mut slave) = unsafe { (File::from_raw_fd(master), File::from_raw_fd(slave)) };
         let (r, w) = nix::unistd::pipe().unwrap();
@@ -331,6 +320,8 @@ mod tests {
         assert!(console.wait_output(Duration::ZERO), "and stays ended");
     }
 
+    /// Issue 11: not a predictable name in the shared temp directory, but a
+    /// private (0700) directory of its own.
     #[test]
     fn the_socket_lives_in_a_private_directory() {
         use std::os::unix::fs::PermissionsExt;
