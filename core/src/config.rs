@@ -284,25 +284,19 @@ impl Config {
         Self::parse(&path, &text)
     }
 
-    /// [`Config::load`] through [`crate::config_cache`]: for the wrapper and
-    /// the hook, which parse the same file at every container start.
-    pub fn load_cached(explicit: Option<&Path>) -> Result<Config, ConfigError> {
-        match Self::path_to_load(explicit) {
-            None => Ok(Config::default()),
-            Some(path) => {
-                crate::config_cache::load(Path::new(crate::config_cache::CACHE_DIR), &path)
-            }
-        }
-    }
-
     /// `load`, and on failure what the file meant (see [`BadConfig`]).
     pub fn load_checked(explicit: Option<&Path>) -> Result<Config, BadConfig> {
         Self::checked(Self::load(explicit))
     }
 
-    /// [`Config::load_checked`] through [`crate::config_cache`].
+    /// [`Config::load_checked`] through [`crate::config_cache`]: for the
+    /// wrapper and the hook, which load the same file at every container start.
     pub fn load_checked_cached(explicit: Option<&Path>) -> Result<Config, BadConfig> {
-        Self::checked(Self::load_cached(explicit))
+        let cache = Path::new(crate::config_cache::CACHE_DIR);
+        Self::checked(match Self::path_to_load(explicit) {
+            None => Ok(Config::default()),
+            Some(path) => crate::config_cache::load(cache, &path),
+        })
     }
 
     fn checked(loaded: Result<Config, ConfigError>) -> Result<Config, BadConfig> {

@@ -132,16 +132,31 @@ mod tests {
         std::fs::write(p, text).unwrap();
     }
 
+    /// A temporary directory with `tw.toml` (`agent_timeout_ms = 700`) and
+    /// the path of a cache directory not made yet.
+    fn fixture() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let (dir, p) = (d.path().join("cache"), d.path().join("tw.toml"));
+        write(&p, "agent_timeout_ms = 700\n");
+        (d, dir, p)
+    }
+
+    /// Change `agent_timeout_ms` in `path`'s entry behind the cache's back
+    /// (what comes out then shows whether the entry was used).
+    fn doctor_entry(dir: &Path, path: &Path, agent_timeout_ms: u64) {
+        let entry = dir.join(entry_name(path));
+        let mut e: Entry = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
+        e.config.agent_timeout_ms = agent_timeout_ms;
+        std::fs::write(&entry, serde_json::to_vec(&e).unwrap()).unwrap();
+    }
+
     /// The entry is used while the file's text is unchanged (an entry edited
     /// by hand shows it), and not once the file changes — in place, even
     /// with the same size and times — or is replaced; every result equals a
     /// plain parse of the file at that time.
     #[test]
     fn an_entry_serves_only_the_unchanged_file() {
-        let d = tempfile::tempdir().unwrap();
-        let dir = d.path().join("cache");
-        let p = d.path().join("tw.toml");
-        write(&p, "agent_timeout_ms = 700\n");
+        let (d, dir, p) = fixture();
         let first = load(&dir, &p).unwrap();
         assert_eq!(first.agent_timeout_ms, 700);
         let m = std::fs::symlink_metadata(&dir).unwrap();
@@ -153,9 +168,7 @@ mod tests {
             "the entry is root's alone"
         );
         // Used: an entry changed behind the cache's back is what comes out.
-        let mut e: Entry = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
-        e.config.agent_timeout_ms = 701;
-        std::fs::write(&entry, serde_json::to_vec(&e).unwrap()).unwrap();
+        doctor_entry(&dir, &p, 701);
         assert_eq!(load(&dir, &p).unwrap().agent_timeout_ms, 701);
         // The file edited in place, same size, times put back: parsed again.
         let before = std::fs::metadata(&p).unwrap();
@@ -200,15 +213,9 @@ mod tests {
     #[test]
     fn a_directory_not_ours_is_ignored_and_errors_still_come() {
         use std::os::unix::fs::PermissionsExt;
-        let d = tempfile::tempdir().unwrap();
-        let dir = d.path().join("cache");
-        let p = d.path().join("tw.toml");
-        write(&p, "agent_timeout_ms = 700\n");
+        let (d, dir, p) = fixture();
         load(&dir, &p).unwrap();
-        let entry = dir.join(entry_name(&p));
-        let mut e: Entry = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
-        e.config.agent_timeout_ms = 1;
-        std::fs::write(&entry, serde_json::to_vec(&e).unwrap()).unwrap();
+        doctor_entry(&dir, &p, 1);
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert_eq!(
             load(&dir, &p).unwrap().agent_timeout_ms,

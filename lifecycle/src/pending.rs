@@ -229,12 +229,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn pending_until_cleared_refused_or_its_agent_is_gone() {
+    /// A state directory and an agent's socket file in a temporary directory.
+    fn fixture() -> (tempfile::TempDir, StateDir, std::path::PathBuf) {
         let d = tempfile::tempdir().unwrap();
         let st = StateDir::new(d.path());
         let sock = d.path().join("agent.sock");
         std::fs::write(&sock, "").unwrap();
+        (d, st, sock)
+    }
+
+    #[test]
+    fn pending_until_cleared_refused_or_its_agent_is_gone() {
+        let (d, st, sock) = fixture();
         let id = socket_id(&sock);
         let k = ContainerKey::new("c1", None);
         let short = Duration::from_millis(5);
@@ -275,10 +281,7 @@ mod tests {
     /// an agent since gone); removed by `clear_if_creating` only while empty.
     #[test]
     fn an_empty_mark_is_waited_on_and_followed_once_sent() {
-        let d = tempfile::tempdir().unwrap();
-        let st = StateDir::new(d.path());
-        let sock = d.path().join("agent.sock");
-        std::fs::write(&sock, "").unwrap();
+        let (_d, st, sock) = fixture();
         let k = ContainerKey::new("c1", None);
         let short = Duration::from_millis(5);
         mark_creating(&st, &k).unwrap();

@@ -254,9 +254,7 @@ impl Helper<'_> {
         pending::clear_if_creating(&state, self.key);
         t.finish();
     }
-}
 
-impl Helper<'_> {
     /// The container's init pid once the runtime has written it to the pid
     /// file (runc does so when the create has succeeded, then exits: the
     /// work here overlaps its exit and the caller's next step); None when
@@ -269,16 +267,17 @@ impl Helper<'_> {
                 .filter(|id| Some(*id) != self.stale)
                 .map(|_| read_pid_file(self.pid_file))
         };
+        let exit = RuntimeExit::watch(self.runtime_pid);
         let dir = self.pid_file.parent().unwrap_or(Path::new("/"));
         let Some(changes) = DirChanges::watch(dir) else {
-            wait_for_exit(self.runtime_pid, None);
+            exit.wait(None);
             return written();
         };
         loop {
             if let Some(Ok(pid)) = written() {
                 return Some(Ok(pid));
             }
-            if wait_for_exit(self.runtime_pid, Some(&changes)) {
+            if exit.wait(Some(&changes)) {
                 return written();
             }
             changes.drain();
@@ -344,49 +343,73 @@ fn detach() {
     }
 }
 
-/// Wait until process `pid`, this one's parent, has exited (true), or
-/// until `changes` has something to read (false): a pidfd, or before Linux
-/// 5.3 until this process is reparented (then `changes` is not watched).
-fn wait_for_exit(pid: u32, changes: Option<&DirChanges>) -> bool {
-    let parent = || unsafe { libc::getppid() } as u32;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32;
-    let close = |fd: i32| {
-        if fd >= 0 {
-            // SAFETY: the pidfd opened above, closed once.
+/// The exit of process `pid`, this one's parent (the runtime: the
+/// wrapper's exec kept its pid): a pidfd opened once, or before Linux 5.3
+/// this process's reparenting.
+struct RuntimeExit {
+    pid: u32,
+    pidfd: Option<i32>,
+}
+
+impl RuntimeExit {
+    fn watch(pid: u32) -> RuntimeExit {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32;
+        RuntimeExit {
+            pid,
+            pidfd: (fd >= 0).then_some(fd),
+        }
+    }
+
+    fn gone(&self) -> bool {
+        // SAFETY: getppid has no preconditions.
+        unsafe { libc::getppid() as u32 != self.pid }
+    }
+
+    /// Wait until the process has exited (true), or until `changes` has
+    /// something to read (false; not watched without a pidfd).
+    fn wait(&self, changes: Option<&DirChanges>) -> bool {
+        // First: a parent gone before the pidfd was opened leaves it naming
+        // another process, or none.
+        if self.gone() {
+            return true;
+        }
+        let Some(fd) = self.pidfd else {
+            while !self.gone() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            return true;
+        };
+        let mut p = [
+            libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: changes.map_or(-1, |c| c.0),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two pollfds owned here (a negative fd is ignored by poll).
+        unsafe {
+            while libc::poll(p.as_mut_ptr(), 2, -1) < 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {
+            }
+        }
+        p[0].revents != 0
+    }
+}
+
+impl Drop for RuntimeExit {
+    fn drop(&mut self) {
+        if let Some(fd) = self.pidfd {
+            // SAFETY: the pidfd this value owns, closed once.
             unsafe { libc::close(fd) };
         }
-    };
-    if parent() != pid {
-        close(fd); // gone already (and the pidfd may name another process)
-        return true;
     }
-    if fd < 0 {
-        while parent() == pid {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        return true;
-    }
-    let mut p = [
-        libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: changes.map_or(-1, |c| c.0),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    // SAFETY: two pollfds owned here (a negative fd is ignored by poll).
-    unsafe {
-        while libc::poll(p.as_mut_ptr(), 2, -1) < 0
-            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-        {}
-    }
-    close(fd);
-    p[0].revents != 0
 }
 
 #[cfg(test)]
@@ -426,7 +449,7 @@ mod tests {
     fn the_helper_waits_for_its_parent_to_exit() {
         let mut fds = [0; 2];
         // SAFETY: the forked processes run only system calls and
-        // `wait_for_exit`, then `_exit`.
+        // `RuntimeExit::wait`, then `_exit`.
         unsafe {
             assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
             let [r, w] = fds;
@@ -435,7 +458,7 @@ mod tests {
                     let me = std::process::id();
                     if libc::fork() == 0 {
                         let t0 = std::time::Instant::now();
-                        assert!(wait_for_exit(me, None));
+                        assert!(RuntimeExit::watch(me).wait(None));
                         let ms = (t0.elapsed().as_millis() as u32).to_le_bytes();
                         libc::write(w, ms.as_ptr().cast(), 4);
                         libc::_exit(0)

@@ -52,16 +52,15 @@ pub fn main(args: Vec<OsString>) -> i32 {
         }
     };
     t.mark("resolve");
+    // Arguments of our own for the runtime (create's `--pid-file`).
+    let mut argv = None;
     match args.subcommand() {
         // Fail-closed keeps the hook (below, as `run`): runc's own create
         // is refused unless the container's log is open.
         Some("create") if cfg_ok && cfg.fail_mode == FailMode::Open => {
-            let crate::create::Next(argv) =
+            let crate::create::Next(a) =
                 crate::create::create(&args, &cfg, config_path, &log, &mut t);
-            t.finish();
-            let e = lowlevel::exec(&runtime, &argv);
-            log.error(&format!("cannot exec {}: {e}", runtime.display()));
-            return 127;
+            argv = Some(a);
         }
         Some("run") | Some("create") if cfg_ok => {
             if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
@@ -85,7 +84,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
     t.mark("subcommand");
     t.finish();
-    let e = lowlevel::exec(&runtime, &args.argv);
+    let e = lowlevel::exec(&runtime, argv.as_deref().unwrap_or(&args.argv));
     log.error(&format!("cannot exec {}: {e}", runtime.display()));
     127
 }
