@@ -400,9 +400,15 @@ fn fail_open_create_does_not_wait_and_start_waits_for_the_watch() {
     let cfg = PrivateConfig::new("agent_timeout_ms = 3000\nmax_containers = 1");
     let agent = Agent::start(&cfg);
     let rt = OciCli::throttlewatch(&cfg);
+    // Records only: the helper replaces the mark by rename, through a
+    // `.NAME.PID.tmp` file that a listing can catch.
     let pending = |what: &str| {
         let n = std::fs::read_dir(cfg.state_dir.join("pending"))
-            .map(|d| d.count())
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .count()
+            })
             .unwrap_or(0);
         eprintln!("{what}: {n} pending");
         n
