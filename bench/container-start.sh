@@ -233,6 +233,11 @@ while [ $n -le "$ROUNDS" ]; do
     n=$((n + 1))
 done
 
+# TW_BENCH_SAMPLES=DIR keeps each kind's per-round times (µs, in round order).
+if [ -n "${TW_BENCH_SAMPLES:-}" ]; then
+    mkdir -p "$TW_BENCH_SAMPLES"
+    for k in $kinds; do cp "$W/$k" "$TW_BENCH_SAMPLES/$k"; done
+fi
 median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
 echo "binaries: $TW_BIN_DIR (wrapper, hook, agent${TRIPLE:+; hook and wrapper built for $TRIPLE, static}); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"

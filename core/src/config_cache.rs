@@ -118,7 +118,9 @@ fn read(entry: &Path, text: TextId) -> Option<Config> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(entry)
         .ok()?;
-    let mut buf = Vec::new();
+    // Sized from the file: one read, not a doubling series of them.
+    let len = f.metadata().ok()?.len().min(MAX_ENTRY_BYTES);
+    let mut buf = Vec::with_capacity(len as usize + 1);
     f.take(MAX_ENTRY_BYTES).read_to_end(&mut buf).ok()?;
     let e: Entry = serde_json::from_slice(&buf).ok()?;
     (e.text == text).then_some(e.config)

@@ -40,17 +40,19 @@ use throttlewatch_lifecycle::modifiers::{
 use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
 use throttlewatch_lifecycle::{pending, unwatched};
-use throttlewatch_lifecycle::{BundleSpec, SpecFile, Stage, StateDir};
+use throttlewatch_lifecycle::{SpecFile, Stage, StateDir};
 
 use crate::args::RuncArgs;
 use crate::runlog::{RuncLog, NAME};
+use crate::spawn;
 
 /// What the wrapper does next: exec the low-level runtime with these
 /// arguments (the caller's, maybe with a `--pid-file` of ours).
 pub struct Next(pub Vec<OsString>);
 
 /// `create` under fail-open: edit the spec, mark the container pending,
-/// fork the helper (see the module), then exec the runtime's `create`. A
+/// start the helper (see the module) and exec the runtime's `create`; no
+/// return then. A
 /// spec that cannot be edited goes to the runtime unchanged; any later
 /// failure leaves the container created and unwatched, said in runc's log
 /// (before the fork) or hook.log (the helper); fail-closed keeps the hook.
@@ -58,6 +60,7 @@ pub fn create(
     args: &RuncArgs,
     cfg: &Config,
     config_path: Option<PathBuf>,
+    runtime: &Path,
     log: &RuncLog,
     t: &mut Phases,
 ) -> Next {
@@ -107,46 +110,42 @@ pub fn create(
         return Next(argv);
     }
     t.mark("mark");
-    let runtime_pid = std::process::id();
-    // SAFETY: the wrapper runs one thread (it starts none), so the child
-    // may run ordinary code; it ends in `_exit` and never returns here.
-    match unsafe { libc::fork() } {
-        0 => {
-            let h = Helper {
-                runtime_pid,
-                cfg,
-                config_path: config_path.as_deref(),
-                spec: &spec,
-                key: &key,
-                bundle: args.bundle().unwrap_or_default(),
-                pid_file: &pid_file,
-                stale,
-                ours,
-            };
-            h.run();
-            // SAFETY: ends the helper without running anything of the wrapper's.
-            unsafe { libc::_exit(0) }
-        }
-        -1 => {
-            let e = std::io::Error::last_os_error();
-            pending::clear(&state, &key);
-            log.error(&format!(
-                "cannot fork the create helper: {e}; the container is created and not watched"
-            ));
-        }
-        _ => t.mark("fork"),
-    }
+    let h = Helper {
+        runtime_pid: std::process::id(),
+        cfg,
+        config_path: config_path.as_deref(),
+        spec: &spec,
+        key: &key,
+        bundle: args.bundle().unwrap_or_default(),
+        pid_file: &pid_file,
+        stale,
+        ours,
+    };
+    let e = spawn::helper_then_exec(
+        runtime,
+        &argv,
+        move || h.run(),
+        t,
+        // The helper sees the runtime (this pid) exit without a pid file
+        // and clears the mark.
+        |e| log.error(&format!("cannot exec {}: {e}", runtime.display())),
+    );
+    pending::clear(&state, &key);
+    log.error(&format!(
+        "cannot start the create helper: {e}; the container is created and not watched"
+    ));
     Next(argv)
 }
 
 /// Read, edit (no createRuntime hook of ours) and write back config.json;
-/// the typed spec, or None for a pod sandbox (left as it is).
+/// the document as written (the helper takes its typed reading, off the
+/// caller's path), or None for a pod sandbox (left as it is).
 fn edit(
     args: &RuncArgs,
     cfg: &Config,
     config_path: Option<PathBuf>,
     t: &mut Phases,
-) -> anyhow::Result<Option<BundleSpec>> {
+) -> anyhow::Result<Option<SpecFile>> {
     let bundle = args.bundle()?;
     let mut file = SpecFile::read(&bundle)?;
     t.mark("spec_read");
@@ -166,7 +165,7 @@ fn edit(
         file.write()?;
     }
     t.mark("write");
-    Ok(Some(file.typed()?))
+    Ok(Some(file))
 }
 
 /// The arguments with `--pid-file P` right after the subcommand.
@@ -193,7 +192,8 @@ struct Helper<'a> {
     runtime_pid: u32,
     cfg: &'a Config,
     config_path: Option<&'a Path>,
-    spec: &'a BundleSpec,
+    /// config.json as written (typed by the helper).
+    spec: &'a SpecFile,
     key: &'a ContainerKey,
     bundle: PathBuf,
     pid_file: &'a Path,
@@ -204,12 +204,26 @@ struct Helper<'a> {
 
 impl Helper<'_> {
     fn run(self) {
+        // The wrapper put SIGPIPE back to its default for the runtime; the
+        // helper writes to a socket whose reader may be gone.
+        // SAFETY: sets a signal disposition of this process.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
         detach();
         let mut t = Phases::start(NAME);
         t.name(&format!("{NAME} created"));
         let state = StateDir::new(&self.cfg.state_dir);
+        let mut rep = Reporter::new(self.cfg, Stage::CreateRuntime, NAME);
+        rep.set_container(&self.key.id);
         // While the runtime creates: what needs no cgroup yet.
-        let prepared = prepare(self.cfg, self.spec);
+        let spec = match self.spec.typed() {
+            Ok(spec) => spec,
+            Err(e) => {
+                rep.error(&format!("{e}; the container is not watched"));
+                pending::clear_if_creating(&state, self.key);
+                return;
+            }
+        };
+        let prepared = prepare(self.cfg, &spec);
         t.mark("prepare");
         let pid = self.wait_created();
         t.mark("runtime_create");
@@ -222,14 +236,12 @@ impl Helper<'_> {
             t.finish();
             return;
         };
-        let mut rep = Reporter::new(self.cfg, Stage::CreateRuntime, NAME);
-        rep.set_container(&self.key.id);
         let done = pid.map_err(anyhow::Error::msg).and_then(|pid| {
             let c = Created {
                 key: self.key,
                 bundle: &self.bundle,
                 pid,
-                spec: self.spec,
+                spec: &spec,
             };
             on_prepared(
                 self.cfg,

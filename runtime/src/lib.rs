@@ -12,6 +12,7 @@ pub mod create;
 pub mod delete;
 pub mod lowlevel;
 pub mod runlog;
+pub mod spawn;
 pub mod start;
 pub mod update;
 pub mod wrapper;

@@ -59,7 +59,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         // is refused unless the container's log is open.
         Some("create") if cfg_ok && cfg.fail_mode == FailMode::Open => {
             let crate::create::Next(a) =
-                crate::create::create(&args, &cfg, config_path, &log, &mut t);
+                crate::create::create(&args, &cfg, config_path, &runtime, &log, &mut t);
             argv = Some(a);
         }
         Some("run") | Some("create") if cfg_ok => {
