@@ -233,10 +233,12 @@ while [ $n -le "$ROUNDS" ]; do
     n=$((n + 1))
 done
 
-# TW_BENCH_SAMPLES=DIR keeps each kind's per-round times (µs, in round order).
+# TW_BENCH_SAMPLES=DIR keeps each kind's per-round times (µs, in round order)
+# and the THROTTLEWATCH_TIMING lines.
 if [ -n "${TW_BENCH_SAMPLES:-}" ]; then
     mkdir -p "$TW_BENCH_SAMPLES"
     for k in $kinds; do cp "$W/$k" "$TW_BENCH_SAMPLES/$k"; done
+    for tf in timing timing-before; do [ ! -s "$W/$tf" ] || cp "$W/$tf" "$TW_BENCH_SAMPLES/$tf"; done
 fi
 median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 mp=$(median "$W/plain"); mt=$(median "$W/tw")

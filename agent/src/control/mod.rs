@@ -157,12 +157,18 @@ impl Controls {
         mono_ns: u64,
     ) -> Vec<Control> {
         let mut records = vec![];
+        let control = wants && self.settings.is_some();
+        let journalled = self.journal.load(key);
+        if journalled.is_none() && !control {
+            // Nothing a previous agent left, nothing to control: no cgroup
+            // reads on the register path (one failed open).
+            return records;
+        }
         let Some((mut now, has_burst)) = read_bandwidth(cg) else {
             self.journal.remove(key);
             return records;
         };
-        let control = wants && self.settings.is_some();
-        if let Some(prev) = self.journal.load(key).filter(|j| j.cgroup_id == id) {
+        if let Some(prev) = journalled.filter(|j| j.cgroup_id == id) {
             if prev.written.contains(&now) {
                 if now != prev.original {
                     let cause = if control {
