@@ -1,10 +1,11 @@
 //! `create` with no hook and no work of ours on the start path. The wrapper
 //! edits the spec (our poststop hook, cpuset resources, the create stamp; no
 //! createRuntime hook), marks the container pending
-//! (`throttlewatch_lifecycle::pending::mark_creating`), forks a helper and
-//! execs the low-level runtime's `create` in its own place: the caller waits
-//! for the runtime it asked for and nothing else, and a caller that kills
-//! "the runtime" on a timeout kills the real one.
+//! (`throttlewatch_lifecycle::pending::mark_creating`), starts a helper
+//! (`crate::spawn`: a child sharing the wrapper's memory, which the exec
+//! then leaves to it) and execs the low-level runtime's `create` in its own
+//! place: the caller waits for the runtime it asked for and nothing else,
+//! and a caller that kills "the runtime" on a timeout kills the real one.
 //!
 //! The helper, detached (its own session, stdio on /dev/null, no
 //! descriptor of the caller's), parses the request and finds the cgroup
@@ -55,7 +56,8 @@ pub struct Next(pub Vec<OsString>);
 /// return then. A
 /// spec that cannot be edited goes to the runtime unchanged; any later
 /// failure leaves the container created and unwatched, said in runc's log
-/// (before the fork) or hook.log (the helper); fail-closed keeps the hook.
+/// (before the helper starts) or hook.log (the helper); fail-closed keeps
+/// the hook.
 pub fn create(
     args: &RuncArgs,
     cfg: &Config,
@@ -204,10 +206,6 @@ struct Helper<'a> {
 
 impl Helper<'_> {
     fn run(self) {
-        // The wrapper put SIGPIPE back to its default for the runtime; the
-        // helper writes to a socket whose reader may be gone.
-        // SAFETY: sets a signal disposition of this process.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
         detach();
         let mut t = Phases::start(NAME);
         t.name(&format!("{NAME} created"));

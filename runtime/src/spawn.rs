@@ -82,6 +82,10 @@ pub fn helper_then_exec<F: FnOnce()>(
     unsafe { libc::mprotect(stack, GUARD_BYTES, libc::PROT_NONE) };
 
     extern "C" fn entry<F: FnOnce()>(arg: *mut libc::c_void) -> libc::c_int {
+        // SIGPIPE ignored again, as the wrapper had it (the helper writes
+        // to a socket whose reader may be gone).
+        // SAFETY: sets a signal disposition of this process.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
         // SAFETY: `arg` is the parent's `job`, which stays in place: the
         // parent never returns from its exec, and the address space it
         // leaves is this child's.
@@ -93,9 +97,9 @@ pub fn helper_then_exec<F: FnOnce()>(
         unsafe { libc::_exit(0) }
     }
 
-    // The runtime gets SIGPIPE's default (the Rust runtime ignores it);
-    // the helper, whose dispositions are copied at the clone, ignores it
-    // again first thing.
+    // The runtime gets SIGPIPE's default (the Rust runtime ignores it, and
+    // an exec keeps what is ignored); the helper, whose dispositions are
+    // copied at the clone, ignores it again first thing (`entry`).
     // SAFETY: sets a signal disposition of this process.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     // SAFETY: the child runs `entry` on its own stack (the top of the
@@ -125,4 +129,84 @@ pub fn helper_then_exec<F: FnOnce()>(
     // SAFETY: ends this process at once (no exit handlers: their state is
     // shared with the helper).
     unsafe { libc::_exit(127) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// The runtime is exec'd with the arguments given (argv\[0\] its path)
+    /// and SIGPIPE at its default; the helper runs on after the exec, on
+    /// memory the wrapper allocated before it (the address space the exec
+    /// left to the helper), with SIGPIPE ignored.
+    #[test]
+    fn the_helper_outlives_the_exec_on_the_memory_it_shares() {
+        let d = tempfile::tempdir().unwrap();
+        let (ran, helped) = (d.path().join("ran"), d.path().join("helped"));
+        let script = format!(
+            "printf '%s %s ' \"$0\" \"$1\" > {0}; grep '^SigIgn' /proc/$$/status >> {0}",
+            ran.display()
+        );
+        // SAFETY: the child calls helper_then_exec and ends in exec or _exit.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            let message = format!("built before the clone by {}", std::process::id());
+            let parent = std::process::id();
+            let me = std::fs::read_link("/proc/self/exe").unwrap();
+            let helped = helped.clone();
+            let argv: Vec<OsString> = ["-c", &script, "name", "arg"].map(Into::into).to_vec();
+            let e = helper_then_exec(
+                Path::new("/bin/sh"),
+                &argv,
+                move || {
+                    // Until the parent is no longer this program: it exec'd.
+                    let t0 = Instant::now();
+                    while std::fs::read_link(format!("/proc/{parent}/exe")).ok() == Some(me.clone())
+                        && t0.elapsed() < Duration::from_secs(5)
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+                    let ign = status
+                        .lines()
+                        .find(|l| l.starts_with("SigIgn"))
+                        .unwrap()
+                        .to_string();
+                    std::fs::write(&helped, format!("{message}\n{ign}")).unwrap();
+                },
+                &mut Phases::start("test"),
+                |_| {},
+            );
+            eprintln!("no helper: {e}");
+            // SAFETY: ends the forked test process.
+            unsafe { libc::_exit(3) }
+        }
+        let mut st = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(child, &mut st, 0) }, child);
+        assert!(
+            libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0,
+            "status {st}"
+        );
+        let t0 = Instant::now();
+        while !helped.exists() && t0.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let sig_ign = |line: &str| {
+            u64::from_str_radix(line.rsplit(['\t', ' ']).next().unwrap().trim(), 16).unwrap()
+        };
+        let pipe = 1u64 << (libc::SIGPIPE - 1);
+        let ran = std::fs::read_to_string(&ran).unwrap();
+        assert!(ran.starts_with("name arg SigIgn:"), "{ran}");
+        assert_eq!(
+            sig_ign(&ran) & pipe,
+            0,
+            "the runtime ignores SIGPIPE: {ran}"
+        );
+        let helped = std::fs::read_to_string(&helped).unwrap();
+        let (msg, ign) = helped.split_once('\n').unwrap();
+        assert_eq!(msg, format!("built before the clone by {child}"));
+        assert_ne!(sig_ign(ign) & pipe, 0, "the helper ignores SIGPIPE: {ign}");
+    }
 }
