@@ -49,7 +49,7 @@ impl ThreadCpuTally {
         );
         if self.exited.len() > KEEP_EXITED {
             let mut v: Vec<(u32, Sched)> = self.exited.drain().collect();
-            v.sort_by(|a, b| b.1.running_ns.cmp(&a.1.running_ns));
+            v.sort_by_key(|e| std::cmp::Reverse(e.1.running_ns));
             for (_, s) in v.split_off(KEEP_EXITED / 2) {
                 self.folded.0 += 1;
                 self.folded.1 += s.running_ns;
