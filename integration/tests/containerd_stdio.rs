@@ -110,7 +110,13 @@ fn stdin_waits_for_a_late_writer() {
             "late1",
             "sh",
             "-c",
-            "read x; echo got=$x; exit 4",
+            // The pause before the exit: `ctr task attach` opens the stdout
+            // FIFO in a goroutine of its own, and once it sees the exit its
+            // deferred `task.Delete` cancels an open still pending; a line
+            // written and the FIFO closed by the exit before that open is
+            // lost to ctr, whatever the shim (one loaded CI run lost
+            // "got=hi" and got the exit code).
+            "read x; echo got=$x; sleep 0.5; exit 4",
         ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
