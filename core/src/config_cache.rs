@@ -73,15 +73,16 @@ pub fn load(dir: &Path, path: &Path) -> Result<Config, ConfigError> {
         return Config::parse(path, &text);
     }
     let entry = dir.join(entry_name(path));
+    let id = TextId::of(&text);
     if ours(dir) {
-        if let Some(c) = read(&entry, TextId::of(&text)) {
+        if let Some(c) = read(&entry, id) {
             return Ok(c);
         }
     }
     let config = Config::parse(path, &text)?;
     if make_dir(dir) {
         let e = Entry {
-            text: TextId::of(&text),
+            text: id,
             config: config.clone(),
         };
         if let Ok(bytes) = serde_json::to_vec(&e) {

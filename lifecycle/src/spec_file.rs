@@ -126,12 +126,10 @@ impl SpecFile {
             source,
         };
         let bytes = serde_json::to_vec(&self.value).map_err(|e| write_err(e.into()))?;
-        if self.meta.nlink() == 1 {
-            match self.write_in_place(&bytes) {
-                Ok(true) => return Ok(()),
-                Ok(false) => {}
-                Err(e) => return Err(write_err(e)),
-            }
+        match self.write_in_place(&bytes) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => return Err(write_err(e)),
         }
         let opts = WriteOptions {
             mode: self.meta.mode() & 0o7777,

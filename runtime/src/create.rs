@@ -53,11 +53,10 @@ pub struct Next(pub Vec<OsString>);
 
 /// `create` under fail-open: edit the spec, mark the container pending,
 /// start the helper (see the module) and exec the runtime's `create`; no
-/// return then. A
-/// spec that cannot be edited goes to the runtime unchanged; any later
-/// failure leaves the container created and unwatched, said in runc's log
-/// (before the helper starts) or hook.log (the helper); fail-closed keeps
-/// the hook.
+/// return then. A spec that cannot be edited goes to the runtime unchanged;
+/// any later failure leaves the container created and unwatched, said in
+/// runc's log (before the helper starts) or hook.log (the helper);
+/// fail-closed keeps the hook.
 pub fn create(
     args: &RuncArgs,
     cfg: &Config,
