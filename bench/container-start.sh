@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # Container start latency: throttlewatch-runtime (the wrapper: spec edit, then
 # on `create` runc's create exec'd in its place while a helper applies QoS and
 # sends the register to a running agent, `start` waiting for the watch; on
@@ -25,6 +25,12 @@
 # hook and the agent's register (THROTTLEWATCH_TIMING). Prints the median of each and the ratio of
 # medians (issue 16: target <= 1.05), with the load average before and after: others
 # compiling on a 2-core machine move both figures.
+#
+# Clocks: bash's $EPOCHREALTIME, read in the shell itself. Runs 1-26
+# (bench/README.md) forked `date` for each reading, so a date process's
+# start-up (~0.7 ms here) was inside every timed interval, both kinds':
+# the ratio of medians came out lower than it is.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -eu
 
 ROUNDS=${1:-20}
@@ -168,9 +174,9 @@ if [ "${TW_BENCH_TIMING:-0}" = 1 ]; then
     export THROTTLEWATCH_TIMING="$W/timing"
 fi
 
-now_ns() { date +%s%N; }
 # one KIND ID: restore the bundle, time `create` + `start` (or `run -d`),
-# delete; prints microseconds.
+# delete; prints microseconds (create + start, then create and start
+# apart: "TOTAL CREATE START"; run: "TOTAL").
 one() {
     kind=$1; id=$2
     case $kind in
@@ -186,17 +192,25 @@ one() {
     if [ "${TW_BENCH_TIMING:-0}" = 1 ]; then
         THROTTLEWATCH_TIMING="$W/timing"; [ "$kind" != before ] || THROTTLEWATCH_TIMING="$W/timing-before"
     fi
-    t0=$(now_ns)
+    local t0 t1 t2
     if [ "$MODE" = create ]; then
         # With --pid-file, as containerd's runc shim always calls it.
+        t0=$EPOCHREALTIME
         "$@" create --bundle "$B" --pid-file "$B/init.pid" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+        t1=$EPOCHREALTIME
         "$@" start "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+        t2=$EPOCHREALTIME
+        "$@" delete -f "$id" >/dev/null 2>&1
+        t0=${t0/./}; t1=${t1/./}; t2=${t2/./}
+        echo "$((t2 - t0)) $((t1 - t0)) $((t2 - t1))"
     else
+        t0=$EPOCHREALTIME
         "$@" run -d --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+        t1=$EPOCHREALTIME
+        "$@" delete -f "$id" >/dev/null 2>&1
+        t0=${t0/./}; t1=${t1/./}
+        echo "$((t1 - t0))"
     fi
-    t1=$(now_ns)
-    "$@" delete -f "$id" >/dev/null 2>&1
-    echo $(( (t1 - t0) / 1000 ))
 }
 
 : >"$W/plain"; : >"$W/tw"; : >"$W/before"
@@ -229,7 +243,11 @@ n=1
 while [ $n -le "$ROUNDS" ]; do
     # rotate the order round by round
     order=$(echo $kinds | awk -v r=$n '{ for (i = 0; i < NF; i++) printf "%s ", $(((i + r) % NF) + 1) }')
-    for k in $order; do one "$k" "b$k$n" >>"$W/$k"; done
+    for k in $order; do
+        read -r total parts < <(one "$k" "b$k$n")
+        echo "$total" >>"$W/$k"
+        [ -z "$parts" ] || echo "$parts" >>"$W/$k.parts"
+    done
     n=$((n + 1))
 done
 
@@ -237,7 +255,7 @@ done
 # and the THROTTLEWATCH_TIMING lines.
 if [ -n "${TW_BENCH_SAMPLES:-}" ]; then
     mkdir -p "$TW_BENCH_SAMPLES"
-    for k in $kinds; do cp "$W/$k" "$TW_BENCH_SAMPLES/$k"; done
+    for k in $kinds; do cp "$W/$k" "$TW_BENCH_SAMPLES/$k"; [ ! -s "$W/$k.parts" ] || cp "$W/$k.parts" "$TW_BENCH_SAMPLES/$k.parts"; done
     for tf in timing timing-before; do [ ! -s "$W/$tf" ] || cp "$W/$tf" "$TW_BENCH_SAMPLES/$tf"; done
 fi
 median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
@@ -252,6 +270,22 @@ echo "ratio of medians (wrapper/plain): $(awk "BEGIN{printf \"%.3f\", $mt/$mp}")
 # the per-round differences is steadier than the difference of the medians.
 paste "$W/tw" "$W/plain" | awk '{print $1 - $2}' >"$W/diff"
 echo "paired: median per-round overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff")/1000}") ms ($(awk "BEGIN{printf \"%.3f\", 1 + $(median "$W/diff")/$mp}") x the plain median)"
+if [ "$MODE" = create ]; then
+    # create and start apart (medians), and each one's paired difference
+    # from plain runc's: where the overhead falls.
+    ms() { awk "BEGIN{printf \"%.2f\", $1/1000}"; }
+    echo "create / start apart (median ms; paired against plain):"
+    for k in $kinds; do
+        awk '{print $1}' "$W/$k.parts" >"$W/$k.c"; awk '{print $2}' "$W/$k.parts" >"$W/$k.s"
+        line="  $k: create $(ms "$(median "$W/$k.c")"), start $(ms "$(median "$W/$k.s")")"
+        if [ "$k" != plain ]; then
+            paste "$W/$k.parts" "$W/plain.parts" | awk '{print $1 - $3}' >"$W/$k.dc"
+            paste "$W/$k.parts" "$W/plain.parts" | awk '{print $2 - $4}' >"$W/$k.ds"
+            line="$line; paired: create $(ms "$(median "$W/$k.dc")"), start $(ms "$(median "$W/$k.ds")")"
+        fi
+        echo "$line"
+    done
+fi
 if [ -s "$W/before" ]; then
     mb=$(median "$W/before")
     paste "$W/before" "$W/plain" | awk '{print $1 - $2}' >"$W/diff-before"

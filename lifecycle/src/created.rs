@@ -14,6 +14,8 @@ use throttlewatch_core::logfmt::now_unix_ns;
 use throttlewatch_core::protocol::Register;
 use throttlewatch_qos::Key;
 
+use crate::agent_client::EarlyConnection;
+use crate::burst_record::BurstRecord;
 use crate::qos::{self, QosOutcome, Requested, Target};
 use crate::report::Reporter;
 use crate::timing::Phases;
@@ -105,18 +107,39 @@ pub fn on_prepared(
         hierarchies: &h,
         cgroup: &cg,
     };
-    let q = qos::apply(cfg, c.spec, asked, target);
+    let mut q = qos::apply(cfg, c.spec, asked, target);
     t.mark("qos");
     for r in &q.refused {
         rep.error(&r.to_string());
     }
-    record_burst(cfg, rep, c.key, &q);
+    // The burst record is for `update`, not for the start: written once
+    // the register is out (the agent works on it meanwhile).
+    let burst = q.burst.take();
+    let done = send_register(cfg, config_path, rep, &c, rel, q, answer, early, t);
+    record_burst(cfg, rep, c.key, burst.as_ref());
     t.mark("burst_record");
+    done
+}
+
+/// After the QoS: the register (or the `unwatched` mark when the
+/// container asked not to be watched).
+#[allow(clippy::too_many_arguments)]
+fn send_register(
+    cfg: &Config,
+    config_path: Option<&Path>,
+    rep: &mut Reporter,
+    c: &Created,
+    rel: String,
+    q: QosOutcome,
+    answer: Answer,
+    early: Option<EarlyConnection>,
+    t: &mut Phases,
+) -> anyhow::Result<()> {
     if q.watch == Some(false) {
         mark_unwatched(cfg, rep, c.key);
         return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
     }
-    let mut reg = registration(&c, rel, q);
+    let mut reg = registration(c, rel, q);
     // Fail-closed: a log the agent cannot open refuses the container, so
     // wait for it; fail-open: the answer comes once the cgroup is watched.
     reg.wait_for_log = cfg.fail_mode == FailMode::Closed;
@@ -184,9 +207,9 @@ fn mark_unwatched(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
 }
 
 /// The burst record for `update`, or none when no burst was written.
-fn record_burst(cfg: &Config, rep: &mut Reporter, key: &ContainerKey, q: &QosOutcome) {
+fn record_burst(cfg: &Config, rep: &mut Reporter, key: &ContainerKey, burst: Option<&BurstRecord>) {
     let state = StateDir::new(&cfg.state_dir);
-    let Some(b) = &q.burst else {
+    let Some(b) = burst else {
         burst_record::remove(&state, key);
         return;
     };

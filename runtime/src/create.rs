@@ -10,10 +10,11 @@
 //! The helper, detached (its own session, stdio on /dev/null, no
 //! descriptor of the caller's), parses the request and finds the cgroup
 //! hierarchies while the runtime creates, waits for the runtime to exit
-//! (a pidfd), and if it created the container — a pid file written during
-//! this create — does the hook's createRuntime work: QoS into the cgroup,
-//! the burst record, then the register sent to the agent, which replaces
-//! the mark. All that runs while the caller goes on to `start`, which lets
+//! (a pidfd; not earlier, see `Helper::wait_created`), and if it created
+//! the container — a pid file written during this create — does the
+//! hook's createRuntime work: QoS into the cgroup, the register sent to the
+//! agent, which replaces the mark, then the burst record. All that runs
+//! while the caller goes on to `start`, which lets
 //! the entrypoint run only once the agent has the container (or it was
 //! refused, or the helper failed and said why in hook.log). runc's hook
 //! machinery (state JSON, a fork of the Go process, a second process's
@@ -187,6 +188,10 @@ fn file_id(p: &Path) -> Option<FileId> {
         .map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
+/// How long the helper stays once its work is done (see `Helper::run`):
+/// a caller's `start` follows its `create` within milliseconds.
+const EXIT_AFTER: Duration = Duration::from_millis(100);
+
 /// The helper's share of `create` (see the module).
 struct Helper<'a> {
     /// The wrapper's pid, which the runtime's `create` keeps across exec.
@@ -262,63 +267,27 @@ impl Helper<'_> {
         // Never sent: `start` need not wait for it.
         pending::clear_if_creating(&state, self.key);
         t.finish();
+        // The caller is starting the container now: the exit, which frees
+        // the address space the wrapper left here, waits until that is
+        // done rather than share the CPUs with it.
+        std::thread::sleep(EXIT_AFTER);
     }
 
-    /// The container's init pid once the runtime has written it to the pid
-    /// file (runc does so when the create has succeeded, then exits: the
-    /// work here overlaps its exit and the caller's next step); None when
-    /// the runtime exited without writing it (the create failed). Reads
-    /// the file on each change in its directory (inotify) and once more
-    /// when the runtime has exited.
+    /// The container's init pid from the pid file once the runtime has
+    /// exited (runc writes it when the create has succeeded, then exits);
+    /// None when it exited without writing it (the create failed).
+    ///
+    /// Not as soon as the file is written: the helper's work and the
+    /// agent's (about 1 ms of CPU together) would then run beside the
+    /// runtime's own exit, which the caller waits for; on two CPUs that
+    /// made `create` 1.2 ms slower than the exit wait, which moves the
+    /// work beside the caller's `start` (0.1 ms slower): bench/README.md,
+    /// run 27.
     fn wait_created(&self) -> Option<Result<u32, String>> {
-        let written = || {
-            file_id(self.pid_file)
-                .filter(|id| Some(*id) != self.stale)
-                .map(|_| read_pid_file(self.pid_file))
-        };
-        let exit = RuntimeExit::watch(self.runtime_pid);
-        let dir = self.pid_file.parent().unwrap_or(Path::new("/"));
-        let Some(changes) = DirChanges::watch(dir) else {
-            exit.wait(None);
-            return written();
-        };
-        loop {
-            if let Some(Ok(pid)) = written() {
-                return Some(Ok(pid));
-            }
-            if exit.wait(Some(&changes)) {
-                return written();
-            }
-            changes.drain();
-        }
-    }
-}
-
-/// inotify on one directory: files written or renamed into it. Never
-/// closed: closing an inotify descriptor waits for an SRCU grace period
-/// (`fsnotify_destroy_group`), 10-20 ms here, which would come before the
-/// register; the helper's exit closes it when nobody waits.
-struct DirChanges(i32);
-
-impl DirChanges {
-    fn watch(dir: &Path) -> Option<DirChanges> {
-        use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-        // SAFETY: a new descriptor, owned by the value returned.
-        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-        if fd < 0 {
-            return None;
-        }
-        let w = DirChanges(fd);
-        let mask = libc::IN_MOVED_TO | libc::IN_CLOSE_WRITE | libc::IN_ONLYDIR;
-        // SAFETY: a valid C string and our inotify descriptor.
-        (unsafe { libc::inotify_add_watch(fd, path.as_ptr(), mask) } >= 0).then_some(w)
-    }
-
-    fn drain(&self) {
-        let mut buf = [0u8; 4096];
-        // SAFETY: reads into a local buffer of its size.
-        while unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+        RuntimeExit::watch(self.runtime_pid).wait();
+        file_id(self.pid_file)
+            .filter(|id| Some(*id) != self.stale)
+            .map(|_| read_pid_file(self.pid_file))
     }
 }
 
@@ -375,40 +344,31 @@ impl RuntimeExit {
         unsafe { libc::getppid() as u32 != self.pid }
     }
 
-    /// Wait until the process has exited (true), or until `changes` has
-    /// something to read (false; not watched without a pidfd).
-    fn wait(&self, changes: Option<&DirChanges>) -> bool {
+    /// Wait until the process has exited.
+    fn wait(&self) {
         // First: a parent gone before the pidfd was opened leaves it naming
         // another process, or none.
         if self.gone() {
-            return true;
+            return;
         }
         let Some(fd) = self.pidfd else {
             while !self.gone() {
                 std::thread::sleep(Duration::from_micros(200));
             }
-            return true;
+            return;
         };
-        let mut p = [
-            libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: changes.map_or(-1, |c| c.0),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two pollfds owned here (a negative fd is ignored by poll).
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd owned here.
         unsafe {
-            while libc::poll(p.as_mut_ptr(), 2, -1) < 0
+            while libc::poll(&mut p, 1, -1) < 0
                 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
             {
             }
         }
-        p[0].revents != 0
     }
 }
 
@@ -467,7 +427,7 @@ mod tests {
                     let me = std::process::id();
                     if libc::fork() == 0 {
                         let t0 = std::time::Instant::now();
-                        assert!(RuntimeExit::watch(me).wait(None));
+                        RuntimeExit::watch(me).wait();
                         let ms = (t0.elapsed().as_millis() as u32).to_le_bytes();
                         libc::write(w, ms.as_ptr().cast(), 4);
                         libc::_exit(0)
