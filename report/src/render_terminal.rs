@@ -452,6 +452,39 @@ pub fn offset_heatmap(g: &Grid, st: Style) -> String {
     s
 }
 
+/// The dynamic CPU controller's changes on the timeline: the first and the
+/// last ones when there are many.
+fn controls(s: &mut String, list: &[crate::summary::ControlAt], st: Style) {
+    const SHOWN: usize = 12;
+    if list.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n  {} ({} changes)", st.bold("cpu control"), list.len());
+    let row = |s: &mut String, c: &crate::summary::ControlAt| {
+        let r = &c.record;
+        let _ = writeln!(
+            s,
+            "  {:>9}  {:<7} {:<15} quota {} -> {}  burst {} -> {}",
+            short(c.at_ns),
+            r.action,
+            r.cause,
+            short(r.before.quota_us * 1000),
+            short(r.after.quota_us * 1000),
+            short(r.before.burst_us * 1000),
+            short(r.after.burst_us * 1000)
+        );
+    };
+    if list.len() <= SHOWN {
+        list.iter().for_each(|c| row(s, c));
+        return;
+    }
+    list[..SHOWN / 2].iter().for_each(|c| row(s, c));
+    let _ = writeln!(s, "  {:>9}  ({} more)", "...", list.len() - SHOWN);
+    list[list.len() - SHOWN / 2..]
+        .iter()
+        .for_each(|c| row(s, c));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -513,37 +546,4 @@ mod tests {
         };
         assert!(!waterfall(&old, Style::plain()).contains("exec..cpu"));
     }
-}
-
-/// The dynamic CPU controller's changes on the timeline: the first and the
-/// last ones when there are many.
-fn controls(s: &mut String, list: &[crate::summary::ControlAt], st: Style) {
-    const SHOWN: usize = 12;
-    if list.is_empty() {
-        return;
-    }
-    let _ = writeln!(s, "\n  {} ({} changes)", st.bold("cpu control"), list.len());
-    let row = |s: &mut String, c: &crate::summary::ControlAt| {
-        let r = &c.record;
-        let _ = writeln!(
-            s,
-            "  {:>9}  {:<7} {:<15} quota {} -> {}  burst {} -> {}",
-            short(c.at_ns),
-            r.action,
-            r.cause,
-            short(r.before.quota_us * 1000),
-            short(r.after.quota_us * 1000),
-            short(r.before.burst_us * 1000),
-            short(r.after.burst_us * 1000)
-        );
-    };
-    if list.len() <= SHOWN {
-        list.iter().for_each(|c| row(s, c));
-        return;
-    }
-    list[..SHOWN / 2].iter().for_each(|c| row(s, c));
-    let _ = writeln!(s, "  {:>9}  ({} more)", "...", list.len() - SHOWN);
-    list[list.len() - SHOWN / 2..]
-        .iter()
-        .for_each(|c| row(s, c));
 }

@@ -58,7 +58,7 @@ pub fn spec_modifiers(data: &[u8]) {
         config_path: None,
         cfg: Default::default(),
         // Both ways: the hook's spec and the wrapper's `create` (none of ours).
-        create_runtime_hook: data.len() % 2 == 0,
+        create_runtime_hook: data.len().is_multiple_of(2),
     };
     if throttlewatch_lifecycle::modifiers::apply_to_value(&mut spec, &ctx).is_err() {
         return;
