@@ -21,6 +21,11 @@
 # TW_BIN_DIR_BEFORE=DIR adds a third kind per round, `before`: the wrapper,
 # hook and agent of another build (e.g. the previous commit's), with its own
 # agent, socket, state and logs, so before and after share one run's load.
+# TW_BENCH_VARIANTS="NAME=DIR ..." adds a kind per entry: the wrapper and
+# hook of DIR (other builds, e.g. one per idea being tried), sharing the
+# agent, socket and state of `tw` (so the agent must be the same build);
+# each is reported against plain runc like `tw`, create and start apart.
+# NAME: lower-case letters and digits, not one of the kinds above.
 # TW_BENCH_TIMING=1 also prints the median of each phase of the wrapper, the
 # hook and the agent's register (THROTTLEWATCH_TIMING). Prints the median of each and the ratio of
 # medians (issue 16: target <= 1.05), with the load average before and after: others
@@ -81,6 +86,21 @@ fi
 for b in "$TW_BIN_DIR/throttlewatch-runtime" "$TW_BIN_DIR/throttlewatch-hook" "$AGENT" "$RUNC" /bin/busybox; do
     [ -x "$b" ] || { echo "missing $b (cargo build --release --workspace --bins; apt-get install runc busybox-static)" >&2; exit 1; }
 done
+# TW_BENCH_VARIANTS: names and directories.
+VARIANTS=
+declare -A VARIANT_DIR=()
+for v in ${TW_BENCH_VARIANTS:-}; do
+    name=${v%%=*}; dir=${v#*=}
+    case $name in
+        plain | tw | before | hooktrue | hookonly | *[!a-z0-9]* | "")
+            echo "TW_BENCH_VARIANTS: $v: expected NAME=DIR, NAME of lower-case letters and digits other than plain, tw, before, hooktrue, hookonly" >&2; exit 2 ;;
+    esac
+    [ "$dir" != "$v" ] && [ -x "$dir/throttlewatch-runtime" ] && [ -x "$dir/throttlewatch-hook" ] ||
+        { echo "TW_BENCH_VARIANTS: $v: expected throttlewatch-runtime and throttlewatch-hook in $dir" >&2; exit 2; }
+    [ -z "${VARIANT_DIR[$name]:-}" ] || { echo "TW_BENCH_VARIANTS: $name named twice" >&2; exit 2; }
+    VARIANT_DIR[$name]=$(cd "$dir" && pwd)
+    VARIANTS="$VARIANTS $name"
+done
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 W=$(mktemp -d /tmp/tw-bench.XXXXXX)
@@ -99,7 +119,7 @@ esac
 AGENT_PID=
 AGENT_BEFORE_PID=
 cleanup() {
-    for r in plain tw before hooktrue hookonly; do
+    for r in plain tw before hooktrue hookonly $VARIANTS; do
         for id in $("$RUNC" --root "$ROOTS/root-$r" list -q 2>/dev/null); do
             "$RUNC" --root "$ROOTS/root-$r" delete -f "$id" >/dev/null 2>&1 || true
         done
@@ -187,10 +207,15 @@ one() {
     case $kind in
         tw) set -- "$TW_BIN_DIR/throttlewatch-runtime" --throttlewatch-config "$W/tw.toml" --root "$ROOTS/root-tw" ;;
         before) set -- "$BEFORE/throttlewatch-runtime" --throttlewatch-config "$W/tw-before.toml" --root "$ROOTS/root-before" ;;
-        *) set -- "$RUNC" --root "$ROOTS/root-$kind" ;;
+        plain | hooktrue | hookonly) set -- "$RUNC" --root "$ROOTS/root-$kind" ;;
+        *) set -- "${VARIANT_DIR[$kind]}/throttlewatch-runtime" --throttlewatch-config "$W/tw.toml" --root "$ROOTS/root-$kind" ;;
     esac
     if [ "${TW_BENCH_TIMING:-0}" = 1 ]; then
-        THROTTLEWATCH_TIMING="$W/timing"; [ "$kind" != before ] || THROTTLEWATCH_TIMING="$W/timing-before"
+        case $kind in
+            before) THROTTLEWATCH_TIMING="$W/timing-before" ;;
+            tw | plain | hooktrue | hookonly) THROTTLEWATCH_TIMING="$W/timing" ;;
+            *) THROTTLEWATCH_TIMING="$W/timing-$kind" ;;
+        esac
     fi
     local t0 t1 t2
     if [ "$MODE" = create ]; then
@@ -216,12 +241,14 @@ one() {
 : >"$W/plain"; : >"$W/tw"; : >"$W/before"
 one plain warm-p >/dev/null; one tw warm-t >/dev/null
 [ -z "$BEFORE" ] || one before warm-b >/dev/null
+for v in $VARIANTS; do one "$v" "warm-$v" >/dev/null; done
 # TW_BENCH_BREAKDOWN=1 adds two runs per round with plain runc, to split
 # the overhead: `hooktrue` (a createRuntime hook that is /bin/true: what
 # any OCI hook costs) and `hookonly` (the config.json the wrapper's `run`
 # writes: our createRuntime hook and its register, without the wrapper).
 kinds="tw plain"
 [ -z "$BEFORE" ] || kinds="tw plain before"
+kinds="$kinds$VARIANTS"
 if [ "${TW_BENCH_BREAKDOWN:-0}" = 1 ]; then
     # The spec as the wrapper's `run` leaves it (our createRuntime hook in it).
     cp "$W/pristine.json" "$B/config.json"
@@ -256,7 +283,7 @@ done
 if [ -n "${TW_BENCH_SAMPLES:-}" ]; then
     mkdir -p "$TW_BENCH_SAMPLES"
     for k in $kinds; do cp "$W/$k" "$TW_BENCH_SAMPLES/$k"; [ ! -s "$W/$k.parts" ] || cp "$W/$k.parts" "$TW_BENCH_SAMPLES/$k.parts"; done
-    for tf in timing timing-before; do [ ! -s "$W/$tf" ] || cp "$W/$tf" "$TW_BENCH_SAMPLES/$tf"; done
+    for tf in timing timing-before $(for v in $VARIANTS; do echo "timing-$v"; done); do [ ! -s "$W/$tf" ] || cp "$W/$tf" "$TW_BENCH_SAMPLES/$tf"; done
 fi
 median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
@@ -293,16 +320,21 @@ if [ -s "$W/before" ]; then
     paste "$W/tw" "$W/before" | awk '{print $1 - $2}' >"$W/diff-tw-before"
     echo "after - before, paired: median $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-tw-before")/1000}") ms"
 fi
+for k in $VARIANTS; do
+    paste "$W/$k" "$W/plain" | awk '{print $1 - $2}' >"$W/diff-$k"
+    paste "$W/$k" "$W/tw" | awk '{print $1 - $2}' >"$W/diff-tw-$k"
+    echo "variant $k (${VARIANT_DIR[$k]}): median $(awk "BEGIN{printf \"%.1f\", $(median "$W/$k")/1000}") ms, ratio of medians $(awk "BEGIN{printf \"%.3f\", $(median "$W/$k")/$mp}"), paired overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-$k")/1000}") ms; $k - tw, paired: $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-tw-$k")/1000}") ms"
+done
 if [ -s "$W/hooktrue" ]; then
     for k in hooktrue hookonly; do
         paste "$W/$k" "$W/plain" | awk '{print $1 - $2}' >"$W/diff-$k"
         echo "breakdown: runc + $k: median $(awk "BEGIN{printf \"%.1f\", $(median "$W/$k")/1000}") ms, paired overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-$k")/1000}") ms"
     done
 fi
-for tf in timing timing-before; do
+for tf in timing timing-before $(for v in $VARIANTS; do echo "timing-$v"; done); do
     [ -s "$W/$tf" ] || continue
     # "NAME SUBCOMMAND total=Nus phase=Nus ..." lines: the median of each phase, per program.
-    echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING)$( [ $tf = timing ] || echo ", before"):"
+    echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING)$( [ $tf = timing ] || echo ", ${tf#timing-}"):"
     # `runtime created`: the wrapper's helper, after the runtime's create.
     # The agent: `register` until the answer (the hook waits for it),
     # `complete` (log, start record, state file) after it.
