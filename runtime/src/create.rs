@@ -280,9 +280,9 @@ impl Helper<'_> {
     /// Not as soon as the file is written: the helper's work and the
     /// agent's (about 1 ms of CPU together) would then run beside the
     /// runtime's own exit, which the caller waits for; on two CPUs that
-    /// made `create` 1.2 ms slower than the exit wait, which moves the
-    /// work beside the caller's `start` (0.1 ms slower): bench/README.md,
-    /// run 27.
+    /// made `create` 0.5–1.5 ms slower than the exit wait does, which
+    /// moves the work beside the caller's `start` (no slower within the
+    /// noise): bench/README.md, runs 27–32.
     fn wait_created(&self) -> Option<Result<u32, String>> {
         RuntimeExit::watch(self.runtime_pid).wait();
         file_id(self.pid_file)
