@@ -101,6 +101,8 @@ for v in ${TW_BENCH_VARIANTS:-}; do
     VARIANT_DIR[$name]=$(cd "$dir" && pwd)
     VARIANTS="$VARIANTS $name"
 done
+# THROTTLEWATCH_TIMING files: ours, before's, each variant's.
+TIMING_FILES="timing timing-before$(for v in $VARIANTS; do printf ' timing-%s' "$v"; done)"
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 
 W=$(mktemp -d /tmp/tw-bench.XXXXXX)
@@ -217,24 +219,24 @@ one() {
             *) THROTTLEWATCH_TIMING="$W/timing-$kind" ;;
         esac
     fi
-    local t0 t1 t2
+    local t0 t1= t2
+    t0=$EPOCHREALTIME
     if [ "$MODE" = create ]; then
         # With --pid-file, as containerd's runc shim always calls it.
-        t0=$EPOCHREALTIME
         "$@" create --bundle "$B" --pid-file "$B/init.pid" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
         t1=$EPOCHREALTIME
         "$@" start "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
-        t2=$EPOCHREALTIME
-        "$@" delete -f "$id" >/dev/null 2>&1
-        t0=${t0/./}; t1=${t1/./}; t2=${t2/./}
+    else
+        "$@" run -d --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
+    fi
+    t2=$EPOCHREALTIME
+    "$@" delete -f "$id" >/dev/null 2>&1
+    t0=${t0/./}; t2=${t2/./}
+    if [ -n "$t1" ]; then
+        t1=${t1/./}
         echo "$((t2 - t0)) $((t1 - t0)) $((t2 - t1))"
     else
-        t0=$EPOCHREALTIME
-        "$@" run -d --bundle "$B" "$id" </dev/null >/dev/null 2>"$W/err" || { cat "$W/err" >&2; exit 1; }
-        t1=$EPOCHREALTIME
-        "$@" delete -f "$id" >/dev/null 2>&1
-        t0=${t0/./}; t1=${t1/./}
-        echo "$((t1 - t0))"
+        echo "$((t2 - t0))"
     fi
 }
 
@@ -283,9 +285,10 @@ done
 if [ -n "${TW_BENCH_SAMPLES:-}" ]; then
     mkdir -p "$TW_BENCH_SAMPLES"
     for k in $kinds; do cp "$W/$k" "$TW_BENCH_SAMPLES/$k"; [ ! -s "$W/$k.parts" ] || cp "$W/$k.parts" "$TW_BENCH_SAMPLES/$k.parts"; done
-    for tf in timing timing-before $(for v in $VARIANTS; do echo "timing-$v"; done); do [ ! -s "$W/$tf" ] || cp "$W/$tf" "$TW_BENCH_SAMPLES/$tf"; done
+    for tf in $TIMING_FILES; do [ ! -s "$W/$tf" ] || cp "$W/$tf" "$TW_BENCH_SAMPLES/$tf"; done
 fi
 median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+ms() { awk "BEGIN{printf \"%.2f\", $1/1000}"; } # µs -> ms
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
 echo "binaries: $TW_BIN_DIR (wrapper, hook, agent${TRIPLE:+; hook and wrapper built for $TRIPLE, static}); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
 echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
@@ -300,7 +303,6 @@ echo "paired: median per-round overhead $(awk "BEGIN{printf \"%.2f\", $(median "
 if [ "$MODE" = create ]; then
     # create and start apart (medians), and each one's paired difference
     # from plain runc's: where the overhead falls.
-    ms() { awk "BEGIN{printf \"%.2f\", $1/1000}"; }
     echo "create / start apart (median ms; paired against plain):"
     for k in $kinds; do
         awk '{print $1}' "$W/$k.parts" >"$W/$k.c"; awk '{print $2}' "$W/$k.parts" >"$W/$k.s"
@@ -323,7 +325,7 @@ fi
 for k in $VARIANTS; do
     paste "$W/$k" "$W/plain" | awk '{print $1 - $2}' >"$W/diff-$k"
     paste "$W/$k" "$W/tw" | awk '{print $1 - $2}' >"$W/diff-tw-$k"
-    echo "variant $k (${VARIANT_DIR[$k]}): median $(awk "BEGIN{printf \"%.1f\", $(median "$W/$k")/1000}") ms, ratio of medians $(awk "BEGIN{printf \"%.3f\", $(median "$W/$k")/$mp}"), paired overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-$k")/1000}") ms; $k - tw, paired: $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-tw-$k")/1000}") ms"
+    echo "variant $k (${VARIANT_DIR[$k]}): median $(ms "$(median "$W/$k")") ms, ratio of medians $(awk "BEGIN{printf \"%.3f\", $(median "$W/$k")/$mp}"), paired overhead $(ms "$(median "$W/diff-$k")") ms; $k - tw, paired: $(ms "$(median "$W/diff-tw-$k")") ms"
 done
 if [ -s "$W/hooktrue" ]; then
     for k in hooktrue hookonly; do
@@ -331,7 +333,7 @@ if [ -s "$W/hooktrue" ]; then
         echo "breakdown: runc + $k: median $(awk "BEGIN{printf \"%.1f\", $(median "$W/$k")/1000}") ms, paired overhead $(awk "BEGIN{printf \"%.2f\", $(median "$W/diff-$k")/1000}") ms"
     done
 fi
-for tf in timing timing-before $(for v in $VARIANTS; do echo "timing-$v"; done); do
+for tf in $TIMING_FILES; do
     [ -s "$W/$tf" ] || continue
     # "NAME SUBCOMMAND total=Nus phase=Nus ..." lines: the median of each phase, per program.
     echo "phases (median µs over the timed runs; THROTTLEWATCH_TIMING)$( [ $tf = timing ] || echo ", ${tf#timing-}"):"

@@ -115,14 +115,15 @@ pub fn on_prepared(
     // The burst record is for `update`, not for the start: written once
     // the register is out (the agent works on it meanwhile).
     let burst = q.burst.take();
-    let done = send_register(cfg, config_path, rep, &c, rel, q, answer, early, t);
+    send_register(cfg, config_path, rep, &c, rel, q, answer, early, t);
     record_burst(cfg, rep, c.key, burst.as_ref());
     t.mark("burst_record");
-    done
+    Ok(())
 }
 
 /// After the QoS: the register (or the `unwatched` mark when the
-/// container asked not to be watched).
+/// container asked not to be watched). Failures are reported and leave the
+/// container unwatched; none fails the create.
 #[allow(clippy::too_many_arguments)]
 fn send_register(
     cfg: &Config,
@@ -134,10 +135,10 @@ fn send_register(
     answer: Answer,
     early: Option<EarlyConnection>,
     t: &mut Phases,
-) -> anyhow::Result<()> {
+) {
     if q.watch == Some(false) {
         mark_unwatched(cfg, rep, c.key);
-        return Ok(()); // throttlewatch.io/watch=false: QoS only, no log
+        return; // throttlewatch.io/watch=false: QoS only, no log
     }
     let mut reg = registration(c, rel, q);
     // Fail-closed: a log the agent cannot open refuses the container, so
@@ -165,7 +166,7 @@ fn send_register(
             match AgentClient::of(cfg).register_unanswered(&reg, early) {
                 Ok(()) => {
                     t.mark("register_sent");
-                    return Ok(());
+                    return;
                 }
                 // No agent: the waiting path starts one (start_agent) or says
                 // why not; the record stays until it is done.
@@ -177,7 +178,7 @@ fn send_register(
                     pending::clear(&state, c.key);
                     rep.error(&format!("{e}; cannot register container {:?}", c.key.id));
                     mark_unwatched(cfg, rep, c.key);
-                    return Ok(());
+                    return;
                 }
             }
         }
@@ -194,7 +195,6 @@ fn send_register(
         }
     }
     t.mark("register");
-    Ok(())
 }
 
 fn mark_unwatched(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {

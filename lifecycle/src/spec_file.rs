@@ -152,7 +152,9 @@ impl SpecFile {
             Ok(f) => f,
             Err(_) => return Ok(false),
         };
-        let m = f.metadata()?;
+        let Ok(m) = f.metadata() else {
+            return Ok(false);
+        };
         if (m.dev(), m.ino(), m.nlink()) != (self.meta.dev(), self.meta.ino(), 1) || !m.is_file() {
             return Ok(false);
         }
