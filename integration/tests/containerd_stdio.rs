@@ -145,6 +145,11 @@ fn stdin_waits_for_a_late_writer() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // The input only once ctr has had time to open the stdout FIFO (in a
+    // goroutine of its own, cancelled if the task exits first): written at
+    // once, the answer and the exit could beat that open on a loaded
+    // machine (a CI run got no output at all despite the pause below).
+    std::thread::sleep(Duration::from_secs(1));
     attach.stdin.take().unwrap().write_all(b"hi\n").unwrap();
     let out = attach.wait_with_output().unwrap();
     assert!(
