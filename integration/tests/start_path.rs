@@ -573,3 +573,172 @@ fn a_register_lost_with_its_agent_is_sent_again_at_start() {
     assert_eq!(end["unwatched_throttled_ns"], 0, "{end}");
     assert!(!cfg.hook_log().contains("unwatched"), "{}", cfg.hook_log());
 }
+
+/// The start ticket of `id` (`/run/throttlewatch/start/<id>@<scope>`,
+/// throttlewatch_runtime::ticket), if there is one.
+fn ticket_of(id: &str) -> Option<Vec<u8>> {
+    // throttlewatch_runtime::ticket::DIR (a fixed path: `start` finds it
+    // without the configuration).
+    let dir = std::path::Path::new("/run/throttlewatch/start");
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{id}@"))
+        })
+        .and_then(|e| std::fs::read(e.path()).ok())
+}
+
+/// `id`'s register is no longer pending (the agent has it).
+fn taken(cfg: &PrivateConfig, id: &str) -> bool {
+    !std::fs::read_dir(cfg.state_dir.join("pending"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{id}@"))
+        })
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < timeout, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The wrapper's `start` after its `create` execs the runtime its start
+/// ticket names without loading the configuration — and still only once
+/// the agent has the container: with the register held by a stopped agent
+/// it goes the whole way and waits; given another configuration file than
+/// its `create` was, it loads that one. `delete` removes the ticket. Which
+/// way `start` went is read from its THROTTLEWATCH_TIMING line (`ticket=`
+/// for the ticket, `config=` for the whole way).
+#[test]
+fn start_takes_its_creates_ticket_and_still_waits_for_the_watch() {
+    let cfg = PrivateConfig::new("agent_timeout_ms = 5000");
+    let agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let timing = cfg.dir.0.join("timing");
+    let start_line = || {
+        let all = std::fs::read_to_string(&timing).unwrap_or_default();
+        let line = all
+            .lines()
+            .rfind(|l| l.starts_with("throttlewatch-runtime start "))
+            .map(str::to_string);
+        let _ = std::fs::remove_file(&timing);
+        line.unwrap_or_else(|| panic!("no start line in {all:?}"))
+    };
+    let start = |args: Vec<String>, id: &str| {
+        let mut c = match args.is_empty() {
+            true => rt.command(),
+            false => {
+                let mut c = std::process::Command::new(&rt.bin);
+                c.args(&args).arg("--root").arg(&rt.root.0);
+                c
+            }
+        };
+        c.env("THROTTLEWATCH_TIMING", &timing)
+            .args(["start", id])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    // The usual case: the register taken by the time of `start`.
+    let a = Bundle::new(&id("ticket-a"), &ContainerOpts::sh("sleep 30"));
+    let o = rt.create(&a);
+    assert!(o.status.success(), "create a: {}", text(&o));
+    wait_until("a's ticket", Duration::from_secs(5), || {
+        ticket_of(&a.id).is_some()
+    });
+    let t = ticket_of(&a.id).unwrap();
+    let has = |p: &std::path::Path| {
+        t.windows(p.as_os_str().len())
+            .any(|w| w == p.as_os_str().as_encoded_bytes())
+    };
+    assert!(has(&cfg.path), "the config file in {t:?}");
+    assert!(
+        has(&cfg.state_dir.join("pending")),
+        "the pending record in {t:?}"
+    );
+    assert!(has(std::path::Path::new("runc")), "the runtime in {t:?}");
+    wait_until("a's register taken", Duration::from_secs(5), || {
+        taken(&cfg, &a.id)
+    });
+    let o = start(vec![], &a.id).wait_with_output().unwrap();
+    assert!(o.status.success(), "start a: {}", text(&o));
+    let line = start_line();
+    assert!(
+        line.contains(" ticket=") && !line.contains(" config="),
+        "{line}"
+    );
+    assert_eq!(rt.status(&a.id).as_deref(), Some("running"));
+    assert!(rt.run(&["delete", "-f", &a.id]).status.success());
+    assert_eq!(ticket_of(&a.id), None, "delete removes the ticket");
+    let log = read_log(&cfg.log_of(&a.id));
+    whole_log(&log, "a");
+
+    // The register held by a stopped agent: `start` waits for it.
+    let b = Bundle::new(&id("ticket-b"), &ContainerOpts::sh("sleep 30"));
+    let pid = Pid::from_raw(agent.child.id() as i32);
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let o = rt.create(&b);
+    assert!(o.status.success(), "create b: {}", text(&o));
+    wait_until("b's ticket", Duration::from_secs(5), || {
+        ticket_of(&b.id).is_some()
+    });
+    let mut s = start(vec![], &b.id);
+    std::thread::sleep(Duration::from_millis(500));
+    let early = s.try_wait().unwrap();
+    kill(pid, Signal::SIGCONT).unwrap();
+    assert!(
+        early.is_none(),
+        "start did not wait for a register the agent had not taken: {early:?}"
+    );
+    let o = s.wait_with_output().unwrap();
+    assert!(o.status.success(), "start b: {}", text(&o));
+    let line = start_line();
+    assert!(line.contains(" config="), "the whole way: {line}");
+    let log = read_log(&cfg.log_of(&b.id));
+    assert_eq!(
+        log.first().map(|r| r["type"].clone()),
+        Some("start".into()),
+        "{log:?}"
+    );
+    assert!(!cfg.hook_log().contains("unwatched"), "{}", cfg.hook_log());
+    assert!(rt.run(&["delete", "-f", &b.id]).status.success());
+
+    // `start` given another configuration file than its `create`.
+    let c = Bundle::new(&id("ticket-c"), &ContainerOpts::sh("sleep 30"));
+    let o = rt.create(&c);
+    assert!(o.status.success(), "create c: {}", text(&o));
+    wait_until("c's ticket", Duration::from_secs(5), || {
+        ticket_of(&c.id).is_some()
+    });
+    wait_until("c's register taken", Duration::from_secs(5), || {
+        taken(&cfg, &c.id)
+    });
+    let other = cfg.dir.0.join("same-elsewhere.toml");
+    std::fs::copy(&cfg.path, &other).unwrap();
+    let args = vec![
+        "--throttlewatch-config".to_string(),
+        other.to_string_lossy().into_owned(),
+    ];
+    let o = start(args, &c.id).wait_with_output().unwrap();
+    assert!(o.status.success(), "start c: {}", text(&o));
+    let line = start_line();
+    assert!(
+        line.contains(" config="),
+        "another configuration: the whole way: {line}"
+    );
+    assert!(rt.run(&["delete", "-f", &c.id]).status.success());
+    assert_eq!(ticket_of(&c.id), None, "delete removes the ticket");
+}

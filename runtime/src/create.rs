@@ -13,7 +13,9 @@
 //! (a pidfd; not earlier, see `Helper::wait_created`), and if it created
 //! the container — a pid file written during this create — does the
 //! hook's createRuntime work: QoS into the cgroup, the register sent to the
-//! agent, which replaces the mark, then the burst record. All that runs
+//! agent, which replaces the mark, then the burst record. (First, while the
+//! runtime creates, it writes the start ticket, `crate::ticket`, that lets
+//! `start` skip the configuration.) All that runs
 //! while the caller goes on to `start`, which lets
 //! the entrypoint run only once the agent has the container (or it was
 //! refused, or the helper failed and said why in hook.log). runc's hook
@@ -111,9 +113,18 @@ pub fn create(
         ));
         return Next(argv);
     }
+    // The helper writes the new start ticket (crate::ticket).
+    if let Err(e) = crate::ticket::remove(Path::new(crate::ticket::DIR), &key) {
+        log.error(&format!(
+            "cannot remove the start ticket of an earlier {key}: {e}; the container is created and not watched"
+        ));
+        pending::clear(&state, &key);
+        return Next(argv);
+    }
     t.mark("mark");
     let h = Helper {
         runtime_pid: std::process::id(),
+        runtime,
         cfg,
         config_path: config_path.as_deref(),
         spec: &spec,
@@ -196,6 +207,8 @@ const EXIT_AFTER: Duration = Duration::from_millis(100);
 struct Helper<'a> {
     /// The wrapper's pid, which the runtime's `create` keeps across exec.
     runtime_pid: u32,
+    /// The runtime it execs (for the start ticket).
+    runtime: &'a Path,
     cfg: &'a Config,
     config_path: Option<&'a Path>,
     /// config.json as written (typed by the helper).
@@ -216,6 +229,18 @@ impl Helper<'_> {
         let state = StateDir::new(&self.cfg.state_dir);
         let mut rep = Reporter::new(self.cfg, Stage::CreateRuntime, NAME);
         rep.set_container(&self.key.id);
+        // What `start` needs: it then loads no configuration.
+        let ticket = crate::ticket::Ticket {
+            config: self.config_path.map(Path::to_path_buf),
+            runtime: self.runtime.to_path_buf(),
+            pending: state.pending_file(self.key),
+        };
+        if let Err(e) = crate::ticket::write(Path::new(crate::ticket::DIR), self.key, &ticket) {
+            rep.warn(&format!(
+                "no start ticket ({e}): its start loads the configuration"
+            ));
+        }
+        t.mark("ticket");
         // While the runtime creates: what needs no cgroup yet.
         let spec = match self.spec.typed() {
             Ok(spec) => spec,

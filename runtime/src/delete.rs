@@ -11,6 +11,7 @@ use throttlewatch_lifecycle::{agent_client, pending, StateDir};
 use crate::args::RuncArgs;
 use crate::lowlevel;
 use crate::runlog::RuncLog;
+use crate::ticket;
 
 pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) {
     let Some(key) = args.container_key() else {
@@ -18,6 +19,9 @@ pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &Ru
     };
     // Created and never started: its register is no longer awaited.
     pending::clear(&StateDir::new(&cfg.state_dir), &key);
+    if let Err(e) = ticket::remove(Path::new(ticket::DIR), &key) {
+        log.warning(&format!("cannot remove the start ticket of {key}: {e}"));
+    }
     if !cfg.socket.exists() {
         return;
     }

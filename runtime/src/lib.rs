@@ -14,5 +14,6 @@ pub mod lowlevel;
 pub mod runlog;
 pub mod spawn;
 pub mod start;
+pub mod ticket;
 pub mod update;
 pub mod wrapper;

@@ -5,7 +5,7 @@
 //! everything else (argv untouched).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use throttlewatch_core::config::{Config, FailMode};
 use throttlewatch_lifecycle::modifiers::{default_hook_path, modify_bundle, ModifyContext};
@@ -27,6 +27,16 @@ pub fn main(args: Vec<OsString>) -> i32 {
     ));
     let log = RuncLog::new(args.log.clone(), args.log_format.as_deref());
     let config_path = config_path(&args);
+    if args.subcommand() == Some("start") {
+        // The usual case: the ticket of our `create`, nothing pending.
+        if let Some(runtime) = crate::start::ready(&args, config_path.as_deref()) {
+            t.mark("ticket");
+            t.finish();
+            let e = lowlevel::exec(&runtime, &args.argv);
+            log.error(&format!("cannot exec {}: {e}", runtime.display()));
+            return 127;
+        }
+    }
     let (cfg, cfg_ok) = match throttlewatch_qos::config_check::load_cached(config_path.as_deref()) {
         Ok(c) => (c, true),
         Err(bad)
@@ -63,6 +73,10 @@ pub fn main(args: Vec<OsString>) -> i32 {
             argv = Some(a);
         }
         Some("run") | Some("create") if cfg_ok => {
+            // A ticket left by an earlier container of this id is not this one's.
+            if let (Some("create"), Some(key)) = (args.subcommand(), args.container_key()) {
+                let _ = crate::ticket::remove(Path::new(crate::ticket::DIR), &key);
+            }
             if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
                 match cfg.fail_mode {
                     FailMode::Open => log.error(&format!(
