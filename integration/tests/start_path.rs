@@ -741,4 +741,17 @@ fn start_takes_its_creates_ticket_and_still_waits_for_the_watch() {
     );
     assert!(rt.run(&["delete", "-f", &c.id]).status.success());
     assert_eq!(ticket_of(&c.id), None, "delete removes the ticket");
+
+    // A create that fails (no root file system) leaves no ticket once its
+    // helper is done.
+    let d = Bundle::new(&id("ticket-d"), &ContainerOpts::sh("true"));
+    let mut spec = d.config();
+    spec["root"]["path"] = "/nonexistent-rootfs".into();
+    std::fs::write(d.dir().join("config.json"), spec.to_string()).unwrap();
+    let o = rt.create(&d);
+    assert!(!o.status.success(), "create d should fail: {}", text(&o));
+    wait_until("d's helper", Duration::from_secs(10), || {
+        helper_pids(&d.id).is_empty()
+    });
+    assert_eq!(ticket_of(&d.id), None, "a failed create leaves no ticket");
 }

@@ -235,11 +235,13 @@ impl Helper<'_> {
             runtime: self.runtime.to_path_buf(),
             pending: state.pending_file(self.key),
         };
-        if let Err(e) = crate::ticket::write(Path::new(crate::ticket::DIR), self.key, &ticket) {
-            rep.warn(&format!(
-                "no start ticket ({e}): its start loads the configuration"
-            ));
-        }
+        let ticketed = crate::ticket::write(Path::new(crate::ticket::DIR), self.key, &ticket)
+            .map_err(|e| {
+                rep.warn(&format!(
+                    "no start ticket ({e}): its start loads the configuration"
+                ))
+            })
+            .is_ok();
         t.mark("ticket");
         // While the runtime creates: what needs no cgroup yet.
         let spec = match self.spec.typed() {
@@ -256,6 +258,11 @@ impl Helper<'_> {
         t.mark("runtime_create");
         if self.ours {
             let _ = std::fs::remove_file(self.pid_file);
+        }
+        if pid.is_none() && ticketed {
+            // Not created: nothing will start. (Removing a later create's
+            // ticket instead would only send its start the whole way.)
+            let _ = crate::ticket::remove(Path::new(crate::ticket::DIR), self.key);
         }
         let (Some(pid), Some(prepared)) = (pid, prepared) else {
             // Not created (the runtime said why), or a pod sandbox.

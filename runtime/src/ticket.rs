@@ -23,8 +23,8 @@
 //! (`<id>@<scope>`): the wrapper's `create` removes any before the runtime
 //! runs (a ticket left by an earlier container of that id is never read
 //! for this one), its helper writes the new one while the runtime creates
-//! (off the caller's path: 0.06 ms where /run is on disk), `delete`
-//! removes it.
+//! (off the caller's path: 0.06 ms where /run is on disk) and removes it
+//! when the create failed, `delete` removes it.
 
 use std::fs::{DirBuilder, OpenOptions};
 use std::io::{Read, Write};
