@@ -104,6 +104,18 @@ fn wait_sent(cfg: &PrivateConfig, id: &str) {
     assert!(sent, "{id}: the helper left no register in pending/");
 }
 
+/// `id`'s log begins with its `start` record and hook.log says nothing
+/// started unwatched.
+fn watched_from_the_start(cfg: &PrivateConfig, id: &str) {
+    let log = read_log(&cfg.log_of(id));
+    assert_eq!(
+        log.first().map(|r| r["type"].clone()),
+        Some("start".into()),
+        "{id}: {log:?}"
+    );
+    assert!(!cfg.hook_log().contains("unwatched"), "{}", cfg.hook_log());
+}
+
 fn rel_err(a: u64, b: u64) -> f64 {
     (a as f64 - b as f64).abs() / b as f64
 }
@@ -433,13 +445,7 @@ fn fail_open_create_does_not_wait_and_start_waits_for_the_watch() {
     let o = rt.run(&["start", &a.id]);
     assert!(o.status.success(), "start a: {}", text(&o));
     assert_eq!(pending("after start"), 0, "the agent took it");
-    let log = read_log(&cfg.log_of(&a.id));
-    assert_eq!(
-        log.first().map(|r| r["type"].clone()),
-        Some("start".into()),
-        "{log:?}"
-    );
-    assert!(!cfg.hook_log().contains("unwatched"), "{}", cfg.hook_log());
+    watched_from_the_start(&cfg, &a.id);
 
     let b = Bundle::new(&id("async-b"), &ContainerOpts::sh("sleep 30"));
     let o = rt.create(&b);
@@ -707,13 +713,7 @@ fn start_takes_its_creates_ticket_and_still_waits_for_the_watch() {
     assert!(o.status.success(), "start b: {}", text(&o));
     let line = start_line();
     assert!(line.contains(" config="), "the whole way: {line}");
-    let log = read_log(&cfg.log_of(&b.id));
-    assert_eq!(
-        log.first().map(|r| r["type"].clone()),
-        Some("start".into()),
-        "{log:?}"
-    );
-    assert!(!cfg.hook_log().contains("unwatched"), "{}", cfg.hook_log());
+    watched_from_the_start(&cfg, &b.id);
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
 
     // `start` given another configuration file than its `create`.
