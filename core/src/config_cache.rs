@@ -15,16 +15,18 @@
 //! missing or unreadable entry — parses the file as before: the cache can
 //! make a start faster, never change what is loaded.
 
-use std::fs::{DirBuilder, OpenOptions};
+use std::fs::OpenOptions;
 use std::hash::{Hash, Hasher};
 use std::io::Read;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, ConfigError};
-use crate::state_dir::{write_atomic, WriteOptions};
+use crate::state_dir::{
+    is_root, is_root_private_dir, make_root_private_dir, write_atomic, WriteOptions,
+};
 
 /// Where the entries live (tmpfs: gone at reboot, as the files may be).
 pub const CACHE_DIR: &str = "/run/throttlewatch/config-cache";
@@ -68,19 +70,18 @@ pub fn load(dir: &Path, path: &Path) -> Result<Config, ConfigError> {
         path: path.into(),
         source,
     })?;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         return Config::parse(path, &text);
     }
     let entry = dir.join(entry_name(path));
     let id = TextId::of(&text);
-    if ours(dir) {
+    if is_root_private_dir(dir) {
         if let Some(c) = read(&entry, id) {
             return Ok(c);
         }
     }
     let config = Config::parse(path, &text)?;
-    if make_dir(dir) {
+    if make_root_private_dir(dir) {
         let e = Entry {
             text: id,
             config: config.clone(),
@@ -100,19 +101,6 @@ fn entry_name(path: &Path) -> String {
     format!("{:016x}.json", h.finish())
 }
 
-/// `dir` is a real directory of root's that nobody else may write or read.
-fn ours(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir)
-        .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o077 == 0)
-}
-
-fn make_dir(dir: &Path) -> bool {
-    if !ours(dir) {
-        let _ = DirBuilder::new().recursive(true).mode(0o700).create(dir);
-    }
-    ours(dir)
-}
-
 fn read(entry: &Path, text: TextId) -> Option<Config> {
     let f = OpenOptions::new()
         .read(true)
@@ -130,6 +118,7 @@ fn read(entry: &Path, text: TextId) -> Option<Config> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     fn write(p: &Path, text: &str) {
         std::fs::write(p, text).unwrap();

@@ -131,6 +131,31 @@ impl StateDir {
     }
 }
 
+/// The effective user is root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `dir` is a real directory (not a symlink) of root's that nobody else may
+/// write or read: where the short-lived front ends keep what they read
+/// before they have a configuration (`config_cache`, the wrapper's start
+/// tickets), outside `state_dir`.
+pub fn is_root_private_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o077 == 0)
+}
+
+/// [`is_root_private_dir`], creating `dir` (and its parents, [`DIR_MODE`])
+/// when missing; whether it is one now.
+pub fn make_root_private_dir(dir: &Path) -> bool {
+    if !is_root_private_dir(dir) {
+        let _ = StateDir::create_dir(dir);
+    }
+    is_root_private_dir(dir)
+}
+
 /// How [`write_atomic`] leaves the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriteOptions {

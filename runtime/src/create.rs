@@ -114,7 +114,7 @@ pub fn create(
         return Next(argv);
     }
     // The helper writes the new start ticket (crate::ticket).
-    if let Err(e) = crate::ticket::remove(Path::new(crate::ticket::DIR), &key) {
+    if let Err(e) = crate::ticket::remove(&key) {
         log.error(&format!(
             "cannot remove the start ticket of an earlier {key}: {e}; the container is created and not watched"
         ));
@@ -235,7 +235,7 @@ impl Helper<'_> {
             runtime: self.runtime.to_path_buf(),
             pending: state.pending_file(self.key),
         };
-        let ticketed = crate::ticket::write(Path::new(crate::ticket::DIR), self.key, &ticket)
+        let ticketed = crate::ticket::write(self.key, &ticket)
             .map_err(|e| {
                 rep.warn(&format!(
                     "no start ticket ({e}): its start loads the configuration"
@@ -262,7 +262,7 @@ impl Helper<'_> {
         if pid.is_none() && ticketed {
             // Not created: nothing will start. (Removing a later create's
             // ticket instead would only send its start the whole way.)
-            let _ = crate::ticket::remove(Path::new(crate::ticket::DIR), self.key);
+            let _ = crate::ticket::remove(self.key);
         }
         let (Some(pid), Some(prepared)) = (pid, prepared) else {
             // Not created (the runtime said why), or a pod sandbox.

@@ -19,7 +19,7 @@ pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &Ru
     };
     // Created and never started: its register is no longer awaited.
     pending::clear(&StateDir::new(&cfg.state_dir), &key);
-    if let Err(e) = ticket::remove(Path::new(ticket::DIR), &key) {
+    if let Err(e) = ticket::remove(&key) {
         log.warning(&format!("cannot remove the start ticket of {key}: {e}"));
     }
     if !cfg.socket.exists() {

@@ -26,12 +26,13 @@
 //! (off the caller's path: 0.06 ms where /run is on disk) and removes it
 //! when the create failed, `delete` removes it.
 
-use std::fs::{DirBuilder, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use throttlewatch_core::state_dir::{is_root, is_root_private_dir, make_root_private_dir};
 use throttlewatch_core::ContainerKey;
 
 /// Where the tickets live (tmpfs, as the runtimes' own state).
@@ -95,15 +96,26 @@ fn file(dir: &Path, key: &ContainerKey) -> PathBuf {
     dir.join(key.file_stem())
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+/// Write `key`'s ticket in [`DIR`] (see [`write_in`]).
+pub fn write(key: &ContainerKey, t: &Ticket) -> std::io::Result<()> {
+    write_in(Path::new(DIR), key, t)
 }
 
-/// `dir` is a real directory of root's that nobody else may write or read.
-fn ours(dir: &Path) -> bool {
-    std::fs::symlink_metadata(dir)
-        .is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o077 == 0)
+/// `key`'s ticket in [`DIR`], if there is a whole one of ours.
+pub fn read(key: &ContainerKey) -> Option<Ticket> {
+    read_in(Path::new(DIR), key)
+}
+
+/// Remove `key`'s ticket from [`DIR`] (none: nothing to do).
+pub fn remove(key: &ContainerKey) -> std::io::Result<()> {
+    remove_in(Path::new(DIR), key)
+}
+
+fn remove_in(dir: &Path, key: &ContainerKey) -> std::io::Result<()> {
+    match std::fs::remove_file(file(dir, key)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
 }
 
 /// Write `key`'s ticket, making `dir` (0700) when missing; the caller's
@@ -112,18 +124,15 @@ fn ours(dir: &Path) -> bool {
 /// container of this id, stalled until now, so one of the two is stale —
 /// that one is removed and none written: `start` goes the whole way.
 /// Not for another user than root, nor into a directory that is not ours.
-pub fn write(dir: &Path, key: &ContainerKey, t: &Ticket) -> std::io::Result<()> {
+fn write_in(dir: &Path, key: &ContainerKey, t: &Ticket) -> std::io::Result<()> {
     if !is_root() {
         return Err(std::io::Error::other("start tickets are root's only"));
     }
-    if !ours(dir) {
-        let _ = DirBuilder::new().recursive(true).mode(0o700).create(dir);
-        if !ours(dir) {
-            return Err(std::io::Error::other(format!(
-                "{}: not a directory of root's closed to others (mode 0700)",
-                dir.display()
-            )));
-        }
+    if !make_root_private_dir(dir) {
+        return Err(std::io::Error::other(format!(
+            "{}: not a directory of root's closed to others (mode 0700)",
+            dir.display()
+        )));
     }
     // Written in place: `start` reading it half written finds no whole
     // ticket and goes the whole way.
@@ -150,9 +159,8 @@ pub fn write(dir: &Path, key: &ContainerKey, t: &Ticket) -> std::io::Result<()> 
     f.write_all(&t.encode())
 }
 
-/// `key`'s ticket, if there is a whole one of ours.
-pub fn read(dir: &Path, key: &ContainerKey) -> Option<Ticket> {
-    if !is_root() || !ours(dir) {
+fn read_in(dir: &Path, key: &ContainerKey) -> Option<Ticket> {
+    if !is_root() || !is_root_private_dir(dir) {
         return None;
     }
     let f = OpenOptions::new()
@@ -163,14 +171,6 @@ pub fn read(dir: &Path, key: &ContainerKey) -> Option<Ticket> {
     let mut b = Vec::with_capacity(512);
     f.take(MAX_BYTES).read_to_end(&mut b).ok()?;
     Ticket::decode(&b)
-}
-
-/// Remove `key`'s ticket (none: nothing to do).
-pub fn remove(dir: &Path, key: &ContainerKey) -> std::io::Result<()> {
-    match std::fs::remove_file(file(dir, key)) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        r => r,
-    }
 }
 
 #[cfg(test)]
@@ -226,45 +226,45 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("start");
         let t = ticket(Some("/etc/tw.toml"));
-        assert_eq!(read(&dir, &key()), None);
-        write(&dir, &key(), &t).unwrap();
+        assert_eq!(read_in(&dir, &key()), None);
+        write_in(&dir, &key(), &t).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
         assert_eq!(mode(&dir.join("c1@ns-k8s.io")), 0o600);
-        assert_eq!(read(&dir, &key()), Some(t.clone()));
+        assert_eq!(read_in(&dir, &key()), Some(t.clone()));
         // A second writer of the same key: neither ticket is kept.
-        let e = write(&dir, &key(), &ticket(None)).unwrap_err();
+        let e = write_in(&dir, &key(), &ticket(None)).unwrap_err();
         assert!(e.to_string().contains("earlier container"), "{e}");
-        assert_eq!(read(&dir, &key()), None);
-        write(&dir, &key(), &t).unwrap();
+        assert_eq!(read_in(&dir, &key()), None);
+        write_in(&dir, &key(), &t).unwrap();
         // Another id, or the same id under another scope: not this ticket.
-        assert_eq!(read(&dir, &ContainerKey::new("c1", None)), None);
-        assert_eq!(read(&dir, &ContainerKey::new("c2", key().scope)), None);
-        remove(&dir, &key()).unwrap();
-        assert_eq!(read(&dir, &key()), None);
-        remove(&dir, &key()).unwrap();
+        assert_eq!(read_in(&dir, &ContainerKey::new("c1", None)), None);
+        assert_eq!(read_in(&dir, &ContainerKey::new("c2", key().scope)), None);
+        remove_in(&dir, &key()).unwrap();
+        assert_eq!(read_in(&dir, &key()), None);
+        remove_in(&dir, &key()).unwrap();
     }
 
     #[test]
     fn a_directory_open_to_others_or_a_symlink_is_not_used() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("start");
-        write(&dir, &key(), &ticket(None)).unwrap();
+        write_in(&dir, &key(), &ticket(None)).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(read(&dir, &key()), None, "a directory others can read");
-        let e = write(&dir, &key(), &ticket(None)).unwrap_err();
+        assert_eq!(read_in(&dir, &key()), None, "a directory others can read");
+        let e = write_in(&dir, &key(), &ticket(None)).unwrap_err();
         assert!(e.to_string().contains("0700"), "{e}");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
-        assert_eq!(read(&link, &key()), None, "a symlinked directory");
+        assert_eq!(read_in(&link, &key()), None, "a symlinked directory");
         // A ticket that is a symlink is not followed.
         let elsewhere = d.path().join("elsewhere");
         std::fs::write(&elsewhere, ticket(None).encode()).unwrap();
         std::fs::remove_file(dir.join("c1@ns-k8s.io")).unwrap();
         std::os::unix::fs::symlink(&elsewhere, dir.join("c1@ns-k8s.io")).unwrap();
-        assert_eq!(read(&dir, &key()), None, "a symlinked ticket");
-        assert!(write(&dir, &key(), &ticket(None)).is_err());
+        assert_eq!(read_in(&dir, &key()), None, "a symlinked ticket");
+        assert!(write_in(&dir, &key(), &ticket(None)).is_err());
         assert_eq!(std::fs::read(&elsewhere).unwrap(), ticket(None).encode());
     }
 }
