@@ -31,10 +31,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         // The usual case: the ticket of our `create`, nothing pending.
         if let Some(runtime) = crate::start::ready(&args, config_path.as_deref()) {
             t.mark("ticket");
-            t.finish();
-            let e = lowlevel::exec(&runtime, &args.argv);
-            log.error(&format!("cannot exec {}: {e}", runtime.display()));
-            return 127;
+            return exec(t, &runtime, &args.argv, &log);
         }
     }
     let (cfg, cfg_ok) = match throttlewatch_qos::config_check::load_cached(config_path.as_deref()) {
@@ -75,7 +72,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("run") | Some("create") if cfg_ok => {
             // A ticket left by an earlier container of this id is not this one's.
             if let (Some("create"), Some(key)) = (args.subcommand(), args.container_key()) {
-                let _ = crate::ticket::remove(Path::new(crate::ticket::DIR), &key);
+                let _ = crate::ticket::remove(&key);
             }
             if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
                 match cfg.fail_mode {
@@ -97,8 +94,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
         _ => {}
     }
     t.mark("subcommand");
+    exec(t, &runtime, argv.as_deref().unwrap_or(&args.argv), &log)
+}
+
+/// The phases written, then the runtime in this process's place; 127 when
+/// it cannot be exec'd (said in runc's log).
+fn exec(mut t: Phases, runtime: &Path, argv: &[OsString], log: &RuncLog) -> i32 {
     t.finish();
-    let e = lowlevel::exec(&runtime, argv.as_deref().unwrap_or(&args.argv));
+    let e = lowlevel::exec(runtime, argv);
     log.error(&format!("cannot exec {}: {e}", runtime.display()));
     127
 }
