@@ -755,3 +755,62 @@ fn start_takes_its_creates_ticket_and_still_waits_for_the_watch() {
     });
     assert_eq!(ticket_of(&d.id), None, "a failed create leaves no ticket");
 }
+
+/// This process's scheduling policy (`/proc/PID/stat`, field 41).
+fn policy_of(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = stat.rsplit_once(") ")?.1;
+    after_comm.split_whitespace().nth(41 - 3)?.parse().ok()
+}
+
+/// While runc creates, the wrapper's create helper runs at `SCHED_IDLE`: what
+/// it prepares then takes no CPU time the runtime wants. Once runc has
+/// exited it has its policy back for the work `start` waits on, and the
+/// container is watched from its start. runc's create is held for a second
+/// by a createRuntime hook that sleeps.
+#[test]
+fn the_create_helper_yields_the_cpus_while_runc_creates() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let b = Bundle::new(&id("idle"), &ContainerOpts::sh("sleep 30"));
+    b.edit(|v| {
+        v["hooks"]["createRuntime"] = serde_json::json!([
+            {"path": "/bin/sleep", "args": ["sleep", "1"]}
+        ])
+    });
+    std::thread::scope(|s| {
+        let create = s.spawn(|| rt.create(&b));
+        wait_until("the create helper", Duration::from_secs(5), || {
+            !helper_pids(&b.id).is_empty()
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let during: Vec<i32> = helper_pids(&b.id)
+            .into_iter()
+            .filter_map(policy_of)
+            .collect();
+        assert!(
+            !create.is_finished(),
+            "runc's create did not wait for its createRuntime hook"
+        );
+        assert_eq!(
+            during,
+            [libc::SCHED_IDLE],
+            "the helper's policy while runc creates"
+        );
+        let o = create.join().unwrap();
+        assert!(o.status.success(), "create: {}", text(&o));
+        // It stays about 100 ms after its work (EXIT_AFTER): seen if still there.
+        let after: Vec<i32> = helper_pids(&b.id)
+            .into_iter()
+            .filter_map(policy_of)
+            .collect();
+        assert!(
+            after.iter().all(|p| *p == libc::SCHED_OTHER),
+            "the helper's policy once runc has exited: {after:?}"
+        );
+    });
+    let o = rt.run(&["start", &b.id]);
+    assert!(o.status.success(), "start: {}", text(&o));
+    watched_from_the_start(&cfg, &b.id);
+}
