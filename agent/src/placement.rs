@@ -19,14 +19,21 @@ fn machine() -> Option<&'static Topology> {
 
 /// The `start` record's `topology` for a container whose process is `pid`.
 pub fn start_topology(pid: Option<u32>) -> Option<StartTopology> {
+    let topo = machine().filter(|t| worth_a_record(t))?;
+    // Read only where it is used (the container's GPUs).
     let env = pid.map(process_env).unwrap_or_default();
-    from_topology(machine()?, &env)
+    from_topology(topo, &env)
+}
+
+/// Two NUMA nodes with CPUs, or a GPU: else the record has nothing to say.
+fn worth_a_record(topo: &Topology) -> bool {
+    let with_cpus = topo.nodes.iter().filter(|n| !n.cpus.is_empty()).count();
+    with_cpus >= 2 || !topo.gpus.is_empty()
 }
 
 /// `env`: the container process's environment (NVIDIA_VISIBLE_DEVICES).
 pub fn from_topology(topo: &Topology, env: &[String]) -> Option<StartTopology> {
-    let with_cpus = topo.nodes.iter().filter(|n| !n.cpus.is_empty()).count();
-    if with_cpus < 2 && topo.gpus.is_empty() {
+    if !worth_a_record(topo) {
         return None;
     }
     Some(StartTopology {

@@ -589,8 +589,14 @@ fn resume_record(spec: &SessionSpec, cgroup_id: u64, facts: &ProbeFacts, gap_ns:
     }
 }
 
+/// The running kernel's release, read once (every `start` record has it).
 pub fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
+    static RELEASE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    RELEASE
+        .get_or_init(|| {
+            std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        })
+        .clone()
 }
