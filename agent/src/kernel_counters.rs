@@ -147,7 +147,7 @@ fn quota_ancestor(g: &CpuCgroup) -> Option<CpuCgroup> {
             cpuset_dir: None,
             extra_dirs: vec![],
         };
-        match a.limits() {
+        match a.bandwidth() {
             Ok(l) if l.quota_us.is_some() => return Some(a),
             Ok(_) => continue,
             Err(_) => return None,

@@ -105,7 +105,8 @@ impl Prepared {
 
     /// Open the log and write `start` (or `resume`).
     pub fn open(self) -> io::Result<Session> {
-        let p = self;
+        let mut p = self;
+        p.cgroup.read_cpuset(&mut p.limits);
         let record = match &p.spec.resume {
             Some(_) => Record::Resume(resume_record(&p.spec, p.cgroup_id, &p.facts, p.gap_ns)),
             None => Record::Start(start_record(
@@ -170,7 +171,9 @@ impl Session {
     /// map, then opens the log with [`Prepared::open`].
     pub fn prepare(spec: SessionSpec, cgroup: CpuCgroup, o: Opening<'_>) -> io::Result<Prepared> {
         let cgroup_id = cgroup.id().map_err(io::Error::other)?;
-        let limits = cgroup.limits().unwrap_or_default();
+        // The cpuset only when the record is written (`open`): the start
+        // waits for this.
+        let limits = cgroup.bandwidth().unwrap_or_default();
         let now = CgroupReading::read(&cgroup);
         let kernel = KernelCounters::open(
             &cgroup,

@@ -129,7 +129,18 @@ impl CpuCgroup {
         CpuStat::read(&p, self.mode).map(Some)
     }
 
+    /// [`CpuCgroup::bandwidth`], and `cpus` and `mems` from the cpuset.
     pub fn limits(&self) -> Result<CpuLimits> {
+        let mut l = self.bandwidth()?;
+        self.read_cpuset(&mut l);
+        Ok(l)
+    }
+
+    /// Quota, period and burst: the cpu controller's files only, `cpus` and
+    /// `mems` left None (unread). What the start path needs before the
+    /// container runs; the cpuset is for the log's `start` record, later
+    /// ([`CpuCgroup::read_cpuset`]).
+    pub fn bandwidth(&self) -> Result<CpuLimits> {
         let (quota_us, period_us, burst_us) = match self.mode {
             CgroupMode::V1 => {
                 let q = parse::single_i64(&self.cpu_file(V1_CFS_QUOTA_US))?;
@@ -153,18 +164,24 @@ impl CpuCgroup {
                 (q, p, b.map(|b| b.max(0) as u64))
             }
         };
+        Ok(CpuLimits {
+            quota_us,
+            period_us,
+            burst_us,
+            cpus: None,
+            mems: None,
+        })
+    }
+
+    /// `l.cpus` and `l.mems` from the cpuset's files (None where unreadable).
+    pub fn read_cpuset(&self, l: &mut CpuLimits) {
         let read_opt = |name| {
             self.cpuset_file(name)
                 .and_then(|p| std::fs::read_to_string(p).ok())
                 .map(|s| s.trim().to_string())
         };
-        Ok(CpuLimits {
-            quota_us,
-            period_us,
-            burst_us,
-            cpus: read_opt(CPUSET_CPUS),
-            mems: read_opt(CPUSET_MEMS),
-        })
+        l.cpus = read_opt(CPUSET_CPUS);
+        l.mems = read_opt(CPUSET_MEMS);
     }
 
     /// Set quota and period (microseconds). `None` removes the quota.
@@ -331,6 +348,14 @@ mod tests {
         assert_eq!(l.burst_us, Some(20_000));
         assert_eq!(l.cpus.as_deref(), Some("0-1"));
         assert_eq!(l.mems, None);
+        // The bandwidth alone: the same numbers, the cpuset unread until asked.
+        let mut b = g.bandwidth().unwrap();
+        assert_eq!(
+            (b.quota_us, b.period_us, b.burst_us, b.cpus.as_deref()),
+            (Some(50_000), 100_000, Some(20_000), None)
+        );
+        g.read_cpuset(&mut b);
+        assert_eq!(b, l);
     }
 
     #[test]

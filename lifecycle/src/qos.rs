@@ -114,7 +114,7 @@ pub fn apply(cfg: &Config, spec: &BundleSpec, asked: Requested, t: Target) -> Qo
 
 /// The group's quota and period (the spec's where the cgroup cannot be read).
 fn bandwidth(spec: &BundleSpec, cg: &CpuCgroup) -> (Option<u64>, u64) {
-    match cg.limits() {
+    match cg.bandwidth() {
         Ok(l) => (l.quota_us, l.period_us),
         Err(_) => {
             let (quota, period) = spec.cpu_quota();

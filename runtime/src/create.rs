@@ -337,10 +337,11 @@ impl Helper<'_> {
 /// hierarchies) takes only CPU time nothing else wants, and the runtime's
 /// exit wakes the caller before it; its policy back once the runtime has
 /// exited, for the work `start` waits on. On two CPUs the runtime's
-/// `create` through the wrapper was 0.45 ms faster so (median paired,
-/// 800 rounds; bench/README.md, run 42). Only from `SCHED_OTHER` or
-/// `SCHED_BATCH` (a caller's real-time or idle policy is left as it is),
-/// with `SCHED_RESET_ON_FORK`: an agent the helper starts never inherits it.
+/// `create` through the wrapper was 0.45 ms faster so (median paired, 800
+/// rounds of `create` alone; bench/README.md, runs 40–45). Only from
+/// `SCHED_OTHER` or `SCHED_BATCH` (a caller's real-time or idle policy is
+/// left as it is), with `SCHED_RESET_ON_FORK`: an agent the helper starts
+/// never inherits it.
 struct Background {
     /// The policy to go back to; None when it was left as it was.
     policy: Option<libc::c_int>,

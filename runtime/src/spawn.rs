@@ -12,7 +12,7 @@
 //! whose write end only this process holds, close-on-exec: the helper
 //! reads its end-of-file). Before that the two share one address space and
 //! CPU time on the caller's path; the helper's work at once made the
-//! wrapper's `create` ≈ 0.1 ms slower in place (bench/README.md, run 40).
+//! wrapper's `create` ≈ 0.1 ms slower in place (bench/README.md, runs 40–45).
 //!
 //! What makes sharing sound: after the clone this process runs nothing but
 //! `execve` on arguments built before it (no allocation, no lock, no

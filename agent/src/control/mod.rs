@@ -64,7 +64,7 @@ pub fn requested(r: &Register) -> bool {
 /// The bandwidth in the cgroup; None without a quota or when unreadable.
 /// Without a burst file, burst reads 0 and is never written.
 pub fn read_bandwidth(cg: &CpuCgroup) -> Option<(Bandwidth, bool)> {
-    let l = cg.limits().ok()?;
+    let l = cg.bandwidth().ok()?;
     Some((
         Bandwidth {
             quota_us: l.quota_us?,
