@@ -66,15 +66,24 @@ pub fn mark(state: &StateDir, key: &ContainerKey, p: &PendingRegister) -> std::i
 /// it: an empty record (0600, never through a symlink), for `start` to
 /// wait on until [`mark`] replaces it with the register.
 pub fn mark_creating(state: &StateDir, key: &ContainerKey) -> std::io::Result<()> {
-    StateDir::create_dir(&state.pending_dir())?;
-    OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(state.pending_file(key))
-        .map(drop)
+    let open = || {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(state.pending_file(key))
+            .map(drop)
+    };
+    // The directory is made once: on the caller's path, no mkdir for every create.
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            StateDir::create_dir(&state.pending_dir())?;
+            open()
+        }
+        r => r,
+    }
 }
 
 /// What `pending/<key>` holds.
@@ -284,7 +293,10 @@ mod tests {
         let (_d, st, sock) = fixture();
         let k = ContainerKey::new("c1", None);
         let short = Duration::from_millis(5);
-        mark_creating(&st, &k).unwrap();
+        assert!(!st.pending_dir().exists());
+        mark_creating(&st, &k).unwrap(); // makes the directory the first time
+        let dir = std::fs::metadata(st.pending_dir()).unwrap();
+        assert_eq!(dir.mode() & 0o777, throttlewatch_core::state_dir::DIR_MODE);
         let f = st.pending_file(&k);
         assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o777, 0o600);
         assert_eq!(read(&st, &k), Some(Pending::Creating));
