@@ -745,9 +745,7 @@ fn start_takes_its_creates_ticket_and_still_waits_for_the_watch() {
     // A create that fails (no root file system) leaves no ticket once its
     // helper is done.
     let d = Bundle::new(&id("ticket-d"), &ContainerOpts::sh("true"));
-    let mut spec = d.config();
-    spec["root"]["path"] = "/nonexistent-rootfs".into();
-    std::fs::write(d.dir().join("config.json"), spec.to_string()).unwrap();
+    d.edit(|v| v["root"]["path"] = "/nonexistent-rootfs".into());
     let o = rt.create(&d);
     assert!(!o.status.success(), "create d should fail: {}", text(&o));
     wait_until("d's helper", Duration::from_secs(10), || {
