@@ -290,7 +290,12 @@ fi
 median() { sort -n "$1" | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 ms() { awk "BEGIN{printf \"%.2f\", $1/1000}"; } # µs -> ms
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
-echo "binaries: $TW_BIN_DIR (wrapper, hook, agent${TRIPLE:+; hook and wrapper built for $TRIPLE, static}); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
+linkage() { # what a binary is linked as, read off the file itself
+    if readelf -l "$1" 2>/dev/null | grep -q 'program interpreter'; then echo dynamic
+    elif readelf -p .comment "$1" 2>/dev/null | grep -qi musl || grep -qa 'musl' "$1"; then echo "static musl"
+    else echo "static glibc"; fi
+}
+echo "binaries: $TW_BIN_DIR (wrapper: $(linkage "$(readlink -f "$TW_BIN_DIR/throttlewatch-runtime")"), hook: $(linkage "$(readlink -f "$TW_BIN_DIR/throttlewatch-hook")"), agent: $(linkage "$(readlink -f "$AGENT")")); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
 echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 if [ "$MODE" = create ]; then what="create + start"; how="wrapper execs runc create, its helper: QoS, register sent; start waits for the watch"; else what="run -d"; how="wrapper + createRuntime hook + register"; fi
 echo "plain runc $what:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"

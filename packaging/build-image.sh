@@ -9,8 +9,9 @@
 # One layer: the four binaries in /usr/local/bin and busybox-static in /bin
 # (the DaemonSet's installer steps are shell scripts: sh, cp, mv, mkdir, rm).
 # Without --bin-dir the binaries are built statically (the image has no libc,
-# and they are copied onto hosts whose libc is unknown):
-#   RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --target <host triple>
+# and they are copied onto hosts whose libc is unknown): the agent and the shim
+# with RUSTFLAGS="-C target-feature=+crt-static" --target <host triple>, the
+# hook and the wrapper by scripts/build-front-ends.sh (musl).
 # --allow-dynamic accepts dynamically linked binaries (the tests use debug
 # builds; such an image imports, but its binaries do not run).
 # Deterministic: fixed mtimes, owners and order, so the same binaries give
@@ -40,10 +41,14 @@ done
 OUT=${OUT:-target/throttlewatch-node-${VERSION}.tar}
 
 if [[ -z $BIN_DIR ]]; then
+  # The agent and the shim against static glibc; the hook and the wrapper,
+  # which run at every container start, as scripts/build-front-ends.sh links
+  # them (musl where its target is installed: no CPUID cache probe per start).
   TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
   RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet --target "$TRIPLE" \
-    --workspace --exclude throttlewatch-integration --bins
-  BIN_DIR=target/$TRIPLE/release
+    -p throttlewatch -p containerd-shim-throttlewatch-v2 --bins
+  BIN_DIR=${CARGO_TARGET_DIR:-target}/$TRIPLE/release
+  scripts/build-front-ends.sh "$BIN_DIR"
 fi
 for b in "${BINS[@]}"; do
   [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b: missing or not executable; accepted: a directory with ${BINS[*]}"

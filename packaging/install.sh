@@ -8,46 +8,36 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${PREFIX:-/usr/local}
 DESTDIR=${DESTDIR:-}
-REL=target/release
+T=${CARGO_TARGET_DIR:-target}
+REL=$T/release
 bins=(throttlewatch throttlewatch-hook throttlewatch-runtime containerd-shim-throttlewatch-v2)
 for b in "${bins[@]}"; do
   [[ -x $REL/$b ]] || { echo "install: $REL/$b missing: run scripts/setup.sh first" >&2; exit 1; }
 done
-# Linked statically: the shim (runs once per pod: about 1.2 MB less RSS per
-# shim than against the shared glibc; 2.9 MB instead of 4.0 MB measured), and
-# the wrapper and the hook, which run at every container start (no dynamic
-# loader and relocations on the create path: 0.4-0.7 ms per exec measured,
-# bench/container-start.sh). The agent is long-lived and stays dynamic.
-# The hook and the wrapper against musl when its Rust target is installed
-# (scripts/setup.sh adds it): a static glibc process probes the CPU caches with
-# CPUID at each start, ~1 ms on a VM (bench/README.md, runs 7-10); else glibc.
-ARCH_TARGET=$(rustc -vV | sed -n 's/^host: //p')
-MUSL_TARGET="${ARCH_TARGET%-gnu}-musl"
-FRONT_TARGET=$ARCH_TARGET
-if command -v rustup >/dev/null && rustup target list --installed 2>/dev/null | grep -qx "$MUSL_TARGET"; then
-  FRONT_TARGET=$MUSL_TARGET
+dynamic() { readelf -l "$1" | grep -q 'program interpreter'; }
+# Linked statically: the wrapper and the hook, which run at every container
+# start (no dynamic loader and relocations on the create path: 0.4-0.7 ms per
+# exec measured, bench/container-start.sh; against musl, scripts/build-front-ends.sh,
+# which scripts/setup.sh runs: static glibc probes the CPU caches with CPUID at
+# each start, ~1 ms on a VM), and the shim, which runs once per pod (about
+# 1.2 MB less RSS per shim than against the shared glibc; 2.9 MB instead of
+# 4.0 MB measured). The agent is long-lived and stays dynamic.
+if dynamic "$REL/throttlewatch-hook" || dynamic "$REL/throttlewatch-runtime"; then
+  scripts/build-front-ends.sh "$REL"
 fi
-static=(throttlewatch-hook throttlewatch-runtime containerd-shim-throttlewatch-v2)
-target_of() { case $1 in containerd-shim-throttlewatch-v2) echo "$ARCH_TARGET" ;; *) echo "$FRONT_TARGET" ;; esac; }
-for t in $(printf '%s\n' "$ARCH_TARGET" "$FRONT_TARGET" | sort -u); do
-  stale=()
-  for b in "${static[@]}"; do
-    [[ $(target_of "$b") == "$t" ]] || continue
-    s=target/$t/release/$b
-    if [[ ! -x $s || $s -ot $REL/$b ]]; then stale+=(-p "$b"); fi
-  done
-  if ((${#stale[@]})); then
-    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet "${stale[@]}" --target "$t"
-  fi
-done
+HOST=$(rustc -vV | sed -n 's/^host: //p')
+SHIM=$T/$HOST/release/containerd-shim-throttlewatch-v2
+if [[ ! -x $SHIM || $SHIM -ot $REL/containerd-shim-throttlewatch-v2 ]]; then
+  RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet \
+    -p containerd-shim-throttlewatch-v2 --target "$HOST"
+fi
 install -d -m 0755 "$DESTDIR$PREFIX/bin"
 install -m 0755 "$REL/throttlewatch" "$DESTDIR$PREFIX/bin/throttlewatch"
-for b in "${static[@]}"; do
-  s=target/$(target_of "$b")/release/$b
-  if readelf -l "$s" | grep -q 'program interpreter'; then
-    echo "install: $s is dynamically linked (expected -C target-feature=+crt-static)" >&2; exit 1
+for s in "$REL/throttlewatch-hook" "$REL/throttlewatch-runtime" "$SHIM"; do
+  if dynamic "$s"; then
+    echo "install: $s is dynamically linked (expected static)" >&2; exit 1
   fi
-  install -m 0755 "$s" "$DESTDIR$PREFIX/bin/$b"
+  install -m 0755 "$s" "$DESTDIR$PREFIX/bin/$(basename "$s")"
 done
 install -d -m 0755 "$DESTDIR/etc/throttlewatch"
 if [[ -e $DESTDIR/etc/throttlewatch/throttlewatch.toml ]]; then

@@ -33,15 +33,17 @@ fi
 [[ -r /sys/kernel/btf/vmlinux ]] || { echo "setup: this kernel has no BTF (/sys/kernel/btf/vmlinux)" >&2; exit 1; }
 
 [[ "${1:-}" == "--test" ]] && exit 0
-# packaging/install.sh links the hook and the wrapper statically against musl when
-# its Rust target is installed (a static glibc process spends ~1 ms probing CPU
-# caches with CPUID at each start on a VM: bench/README.md); best effort, else glibc.
+# The hook and the wrapper run at every container start: scripts/build-front-ends.sh
+# links them statically, against musl when its Rust target is installed (added
+# here, best effort), and leaves them in target/release beside the rest.
 if command -v rustup >/dev/null; then
   musl="$(uname -m)-unknown-linux-musl"
   rustup target list --installed 2>/dev/null | grep -qx "$musl" ||
     rustup target add "$musl" >/dev/null 2>&1 ||
-    echo "setup: could not add the Rust target $musl; install.sh will link the hook and wrapper against static glibc" >&2
+    echo "setup: could not add the Rust target $musl; the hook and wrapper get static glibc" >&2
 fi
 # The test helpers (throttlewatch-integration, whose CRI client needs protoc) are not shipped.
-cargo build --release --workspace --exclude throttlewatch-integration --bins --quiet
-echo "setup: built target/release/{throttlewatch,throttlewatch-hook,throttlewatch-runtime,containerd-shim-throttlewatch-v2}" >&2
+cargo build --release --workspace --exclude throttlewatch-integration \
+  --exclude throttlewatch-hook --exclude throttlewatch-runtime --bins --quiet
+scripts/build-front-ends.sh
+echo "setup: built ${CARGO_TARGET_DIR:-target}/release/{throttlewatch,throttlewatch-hook,throttlewatch-runtime,containerd-shim-throttlewatch-v2}" >&2

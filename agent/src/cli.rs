@@ -26,6 +26,12 @@ pub enum Command {
     Run(RunArgs),
     /// Watch an existing cgroup (a running container or pod) until interrupted.
     Watch(WatchArgs),
+    /// The quickstart's demo: busy threads under a limit chosen well below the CPU
+    /// this machine gives them now, watched as `run` does; exit 3 if not throttled.
+    Demo(DemoArgs),
+    /// A CPU-bound workload of N busy threads (`burn-0`..), e.g. to try limits and
+    /// annotations in a container; prints {"pid":P,"tids":[..]} once they run.
+    Burn(BurnArgs),
     /// The node agent: watches registered containers, one log each, metrics.
     Agent(AgentArgs),
     /// NUMA/SMT/GPU topology, and the cpuset a container's annotations would get.
@@ -183,4 +189,43 @@ pub struct WatchArgs {
     pub duration: Option<String>,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Busy threads to run (default 4).
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// How long they run, e.g. 3s (default 3s).
+    #[arg(long, default_value = "3s")]
+    #[arg(allow_hyphen_values = true)]
+    pub duration: String,
+    /// The limit as a share of the CPU the threads got, unlimited, just before (default 0.4).
+    #[arg(long, default_value = "0.4")]
+    #[arg(allow_hyphen_values = true)]
+    pub share: String,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BurnArgs {
+    /// Busy threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// How long, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    pub ms: u64,
+    /// Thread placement: spread (thread i on CPU i), packed (all on CPU 0) or none.
+    #[arg(long, default_value = "none")]
+    pub pin: String,
+    /// Spin this many ms of wall time, then sleep --sleep ms, in a loop.
+    #[arg(long, default_value_t = 0)]
+    pub spin: u64,
+    /// Spin until the thread had this many ms of CPU, then sleep --sleep ms, in a loop.
+    #[arg(long, default_value_t = 0)]
+    pub spin_cpu: u64,
+    /// Sleep between spins (ms), with --spin or --spin-cpu.
+    #[arg(long, default_value_t = 0)]
+    pub sleep: u64,
 }

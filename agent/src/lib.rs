@@ -5,12 +5,14 @@
 //! the node daemon (`throttlewatch agent`) runs.
 
 pub mod budget;
+pub mod burn;
 pub mod cli;
 pub mod clock;
 pub mod coldstart;
 pub mod configcheck;
 pub mod control;
 pub mod daemon;
+pub mod demo;
 pub mod engine;
 pub mod freezes;
 pub mod histograms;

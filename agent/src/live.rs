@@ -171,11 +171,11 @@ impl LiveLoop {
         reason: EndReason,
         exit_code: Option<i32>,
         what: &str,
-    ) {
+    ) -> Option<throttlewatch_core::logfmt::End> {
         self.printer.outputs(&engine.poll(Due::Snapshot));
-        if let Some(f) = engine.finish(id, reason, exit_code) {
-            self.printer.outputs(&f.outputs);
-            self.printer.summary(what, &f.end, &f.spec.log_path);
-        }
+        let f = engine.finish(id, reason, exit_code)?;
+        self.printer.outputs(&f.outputs);
+        self.printer.summary(what, &f.end, &f.spec.log_path);
+        Some(f.end)
     }
 }

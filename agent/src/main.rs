@@ -36,6 +36,7 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
     let needs_probe = match &cli.command {
         Command::Run(_) => Some("throttlewatch run"),
         Command::Watch(_) => Some("throttlewatch watch"),
+        Command::Demo(_) => Some("throttlewatch demo"),
         Command::Agent(_) => Some("throttlewatch agent"),
         _ => None,
     };
@@ -45,6 +46,8 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
     match &cli.command {
         Command::Run(a) => throttlewatch::run::run(&cfg, a),
         Command::Watch(a) => throttlewatch::watch::watch(&cfg, a),
+        Command::Demo(a) => throttlewatch::demo::demo(&cfg, a),
+        Command::Burn(a) => throttlewatch::burn::burn(a),
         Command::Agent(a) if a.detach => throttlewatch::daemon::detach(&cfg, cli.config.as_deref()),
         Command::Agent(_) => throttlewatch::daemon::run(&cfg),
         Command::Report(a) => throttlewatch_report::run(a, &cfg.log_dir)

@@ -237,6 +237,15 @@ fn parent_cgroup(h: &Hierarchies, a: &RunArgs) -> Result<String, CliError> {
 }
 
 pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
+    run_to_end(cfg, a).map(|(code, _)| code)
+}
+
+/// `run`, returning the command's exit status and the log's `end` record
+/// (none when the command never ran).
+pub fn run_to_end(
+    cfg: &Config,
+    a: &RunArgs,
+) -> Result<(i32, Option<throttlewatch_core::logfmt::End>), CliError> {
     // Before the probe loads (slow on a busy or emulated machine): a signal
     // from then on still removes the cgroup and writes the `end` record.
     signals::install();
@@ -271,9 +280,14 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
         // Stopped while setting up: the command never runs.
         engine.finish(id, EndReason::Signal, None);
         cg.remove();
-        return Ok(128 + sig);
+        return Ok((128 + sig, None));
     }
-    let child = match spawn_in(&cg.group, &prog, &a.cmd[1..]) {
+    let child = match spawn_in(
+        &cg.group,
+        &prog,
+        &a.cmd[1..],
+        std::process::Stdio::inherit(),
+    ) {
         Ok(c) => c,
         Err(e) => {
             engine.finish(id, EndReason::SpawnFailed, None);
@@ -284,7 +298,7 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
     };
     let mut live = LiveLoop::new(cfg, &a.out);
     let (code, reason) = supervise(child, &mut engine, &mut live);
-    live.finish(
+    let end = live.finish(
         &mut engine,
         id,
         reason,
@@ -292,14 +306,19 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
         &format!("{:?} exited {code}", a.cmd[0]),
     );
     cg.remove();
-    Ok(code)
+    Ok((code, end))
 }
 
 /// Start the command inside the cgroup: the child moves itself before exec.
-fn spawn_in(g: &CpuCgroup, prog: &Path, args: &[String]) -> std::io::Result<std::process::Child> {
+pub(crate) fn spawn_in(
+    g: &CpuCgroup,
+    prog: &Path,
+    args: &[String],
+    stdout: std::process::Stdio,
+) -> std::io::Result<std::process::Child> {
     let procs = procs_files(g);
     let mut cmd = std::process::Command::new(prog);
-    cmd.args(args);
+    cmd.args(args).stdout(stdout);
     // SAFETY: the closure only makes async-signal-safe syscalls on buffers
     // prepared before fork.
     unsafe {

@@ -13,6 +13,26 @@ pub struct HookArgs {
 
 pub const USAGE: &str = "usage: throttlewatch-hook createRuntime|prestart|poststop [--config FILE] (OCI state JSON on stdin)";
 
+/// What `-h`/`--help` prints (on stdout, exit 0).
+pub const HELP: &str =
+    "throttlewatch-hook: the OCI hook of throttlewatch. The container runtime runs it
+(runc run, Podman, CRI-O: from the hook files `throttlewatch install podman|crio`
+writes) with the container's OCI state JSON on stdin:
+  createRuntime  applies the throttlewatch.io/* annotations' QoS and registers the
+                 container with the agent (its log starts here)
+  prestart       the same, for runtimes that have no createRuntime stage
+  poststop       finalises the container's log
+Options:
+  --config FILE  configuration file (default: $THROTTLEWATCH_CONFIG, then
+                 /etc/throttlewatch/throttlewatch.toml)
+  -h, --help     this text
+";
+
+/// True when the arguments ask for help.
+pub fn wants_help(args: &[OsString]) -> bool {
+    args.iter().any(|a| a == "-h" || a == "--help")
+}
+
 impl HookArgs {
     pub fn parse(args: &[OsString]) -> Result<HookArgs, String> {
         let mut stage = None;
@@ -46,6 +66,15 @@ mod tests {
 
     fn p(a: &[&str]) -> Result<HookArgs, String> {
         HookArgs::parse(&a.iter().map(OsString::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn help_is_asked_for_with_h_or_help_anywhere() {
+        let v = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(wants_help(&v(&["--help"])));
+        assert!(wants_help(&v(&["poststop", "-h"])));
+        assert!(!wants_help(&v(&["poststop", "--config", "/x"])));
+        assert!(HELP.contains("createRuntime") && HELP.contains("--config FILE"));
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub const NAME: &str = "throttlewatch-hook";
 
 /// Run the hook with its arguments (without argv[0]); returns the exit code.
 pub fn run(args: Vec<OsString>) -> i32 {
+    if cli::wants_help(&args) {
+        print!("{}", cli::HELP);
+        return 0;
+    }
     let mut t = timing::Phases::start(NAME);
     let args = match HookArgs::parse(&args) {
         Ok(a) => a,

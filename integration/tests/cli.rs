@@ -367,3 +367,79 @@ fn watch_pid_in_the_root_cgroup_has_nothing_to_watch() {
     );
     assert!(!log.exists(), "a log was written for the root cgroup");
 }
+
+/// The flag names a Go-style `-help` text lists (`  -name type`).
+fn go_flags(help: &str) -> Vec<String> {
+    help.lines()
+        .filter_map(|l| l.strip_prefix("  -"))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The containerd 2.x runc shim this repository's tests use (../shared/bin),
+/// else the one Debian's containerd installs.
+fn runc_shim() -> std::path::PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    [
+        repo.join("../shared/bin/containerd-shim-runc-v2"),
+        "/usr/bin/containerd-shim-runc-v2".into(),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+    .expect("containerd-shim-runc-v2: neither ../shared/bin's nor Debian's (apt-get install containerd)")
+}
+
+#[test]
+fn every_binary_answers_help_like_the_component_it_stands_in_for() {
+    let help = |b: &str, flag: &str| {
+        Command::new(bin(b))
+            .arg(flag)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let o = help("throttlewatch", "--help");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    for sub in ["run", "watch", "demo", "burn", "agent", "report", "install"] {
+        assert!(out.contains(&format!("  {sub} ")), "{sub} missing: {out}");
+    }
+    let o = help("throttlewatch-hook", "--help");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        out.contains("createRuntime") && out.contains("poststop"),
+        "{out}"
+    );
+    // The wrapper is runc to its callers: runc's own help, runc's status.
+    let o = help("throttlewatch-runtime", "--help");
+    assert!(o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("runc"), "{o:?}");
+    // The shim lists its flags as the runc shim does (Go's flag package: on
+    // stderr, exit 0), and every one of them is a flag of the runc shim's.
+    let o = help("containerd-shim-throttlewatch-v2", "-help");
+    let ours = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{o:?}");
+    assert!(ours.starts_with("Usage of "), "{ours}");
+    let r = Command::new(runc_shim()).arg("-help").output().unwrap();
+    let theirs = go_flags(&String::from_utf8_lossy(&r.stderr));
+    let ours = go_flags(&ours);
+    for f in [
+        "address",
+        "bundle",
+        "id",
+        "namespace",
+        "socket",
+        "info",
+        "version",
+    ] {
+        assert!(ours.iter().any(|o| o == f), "-{f} missing: {ours:?}");
+    }
+    for f in &ours {
+        assert!(
+            theirs.contains(f),
+            "-{f} is not a runc shim flag ({theirs:?})"
+        );
+    }
+}

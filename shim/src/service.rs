@@ -44,8 +44,41 @@ type BoxError = Box<dyn std::error::Error>;
 /// How long the daemon waits, after Shutdown, for other requests to be answered.
 const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The flags, as the runc shim's `-help` lists them (Go's flag package: on
+/// stderr, exit 0).
+const USAGE_FLAGS: &str = "  -address string
+    \tgrpc address back to main containerd
+  -bundle string
+    \tpath to the bundle if not workdir
+  -debug
+    \tenable debug output in logs
+  -id string
+    \tid of the task
+  -info
+    \tget the option protobuf from stdin, print the shim info protobuf to stdout, and exit
+  -namespace string
+    \tnamespace that owns the shim
+  -publish-binary string
+    \tpath to publish binary (used for publishing events)
+  -socket string
+    \tsocket path to serve
+  -v\t
+  -version
+    \tshow the shim version and exit
+";
+
+/// `-h`, `-help` or `--help` (Go's flag package takes one or two dashes).
+fn wants_help(args: &[std::ffi::OsString]) -> bool {
+    args.iter()
+        .any(|a| matches!(a.to_str(), Some("-h" | "-help" | "--h" | "--help")))
+}
+
 pub fn main() -> i32 {
     let args: Vec<_> = std::env::args_os().collect();
+    if wants_help(&args[1..]) {
+        eprint!("Usage of {}:\n{USAGE_FLAGS}", args[0].to_string_lossy());
+        return 0;
+    }
     let flags = match containerd_shim::parse(&args[1..]) {
         Ok(f) => f,
         Err(e) => {
