@@ -443,3 +443,68 @@ fn every_binary_answers_help_like_the_component_it_stands_in_for() {
         );
     }
 }
+
+/// The quickstart's demo on this machine as it is (the suite runs other
+/// binaries at the same time): the limit it picks is below what the threads
+/// got, the kernel throttles them, the log agrees with `cpu.stat`, and it
+/// prints the `run` command it amounts to. No cgroup of its own is left.
+#[test]
+fn demo_throttles_whatever_else_runs_and_prints_its_command() {
+    let _l = cpu_lock();
+    let d = Scratch::new("demo");
+    let log = d.0.join("demo.jsonl");
+    let o = tw(&[
+        "demo",
+        "--quiet",
+        "--duration",
+        "1500ms",
+        "--log",
+        log.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let said: Vec<&str> = err.lines().take(2).collect();
+    assert!(said[0].starts_with("demo: 4 busy threads got "), "{err}");
+    let (got, cpus) = {
+        let got: f64 = said[0]["demo: 4 busy threads got ".len()..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let cpus: f64 = said[0].rsplit("--cpus ").next().unwrap().parse().unwrap();
+        (got, cpus)
+    };
+    assert!(
+        cpus < got && cpus >= 0.05,
+        "limit {cpus} for {got} CPUs got"
+    );
+    assert!(
+        said[1].starts_with(&format!("+ throttlewatch run --cpus {cpus} --log ")),
+        "{err}"
+    );
+    assert!(
+        said[1].ends_with("-- throttlewatch burn --threads 4 --ms 1500"),
+        "{err}"
+    );
+    let v = read_log(&log);
+    let start = &of_type(&v, "start")[0];
+    assert_eq!(
+        start["quota_us"].as_u64(),
+        Some((cpus * 100_000.0).round() as u64),
+        "{start}"
+    );
+    let end = &of_type(&v, "end")[0];
+    let k = end["kernel_throttled_ns"].as_u64().unwrap();
+    let p = end["probe_throttled_ns"].as_u64().unwrap();
+    assert!(k >= 100_000_000, "throttled only {k} ns: {end}");
+    assert!(p.abs_diff(k) * 100 <= 5 * k, "probe {p} vs cpu.stat {k}");
+    let h = Hierarchies::discover().unwrap();
+    let stray: Vec<_> = std::fs::read_dir(&h.cpu)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("throttlewatch-demo-") || n.starts_with("throttlewatch-run-"))
+        .collect();
+    assert!(stray.is_empty(), "stray cgroups: {stray:?}");
+}
