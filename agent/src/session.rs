@@ -117,6 +117,13 @@ impl Prepared {
                 &p.facts,
             )),
         };
+        // A container's new lifetime (docker start, a re-created id): the
+        // earlier lifetime's log is kept whole beside it, never truncated.
+        if p.spec.resume.is_none() && p.spec.register.is_some() {
+            if let Some(kept) = logfmt::rotate::keep_earlier_lifetime(&p.spec.log_path)? {
+                tracing::info!(log = %p.spec.log_path.display(), kept = %kept.display(), "a new lifetime: the earlier log kept");
+            }
+        }
         let mut log = LogWriter::open_with(
             &p.spec.log_path,
             p.spec.resume.is_some(),

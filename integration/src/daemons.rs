@@ -102,7 +102,8 @@ impl PrivateConfig {
             .map(|e| e.path())
             .filter(|p| {
                 let n = p.file_name().unwrap_or_default().to_string_lossy();
-                n.starts_with(&format!("{stem}@")) && n.ends_with(".jsonl")
+                // `X+<ts>.jsonl`: an earlier lifetime of the same container.
+                n.starts_with(&format!("{stem}@")) && n.ends_with(".jsonl") && !n.contains('+')
             })
             .collect();
         match <[PathBuf; 1]>::try_from(scoped) {

@@ -589,3 +589,58 @@ fn a_deleted_container_leaves_no_cgroup_directory() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// runc delete + create of one id (what a test suite or a runc user does;
+/// Docker and Podman restarts keep the id too): each lifetime keeps its own
+/// whole log, `start` to `end`, and `throttlewatch report ID` lists them and
+/// reports the latest.
+#[test]
+fn a_recreated_id_keeps_each_lifetimes_log_whole() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let b = Bundle::new(&id("again"), &ContainerOpts::sh("echo hi"));
+    for round in 0..3 {
+        let o = rt.run_detached(&b);
+        assert!(o.status.success(), "run -d #{round}: {}", text(&o));
+        rt.wait_stopped(&b.id, Duration::from_secs(30));
+        assert!(rt.delete(&b.id).status.success(), "delete #{round}");
+    }
+    let latest = cfg.log_of(&b.id);
+    let earlier = throttlewatch_report::reader::earlier_lifetimes(&latest);
+    assert_eq!(earlier.len(), 2, "two earlier lifetimes kept: {earlier:?}");
+    let mut starts = Vec::new();
+    for p in earlier.iter().chain([&latest]) {
+        let log = read_log(p);
+        assert_eq!(log.first().unwrap()["type"], "start", "{}", p.display());
+        assert_eq!(log.last().unwrap()["type"], "end", "{}", p.display());
+        assert_eq!(of_type(&log, "start").len(), 1, "{}", p.display());
+        assert_eq!(of_type(&log, "end")[0]["reason"], "delete");
+        starts.push(log[0]["ts"].as_u64().unwrap());
+    }
+    assert!(
+        starts.windows(2).all(|w| w[0] < w[1]),
+        "oldest first: {starts:?}"
+    );
+    let name = |p: &std::path::Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(
+        name(&earlier[0]),
+        name(&latest).replace(".jsonl", &format!("+{}.jsonl", starts[0]))
+    );
+    let o = Command::new(bin("throttlewatch"))
+        .args([
+            "--config",
+            cfg.path.to_str().unwrap(),
+            "report",
+            &b.id,
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "report: {}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("3 lifetimes of this container"), "{err}");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.to_string().contains(&b.id), "the latest reported: {v}");
+    assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
+}

@@ -12,6 +12,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use throttlewatch_core::logfmt::rotate::LIFETIME_SEPARATOR;
 use throttlewatch_core::logfmt::{log_file_name, Line, Record, Throttle, SCHEMA_VERSION};
 
 /// The record types schema version 1 defines.
@@ -129,14 +130,20 @@ pub fn with_rotated_parts(current: &Path) -> LogSource {
 
 /// A container id, an unambiguous id prefix, a log's file stem (`web@ns-k8s.io`:
 /// the id of a runc root or containerd namespace), or a container name, in `log_dir`.
+/// Each lifetime of a container has its own log; the latest is `X.jsonl`,
+/// earlier ones `X+<start ts>.jsonl` (give that stem to read one of them).
 fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
     let exact = log_dir.join(log_file_name(key));
     if exact.is_file() {
-        return Ok(with_rotated_parts(&exact));
+        return Ok(latest_lifetime(&exact));
     }
     let stem = log_dir.join(format!("{key}.jsonl"));
     if !key.contains('/') && stem.is_file() {
-        return Ok(with_rotated_parts(&stem));
+        return Ok(latest_lifetime(&stem));
+    }
+    // Only earlier lifetimes left (the latest removed by the directory cap).
+    if let Some(newest) = earlier_lifetimes(&exact).pop() {
+        return Ok(with_rotated_parts(&newest));
     }
     let all = logs_in_dir(log_dir).map_err(|_| {
         ReadError::NotFound(format!(
@@ -146,20 +153,34 @@ fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
     })?;
     let prefix = log_file_name(key);
     let prefix = prefix.trim_end_matches(".jsonl");
+    // An id prefix names a container, not one of its lifetimes: earlier
+    // lifetimes (`X+<ts>.jsonl`) are found through their container's latest.
     let mut hits: Vec<LogSource> = all
         .iter()
         .filter(|s| {
-            s.path()
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+            s.path().file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with(prefix) && !n.contains(LIFETIME_SEPARATOR)
+            })
         })
         .cloned()
         .collect();
+    if hits.len() == 1 {
+        return Ok(latest_lifetime(&hits.remove(0).path().to_path_buf()));
+    }
     if hits.is_empty() {
         hits = all
             .into_iter()
+            .filter(|s| {
+                !s.path()
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains(LIFETIME_SEPARATOR))
+            })
             .filter(|s| start_of(s).is_some_and(|st| st.container_name == key))
             .collect();
+        if hits.len() == 1 {
+            return Ok(latest_lifetime(&hits.remove(0).path().to_path_buf()));
+        }
     }
     match hits.len() {
         1 => Ok(hits.remove(0)),
@@ -176,6 +197,55 @@ fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
                 .join(", ")
         ))),
     }
+}
+
+/// The earlier lifetimes of the container whose latest log is `current`
+/// (`X.jsonl`): `X+<ts>.jsonl`, oldest first.
+pub fn earlier_lifetimes(current: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(stem)) = (
+        current.parent(),
+        current
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_suffix(".jsonl")),
+    ) else {
+        return Vec::new();
+    };
+    let head = format!("{stem}{LIFETIME_SEPARATOR}");
+    let mut found: Vec<(u64, u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let life = name.strip_prefix(&head)?.strip_suffix(".jsonl")?;
+            let (ts, n) = life.split_once('-').unwrap_or((life, "0"));
+            Some((ts.parse().ok()?, n.parse().ok()?, e.path()))
+        })
+        .filter(|(.., p)| p.is_file())
+        .collect();
+    found.sort();
+    found.into_iter().map(|(.., p)| p).collect()
+}
+
+/// The latest lifetime's log; the earlier ones listed on stderr, once.
+fn latest_lifetime(current: &Path) -> LogSource {
+    let earlier = earlier_lifetimes(current);
+    if !earlier.is_empty() {
+        let stem = |p: &Path| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().trim_end_matches(".jsonl").to_string())
+                .unwrap_or_default()
+        };
+        eprintln!(
+            "report: {} lifetimes of this container in {}: {} (earlier; give one of these to report it), {} (the latest, reported here)",
+            earlier.len() + 1,
+            current.parent().unwrap_or(Path::new(".")).display(),
+            earlier.iter().map(|p| stem(p)).collect::<Vec<_>>().join(", "),
+            stem(current)
+        );
+    }
+    with_rotated_parts(current)
 }
 
 /// The start record of a log, if its first line is one.
@@ -396,6 +466,37 @@ mod tests {
         let mut v = Vec::new();
         let s = read(&with_rotated_parts(p), |_, r| v.push(r), |_| {})?;
         Ok((v, s))
+    }
+
+    #[test]
+    fn a_container_id_reports_its_latest_lifetime_and_each_earlier_one_by_its_stem() {
+        let d = tempfile::tempdir().unwrap();
+        let at = |name: &str| d.path().join(name);
+        let first = START.replace("\"ts\":5", "\"ts\":100");
+        std::fs::write(at("abc+100.jsonl"), format!("{first}\n")).unwrap();
+        std::fs::write(at("abc+100.jsonl.1"), format!("{THR}\n")).unwrap();
+        std::fs::write(at("abc+200.jsonl"), format!("{START}\n")).unwrap();
+        std::fs::write(at("abc.jsonl"), format!("{START}\n{THR}\n")).unwrap();
+        std::fs::write(at("abcdef.jsonl"), format!("{START}\n")).unwrap();
+        let paths = |key: &str| by_container(key, d.path()).map(|s| s.parts);
+        assert_eq!(paths("abc").unwrap(), vec![at("abc.jsonl")]);
+        assert_eq!(
+            paths("abc+100").unwrap(),
+            vec![at("abc+100.jsonl.1"), at("abc+100.jsonl")]
+        );
+        assert_eq!(
+            earlier_lifetimes(&at("abc.jsonl")),
+            vec![at("abc+100.jsonl"), at("abc+200.jsonl")]
+        );
+        // A prefix names a container, never one of its lifetimes.
+        assert_eq!(paths("abcd").unwrap(), vec![at("abcdef.jsonl")]);
+        let e = by_container("ab", d.path()).unwrap_err().to_string();
+        assert!(e.contains("matches 2 logs"), "{e}");
+        // The latest removed (the directory cap): the newest earlier one.
+        std::fs::remove_file(at("abc.jsonl")).unwrap();
+        assert_eq!(paths("abc").unwrap(), vec![at("abc+200.jsonl")]);
+        // A directory report holds every lifetime.
+        assert_eq!(logs_in_dir(d.path()).unwrap().len(), 3);
     }
 
     #[test]

@@ -164,3 +164,128 @@ mod tests {
         .due(0, 100));
     }
 }
+
+/// Separates a log's name from its lifetime in an earlier lifetime's name:
+/// `X.jsonl` becomes `X+<start ts>.jsonl`. Neither [`crate::logfmt::escape_id`]
+/// nor a scope ever emits it.
+pub const LIFETIME_SEPARATOR: char = '+';
+
+/// Before a new lifetime of a container opens `X.jsonl`: keep the earlier
+/// lifetime's log (and its parts) as `X+<ts>.jsonl[.N]`, `ts` its first
+/// record's (its `start`), else the file's modification time. Nothing when
+/// `X.jsonl` is missing, empty or not a regular file (a symlink is left
+/// alone; the open then refuses it). Returns the new name of the earlier log.
+pub fn keep_earlier_lifetime(path: &Path) -> std::io::Result<Option<PathBuf>> {
+    let m = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if !m.is_file() || m.len() == 0 {
+        return Ok(None);
+    }
+    let Some(stem) = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".jsonl"))
+    else {
+        return Ok(None);
+    };
+    let ts = first_ts(path).unwrap_or_else(|| {
+        m.modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut to = dir.join(format!("{stem}{LIFETIME_SEPARATOR}{ts}.jsonl"));
+    let mut n = 1;
+    while std::fs::symlink_metadata(&to).is_ok() {
+        to = dir.join(format!("{stem}{LIFETIME_SEPARATOR}{ts}-{n}.jsonl"));
+        n += 1;
+    }
+    // The parts first: a crash in between leaves the current part named as
+    // it was, which the next lifetime then keeps the same way.
+    let mut k = 1;
+    while std::fs::symlink_metadata(part(path, k)).is_ok_and(|m| m.is_file()) {
+        std::fs::rename(part(path, k), part(&to, k))?;
+        k += 1;
+    }
+    std::fs::rename(path, &to)?;
+    Ok(Some(to))
+}
+
+/// The `ts` of a log's first line.
+fn first_ts(path: &Path) -> Option<u64> {
+    use std::io::{BufRead, BufReader, Read};
+    let f = File::open(path).ok()?;
+    let mut line = String::new();
+    BufReader::new(f.take(64 * 1024))
+        .read_line(&mut line)
+        .ok()?;
+    #[derive(serde::Deserialize)]
+    struct Ts {
+        ts: u64,
+    }
+    serde_json::from_str::<Ts>(&line).ok().map(|t| t.ts)
+}
+
+#[cfg(test)]
+mod lifetime_tests {
+    use super::*;
+
+    #[test]
+    fn an_earlier_lifetime_is_kept_whole_under_its_start_time() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("web@ns-k8s.io.jsonl");
+        assert_eq!(keep_earlier_lifetime(&log).unwrap(), None, "nothing yet");
+        std::fs::write(
+            &log,
+            "{\"v\":1,\"ts\":17,\"type\":\"start\"}\n{\"type\":\"end\"}\n",
+        )
+        .unwrap();
+        std::fs::write(part(&log, 1), "older part\n").unwrap();
+        std::fs::write(part(&log, 2), "oldest part\n").unwrap();
+        let kept = keep_earlier_lifetime(&log).unwrap().unwrap();
+        assert_eq!(kept, d.path().join("web@ns-k8s.io+17.jsonl"));
+        assert!(!log.exists() && !part(&log, 1).exists() && !part(&log, 2).exists());
+        assert!(std::fs::read_to_string(&kept).unwrap().contains("\"end\""));
+        assert_eq!(
+            std::fs::read_to_string(part(&kept, 1)).unwrap(),
+            "older part\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(part(&kept, 2)).unwrap(),
+            "oldest part\n"
+        );
+        // A second lifetime that began in the same nanosecond: a suffix, nothing replaced.
+        std::fs::write(&log, "{\"v\":1,\"ts\":17,\"type\":\"start\"}\n").unwrap();
+        let again = keep_earlier_lifetime(&log).unwrap().unwrap();
+        assert_eq!(again, d.path().join("web@ns-k8s.io+17-1.jsonl"));
+        assert!(kept.exists());
+    }
+
+    #[test]
+    fn unreadable_first_lines_use_the_file_time_and_symlinks_are_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("c1.jsonl");
+        std::fs::write(&log, "not json\n").unwrap();
+        let kept = keep_earlier_lifetime(&log).unwrap().unwrap();
+        let name = kept.file_name().unwrap().to_string_lossy().into_owned();
+        let ts: u64 = name["c1+".len()..name.len() - ".jsonl".len()]
+            .parse()
+            .unwrap();
+        assert!(ts > 1_700_000_000_000_000_000, "{name}");
+        std::fs::write(d.path().join("target"), "x").unwrap();
+        std::os::unix::fs::symlink(d.path().join("target"), &log).unwrap();
+        assert_eq!(keep_earlier_lifetime(&log).unwrap(), None);
+        assert!(log.symlink_metadata().unwrap().file_type().is_symlink());
+        std::fs::remove_file(&log).unwrap();
+        std::fs::write(&log, "").unwrap();
+        assert_eq!(
+            keep_earlier_lifetime(&log).unwrap(),
+            None,
+            "an empty log is no lifetime"
+        );
+    }
+}
