@@ -88,3 +88,102 @@ fn docker_run_with_throttlewatch_runtime_logs_and_keeps_the_burst() {
     assert!(err <= 0.02, "probe {probe} vs kernel {kernel}");
     assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
 }
+
+/// `docker start` of a stopped container, `docker restart` and a
+/// `--restart on-failure` policy reuse the container id: every lifetime
+/// keeps its own whole log (`start` … `end`), the latest as `<id>…jsonl`.
+#[test]
+fn docker_restarts_keep_every_lifetimes_log() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let d = Dockerd::start(&cfg);
+    let lifetimes_of = |id: &str| {
+        let latest = cfg.log_of(id);
+        let mut all = throttlewatch_report::reader::earlier_lifetimes(&latest);
+        all.push(latest);
+        all
+    };
+    let whole = |p: &std::path::Path| {
+        let t = Instant::now();
+        while of_type(&read_log(p), "end").is_empty() && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = read_log(p);
+        assert_eq!(
+            log.first().map(|r| r["type"].clone()),
+            Some("start".into()),
+            "{}",
+            p.display()
+        );
+        assert_eq!(
+            log.last().map(|r| r["type"].clone()),
+            Some("end".into()),
+            "{}",
+            p.display()
+        );
+        assert_eq!(of_type(&log, "start").len(), 1, "{}", p.display());
+    };
+    // run (exits at once) → start → restart → rm: three lifetimes.
+    let o = d.docker(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--runtime",
+        "throttlewatch",
+        BUSYBOX_IMAGE,
+        "true",
+    ]);
+    assert!(o.status.success(), "docker run: {}\n{}", text(&o), d.log());
+    let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(d.docker(&["wait", &id]).status.success());
+    let o = d.docker(&["start", "-a", &id]);
+    assert!(o.status.success(), "docker start: {}", text(&o));
+    let o = d.docker(&["restart", &id]);
+    assert!(o.status.success(), "docker restart: {}", text(&o));
+    assert!(d.docker(&["wait", &id]).status.success());
+    let o = d.docker(&["rm", &id]);
+    assert!(o.status.success(), "docker rm: {}", text(&o));
+    let logs = lifetimes_of(&id);
+    assert_eq!(logs.len(), 3, "three lifetimes: {logs:?}");
+    logs.iter().for_each(|p| whole(p));
+
+    // A restart policy: exit 1 twice more after the first run, then stop.
+    let o = d.docker(&[
+        "run",
+        "-d",
+        "--network",
+        "none",
+        "--runtime",
+        "throttlewatch",
+        "--restart",
+        "on-failure:2",
+        BUSYBOX_IMAGE,
+        "sh",
+        "-c",
+        "exit 1",
+    ]);
+    assert!(o.status.success(), "docker run: {}\n{}", text(&o), d.log());
+    let id = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let t = Instant::now();
+    loop {
+        let o = d.docker(&[
+            "inspect",
+            "-f",
+            "{{.RestartCount}} {{.State.Running}} {{.State.Restarting}}",
+            &id,
+        ]);
+        let s = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        if s == "2 false false" {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "restarts: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = d.docker(&["rm", &id]);
+    assert!(o.status.success(), "docker rm: {}", text(&o));
+    let logs = lifetimes_of(&id);
+    assert_eq!(logs.len(), 3, "the first run and two restarts: {logs:?}");
+    logs.iter().for_each(|p| whole(p));
+    assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
+}
