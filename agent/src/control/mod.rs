@@ -17,7 +17,7 @@ pub mod policy;
 use std::collections::HashMap;
 
 use throttlewatch_bpf::EpisodeTotals;
-use throttlewatch_cgroup::{CgroupError, CpuCgroup};
+use throttlewatch_cgroup::{CgroupError, CpuCgroup, CpuStat};
 use throttlewatch_core::control_config::ControlConfig;
 use throttlewatch_core::logfmt::control::{Bandwidth, Control, ControlSignal};
 use throttlewatch_core::protocol::Register;
@@ -121,6 +121,8 @@ struct Controlled {
     last_mono: u64,
     /// CPU used by the group at the last poll (ns; 0: unreadable).
     last_used: u64,
+    /// `cpu.stat` at the last poll (None: unreadable).
+    last_stat: Option<CpuStat>,
 }
 
 /// Every controlled container of the agent.
@@ -228,6 +230,7 @@ impl Controls {
                 last: EpisodeTotals::default(),
                 last_mono: 0,
                 last_used: 0,
+                last_stat: None,
             },
         );
         records
@@ -248,6 +251,12 @@ impl Controls {
             let prev_mono = std::mem::replace(&mut g.last_mono, mono);
             let used_now = g.cgroup.usage_ns().map_or(0, |(ns, _)| ns);
             let prev_used = std::mem::replace(&mut g.last_used, used_now);
+            let stat_now = g.cgroup.cpu_stat().ok();
+            let prev_stat = std::mem::replace(&mut g.last_stat, stat_now);
+            let periods = match (stat_now, prev_stat) {
+                (Some(n), Some(p)) => n.since(&p),
+                _ => CpuStat::default(),
+            };
             if prev_mono == 0 {
                 continue; // the first reading is the baseline
             }
@@ -276,6 +285,8 @@ impl Controls {
                         0 => 0,
                         p => used_now.saturating_sub(p),
                     },
+                    throttled_periods: periods.nr_throttled,
+                    active_periods: periods.nr_periods,
                 };
                 g.policy.step(&iv, &pressure).and_then(|c| {
                     let original = g.policy.original();

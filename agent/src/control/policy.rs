@@ -86,6 +86,27 @@ pub struct Interval {
     pub episodes: u64,
     /// CPU the group used in it (cpuacct / cpu.stat usage); 0: unknown.
     pub used_ns: u64,
+    /// Periods in it that the kernel counted throttled (`cpu.stat`
+    /// `nr_throttled`); 0: unknown.
+    pub throttled_periods: u64,
+    /// Periods in it in which the group ran (`cpu.stat` `nr_periods`); 0: unknown.
+    pub active_periods: u64,
+}
+
+impl Interval {
+    /// The time `periods` periods of `period_us` cover, when shorter than
+    /// the interval: what a per-period figure is measured over. An
+    /// interval is normally one poll (50 ms); an agent kept off the CPU
+    /// polls late, and averaging a burst over all of a 400 ms interval
+    /// would make it look a fraction of what each period it hit saw.
+    fn span_ns(&self, periods: u64, period_us: u64) -> u64 {
+        match periods {
+            0 => self.length_ns,
+            n => self
+                .length_ns
+                .min(n.saturating_mul(period_us).saturating_mul(1000)),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,10 +282,12 @@ impl Policy {
     fn raised(&self, iv: &Interval) -> Bandwidth {
         let c = self.current;
         let (quota_max, burst_max) = self.ceilings();
-        let per_period_us = if iv.length_ns == 0 {
+        // Per throttled period: a late poll does not shrink the step.
+        let span = iv.span_ns(iv.throttled_periods, c.period_us);
+        let per_period_us = if span == 0 {
             0
         } else {
-            (iv.throttled_ns as u128 * c.period_us as u128 / iv.length_ns as u128) as u64
+            (iv.throttled_ns as u128 * c.period_us as u128 / span as u128) as u64
         };
         let step = per_period_us.max(self.min_step());
         let mut n = c;
@@ -316,11 +339,12 @@ impl Policy {
     }
 
     fn track_peak(&mut self, iv: &Interval) {
-        if iv.used_ns == 0 || iv.length_ns == 0 {
+        // Per period the group ran in: a late poll does not lower the peak.
+        let span = iv.span_ns(iv.active_periods, self.current.period_us);
+        if iv.used_ns == 0 || span == 0 {
             return;
         }
-        let per =
-            (iv.used_ns as u128 * self.current.period_us as u128 / iv.length_ns as u128) as u64;
+        let per = (iv.used_ns as u128 * self.current.period_us as u128 / span as u128) as u64;
         let fresh = self.peak_us(iv.now_ns);
         if per >= fresh {
             self.peak = Some((iv.now_ns, per));

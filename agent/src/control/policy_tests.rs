@@ -16,7 +16,7 @@ fn iv(now_ms: u64, throttled_ms: u64) -> Interval {
         length_ns: 50 * MS,
         throttled_ns: throttled_ms * MS,
         episodes: u64::from(throttled_ms > 0),
-        used_ns: 0,
+        ..Default::default()
     }
 }
 
@@ -67,6 +67,51 @@ fn burst_first_then_quota_within_ceilings() {
         .iter()
         .all(|c| c.after.burst_us <= burst_max));
     assert_eq!(changes[first_quota].before.burst_us, burst_max);
+}
+
+/// An agent kept off the CPU polls late: the throttled time of the one
+/// period it hit, seen over a 400 ms interval, is still that period's, not
+/// a quarter of it (the kernel's `nr_throttled` says how many periods it
+/// covers); spread over four periods it is a quarter per period.
+#[test]
+fn a_late_poll_steps_by_the_throttled_periods_not_the_interval() {
+    let late = |periods| Interval {
+        length_ns: 400 * MS,
+        throttled_ns: 60 * MS,
+        episodes: 2,
+        throttled_periods: periods,
+        ..iv(400, 0)
+    };
+    let step = |i: &Interval| {
+        let mut p = Policy::new(Settings::default(), orig(), 0);
+        p.step(i, &calm()).unwrap().after.burst_us
+    };
+    assert_eq!(step(&late(1)), 50_000, "60 ms in one period: the burst ceiling");
+    assert_eq!(step(&late(4)), 15_000, "60 ms over four periods: 15 ms each");
+    assert_eq!(step(&late(0)), 15_000, "periods unknown: over the interval");
+    // On time (50 ms, one period): as before, per 100 ms of interval.
+    let on_time = Interval {
+        throttled_periods: 1,
+        ..iv(50, 20)
+    };
+    assert_eq!(step(&on_time), 40_000);
+}
+
+/// The same for the peak use a calm step down keeps: 120 ms of CPU in the
+/// two periods the group ran in, polled 400 ms late, is 60 ms per period.
+#[test]
+fn a_late_poll_keeps_the_peak_of_the_periods_the_group_ran_in() {
+    let mut p = Policy::new(Settings::default(), orig(), 0);
+    p.step(
+        &Interval {
+            length_ns: 400 * MS,
+            used_ns: 120 * MS,
+            active_periods: 2,
+            ..iv(400, 0)
+        },
+        &calm(),
+    );
+    assert_eq!(p.peak_us(400 * MS), 60_000);
 }
 
 #[test]
