@@ -292,8 +292,8 @@ ms() { awk "BEGIN{printf \"%.2f\", $1/1000}"; } # µs -> ms
 mp=$(median "$W/plain"); mt=$(median "$W/tw")
 linkage() { # what a binary is linked as, read off the file itself
     if readelf -l "$1" 2>/dev/null | grep -q 'program interpreter'; then echo dynamic
-    elif readelf -p .comment "$1" 2>/dev/null | grep -qi musl || grep -qa 'musl' "$1"; then echo "static musl"
-    else echo "static glibc"; fi
+    elif grep -qa 'glibc\.\(malloc\|cpu\)' "$1"; then echo "static glibc" # its tunables' names
+    else echo "static musl"; fi
 }
 echo "binaries: $TW_BIN_DIR (wrapper: $(linkage "$(readlink -f "$TW_BIN_DIR/throttlewatch-runtime")"), hook: $(linkage "$(readlink -f "$TW_BIN_DIR/throttlewatch-hook")"), agent: $(linkage "$(readlink -f "$AGENT")")); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
 echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
