@@ -644,3 +644,43 @@ fn a_recreated_id_keeps_each_lifetimes_log_whole() {
     assert!(v.to_string().contains(&b.id), "the latest reported: {v}");
     assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
 }
+
+/// `create` with no container id: runc refuses it with its usage text and
+/// status; the wrapper answers exactly the same, adds no line of its own
+/// and edits no spec.
+#[test]
+fn create_without_an_id_answers_exactly_as_runc() {
+    let cfg = PrivateConfig::new("");
+    let b = Bundle::new(&id("noid"), &ContainerOpts::sh("true"));
+    let before = std::fs::read(b.config_path()).unwrap();
+    let runc_path = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join("runc"))
+        .find(|p| p.is_file())
+        .expect("runc on PATH");
+    let plain = OciCli::new(&runc_path);
+    let ours = OciCli::throttlewatch(&cfg);
+    let bundle = b.dir().to_str().unwrap();
+    let (a, w) = (
+        plain.run(&["create", "--bundle", bundle]),
+        ours.run(&["create", "--bundle", bundle]),
+    );
+    // runc stamps its error line with the time; nothing else may differ.
+    let clean = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .map(|l| match l.find(" level=") {
+                Some(i) if l.starts_with("time=") => l[i..].to_string(),
+                _ => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(a.status.code(), w.status.code());
+    assert!(!a.status.success());
+    assert_eq!(clean(&a), clean(&w));
+    assert_eq!(a.stdout, w.stdout);
+    assert_eq!(
+        std::fs::read(b.config_path()).unwrap(),
+        before,
+        "spec untouched"
+    );
+}

@@ -69,6 +69,11 @@ pub fn create(
     t: &mut Phases,
 ) -> Next {
     let unchanged = || Next(args.argv.clone());
+    // No container id: runc refuses the create with its own usage text, and
+    // so does the wrapper, adding nothing (no spec edited, no line of ours).
+    let Some(key) = args.container_key() else {
+        return unchanged();
+    };
     let spec = match edit(args, cfg, config_path.clone(), t) {
         Ok(Some(spec)) => spec,
         Ok(None) => return unchanged(), // a pod sandbox: nothing to do
@@ -78,10 +83,6 @@ pub fn create(
             ));
             return unchanged();
         }
-    };
-    let Some(key) = args.container_key() else {
-        log.error("create: no container id in the arguments; not watched");
-        return unchanged();
     };
     let state = StateDir::new(&cfg.state_dir);
     // The init pid: from the caller's --pid-file, else one of ours.
