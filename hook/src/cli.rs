@@ -3,15 +3,19 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+pub use throttlewatch_lifecycle::modifiers::CREATED_FLAG;
 pub use throttlewatch_lifecycle::Stage;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookArgs {
     pub stage: Stage,
     pub config: Option<PathBuf>,
+    /// `--created-unix-ns N`: when the runtime was asked to create the
+    /// container (the wrapper's `run` writes it into our hook's arguments).
+    pub created_ns: Option<u64>,
 }
 
-pub const USAGE: &str = "usage: throttlewatch-hook createRuntime|prestart|poststop [--config FILE] (OCI state JSON on stdin)";
+pub const USAGE: &str = "usage: throttlewatch-hook createRuntime|prestart|poststop [--config FILE] [--created-unix-ns N] (OCI state JSON on stdin)";
 
 /// What `-h`/`--help` prints (on stdout, exit 0).
 pub const HELP: &str =
@@ -25,6 +29,9 @@ writes) with the container's OCI state JSON on stdin:
 Options:
   --config FILE  configuration file (default: $THROTTLEWATCH_CONFIG, then
                  /etc/throttlewatch/throttlewatch.toml)
+  --created-unix-ns N
+                 when the runtime was asked to create the container (the
+                 wrapper's `run` passes it; the cold-start timeline)
   -h, --help     this text
 ";
 
@@ -37,6 +44,7 @@ impl HookArgs {
     pub fn parse(args: &[OsString]) -> Result<HookArgs, String> {
         let mut stage = None;
         let mut config = None;
+        let mut created_ns = None;
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let s = a.to_string_lossy();
@@ -47,6 +55,11 @@ impl HookArgs {
                 config = Some(PathBuf::from(v));
             } else if let Some(v) = s.strip_prefix("--config=") {
                 config = Some(PathBuf::from(v));
+            } else if s == CREATED_FLAG {
+                let v = it.next().map(|v| v.to_string_lossy().into_owned());
+                created_ns = Some(v.as_deref().and_then(|v| v.parse().ok()).ok_or_else(|| {
+                    format!("{CREATED_FLAG}: invalid value {v:?}: expected a Unix time in nanoseconds; {USAGE}")
+                })?);
             } else if stage.is_none() && !s.starts_with('-') {
                 stage = Some(Stage::parse(&s).ok_or_else(|| {
                     format!("stage {s:?}: expected {}; {USAGE}", Stage::ACCEPTED)
@@ -56,7 +69,11 @@ impl HookArgs {
             }
         }
         let stage = stage.ok_or_else(|| format!("no stage given; {USAGE}"))?;
-        Ok(HookArgs { stage, config })
+        Ok(HookArgs {
+            stage,
+            config,
+            created_ns,
+        })
     }
 }
 
@@ -75,6 +92,19 @@ mod tests {
         assert!(wants_help(&v(&["poststop", "-h"])));
         assert!(!wants_help(&v(&["poststop", "--config", "/x"])));
         assert!(HELP.contains("createRuntime") && HELP.contains("--config FILE"));
+    }
+
+    #[test]
+    fn the_create_time_is_an_argument_and_a_bad_one_is_named() {
+        let a = p(&["createRuntime", "--created-unix-ns", "1796192890448994702"]).unwrap();
+        assert_eq!(a.created_ns, Some(1_796_192_890_448_994_702));
+        assert_eq!(p(&["poststop"]).unwrap().created_ns, None);
+        let e = p(&["createRuntime", "--created-unix-ns", "soon"]).unwrap_err();
+        assert!(
+            e.starts_with("--created-unix-ns: invalid value Some(\"soon\")"),
+            "{e}"
+        );
+        assert!(p(&["createRuntime", "--created-unix-ns"]).is_err());
     }
 
     #[test]

@@ -56,6 +56,7 @@ fn on_create(
         bundle: &st.bundle,
         pid,
         spec: &spec,
+        created_ns: args.created_ns,
     };
     created::on_created(cfg, args.config.as_deref(), rep, c, t)
 }
@@ -127,6 +128,7 @@ mod tests {
         let args = HookArgs {
             stage: Stage::CreateRuntime,
             config: None,
+            created_ns: None,
         };
         let state = format!(r#"{{"id":"c1","bundle":{:?}}}"#, d.path());
         let run = |kind: &str| {
@@ -152,6 +154,7 @@ mod tests {
         let args = HookArgs {
             stage: Stage::Poststop,
             config: None,
+            created_ns: None,
         };
         let state = format!(r#"{{"id":"c1","pid":0,"bundle":{:?}}}"#, d.path());
         let mut rep = Reporter::new(&cfg, args.stage, crate::NAME);

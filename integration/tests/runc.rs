@@ -684,3 +684,72 @@ fn create_without_an_id_answers_exactly_as_runc() {
         "spec untouched"
     );
 }
+
+/// Nothing of ours in what runc reports: `state`'s annotations and the
+/// state every hook gets on stdin are the user's, under `create` + `start`
+/// (the wrapper's helper registers) and `run` (our createRuntime hook); the
+/// cold-start timeline still has its `create` stage, from the front end's
+/// own clock.
+#[test]
+fn runc_state_and_hook_stdin_carry_only_the_users_annotations() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    for how in ["create", "run"] {
+        let b = Bundle::new(
+            &id(&format!("state-{how}")),
+            &ContainerOpts::sh("sleep 0.3").annotation("example.com/owner", "me"),
+        );
+        let seen = b.dir().join("poststop-stdin.json");
+        b.edit(|v| {
+            v["hooks"]["poststop"] = serde_json::json!([{
+                "path": "/bin/sh",
+                "args": ["sh", "-c", format!("cat > {}", seen.display())],
+            }]);
+        });
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        if how == "create" {
+            let o = rt.create(&b);
+            assert!(o.status.success(), "create: {}", text(&o));
+            let o = rt.run(&["start", &b.id]);
+            assert!(o.status.success(), "start: {}", text(&o));
+        } else {
+            let o = rt.run_detached(&b);
+            assert!(o.status.success(), "run -d: {}", text(&o));
+        }
+        let o = rt.run(&["state", &b.id]);
+        assert!(o.status.success(), "state: {}", text(&o));
+        let st: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(
+            st["annotations"],
+            serde_json::json!({"example.com/owner": "me"}),
+            "{how}: runc state"
+        );
+        rt.wait_stopped(&b.id, Duration::from_secs(30));
+        assert!(rt.delete(&b.id).status.success());
+        let hook: Value = serde_json::from_slice(&std::fs::read(&seen).unwrap()).unwrap();
+        assert_eq!(
+            hook["annotations"],
+            serde_json::json!({"example.com/owner": "me"}),
+            "{how}: the poststop hook's stdin"
+        );
+        let log = read_log(&cfg.log_of(&b.id));
+        let cs = of_type(&log, "cold_start");
+        assert_eq!(cs.len(), 1, "{how}: {log:?}");
+        let create = cs[0]["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == "create")
+            .unwrap_or_else(|| panic!("{how}: no create stage: {}", cs[0]))["unix_ns"]
+            .as_u64()
+            .unwrap();
+        assert!(
+            create >= before && create - before < 10_000_000_000,
+            "{how}: create at {create}, the test began the create at {before}"
+        );
+    }
+}

@@ -12,7 +12,6 @@ use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::config::{Config, FailMode};
 use throttlewatch_core::logfmt::now_unix_ns;
 use throttlewatch_core::protocol::Register;
-use throttlewatch_qos::Key;
 
 use crate::agent_client::EarlyConnection;
 use crate::burst_record::BurstRecord;
@@ -32,6 +31,8 @@ pub struct Created<'a> {
     pub pid: u32,
     /// Its config.json, as read (and edited) once.
     pub spec: &'a BundleSpec,
+    /// When the runtime was asked to create it (the front end's own clock).
+    pub created_ns: Option<u64>,
 }
 
 /// What can be done before the cgroup exists: the request parsed from the
@@ -230,11 +231,7 @@ fn registration(c: &Created, rel: String, q: QosOutcome) -> Register {
         cgroup_path: rel,
         annotations: c.spec.annotations.clone(),
         bundle: c.bundle.to_string_lossy().into_owned(),
-        created_ns: c
-            .spec
-            .annotations
-            .get(&Key::CreatedUnixNs.annotation())
-            .and_then(|v| v.trim().parse().ok()),
+        created_ns: c.created_ns,
         hook_ns: Some(now_unix_ns()),
         threshold_ns: q.threshold_ns,
         qos: Some(q.summary),

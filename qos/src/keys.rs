@@ -30,7 +30,8 @@ pub enum Key {
     Gpus,
     /// Dynamic CPU burst and quota by the agent (`auto`, `off`).
     CpuControl,
-    /// Not QoS: the runtime wrapper's `create` time, Unix ns (stamped into the spec).
+    /// Not QoS: a create time, Unix ns, that earlier versions stamped into
+    /// the spec; accepted and ignored (the create time now travels outside it).
     CreatedUnixNs,
     /// Not QoS: the CPU that completes a cold start, for the agent (a duration).
     ColdStartCpu,

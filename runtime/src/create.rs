@@ -68,6 +68,7 @@ pub fn create(
     log: &RuncLog,
     t: &mut Phases,
 ) -> Next {
+    let created_ns = throttlewatch_core::logfmt::now_unix_ns();
     let unchanged = || Next(args.argv.clone());
     // No container id: runc refuses the create with its own usage text, and
     // so does the wrapper, adding nothing (no spec edited, no line of ours).
@@ -134,6 +135,7 @@ pub fn create(
         pid_file: &pid_file,
         stale,
         ours,
+        created_ns,
     };
     let e = spawn::helper_then_exec(
         runtime,
@@ -171,6 +173,7 @@ fn edit(
         config_path,
         cfg: cfg.clone(),
         create_runtime_hook: false,
+        created_unix_ns: None, // no hook of ours in this spec: the helper has it
     };
     t.mark("hook_path");
     let changed = !apply_modifiers(&mut file, &ctx)?.is_empty();
@@ -220,6 +223,8 @@ struct Helper<'a> {
     stale: Option<FileId>,
     /// The pid file is ours (`<state_dir>/pids/`): removed once read.
     ours: bool,
+    /// When the wrapper was asked to create (the register's create time).
+    created_ns: u64,
 }
 
 impl Helper<'_> {
@@ -284,6 +289,7 @@ impl Helper<'_> {
                 bundle: &self.bundle,
                 pid,
                 spec: &spec,
+                created_ns: Some(self.created_ns),
             };
             on_prepared(
                 self.cfg,

@@ -125,6 +125,7 @@ fn modify(
         config_path,
         cfg: cfg.clone(),
         create_runtime_hook: true,
+        created_unix_ns: Some(throttlewatch_core::logfmt::now_unix_ns()),
     };
     t.mark("hook_path");
     modify_bundle(&bundle, &ctx)?;

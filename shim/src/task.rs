@@ -157,6 +157,7 @@ impl Task for TaskService {
             ));
         }
         let mounted = mount_rootfs(&bundle, &req.rootfs)?;
+        let created_ns = throttlewatch_core::logfmt::now_unix_ns();
         let created = self.modify_spec(&req.id, &bundle).and_then(|spec| {
             let (pid, io) = ProcIo::launch(
                 &req.stdin,
@@ -167,7 +168,7 @@ impl Task for TaskService {
             )
             .map_err(|e| err(Code::INTERNAL, e))?;
             if let Some(spec) = spec {
-                if let Err(e) = self.on_created(&req.id, &bundle, pid, &spec) {
+                if let Err(e) = self.on_created(&req.id, &bundle, pid, &spec, created_ns) {
                     // Fail-closed: what runc made goes, as a failed hook's would.
                     let _ = self.runc.delete(&req.id);
                     return Err(e);

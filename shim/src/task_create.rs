@@ -20,8 +20,8 @@ use super::{err, TaskService, SHIM_NAME};
 
 impl TaskService {
     /// The throttlewatch spec modifiers on the bundle (fail-open unless
-    /// `fail_mode = "closed"`): our poststop hook, cpuset resources, the
-    /// create stamp, and no createRuntime hook of ours — the shim does that
+    /// `fail_mode = "closed"`): our poststop hook, cpuset resources, and
+    /// no createRuntime hook of ours — the shim does that
     /// work itself once runc's `create` returns ([`Self::on_created`]).
     /// Returns the typed spec for it, or None when nothing is to be done (a
     /// configuration that could not be used leaves the spec unchanged, or
@@ -40,6 +40,7 @@ impl TaskService {
         let res = ModifyContext::from_env(&self.cfg).and_then(|ctx| {
             let ctx = ModifyContext {
                 create_runtime_hook: false,
+                created_unix_ns: None, // no hook of ours: on_created has it
                 ..ctx
             };
             let mut file = SpecFile::read(bundle).map_err(|e| e.to_string())?;
@@ -81,6 +82,7 @@ impl TaskService {
         bundle: &Path,
         pid: u32,
         spec: &BundleSpec,
+        created_ns: u64,
     ) -> TtrpcResult<()> {
         let key = self.key(id);
         let mut rep = Reporter::new(&self.cfg, Stage::CreateRuntime, SHIM_NAME);
@@ -92,6 +94,7 @@ impl TaskService {
             bundle,
             pid,
             spec,
+            created_ns: Some(created_ns),
         };
         // Fail-open: the register is sent, not awaited; `start` waits for
         // the watch (lifecycle::pending). Fail-closed waits here.

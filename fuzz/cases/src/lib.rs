@@ -59,6 +59,7 @@ pub fn spec_modifiers(data: &[u8]) {
         cfg: Default::default(),
         // Both ways: the hook's spec and the wrapper's `create` (none of ours).
         create_runtime_hook: data.len().is_multiple_of(2),
+        created_unix_ns: Some(1),
     };
     if throttlewatch_lifecycle::modifiers::apply_to_value(&mut spec, &ctx).is_err() {
         return;

@@ -10,11 +10,18 @@ use super::ModifyContext;
 use crate::binaries::HOOK_BINARY;
 use crate::stage::Stage;
 
+/// The createRuntime hook's argument that carries the create time.
+pub const CREATED_FLAG: &str = "--created-unix-ns";
+
 fn hook_entry(stage: Stage, ctx: &ModifyContext) -> Value {
     let mut args = vec![json!(HOOK_BINARY), json!(stage.as_str())];
     if let Some(c) = &ctx.config_path {
         args.push(json!("--config"));
         args.push(json!(c.to_string_lossy()));
+    }
+    if let (Stage::CreateRuntime, Some(ns)) = (stage, ctx.created_unix_ns) {
+        args.push(json!(CREATED_FLAG));
+        args.push(json!(ns.to_string()));
     }
     // Without a `timeout` the runtime waits for ever on a hook that hangs.
     json!({

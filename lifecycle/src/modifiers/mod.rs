@@ -8,7 +8,6 @@
 //! (NVIDIA container toolkit's `internal/modifier/list.go` is the model).
 
 mod cpuset;
-mod created;
 mod hooks;
 pub mod json;
 
@@ -22,8 +21,7 @@ use crate::bundle_spec::is_pod_sandbox;
 use crate::spec_file::{SpecError, SpecFile};
 
 pub use cpuset::cpuset_resources;
-pub use created::stamp_create_time;
-pub use hooks::{add_create_runtime_hook, add_poststop_hook};
+pub use hooks::{add_create_runtime_hook, add_poststop_hook, CREATED_FLAG};
 
 /// What a modification did, for logs and errors.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +41,10 @@ pub struct ModifyContext {
     /// False when the caller does it itself once the runtime's `create`
     /// returns (the wrapper's `create`): then the spec holds none of ours.
     pub create_runtime_hook: bool,
+    /// When the runtime was asked to create the container: passed to the
+    /// createRuntime hook as `--created-unix-ns` (the cold-start timeline);
+    /// nothing of it goes into the spec's own fields.
+    pub created_unix_ns: Option<u64>,
 }
 
 impl ModifyContext {
@@ -54,6 +56,7 @@ impl ModifyContext {
             config_path: Config::env_path(),
             cfg: cfg.clone(),
             create_runtime_hook: true,
+            created_unix_ns: Some(throttlewatch_core::logfmt::now_unix_ns()),
         })
     }
 }
@@ -63,11 +66,10 @@ impl ModifyContext {
 pub type SpecModifier = fn(&mut Value, &ModifyContext) -> Result<Option<String>, String>;
 
 /// The modifiers, in order.
-pub const MODIFIERS: [(&str, SpecModifier); 4] = [
+pub const MODIFIERS: [(&str, SpecModifier); 3] = [
     ("createRuntime hook", add_create_runtime_hook),
     ("poststop hook", add_poststop_hook),
     ("cpuset resources", cpuset_resources),
-    ("create time", stamp_create_time),
 ];
 
 /// Read `<bundle>/config.json`, apply the modifiers, write it back when

@@ -11,6 +11,7 @@ fn ctx() -> ModifyContext {
         config_path: Some(PathBuf::from("/etc/tw.toml")),
         cfg: Config::default(),
         create_runtime_hook: true,
+        created_unix_ns: None,
     }
 }
 
@@ -36,7 +37,7 @@ fn adds_hooks_once_and_keeps_unknown_fields() {
         "hooks":{"createRuntime":[{"path":"/other/hook"}]}}"#,
     );
     let m = modify_bundle(d.path(), &ctx()).unwrap();
-    assert_eq!(m.changes.len(), 3, "{m:?}"); // two hooks and the create-time annotation
+    assert_eq!(m.changes.len(), 2, "{m:?}"); // two hooks, nothing else
     let v = read(&d);
     assert_eq!(v["x-vendor"]["keep"], json!([1, 2]));
     let cr = v["hooks"]["createRuntime"].as_array().unwrap();
@@ -167,16 +168,36 @@ fn pod_sandbox_is_left_untouched() {
     );
 }
 
-/// The create stamp the modifiers add is a known key, not a QoS request:
-/// the hook reading the modified spec refuses nothing.
+/// Nothing of ours in the spec's annotations (runc reports them in its
+/// state, and every hook gets them on stdin): the create time rides in our
+/// createRuntime hook's arguments only.
 #[test]
-fn the_create_stamp_is_not_a_qos_refusal() {
+fn the_create_time_is_our_hooks_argument_not_an_annotation() {
     let d = bundle(r#"{"annotations":{"throttlewatch.io/cpu-burst":"20ms"}}"#);
-    modify_bundle(d.path(), &ctx()).unwrap();
+    let c = ModifyContext {
+        created_unix_ns: Some(1_796_000_000_000_000_001),
+        ..ctx()
+    };
+    modify_bundle(d.path(), &c).unwrap();
     let spec = crate::BundleSpec::load(d.path()).unwrap();
-    assert!(spec
-        .annotations
-        .contains_key("throttlewatch.io/created-unix-ns"));
+    assert_eq!(
+        spec.annotations.keys().collect::<Vec<_>>(),
+        vec!["throttlewatch.io/cpu-burst"]
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.path().join("config.json")).unwrap()).unwrap();
+    let args = &v["hooks"]["createRuntime"][0]["args"];
+    let args: Vec<&str> = args
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let at = args.iter().position(|a| *a == "--created-unix-ns").unwrap();
+    assert_eq!(args[at + 1], "1796000000000000001");
+    assert!(!v["hooks"]["poststop"][0]["args"]
+        .to_string()
+        .contains("created"));
     let (req, refused) = crate::qos::request(&ctx().cfg, &spec);
     assert_eq!(refused, vec![]);
     assert!(req.burst.is_some());
