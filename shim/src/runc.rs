@@ -78,11 +78,14 @@ impl Runc {
         if code == 0 {
             return Ok(out);
         }
-        let mut msg = String::from_utf8_lossy(&err).trim().to_string();
-        if let Some(log) = log {
-            msg.push_str(&last_log_error(log));
-        }
-        Err(format!("{} exited with {code}: {msg}", self.binary))
+        let msg = String::from_utf8_lossy(&err).trim().to_string();
+        let failed = format!("{} exited with {code}: {msg}", self.binary);
+        // As the runc shim words it (process/init.go runtimeError): runc's
+        // last logged error when there is one, else what failed.
+        Err(match (log, log.and_then(last_log_error)) {
+            (Some(_), Some(m)) => m,
+            _ => failed,
+        })
     }
 
     /// `console`: the console socket of a process with a terminal.
@@ -105,7 +108,8 @@ impl Runc {
             cmd.arg("--console-socket").arg(socket);
         }
         cmd.arg(id);
-        self.run(cmd, None, Some(stdio), Some(&log))?;
+        self.run(cmd, None, Some(stdio), Some(&log))
+            .map_err(|e| format!("OCI runtime create failed: {e}"))?;
         read_pid(&pid_file)
     }
 
@@ -140,6 +144,7 @@ impl Runc {
         cmd.arg(id);
         let r = self
             .run(cmd, None, Some(stdio), Some(&log))
+            .map_err(|e| format!("OCI runtime exec failed: {e}"))
             .and_then(|_| read_pid(&pid_file));
         let _ = std::fs::remove_file(&spec);
         let _ = std::fs::remove_file(&pid_file);
@@ -207,14 +212,14 @@ fn read_pid(path: &Path) -> Result<u32, String> {
 }
 
 /// The last `error` message in runc's JSON log, as " (msg)".
-fn last_log_error(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
+/// runc's last `error` line in its JSON log (go-runc's getLastRuntimeError).
+fn last_log_error(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
     text.lines()
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| v["level"] == "error")
-        .and_then(|v| v["msg"].as_str().map(|m| format!(" ({m})")))
-        .unwrap_or_default()
+        .and_then(|v| v["msg"].as_str().map(str::to_string))
 }
 
 #[cfg(test)]
@@ -230,6 +235,8 @@ mod tests {
             "{\"level\":\"info\",\"msg\":\"x\"}\n{\"level\":\"error\",\"msg\":\"no such file\"}\n",
         )
         .unwrap();
-        assert_eq!(last_log_error(&p), " (no such file)");
+        assert_eq!(last_log_error(&p).as_deref(), Some("no such file"));
+        std::fs::write(&p, "{\"level\":\"info\",\"msg\":\"x\"}\n").unwrap();
+        assert_eq!(last_log_error(&p), None);
     }
 }

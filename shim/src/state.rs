@@ -33,6 +33,15 @@ pub fn now() -> Timestamp {
     containerd_shim::util::timestamp().unwrap_or_default()
 }
 
+/// Go's zero `time.Time` as a protobuf timestamp (0001-01-01T00:00:00Z):
+/// what the runc shim reports as the exit time of a process that never ran.
+pub fn go_zero_time() -> Timestamp {
+    Timestamp {
+        seconds: -62_135_596_800,
+        ..Default::default()
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Process {
     pub pid: u32,
@@ -47,6 +56,9 @@ pub struct Process {
     pub spec: Vec<u8>,
     /// Our stdin writer and the console, while the process is known.
     pub io: Option<Arc<ProcIo>>,
+    /// An exec whose start failed: it stays CREATED with pid 0, its waiters
+    /// return at once, and a kill is refused (as in the runc shim).
+    pub start_failed: bool,
 }
 
 #[derive(Debug)]

@@ -22,7 +22,9 @@ use throttlewatch_lifecycle::{ContainerKey, Scope};
 
 use crate::metrics::metrics_any;
 use crate::runc::Runc;
-use crate::state::{apply_exit, event, on_exit, Container, Event, Process, Shared, State};
+use crate::state::{
+    apply_exit, event, go_zero_time, on_exit, Container, Event, Process, Shared, State,
+};
 use crate::stdio::ProcIo;
 
 pub struct TaskService {
@@ -50,11 +52,16 @@ impl TaskService {
     }
 }
 
-fn not_found(id: &str) -> ttrpc::Error {
-    err(
-        Code::NOT_FOUND,
-        format!("container or process {id} not found"),
-    )
+/// A container this shim does not hold, in the runc shim's words
+/// (service.go getContainer).
+fn not_found(_id: &str) -> ttrpc::Error {
+    err(Code::NOT_FOUND, "container not created")
+}
+
+/// An exec process the container does not hold, in the runc shim's words
+/// (runc/container.go Process).
+fn exec_not_found(exec_id: &str) -> ttrpc::Error {
+    err(Code::NOT_FOUND, format!("process does not exist {exec_id}"))
 }
 
 impl TaskService {
@@ -264,7 +271,13 @@ impl Task for TaskService {
             self.runc
                 .kill(&req.id, req.signal, req.all)
                 .map_err(|e| err(Code::NOT_FOUND, e))?;
-        } else if p.pid > 0 {
+        } else if p.pid == 0 {
+            // Never started (or its start failed): the runc shim's exec kill.
+            return Err(err(
+                Code::FAILED_PRECONDITION,
+                "process not created: failed precondition",
+            ));
+        } else {
             // SAFETY: plain kill(2) of a pid this shim reaps.
             if unsafe { libc::kill(p.pid as i32, req.signal as i32) } != 0 {
                 return Err(err(Code::NOT_FOUND, std::io::Error::last_os_error()));
@@ -297,11 +310,19 @@ impl Task for TaskService {
             } else {
                 c.execs.get(&req.exec_id)
             };
-            let p = p.ok_or_else(|| not_found(&req.exec_id))?;
+            let p = p.ok_or_else(|| exec_not_found(&req.exec_id))?;
             if p.status == Status::STOPPED {
                 return Ok(api::WaitResponse {
                     exit_status: p.exit_status,
                     exited_at: p.exited_at.clone().into(),
+                    ..Default::default()
+                });
+            }
+            if p.start_failed {
+                // What the runc shim answers for it: status 0 at Go's zero time.
+                return Ok(api::WaitResponse {
+                    exit_status: 0,
+                    exited_at: Some(go_zero_time()).into(),
                     ..Default::default()
                 });
             }
@@ -324,7 +345,7 @@ impl Task for TaskService {
         } else {
             c.execs.get(&req.exec_id)
         };
-        let p = p.ok_or_else(|| not_found(&req.exec_id))?;
+        let p = p.ok_or_else(|| exec_not_found(&req.exec_id))?;
         Ok(api::StateResponse {
             id: if req.exec_id.is_empty() {
                 req.id.clone()
@@ -520,6 +541,6 @@ impl TaskService {
         c.execs
             .get(exec_id)
             .cloned()
-            .ok_or_else(|| not_found(exec_id))
+            .ok_or_else(|| exec_not_found(exec_id))
     }
 }

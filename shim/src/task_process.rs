@@ -14,7 +14,7 @@ use log::warn;
 use throttlewatch_lifecycle::agent_client::end_before_delete;
 use throttlewatch_lifecycle::pending;
 
-use super::{err, not_found, TaskService, SHIM_NAME};
+use super::{err, exec_not_found, not_found, TaskService, SHIM_NAME};
 use crate::state::now;
 use crate::stdio::ProcIo;
 
@@ -71,10 +71,13 @@ impl TaskService {
         let (bundle, p) = {
             let st = self.lock();
             let c = st.containers.get(id).ok_or_else(|| not_found(id))?;
-            let p = c.execs.get(exec_id).ok_or_else(|| not_found(exec_id))?;
+            let p = c
+                .execs
+                .get(exec_id)
+                .ok_or_else(|| exec_not_found(exec_id))?;
             (c.bundle.clone(), p.clone())
         };
-        let (pid, io) = ProcIo::launch(
+        let launched = ProcIo::launch(
             &p.stdin,
             &p.stdout,
             &p.stderr,
@@ -83,8 +86,24 @@ impl TaskService {
                 self.runc
                     .exec(id, &bundle, exec_id, &p.spec, stdio, console)
             },
-        )
-        .map_err(|e| err(Code::INTERNAL, e))?;
+        );
+        let (pid, io) = match launched {
+            Ok(l) => l,
+            Err(e) => {
+                // The runc shim closes the exec's waitBlock: waiters return
+                // now, the exec stays created (pid 0) until its delete.
+                if let Some(x) = self
+                    .lock()
+                    .containers
+                    .get_mut(id)
+                    .and_then(|c| c.execs.get_mut(exec_id))
+                {
+                    x.start_failed = true;
+                }
+                self.state.1.notify_all();
+                return Err(err(Code::UNKNOWN, e));
+            }
+        };
         if let Some(e) = self
             .lock()
             .containers
@@ -109,7 +128,10 @@ impl TaskService {
     pub(super) fn delete_exec(&self, id: &str, exec_id: &str) -> TtrpcResult<api::DeleteResponse> {
         let mut st = self.lock();
         let c = st.containers.get_mut(id).ok_or_else(|| not_found(id))?;
-        let p = c.execs.get(exec_id).ok_or_else(|| not_found(exec_id))?;
+        let p = c
+            .execs
+            .get(exec_id)
+            .ok_or_else(|| exec_not_found(exec_id))?;
         if p.status == Status::RUNNING {
             return Err(err(
                 Code::FAILED_PRECONDITION,
