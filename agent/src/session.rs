@@ -73,6 +73,46 @@ pub struct Session {
     /// What the last `Counters` output covered.
     exported_kernel: Option<CpuStat>,
     exported_probe_ns: u64,
+    /// The container's memory cgroup, its OOM kills when watching began and
+    /// the latest count read (kept for a cgroup removed before the end).
+    oom: Option<OomKills>,
+}
+
+/// OOM kills in a container's memory cgroup, from the kernel's own count.
+#[derive(Debug, Clone)]
+struct OomKills {
+    dir: std::path::PathBuf,
+    mode: throttlewatch_cgroup::CgroupMode,
+    at_start: u64,
+    latest: u64,
+}
+
+impl OomKills {
+    /// The memory cgroup of the container's init process, where it has one.
+    fn of(pid: Option<u32>) -> Option<OomKills> {
+        let (dir, mode) = throttlewatch_cgroup::memory_dir_of(pid?)?;
+        let n = throttlewatch_cgroup::oom_kills(&dir, mode)?;
+        Some(OomKills {
+            dir,
+            mode,
+            at_start: n,
+            latest: n,
+        })
+    }
+
+    /// Re-read the count while the cgroup is there.
+    fn refresh(&mut self) {
+        if let Some(n) = throttlewatch_cgroup::oom_kills(&self.dir, self.mode) {
+            self.latest = n;
+        }
+    }
+
+    /// Kills since watching began: now, else as last read.
+    fn since_start(&self) -> u64 {
+        throttlewatch_cgroup::oom_kills(&self.dir, self.mode)
+            .unwrap_or(self.latest)
+            .saturating_sub(self.at_start)
+    }
 }
 
 /// A session whose kernel baselines are taken but whose log is not open
@@ -139,6 +179,7 @@ impl Prepared {
             .clone()
             .filter(|_| p.cold_start_armed)
             .map(|c| ColdStartTracker::new(c, mono));
+        let spec_pid = p.spec.pid;
         Ok(Session {
             started_unix_ns: p.started_unix_ns,
             runq: p
@@ -162,6 +203,7 @@ impl Prepared {
             said_unwritten: false,
             exported_kernel: None,
             exported_probe_ns: 0,
+            oom: OomKills::of(spec_pid),
         })
     }
 }
@@ -230,6 +272,9 @@ impl Session {
         let cg = CgroupReading::read(&self.cgroup);
         if cg.stat.is_some() {
             self.last_read = Some((cg, logfmt::now_unix_ns()));
+            if let Some(o) = &mut self.oom {
+                o.refresh();
+            }
         }
         self.export_counters(&cg, out);
         if r.snapshot {
@@ -298,7 +343,9 @@ impl Session {
         (cg, kernel_stale): &(CgroupReading, Option<String>),
     ) -> End {
         let d = self.kernel.delta(cg);
+        let oom_kills = self.oom.as_ref().map_or(0, OomKills::since_start);
         End {
+            oom_kills,
             reason: reason.as_str().into(),
             duration_ns: logfmt::now_unix_ns().saturating_sub(self.started_unix_ns),
             exit_code,

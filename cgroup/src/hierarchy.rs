@@ -87,6 +87,51 @@ pub fn statfs_magic(path: &Path) -> Result<i64> {
     Ok(st.filesystem_type().0 as i64)
 }
 
+/// Where a process's memory cgroup is: the v1 `memory` hierarchy's
+/// directory, or its cgroup2 directory when the memory controller is there.
+/// From the `/proc/<pid>/cgroup` and mountinfo texts.
+pub fn memory_dir_from(proc_cgroup: &str, mountinfo: &str) -> Option<(PathBuf, CgroupMode)> {
+    let mounts = parse_mountinfo(mountinfo);
+    for line in proc_cgroup.lines() {
+        let mut f = line.splitn(3, ':');
+        let (_, ctrls, rel) = (f.next()?, f.next()?, f.next()?);
+        if ctrls.split(',').any(|c| c == "memory") {
+            let m = mounts.iter().find(|m| {
+                m.fstype == "cgroup" && m.super_opts.iter().any(|o| o == "memory")
+            })?;
+            return Some((join_rel(&m.point, rel), CgroupMode::V1));
+        }
+    }
+    // cgroup2: `0::/rel`, where the root lists the memory controller.
+    let rel = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let m = mounts.iter().find(|m| m.fstype == "cgroup2")?;
+    let ctrls = std::fs::read_to_string(m.point.join(CGROUP_CONTROLLERS)).unwrap_or_default();
+    ctrls
+        .split_whitespace()
+        .any(|c| c == "memory")
+        .then(|| (join_rel(&m.point, rel), CgroupMode::V2))
+}
+
+/// The memory cgroup of a running process (see [`memory_dir_from`]).
+pub fn memory_dir_of(pid: u32) -> Option<(PathBuf, CgroupMode)> {
+    let pc = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    memory_dir_from(&pc, &mi)
+}
+
+/// The kernel's count of OOM kills in a memory cgroup: `oom_kill` in v1's
+/// `memory.oom_control` or v2's `memory.events`. None when neither says.
+pub fn oom_kills(dir: &Path, mode: CgroupMode) -> Option<u64> {
+    let file = match mode {
+        CgroupMode::V1 => "memory.oom_control",
+        CgroupMode::V2 => "memory.events",
+    };
+    let text = std::fs::read_to_string(dir.join(file)).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 impl Hierarchies {
     /// Discover from the running system.
     pub fn discover() -> Result<Hierarchies> {
@@ -174,6 +219,31 @@ mod tests {
 28 25 0:26 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct
 29 25 0:27 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset
 ";
+
+    #[test]
+    fn the_memory_cgroup_of_a_process_and_its_oom_kills() {
+        let mi = format!("{HYBRID}30 25 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+        let pc = "12:memory:/docker/abc\n4:cpu:/docker/abc\n0::/\n";
+        assert_eq!(
+            memory_dir_from(pc, &mi),
+            Some((PathBuf::from("/sys/fs/cgroup/memory/docker/abc"), CgroupMode::V1))
+        );
+        assert_eq!(memory_dir_from("4:cpu:/x\n", HYBRID), None, "no memory hierarchy");
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
+        )
+        .unwrap();
+        assert_eq!(oom_kills(d.path(), CgroupMode::V1), Some(3));
+        std::fs::write(
+            d.path().join("memory.events"),
+            "low 0\nhigh 0\nmax 7\noom 2\noom_kill 1\noom_group_kill 0\n",
+        )
+        .unwrap();
+        assert_eq!(oom_kills(d.path(), CgroupMode::V2), Some(1));
+        assert_eq!(oom_kills(&d.path().join("gone"), CgroupMode::V2), None);
+    }
 
     #[test]
     fn hybrid_host_uses_v1_cpu() {

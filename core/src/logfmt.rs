@@ -281,6 +281,10 @@ pub struct End {
     pub kernel_throttled_ns: u64,
     /// "cpu.stat" or "cpu.stat.local" (throttling from an ancestor).
     pub kernel_source: String,
+    /// OOM kills in the container's memory cgroup while it was watched (the
+    /// kernel's `oom_kill` count); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub oom_kills: u64,
     /// Records the log could not take (a full disk: ENOSPC), counted, not written.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unwritten_records: u64,

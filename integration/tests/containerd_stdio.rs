@@ -289,3 +289,80 @@ fn a_failed_exec_returns_at_once_like_the_runc_shims() {
     let _ = s.ctd.ctr(&["task", "delete", "fx-runc"]);
     let _ = s.ctd.ctr(&["containers", "rm", "fx-runc"]);
 }
+
+/// A container killed by the OOM killer: the runc shim publishes `TaskOOM`
+/// (containerd's CRI then says `OOMKilled`, exit code 137); ours too, for
+/// its own container, side by side in one containerd.
+#[test]
+fn an_oom_kill_is_published_as_task_oom_like_the_runc_shims() {
+    let s = setup();
+    let _agent = s.start_agent();
+    let mut events = s
+        .ctd
+        .ctr_cmd(&["events"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // dd's 64 MiB buffer under a 16 MiB limit (no swap here).
+    let hog = ["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"];
+    let mut codes = Vec::new();
+    for (id, runtime) in [
+        ("oom-runc", "io.containerd.runc.v2"),
+        ("oom-tw", SHIM_RUNTIME),
+    ] {
+        let mut a = vec![
+            "run",
+            "--rm",
+            "--runtime",
+            runtime,
+            "--memory-limit",
+            "16777216",
+        ];
+        a.push(throttlewatch_integration::containerd::IMAGE_NAME);
+        a.push(id);
+        a.extend_from_slice(&hog);
+        let o = s.ctd.ctr(&a);
+        codes.push(o.status.code());
+        eprintln!("{id}: {:?} {}", o.status.code(), text(&o.stderr));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = events.kill();
+    let out = events.wait_with_output().unwrap();
+    let seen = text(&out.stdout);
+    let oom: Vec<&str> = seen.lines().filter(|l| l.contains("/tasks/oom")).collect();
+    eprintln!("oom events: {oom:?}");
+    assert_eq!(
+        codes[0],
+        Some(137),
+        "the runc shim's container was OOM-killed"
+    );
+    assert_eq!(codes[1], codes[0], "the same exit status");
+    assert!(
+        oom.iter().any(|l| l.contains("oom-runc")),
+        "the runc shim: {seen}"
+    );
+    assert!(
+        oom.iter().any(|l| l.contains("oom-tw")),
+        "ours: {seen}\n{}",
+        s.ctd.log()
+    );
+    // Its log's `end` says so, from the kernel's own oom_kill count.
+    let log = std::fs::read_dir(s.tw.0.join("logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("oom-tw@")
+        })
+        .expect("the log of oom-tw");
+    let v = throttlewatch_integration::read_log(&log);
+    let end = throttlewatch_integration::of_type(&v, "end")[0];
+    assert!(end["oom_kills"].as_u64() >= Some(1), "{end}");
+    wait_until("the shims to exit", Duration::from_secs(5), || {
+        s.ctd.shim_pids().is_empty()
+    });
+}

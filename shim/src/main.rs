@@ -4,6 +4,7 @@
 mod console;
 mod drain;
 mod metrics;
+mod oom;
 mod runc;
 mod service;
 mod state;

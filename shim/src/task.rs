@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use containerd_shim::api::{self, Status};
 use containerd_shim::monitor::{monitor_subscribe, Subject, Topic};
 use containerd_shim::protos::events::task::{
-    TaskCreate, TaskExecAdded, TaskIO, TaskPaused, TaskResumed,
+    TaskCreate, TaskExecAdded, TaskIO, TaskOOM, TaskPaused, TaskResumed,
 };
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::{Message, MessageField};
@@ -108,6 +108,27 @@ impl TaskService {
             .send((topic, event(&ev)));
     }
 
+    /// `TaskOOM` for each OOM kill in the container's memory cgroup, as the
+    /// runc shim publishes it (containerd's CRI reports `OOMKilled`).
+    fn watch_oom(&self, id: &str, pid: u32) {
+        let tx = self
+            .events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let cid = id.to_string();
+        let sent = crate::oom::watch(pid, move || {
+            let ev = TaskOOM {
+                container_id: cid.clone(),
+                ..Default::default()
+            };
+            let _ = tx.send((topics::TASK_OOM_EVENT_TOPIC, event(&ev)));
+        });
+        if let Err(e) = sent {
+            warn!("{id}: OOM kills not watched: {e}");
+        }
+    }
+
     /// Apply an exit that arrived before the pid was known.
     fn claim(&self, cid: &str, exec_id: &str, pid: u32) {
         let mut st = self.lock();
@@ -202,6 +223,7 @@ impl Task for TaskService {
         };
         self.lock().containers.insert(req.id.clone(), c);
         self.claim(&req.id, "", pid);
+        self.watch_oom(&req.id, pid);
         self.publish_created(req, pid);
         Ok(api::CreateTaskResponse {
             pid,
