@@ -116,7 +116,7 @@ pub fn create(
         return Next(argv);
     }
     // The helper writes the new start ticket (crate::ticket).
-    if let Err(e) = crate::ticket::remove(&key) {
+    if let Err(e) = crate::ticket::remove(&key, config_path.as_deref()) {
         log.error(&format!(
             "cannot remove the start ticket of an earlier {key}: {e}; the container is created and not watched"
         ));
@@ -275,7 +275,7 @@ impl Helper<'_> {
         if pid.is_none() && ticketed {
             // Not created: nothing will start. (Removing a later create's
             // ticket instead would only send its start the whole way.)
-            let _ = crate::ticket::remove(self.key);
+            let _ = crate::ticket::remove(self.key, self.config_path);
         }
         let (Some(pid), Some(prepared)) = (pid, prepared) else {
             // Not created (the runtime said why), or a pod sandbox.

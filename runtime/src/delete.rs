@@ -13,13 +13,19 @@ use crate::lowlevel;
 use crate::runlog::RuncLog;
 use crate::ticket;
 
-pub fn end_before_delete(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) {
+pub fn end_before_delete(
+    runtime: &Path,
+    args: &RuncArgs,
+    cfg: &Config,
+    config_path: Option<&Path>,
+    log: &RuncLog,
+) {
     let Some(key) = args.container_key() else {
         return;
     };
     // Created and never started: its register is no longer awaited.
     pending::clear(&StateDir::new(&cfg.state_dir), &key);
-    if let Err(e) = ticket::remove(&key) {
+    if let Err(e) = ticket::remove(&key, config_path) {
         log.warning(&format!("cannot remove the start ticket of {key}: {e}"));
     }
     if !cfg.socket.exists() {

@@ -37,7 +37,7 @@ const TAKING: Duration = Duration::from_millis(2);
 /// `agent_timeout_ms` apart).
 pub fn ready(args: &RuncArgs, config_path: Option<&Path>) -> Option<PathBuf> {
     let key = args.container_key()?;
-    let t = ticket::read(&key)?;
+    let t = ticket::read(&key, config_path)?;
     if t.config.as_deref() != config_path {
         return None;
     }

@@ -17,7 +17,9 @@
 //! before: the ticket can make `start` faster, never let it skip the wait.
 //!
 //! Tickets live in [`DIR`], not in the configured `state_dir`: `start`
-//! would need the configuration to find that. Only root's, only in a
+//! would need the configuration to find that. They are named by the
+//! container key and the configuration file's path (see [`file`]), so two
+//! configurations on one node never share one. Only root's, only in a
 //! directory of root's closed to others (0700, as the configuration cache
 //! beside it); opened without following symlinks. One per container key
 //! (`<id>@<scope>`): the wrapper's `create` removes any before the runtime
@@ -92,27 +94,45 @@ impl Ticket {
     }
 }
 
-fn file(dir: &Path, key: &ContainerKey) -> PathBuf {
-    dir.join(key.file_stem())
+/// `<key>` for the default configuration file, `<key>#<FNV-1a of the
+/// configuration path, 16 hex>` for any other: two configurations (a test's
+/// or a second agent's beside the node's) never share a ticket, whatever
+/// container ids they see. `#` is never part of a key's file stem.
+fn file(dir: &Path, key: &ContainerKey, config: Option<&Path>) -> PathBuf {
+    let stem = key.file_stem();
+    match config {
+        None => dir.join(stem),
+        Some(c) => {
+            let h = c
+                .as_os_str()
+                .as_bytes()
+                .iter()
+                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+                });
+            dir.join(format!("{stem}#{h:016x}"))
+        }
+    }
 }
 
-/// Write `key`'s ticket in [`DIR`] (see [`write_in`]).
+/// Write `key`'s ticket in [`DIR`] (see [`write_in`]), under its configuration.
 pub fn write(key: &ContainerKey, t: &Ticket) -> std::io::Result<()> {
     write_in(Path::new(DIR), key, t)
 }
 
-/// `key`'s ticket in [`DIR`], if there is a whole one of ours.
-pub fn read(key: &ContainerKey) -> Option<Ticket> {
-    read_in(Path::new(DIR), key)
+/// `key`'s ticket for configuration file `config` in [`DIR`], if there is a
+/// whole one of ours.
+pub fn read(key: &ContainerKey, config: Option<&Path>) -> Option<Ticket> {
+    read_in(Path::new(DIR), key, config)
 }
 
-/// Remove `key`'s ticket from [`DIR`] (none: nothing to do).
-pub fn remove(key: &ContainerKey) -> std::io::Result<()> {
-    remove_in(Path::new(DIR), key)
+/// Remove `key`'s ticket for `config` from [`DIR`] (none: nothing to do).
+pub fn remove(key: &ContainerKey, config: Option<&Path>) -> std::io::Result<()> {
+    remove_in(Path::new(DIR), key, config)
 }
 
-fn remove_in(dir: &Path, key: &ContainerKey) -> std::io::Result<()> {
-    match std::fs::remove_file(file(dir, key)) {
+fn remove_in(dir: &Path, key: &ContainerKey, config: Option<&Path>) -> std::io::Result<()> {
+    match std::fs::remove_file(file(dir, key, config)) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         r => r,
     }
@@ -136,7 +156,7 @@ fn write_in(dir: &Path, key: &ContainerKey, t: &Ticket) -> std::io::Result<()> {
     }
     // Written in place: `start` reading it half written finds no whole
     // ticket and goes the whole way.
-    let path = file(dir, key);
+    let path = file(dir, key, t.config.as_deref());
     let made = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -159,14 +179,14 @@ fn write_in(dir: &Path, key: &ContainerKey, t: &Ticket) -> std::io::Result<()> {
     f.write_all(&t.encode())
 }
 
-fn read_in(dir: &Path, key: &ContainerKey) -> Option<Ticket> {
+fn read_in(dir: &Path, key: &ContainerKey, config: Option<&Path>) -> Option<Ticket> {
     if !is_root() || !is_root_private_dir(dir) {
         return None;
     }
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(file(dir, key))
+        .open(file(dir, key, config))
         .ok()?;
     let mut b = Vec::with_capacity(512);
     f.take(MAX_BYTES).read_to_end(&mut b).ok()?;
@@ -225,24 +245,53 @@ mod tests {
     fn written_tickets_are_read_back_and_removed() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("start");
+        let cfg = Some(Path::new("/etc/tw.toml"));
         let t = ticket(Some("/etc/tw.toml"));
-        assert_eq!(read_in(&dir, &key()), None);
+        assert_eq!(read_in(&dir, &key(), cfg), None);
         write_in(&dir, &key(), &t).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&dir), 0o700);
-        assert_eq!(mode(&dir.join("c1@ns-k8s.io")), 0o600);
-        assert_eq!(read_in(&dir, &key()), Some(t.clone()));
-        // A second writer of the same key: neither ticket is kept.
-        let e = write_in(&dir, &key(), &ticket(None)).unwrap_err();
+        assert_eq!(mode(&file(&dir, &key(), cfg)), 0o600);
+        assert_eq!(read_in(&dir, &key(), cfg), Some(t.clone()));
+        // A second writer of the same key and configuration: neither ticket is kept.
+        let e = write_in(&dir, &key(), &t).unwrap_err();
         assert!(e.to_string().contains("earlier container"), "{e}");
-        assert_eq!(read_in(&dir, &key()), None);
+        assert_eq!(read_in(&dir, &key(), cfg), None);
         write_in(&dir, &key(), &t).unwrap();
         // Another id, or the same id under another scope: not this ticket.
-        assert_eq!(read_in(&dir, &ContainerKey::new("c1", None)), None);
-        assert_eq!(read_in(&dir, &ContainerKey::new("c2", key().scope)), None);
-        remove_in(&dir, &key()).unwrap();
-        assert_eq!(read_in(&dir, &key()), None);
-        remove_in(&dir, &key()).unwrap();
+        assert_eq!(read_in(&dir, &ContainerKey::new("c1", None), cfg), None);
+        assert_eq!(
+            read_in(&dir, &ContainerKey::new("c2", key().scope), cfg),
+            None
+        );
+        remove_in(&dir, &key(), cfg).unwrap();
+        assert_eq!(read_in(&dir, &key(), cfg), None);
+        remove_in(&dir, &key(), cfg).unwrap();
+    }
+
+    #[test]
+    fn two_configurations_never_share_a_ticket() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("start");
+        let (node, test) = (ticket(None), ticket(Some("/tmp/private/tw.toml")));
+        write_in(&dir, &key(), &node).unwrap();
+        write_in(&dir, &key(), &test).unwrap();
+        assert_eq!(read_in(&dir, &key(), None), Some(node.clone()));
+        assert_eq!(
+            read_in(&dir, &key(), Some(Path::new("/tmp/private/tw.toml"))),
+            Some(test)
+        );
+        assert_eq!(
+            read_in(&dir, &key(), Some(Path::new("/tmp/other.toml"))),
+            None
+        );
+        // The test's delete leaves the node's ticket alone.
+        remove_in(&dir, &key(), Some(Path::new("/tmp/private/tw.toml"))).unwrap();
+        assert_eq!(read_in(&dir, &key(), None), Some(node));
+        assert!(
+            dir.join("c1@ns-k8s.io").exists(),
+            "the default configuration's name is the key"
+        );
     }
 
     #[test]
@@ -251,19 +300,23 @@ mod tests {
         let dir = d.path().join("start");
         write_in(&dir, &key(), &ticket(None)).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(read_in(&dir, &key()), None, "a directory others can read");
+        assert_eq!(
+            read_in(&dir, &key(), None),
+            None,
+            "a directory others can read"
+        );
         let e = write_in(&dir, &key(), &ticket(None)).unwrap_err();
         assert!(e.to_string().contains("0700"), "{e}");
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         let link = d.path().join("link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
-        assert_eq!(read_in(&link, &key()), None, "a symlinked directory");
+        assert_eq!(read_in(&link, &key(), None), None, "a symlinked directory");
         // A ticket that is a symlink is not followed.
         let elsewhere = d.path().join("elsewhere");
         std::fs::write(&elsewhere, ticket(None).encode()).unwrap();
         std::fs::remove_file(dir.join("c1@ns-k8s.io")).unwrap();
         std::os::unix::fs::symlink(&elsewhere, dir.join("c1@ns-k8s.io")).unwrap();
-        assert_eq!(read_in(&dir, &key()), None, "a symlinked ticket");
+        assert_eq!(read_in(&dir, &key(), None), None, "a symlinked ticket");
         assert!(write_in(&dir, &key(), &ticket(None)).is_err());
         assert_eq!(std::fs::read(&elsewhere).unwrap(), ticket(None).encode());
     }

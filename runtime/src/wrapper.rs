@@ -72,7 +72,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Some("run") | Some("create") if cfg_ok => {
             // A ticket left by an earlier container of this id is not this one's.
             if let (Some("create"), Some(key)) = (args.subcommand(), args.container_key()) {
-                let _ = crate::ticket::remove(&key);
+                let _ = crate::ticket::remove(&key, config_path.as_deref());
             }
             if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
                 match cfg.fail_mode {
@@ -90,7 +90,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
             crate::start::wait_for_watch(&args, &cfg, config_path.as_deref(), &log)
         }
         Some("update") if cfg_ok => return update::update(&runtime, &args, &cfg, &log),
-        Some("delete") if cfg_ok => delete::end_before_delete(&runtime, &args, &cfg, &log),
+        Some("delete") if cfg_ok => {
+            delete::end_before_delete(&runtime, &args, &cfg, config_path.as_deref(), &log)
+        }
         _ => {}
     }
     t.mark("subcommand");
