@@ -232,7 +232,8 @@ impl Engine {
         s.cold_start_progress(self.probe.cold_start_split(id));
         let spec = s.spec.clone();
         let totals = ProbeTotals::read(&self.probe, id, map_full(&self.probe));
-        let end = s.finish(totals, reason, exit_code, &mut outputs);
+        let at_exit = self.probe.exit_bandwidth(id);
+        let end = s.finish(totals, at_exit, reason, exit_code, &mut outputs);
         self.probe.cold_start_finished(id);
         let _ = self.probe.unwatch(id);
         Some(Finished { end, spec, outputs })

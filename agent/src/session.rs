@@ -287,9 +287,12 @@ impl Session {
 
     /// Stop: write what is known of a pending cold start, then `end`; flush
     /// and sync. `totals`: the probe's, read after the last drain.
+    /// `at_exit`: the kernel's counters at the group's last task exit, for a
+    /// cgroup removed before its `cpu.stat` could be read.
     pub fn finish(
         mut self,
         totals: ProbeTotals,
+        at_exit: Option<throttlewatch_bpf::ExitBandwidth>,
         reason: EndReason,
         exit_code: Option<i32>,
         out: &mut Vec<Output>,
@@ -303,7 +306,7 @@ impl Session {
             self.write_cold_start(rec, out);
         }
         self.write_summaries();
-        let reading = self.end_reading();
+        let reading = self.end_reading(at_exit);
         self.export_rest(&reading.0, out);
         let end = self.end_record(reason, exit_code, &reading);
         let path = self.spec.log_path.clone();
@@ -320,10 +323,32 @@ impl Session {
     /// The counters at the end. A cgroup removed before the end (runc and
     /// Podman remove it before poststop): the last reading, said so; never
     /// a figure not read.
-    fn end_reading(&self) -> (CgroupReading, Option<String>) {
+    /// The kernel's counters as the group's last task left them (the probe
+    /// reads them at its exit) are its final `cpu.stat` when the group holds
+    /// its own quota: then nothing is stale.
+    fn end_reading(
+        &self,
+        at_exit: Option<throttlewatch_bpf::ExitBandwidth>,
+    ) -> (CgroupReading, Option<String>) {
         let now = CgroupReading::read(&self.cgroup);
         if now.stat.is_some() {
             return (now, None);
+        }
+        if let (Some(b), true) = (at_exit, self.kernel.own_quota()) {
+            let stat = CpuStat {
+                nr_periods: b.nr_periods,
+                nr_throttled: b.nr_throttled,
+                throttled_ns: b.throttled_ns,
+                nr_bursts: b.nr_bursts,
+                burst_ns: b.burst_ns,
+            };
+            return (
+                CgroupReading {
+                    stat: Some(stat),
+                    local: None,
+                },
+                None,
+            );
         }
         let (last, at) = self
             .last_read

@@ -24,6 +24,7 @@ pub use event::{
     ColdStartEvent, ColdStartSplit, ColdStartStage, Event, FreezeEvent, ThreadCpuEvent,
 };
 pub use probe::{
-    EpisodeTotals, MapFullCounts, ProbeError, ProbeKind, ProbeOptions, ThrottleModel, ThrottleProbe,
+    EpisodeTotals, ExitBandwidth, MapFullCounts, ProbeError, ProbeKind, ProbeOptions,
+    ThrottleModel, ThrottleProbe,
 };
 pub use runq::RunqTotals;

@@ -12,7 +12,7 @@ use crate::event::{ColdStartStage, Event};
 mod coldstart;
 use crate::load;
 use crate::runq::RunqTotals;
-use crate::skel::types::{tw_episode, tw_episode_key, tw_runq};
+use crate::skel::types::{tw_bandwidth, tw_episode, tw_episode_key, tw_runq};
 use crate::skel::ThrottleSkel;
 
 /// The `coldstarts` map's value is a `tw_coldstart` behind a `bpf_spin_lock`
@@ -152,6 +152,17 @@ pub struct MapFullCounts {
     pub frozen_by_tid: u64,
     /// `bandwidth_timers` (LRU): a throttled group whose timers were not followed.
     pub bandwidth_timers: u64,
+}
+
+/// A group's CFS bandwidth counters from the kernel's own struct (what its
+/// `cpu.stat` prints), as [`ThrottleProbe::exit_bandwidth`] keeps them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExitBandwidth {
+    pub throttled_ns: u64,
+    pub nr_periods: u64,
+    pub nr_throttled: u64,
+    pub nr_bursts: u64,
+    pub burst_ns: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -371,6 +382,11 @@ impl ThrottleProbe {
             self.cold_start_finished(cgroup_id);
             self.sync_watch_counters();
             let _ = self.skel.maps.runq_hist.delete(&cgroup_id.to_ne_bytes());
+            let _ = self
+                .skel
+                .maps
+                .exit_bandwidth
+                .delete(&cgroup_id.to_ne_bytes());
         }
         Ok(())
     }
@@ -496,6 +512,31 @@ impl ThrottleProbe {
             .as_deref()
             .map(|b| (b.period_timer_fn, b.slack_timer_fn))
             .unwrap_or((0, 0))
+    }
+
+    /// The group's CFS bandwidth counters as the kernel had them when its
+    /// last task so far exited (tp_btf probe only): its `cpu.stat`, for a
+    /// group the runtime removed before anyone could read that file.
+    pub fn exit_bandwidth(&self, cgroup_id: u64) -> Option<ExitBandwidth> {
+        self.runq.as_ref()?;
+        let v = self
+            .skel
+            .maps
+            .exit_bandwidth
+            .lookup(&cgroup_id.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        if v.len() < std::mem::size_of::<tw_bandwidth>() {
+            return None;
+        }
+        // SAFETY: length checked; tw_bandwidth is plain old data.
+        let b: tw_bandwidth = unsafe { std::ptr::read_unaligned(v.as_ptr().cast()) };
+        Some(ExitBandwidth {
+            throttled_ns: b.throttled_time,
+            nr_periods: b.nr_periods.into(),
+            nr_throttled: b.nr_throttled.into(),
+            nr_bursts: b.nr_burst.into(),
+            burst_ns: b.burst_time,
+        })
     }
 
     /// The kernel-side episode totals of a cgroup, summed over CPUs. They do

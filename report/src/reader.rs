@@ -166,7 +166,7 @@ fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
         .cloned()
         .collect();
     if hits.len() == 1 {
-        return Ok(latest_lifetime(&hits.remove(0).path().to_path_buf()));
+        return Ok(latest_lifetime(hits.remove(0).path()));
     }
     if hits.is_empty() {
         hits = all
@@ -179,7 +179,7 @@ fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
             .filter(|s| start_of(s).is_some_and(|st| st.container_name == key))
             .collect();
         if hits.len() == 1 {
-            return Ok(latest_lifetime(&hits.remove(0).path().to_path_buf()));
+            return Ok(latest_lifetime(hits.remove(0).path()));
         }
     }
     match hits.len() {

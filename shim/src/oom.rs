@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use throttlewatch_cgroup::{memory_dir_of, oom_kills, CgroupMode};
 
@@ -82,7 +82,7 @@ impl Waiter {
         Ok(Waiter::V2 { ifd })
     }
 
-    fn run(self, dir: &PathBuf, mode: CgroupMode, on_oom: impl Fn()) {
+    fn run(self, dir: &Path, mode: CgroupMode, on_oom: impl Fn()) {
         let mut seen = oom_kills(dir, mode).unwrap_or(0);
         let mut buf = [0u8; 4096];
         loop {

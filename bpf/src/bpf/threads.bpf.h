@@ -9,6 +9,37 @@
 #ifndef __THROTTLEWATCH_THREADS_BPF_H
 #define __THROTTLEWATCH_THREADS_BPF_H
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, TW_MAX_WATCHED);
+	__type(key, __u64);
+	__type(value, struct tw_bandwidth);
+} exit_bandwidth SEC(".maps");
+
+/* The watched group's counters into exit_bandwidth (tw_bandwidth). */
+static __always_inline void keep_bandwidth(struct task_struct *p, __u64 cg)
+{
+	struct task_group *tg = p->se.cfs_rq->tg;
+	struct tw_bandwidth b = {};
+	int i;
+
+	for (i = 0; i < TW_MAX_LEVELS && tg; i++) {
+		if (tg_cgroup_id(tg) == cg)
+			break;
+		tg = tg->parent;
+	}
+	if (!tg || i == TW_MAX_LEVELS)
+		return;
+	b.throttled_time = tg->cfs_bandwidth.throttled_time;
+	b.nr_periods = tg->cfs_bandwidth.nr_periods;
+	b.nr_throttled = tg->cfs_bandwidth.nr_throttled;
+	if (bpf_core_field_exists(tg->cfs_bandwidth.nr_burst)) {
+		b.nr_burst = tg->cfs_bandwidth.nr_burst;
+		b.burst_time = tg->cfs_bandwidth.burst_time;
+	}
+	bpf_map_update_elem(&exit_bandwidth, &cg, &b, BPF_ANY);
+}
+
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(tw_exit_btf, struct task_struct *p)
 {
@@ -20,6 +51,7 @@ int BPF_PROG(tw_exit_btf, struct task_struct *p)
 	cg = task_group_watched(p);
 	if (!cg)
 		return 0;
+	keep_bandwidth(p, cg);
 	ev.kind = TW_EV_THREAD_CPU;
 	ev.tid = p->pid;
 	ev.tgid = p->tgid;

@@ -113,3 +113,4 @@ int tw_model(void *ctx)
 struct tw_event _tw_event_abi = {};
 struct tw_runq _tw_runq_abi = {};
 struct tw_coldstart _tw_coldstart_abi = {};
+struct tw_bandwidth _tw_bandwidth_abi = {};

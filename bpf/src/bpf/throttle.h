@@ -73,6 +73,19 @@ struct tw_event {
 	char comm[TW_COMM_LEN];
 };
 
+/* A watched group's CFS bandwidth counters as the kernel keeps them
+ * (tg->cfs_bandwidth, what its cpu.stat prints), taken when one of its
+ * tasks exits: the last exit's figures outlive a cgroup that the runtime
+ * removes before anyone can read its cpu.stat (`runc run`, Podman). */
+struct tw_bandwidth {
+	__u64 throttled_time;	/* ns */
+	__u64 burst_time;	/* ns */
+	__u32 nr_periods;
+	__u32 nr_throttled;
+	__u32 nr_burst;
+	__u32 pad;
+};
+
 struct tw_episode_key {
 	__u64 cgroup_id;
 	__u32 cpu;
