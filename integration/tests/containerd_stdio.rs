@@ -366,3 +366,49 @@ fn an_oom_kill_is_published_as_task_oom_like_the_runc_shims() {
         s.ctd.shim_pids().is_empty()
     });
 }
+
+/// containerd re-creating one id (`ctr run --rm` twice, what a client that
+/// deletes and re-creates a container does): each lifetime keeps its own
+/// whole log through the shim, the latest as `<id>@<scope>.jsonl`.
+#[test]
+fn a_recreated_container_keeps_each_lifetimes_log_through_the_shim() {
+    let s = setup();
+    let _agent = s.start_agent();
+    for round in 0..2 {
+        let o = s.ctd.ctr(&run_args("again", &[], &["true"]));
+        assert!(
+            o.status.success(),
+            "round {round}: {}\n{}",
+            text(&o.stderr),
+            s.ctd.log()
+        );
+    }
+    let logs: Vec<std::path::PathBuf> = std::fs::read_dir(s.tw.0.join("logs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap().to_string_lossy().into_owned();
+            n.starts_with("again@") && n.ends_with(".jsonl")
+        })
+        .collect();
+    assert_eq!(logs.len(), 2, "two lifetimes: {logs:?}");
+    for p in &logs {
+        let v = throttlewatch_integration::read_log(p);
+        assert_eq!(
+            v.first().map(|r| r["type"].clone()),
+            Some("start".into()),
+            "{}",
+            p.display()
+        );
+        assert_eq!(
+            v.last().map(|r| r["type"].clone()),
+            Some("end".into()),
+            "{}",
+            p.display()
+        );
+    }
+    wait_until("the shim to exit", Duration::from_secs(5), || {
+        s.ctd.shim_pids().is_empty()
+    });
+}
