@@ -86,8 +86,16 @@ fn a_late_poll_steps_by_the_throttled_periods_not_the_interval() {
         let mut p = Policy::new(Settings::default(), orig(), 0);
         p.step(i, &calm()).unwrap().after.burst_us
     };
-    assert_eq!(step(&late(1)), 50_000, "60 ms in one period: the burst ceiling");
-    assert_eq!(step(&late(4)), 15_000, "60 ms over four periods: 15 ms each");
+    assert_eq!(
+        step(&late(1)),
+        50_000,
+        "60 ms in one period: the burst ceiling"
+    );
+    assert_eq!(
+        step(&late(4)),
+        15_000,
+        "60 ms over four periods: 15 ms each"
+    );
     assert_eq!(step(&late(0)), 15_000, "periods unknown: over the interval");
     // On time (50 ms, one period): as before, per 100 ms of interval.
     let on_time = Interval {
