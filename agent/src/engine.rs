@@ -78,8 +78,8 @@ impl Engine {
         self.complete_watch(p)
     }
 
-    /// The kernel half of [`Engine::watch`]: baselines taken, the cgroup in
-    /// the watch map (its freezes are counted from here on), no log yet.
+    /// The kernel half of [`Engine::watch`]: the cgroup in the watch map
+    /// (its freezes are counted from here on), then the baselines, no log yet.
     /// Finish with [`Engine::complete_watch`] before the next poll (events
     /// drained without a session are not kept).
     pub fn begin_watch(
@@ -92,7 +92,6 @@ impl Engine {
         if self.sessions.contains_key(&id) || self.pending.contains(&id) {
             anyhow::bail!("cgroup {} (id {id}) is already watched", cgroup.rel);
         }
-        let totals = ProbeTotals::read(&self.probe, id, map_full(&self.probe));
         let cold_start_armed = match spec.cold_start.as_ref().filter(|_| spec.resume.is_none()) {
             None => false,
             Some(c) => self
@@ -105,16 +104,22 @@ impl Engine {
         };
         let opening = Opening {
             facts: &self.facts,
-            totals,
             cold_start_armed,
         };
         let procs = cgroup
             .cpu_dir
             .join(throttlewatch_cgroup::files::CGROUP_PROCS);
-        let prepared = Session::prepare(spec, cgroup, opening).map_err(anyhow::Error::from);
+        let probe = &self.probe;
+        // The baselines once the cgroup is watched (Session::prepare).
+        let prepared = Session::prepare(spec, cgroup, opening, || {
+            probe
+                .watch_group(id, &procs)
+                .map_err(std::io::Error::other)?;
+            t.mark("watch_map");
+            Ok(ProbeTotals::read(probe, id, map_full(probe)))
+        })
+        .map_err(anyhow::Error::from);
         t.mark("baselines");
-        let prepared = prepared.and_then(|p| Ok(self.probe.watch_group(id, &procs).map(|_| p)?));
-        t.mark("watch_map");
         match &prepared {
             Ok(_) => {
                 self.pending.insert(id);

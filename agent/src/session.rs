@@ -36,8 +36,6 @@ pub struct ProbeFacts {
 /// How a session begins, from the engine.
 pub struct Opening<'a> {
     pub facts: &'a ProbeFacts,
-    /// The probe's totals before the cgroup is watched.
-    pub totals: ProbeTotals,
     /// The probe follows the container's cold start.
     pub cold_start_armed: bool,
 }
@@ -209,20 +207,39 @@ impl Prepared {
 }
 
 impl Session {
-    /// Open the log, write `start` (or `resume`) and take the kernel
-    /// baseline. The caller then puts the cgroup in the watch map.
-    pub fn open(spec: SessionSpec, cgroup: CpuCgroup, o: Opening<'_>) -> io::Result<Session> {
-        Session::prepare(spec, cgroup, o)?.open()
+    /// Take the kernel baseline, open the log and write `start` (or
+    /// `resume`), for a cgroup in the watch map since the probe's `totals`
+    /// were read.
+    pub fn open(
+        spec: SessionSpec,
+        cgroup: CpuCgroup,
+        o: Opening<'_>,
+        totals: ProbeTotals,
+    ) -> io::Result<Session> {
+        Session::prepare(spec, cgroup, o, || Ok(totals))?.open()
     }
 
-    /// Take the kernel baseline (cgroup limits and counters, the probe's
-    /// totals), nothing written: the caller puts the cgroup in the watch
-    /// map, then opens the log with [`Prepared::open`].
-    pub fn prepare(spec: SessionSpec, cgroup: CpuCgroup, o: Opening<'_>) -> io::Result<Prepared> {
+    /// Read the cgroup's limits, have `watch` put the cgroup in the watch
+    /// map and read the probe's totals, then take the kernel's baseline
+    /// right after them. Nothing is written: the log opens with
+    /// [`Prepared::open`]. Both baselines come once the watch has begun,
+    /// side by side: the kernel's taken before the watch, a throttle
+    /// episode that ended in between was in neither view (the kernel
+    /// counted it after its baseline, the probe never saw it). Under the
+    /// VM lane's emulated CPU the two were 10-50 ms apart, and one restart
+    /// in five lost a timer run's unthrottles (~190 ms, 1-2 % of the
+    /// container's throttled time) from `probe + unwatched`.
+    pub fn prepare(
+        spec: SessionSpec,
+        cgroup: CpuCgroup,
+        o: Opening<'_>,
+        watch: impl FnOnce() -> io::Result<ProbeTotals>,
+    ) -> io::Result<Prepared> {
         let cgroup_id = cgroup.id().map_err(io::Error::other)?;
         // The cpuset only when the record is written (`open`): the start
         // waits for this.
         let limits = cgroup.bandwidth().unwrap_or_default();
+        let totals = watch()?;
         let now = CgroupReading::read(&cgroup);
         let kernel = KernelCounters::open(
             &cgroup,
@@ -252,7 +269,7 @@ impl Session {
             carried,
             gap_ns,
             facts: o.facts.clone(),
-            totals: o.totals,
+            totals,
             cold_start_armed: o.cold_start_armed,
             started_unix_ns,
         })

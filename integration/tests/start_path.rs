@@ -52,6 +52,14 @@ fn launch(rt: &OciCli, b: &Bundle, how: Launch) -> Output {
             if !o.status.success() {
                 return o;
             }
+            // What the cgroup was throttled before the entrypoint: runc's
+            // bootstrap under the container's quota (the watch begins once
+            // `create` has returned).
+            eprintln!(
+                "{}: cpu.stat throttled when create returned: {} ns",
+                b.id,
+                b.throttled_ns()
+            );
             rt.run(&["start", &b.id])
         }
     }
@@ -256,8 +264,13 @@ fn held_then_restarted(how: Launch) {
     // Killed while the container throttles, then back: `resume`.
     std::thread::sleep(Duration::from_millis(1500));
     agent.kill();
+    let at_kill = b.group().cpu_stat().unwrap();
+    let (persisted_ns, persisted_episodes) = persisted_probe(&cfg);
     std::thread::sleep(Duration::from_millis(300));
     let _agent = Agent::start(&cfg);
+    let restarted = b.group().cpu_stat().unwrap();
+    rt.wait_stopped(&b.id, Duration::from_secs(30));
+    let stopped = b.group().cpu_stat().unwrap();
     let (log, kernel) = run_to_end(&rt, &cfg, &b);
     let end = whole_log(&log, &format!("{how:?}: held, restarted"));
     assert!(
@@ -268,6 +281,23 @@ fn held_then_restarted(how: Launch) {
     let unwatched = end["unwatched_throttled_ns"].as_u64().unwrap();
     let end_kernel = end["kernel_throttled_ns"].as_u64().unwrap();
     eprintln!("{how:?}: held, restarted: probe {probe} + unwatched {unwatched} vs end.kernel {end_kernel}, cpu.stat {kernel}");
+    // Where a difference lies: the first agent's share (persisted at its
+    // last tick), the kernel's count at the kill and once the restarted
+    // agent answered, the second agent's share against the kernel's after it.
+    let episodes = end["probe_episodes"].as_u64().unwrap();
+    eprintln!(
+        "{how:?}: first agent persisted probe {persisted_ns} ns ({persisted_episodes} episodes); cpu.stat throttled at the kill {} ns ({} periods), once the restart answered {} ns ({} periods), stopped {} ns ({} periods); second agent: probe {} ns ({} episodes) vs cpu.stat since the restart answered {} ns ({} periods)",
+        at_kill.throttled_ns,
+        at_kill.nr_throttled,
+        restarted.throttled_ns,
+        restarted.nr_throttled,
+        stopped.throttled_ns,
+        stopped.nr_throttled,
+        probe.saturating_sub(persisted_ns),
+        episodes.saturating_sub(persisted_episodes),
+        kernel.saturating_sub(restarted.throttled_ns),
+        stopped.nr_throttled.saturating_sub(restarted.nr_throttled),
+    );
     assert!(unwatched > 0, "{how:?}: the restart's gap is said: {end}");
     // end.kernel runs from the first watch (the hook); the cgroup's total
     // also holds runc's bootstrap before it (see before_watch_max_ns).
@@ -289,6 +319,29 @@ fn held_then_restarted(how: Launch) {
         "{how:?}: probe {probe} + unwatched {unwatched} = {both} vs end.kernel {end_kernel}: {} ns apart",
         both.abs_diff(end_kernel)
     );
+}
+
+/// The probe totals the agent last persisted for the one container of
+/// `cfg` (its state file): (throttled ns, episodes).
+fn persisted_probe(cfg: &PrivateConfig) -> (u64, u64) {
+    let dir = cfg.state_dir.join("containers");
+    let files: Vec<Value> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok())
+        .collect();
+    assert_eq!(
+        files.len(),
+        1,
+        "one state file in {}: {files:?}",
+        dir.display()
+    );
+    let b = &files[0]["baseline"];
+    (
+        b["probe_ns"].as_u64().unwrap_or(0),
+        b["probe_episodes"].as_u64().unwrap_or(0),
+    )
 }
 
 /// `create` through the wrapper (fail-open): when it returns, it has not
