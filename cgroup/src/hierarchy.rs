@@ -96,9 +96,9 @@ pub fn memory_dir_from(proc_cgroup: &str, mountinfo: &str) -> Option<(PathBuf, C
         let mut f = line.splitn(3, ':');
         let (_, ctrls, rel) = (f.next()?, f.next()?, f.next()?);
         if ctrls.split(',').any(|c| c == "memory") {
-            let m = mounts.iter().find(|m| {
-                m.fstype == "cgroup" && m.super_opts.iter().any(|o| o == "memory")
-            })?;
+            let m = mounts
+                .iter()
+                .find(|m| m.fstype == "cgroup" && m.super_opts.iter().any(|o| o == "memory"))?;
             return Some((join_rel(&m.point, rel), CgroupMode::V1));
         }
     }
@@ -222,13 +222,21 @@ mod tests {
 
     #[test]
     fn the_memory_cgroup_of_a_process_and_its_oom_kills() {
-        let mi = format!("{HYBRID}30 25 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
+        let mi =
+            format!("{HYBRID}30 25 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n");
         let pc = "12:memory:/docker/abc\n4:cpu:/docker/abc\n0::/\n";
         assert_eq!(
             memory_dir_from(pc, &mi),
-            Some((PathBuf::from("/sys/fs/cgroup/memory/docker/abc"), CgroupMode::V1))
+            Some((
+                PathBuf::from("/sys/fs/cgroup/memory/docker/abc"),
+                CgroupMode::V1
+            ))
         );
-        assert_eq!(memory_dir_from("4:cpu:/x\n", HYBRID), None, "no memory hierarchy");
+        assert_eq!(
+            memory_dir_from("4:cpu:/x\n", HYBRID),
+            None,
+            "no memory hierarchy"
+        );
         let d = tempfile::tempdir().unwrap();
         std::fs::write(
             d.path().join("memory.oom_control"),
