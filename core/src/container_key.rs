@@ -177,6 +177,14 @@ fn fnv32(bytes: &[u8]) -> u32 {
     })
 }
 
+/// FNV-1a, 64 bits: stable across builds and platforms, for names built
+/// from paths and ids (the long-id suffix of log names, start tickets).
+pub fn fnv64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
 /// `.`, `..` and repeated or trailing slashes resolved by text (the root may
 /// not exist yet at create); `/var/run` is `/run` (a symlink on every distribution).
 fn normalise(p: &Path) -> PathBuf {

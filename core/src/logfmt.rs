@@ -394,9 +394,7 @@ pub fn escape_id(container_id: &str) -> String {
         s.push_str("%00");
     }
     if s.len() > 200 {
-        let h = container_id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        });
+        let h = crate::container_key::fnv64(container_id.as_bytes());
         s.truncate(180);
         s.push_str(&format!("~{h:016x}"));
     }

@@ -103,13 +103,7 @@ fn file(dir: &Path, key: &ContainerKey, config: Option<&Path>) -> PathBuf {
     match config {
         None => dir.join(stem),
         Some(c) => {
-            let h = c
-                .as_os_str()
-                .as_bytes()
-                .iter()
-                .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                    (h ^ *b as u64).wrapping_mul(0x100_0000_01b3)
-                });
+            let h = throttlewatch_core::container_key::fnv64(c.as_os_str().as_bytes());
             dir.join(format!("{stem}#{h:016x}"))
         }
     }
