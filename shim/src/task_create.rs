@@ -40,7 +40,6 @@ impl TaskService {
         let res = ModifyContext::from_env(&self.cfg).and_then(|ctx| {
             let ctx = ModifyContext {
                 create_runtime_hook: false,
-                created_unix_ns: None, // no hook of ours: on_created has it
                 ..ctx
             };
             let mut file = SpecFile::read(bundle).map_err(|e| e.to_string())?;

@@ -49,14 +49,15 @@ pub struct ModifyContext {
 
 impl ModifyContext {
     /// The hook next to this executable (else in PATH); its `--config` is
-    /// `$THROTTLEWATCH_CONFIG` when set.
+    /// `$THROTTLEWATCH_CONFIG` when set; no create time (the caller that
+    /// writes our createRuntime hook gives it).
     pub fn from_env(cfg: &Config) -> Result<ModifyContext, String> {
         Ok(ModifyContext {
             hook_path: default_hook_path()?,
             config_path: Config::env_path(),
             cfg: cfg.clone(),
             create_runtime_hook: true,
-            created_unix_ns: Some(throttlewatch_core::logfmt::now_unix_ns()),
+            created_unix_ns: None,
         })
     }
 }
