@@ -249,7 +249,7 @@ impl Task for TaskService {
 
     fn exec(&self, _ctx: &TtrpcContext, req: api::ExecProcessRequest) -> TtrpcResult<api::Empty> {
         let mut st = self.lock();
-        let c = st.containers.get_mut(&req.id).ok_or_else(|| not_found())?;
+        let c = st.containers.get_mut(&req.id).ok_or_else(not_found)?;
         if c.execs.contains_key(&req.exec_id) {
             return Err(err(
                 Code::ALREADY_EXISTS,
@@ -320,7 +320,7 @@ impl Task for TaskService {
     fn wait(&self, _ctx: &TtrpcContext, req: api::WaitRequest) -> TtrpcResult<api::WaitResponse> {
         let mut st = self.lock();
         loop {
-            let c = st.containers.get(&req.id).ok_or_else(|| not_found())?;
+            let c = st.containers.get(&req.id).ok_or_else(not_found)?;
             let p = if req.exec_id.is_empty() {
                 Some(&c.init)
             } else {
@@ -352,7 +352,7 @@ impl Task for TaskService {
         req: api::StateRequest,
     ) -> TtrpcResult<api::StateResponse> {
         let st = self.lock();
-        let c = st.containers.get(&req.id).ok_or_else(|| not_found())?;
+        let c = st.containers.get(&req.id).ok_or_else(not_found)?;
         let p = if req.exec_id.is_empty() {
             Some(&c.init)
         } else {
@@ -547,7 +547,7 @@ impl TaskService {
 
     fn process(&self, id: &str, exec_id: &str) -> TtrpcResult<Process> {
         let st = self.lock();
-        let c = st.containers.get(id).ok_or_else(|| not_found())?;
+        let c = st.containers.get(id).ok_or_else(not_found)?;
         if exec_id.is_empty() {
             return Ok(c.init.clone());
         }

@@ -52,7 +52,7 @@ impl TaskService {
         }
         self.runc.start(id).map_err(|e| err(Code::INTERNAL, e))?;
         let mut st = self.lock();
-        let c = st.containers.get_mut(id).ok_or_else(|| not_found())?;
+        let c = st.containers.get_mut(id).ok_or_else(not_found)?;
         if c.init.status == Status::CREATED {
             c.init.status = Status::RUNNING;
         }
@@ -70,7 +70,7 @@ impl TaskService {
     pub(super) fn start_exec(&self, id: &str, exec_id: &str) -> TtrpcResult<u32> {
         let (bundle, p) = {
             let st = self.lock();
-            let c = st.containers.get(id).ok_or_else(|| not_found())?;
+            let c = st.containers.get(id).ok_or_else(not_found)?;
             let p = c
                 .execs
                 .get(exec_id)
@@ -127,7 +127,7 @@ impl TaskService {
 
     pub(super) fn delete_exec(&self, id: &str, exec_id: &str) -> TtrpcResult<api::DeleteResponse> {
         let mut st = self.lock();
-        let c = st.containers.get_mut(id).ok_or_else(|| not_found())?;
+        let c = st.containers.get_mut(id).ok_or_else(not_found)?;
         let p = c
             .execs
             .get(exec_id)
@@ -150,7 +150,7 @@ impl TaskService {
     pub(super) fn delete_init(&self, id: String) -> TtrpcResult<api::DeleteResponse> {
         let (bundle, mounted, exit_code) = {
             let st = self.lock();
-            let c = st.containers.get(&id).ok_or_else(|| not_found())?;
+            let c = st.containers.get(&id).ok_or_else(not_found)?;
             let code = (c.init.status == Status::STOPPED).then_some(c.init.exit_status as i32);
             (c.bundle.clone(), c.mounted_rootfs, code)
         };
@@ -172,11 +172,7 @@ impl TaskService {
                 warn!("{id}: unmount rootfs: {e}");
             }
         }
-        let c = self
-            .lock()
-            .containers
-            .remove(&id)
-            .ok_or_else(|| not_found())?;
+        let c = self.lock().containers.remove(&id).ok_or_else(not_found)?;
         let p = c.init;
         let at = p.exited_at.clone().unwrap_or_else(now);
         let ev = TaskDelete {
