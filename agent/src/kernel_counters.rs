@@ -1,5 +1,6 @@
 //! The kernel's side of the comparison: which `cpu.stat` counter a
-//! session's probe total is compared with, and its baseline.
+//! session's probe total is compared with, and its baseline; the kernel's
+//! final counters of a removed group; its OOM kills.
 
 use throttlewatch_cgroup::{CpuCgroup, CpuStat};
 
@@ -40,6 +41,21 @@ impl CgroupReading {
         CgroupReading {
             stat: g.cpu_stat().ok(),
             local: g.cpu_stat_local().ok().flatten(),
+        }
+    }
+
+    /// The group's `cpu.stat` as the kernel's own struct held it when its
+    /// last task exited (the probe keeps it): for a cgroup already removed.
+    pub fn at_exit(b: throttlewatch_bpf::ExitBandwidth) -> CgroupReading {
+        CgroupReading {
+            stat: Some(CpuStat {
+                nr_periods: b.nr_periods,
+                nr_throttled: b.nr_throttled,
+                throttled_ns: b.throttled_ns,
+                nr_bursts: b.nr_bursts,
+                burst_ns: b.burst_ns,
+            }),
+            local: None,
         }
     }
 }
@@ -154,4 +170,41 @@ fn quota_ancestor(g: &CpuCgroup) -> Option<CpuCgroup> {
         }
     }
     None
+}
+
+/// OOM kills in a container's memory cgroup, from the kernel's own count.
+#[derive(Debug, Clone)]
+pub struct OomKills {
+    dir: std::path::PathBuf,
+    mode: throttlewatch_cgroup::CgroupMode,
+    at_start: u64,
+    latest: u64,
+}
+
+impl OomKills {
+    /// The memory cgroup of the container's init process, where it has one.
+    pub fn of(pid: Option<u32>) -> Option<OomKills> {
+        let (dir, mode) = throttlewatch_cgroup::memory_dir_of(pid?)?;
+        let n = throttlewatch_cgroup::oom_kills(&dir, mode)?;
+        Some(OomKills {
+            dir,
+            mode,
+            at_start: n,
+            latest: n,
+        })
+    }
+
+    /// Re-read the count while the cgroup is there.
+    pub fn refresh(&mut self) {
+        if let Some(n) = throttlewatch_cgroup::oom_kills(&self.dir, self.mode) {
+            self.latest = n;
+        }
+    }
+
+    /// Kills since watching began: now, else as last read.
+    pub fn since_start(&self) -> u64 {
+        throttlewatch_cgroup::oom_kills(&self.dir, self.mode)
+            .unwrap_or(self.latest)
+            .saturating_sub(self.at_start)
+    }
 }

@@ -16,7 +16,7 @@ use crate::budget::LogBudget;
 use crate::clock::Clock;
 use crate::coldstart::ColdStartTracker;
 use crate::freezes::FreezeTally;
-use crate::kernel_counters::{CgroupReading, KernelCounters};
+use crate::kernel_counters::{CgroupReading, KernelCounters, OomKills};
 use crate::output::Output;
 use crate::reading::{ProbeTotals, Reading};
 use crate::runq::RunqTracker;
@@ -74,43 +74,6 @@ pub struct Session {
     /// The container's memory cgroup, its OOM kills when watching began and
     /// the latest count read (kept for a cgroup removed before the end).
     oom: Option<OomKills>,
-}
-
-/// OOM kills in a container's memory cgroup, from the kernel's own count.
-#[derive(Debug, Clone)]
-struct OomKills {
-    dir: std::path::PathBuf,
-    mode: throttlewatch_cgroup::CgroupMode,
-    at_start: u64,
-    latest: u64,
-}
-
-impl OomKills {
-    /// The memory cgroup of the container's init process, where it has one.
-    fn of(pid: Option<u32>) -> Option<OomKills> {
-        let (dir, mode) = throttlewatch_cgroup::memory_dir_of(pid?)?;
-        let n = throttlewatch_cgroup::oom_kills(&dir, mode)?;
-        Some(OomKills {
-            dir,
-            mode,
-            at_start: n,
-            latest: n,
-        })
-    }
-
-    /// Re-read the count while the cgroup is there.
-    fn refresh(&mut self) {
-        if let Some(n) = throttlewatch_cgroup::oom_kills(&self.dir, self.mode) {
-            self.latest = n;
-        }
-    }
-
-    /// Kills since watching began: now, else as last read.
-    fn since_start(&self) -> u64 {
-        throttlewatch_cgroup::oom_kills(&self.dir, self.mode)
-            .unwrap_or(self.latest)
-            .saturating_sub(self.at_start)
-    }
 }
 
 /// A session whose kernel baselines are taken but whose log is not open
@@ -352,20 +315,7 @@ impl Session {
             return (now, None);
         }
         if let (Some(b), true) = (at_exit, self.kernel.own_quota()) {
-            let stat = CpuStat {
-                nr_periods: b.nr_periods,
-                nr_throttled: b.nr_throttled,
-                throttled_ns: b.throttled_ns,
-                nr_bursts: b.nr_bursts,
-                burst_ns: b.burst_ns,
-            };
-            return (
-                CgroupReading {
-                    stat: Some(stat),
-                    local: None,
-                },
-                None,
-            );
+            return (CgroupReading::at_exit(b), None);
         }
         let (last, at) = self
             .last_read

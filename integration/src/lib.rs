@@ -101,6 +101,24 @@ pub fn of_type<'a>(log: &'a [serde_json::Value], t: &str) -> Vec<&'a serde_json:
     log.iter().filter(|v| v["type"] == t).collect()
 }
 
+/// One whole lifetime's log: `start` first, `end` last, one `start`.
+/// Waits up to 10 s for the `end` (written once the runtime's delete or
+/// poststop reached the agent). Returns the records.
+pub fn assert_whole_log(p: &std::path::Path) -> Vec<serde_json::Value> {
+    let t = std::time::Instant::now();
+    while of_type(&read_log(p), "end").is_empty()
+        && t.elapsed() < std::time::Duration::from_secs(10)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let log = read_log(p);
+    let ty = |r: Option<&serde_json::Value>| r.map(|r| r["type"].clone());
+    assert_eq!(ty(log.first()), Some("start".into()), "{}", p.display());
+    assert_eq!(ty(log.last()), Some("end".into()), "{}", p.display());
+    assert_eq!(of_type(&log, "start").len(), 1, "{}", p.display());
+    log
+}
+
 /// Start `tw-burn ARGS` and move it (every thread: on v1 threads created
 /// before the move would stay behind) into `cg`.
 pub fn burn_in(cg: &throttlewatch_cgroup::TransientCgroup, args: &[&str]) -> std::process::Child {

@@ -68,6 +68,33 @@ pub fn setup() -> Setup {
 }
 
 impl Setup {
+    /// Kill the task `id`, delete it and its container, wait for the shim
+    /// to exit (a task `ctr task attach` already deleted is fine).
+    pub fn remove_task(&self, id: &str) {
+        let _ = self.ctd.ctr(&["task", "kill", "-s", "SIGKILL", id]);
+        wait_until("the task to stop", Duration::from_secs(5), || {
+            !text(&self.ctd.ctr(&["task", "ls"]).stdout)
+                .lines()
+                .any(|l| l.starts_with(id) && l.contains("RUNNING"))
+        });
+        let out = self.ctd.ctr(&["task", "delete", id]);
+        // `ctr task attach` deletes the task it saw exit.
+        assert!(
+            out.status.success() || text(&out.stderr).contains("not found"),
+            "task delete {id}: {}",
+            text(&out.stderr)
+        );
+        let out = self.ctd.ctr(&["containers", "rm", id]);
+        assert!(
+            out.status.success(),
+            "containers rm {id}: {}",
+            text(&out.stderr)
+        );
+        wait_until("the shim to exit", Duration::from_secs(5), || {
+            self.ctd.shim_pids().is_empty()
+        });
+    }
+
     /// `ctr run -d --runtime <ours> EXTRA.. <image> ID CMD..`; panics with
     /// ctr's stderr and containerd's log when it fails.
     pub fn run_detached(&self, extra: &[&str], id: &str, cmd: &[&str]) {
