@@ -78,14 +78,12 @@ impl Runc {
         if code == 0 {
             return Ok(out);
         }
-        let msg = String::from_utf8_lossy(&err).trim().to_string();
-        let failed = format!("{} exited with {code}: {msg}", self.binary);
         // As the runc shim words it (process/init.go runtimeError): runc's
         // last logged error when there is one, else what failed.
-        Err(match (log, log.and_then(last_log_error)) {
-            (Some(_), Some(m)) => m,
-            _ => failed,
-        })
+        Err(log.and_then(last_log_error).unwrap_or_else(|| {
+            let msg = String::from_utf8_lossy(&err);
+            format!("{} exited with {code}: {}", self.binary, msg.trim())
+        }))
     }
 
     /// `console`: the console socket of a process with a terminal.
