@@ -6,7 +6,7 @@
 # records each command's output, exit status and timing on the job share.
 #
 # Job share layout (/job, written by run.sh unless noted):
-#   config      sourced: VM_CWD, VM_NCMDS, VM_CACHE_MODULES, VM_MODPROBE
+#   config      sourced: VM_CWD, VM_KEEP, VM_NCMDS, VM_CACHE_MODULES, VM_MODPROBE
 #   env         extra NAME=VALUE lines for the commands' environment
 #   cmd.N       command line N (bash)
 #   out.N       (guest) stdout+stderr of command N
@@ -55,16 +55,20 @@ mkdir -p "$H/run/throttlewatch-vm/host-tmp"
 mount -o bind "$H/tmp" "$H/run/throttlewatch-vm/host-tmp" || die "bind host /tmp"
 mount -t tmpfs -o mode=1777 tmpfs "$H/tmp" || die "mount /tmp"
 mount -t tmpfs -o mode=1777 tmpfs "$H/var/tmp" || die "mount /var/tmp"
-# A checkout under the host's /tmp (CI clones there) stays visible at its own
-# path: bind its top directory back over the guest's tmpfs.
-case "$VM_CWD" in
-/tmp/?*)
-    top=${VM_CWD#/tmp/}
-    top=${top%%/*}
-    mkdir -p "$H/tmp/$top"
-    mount -o bind "$H/run/throttlewatch-vm/host-tmp/$top" "$H/tmp/$top" || die "bind /tmp/$top"
-    ;;
-esac
+# A checkout under the host's /tmp (CI clones there), and a target directory
+# there (VM_KEEP), stay visible at their own paths: bind each top directory
+# back over the guest's tmpfs.
+for keep in "$VM_CWD" ${VM_KEEP:+"$VM_KEEP"}; do
+    case "$keep" in
+    /tmp/?*)
+        top=${keep#/tmp/}
+        top=${top%%/*}
+        mountpoint -q "$H/tmp/$top" && continue
+        mkdir -p "$H/tmp/$top"
+        mount -o bind "$H/run/throttlewatch-vm/host-tmp/$top" "$H/tmp/$top" || die "bind /tmp/$top"
+        ;;
+    esac
+done
 mount -t cgroup2 -o nsdelegate cgroup2 "$H/sys/fs/cgroup" || die "mount cgroup2"
 mount -t bpf -o mode=0700 bpf "$H/sys/fs/bpf" || die "mount bpffs"
 mount -t tracefs tracefs "$H/sys/kernel/tracing" || die "mount tracefs"

@@ -281,6 +281,9 @@ cp "$HERE/guest.sh" "$JOB/guest.sh"
 mkdir -p "$JOB/artifacts"
 {
     printf 'VM_CWD=%q\n' "$PWD"
+    # Host paths under /tmp the job reads besides its cwd: cargo's target
+    # directory when it is elsewhere (CI builds into its own).
+    printf 'VM_KEEP=%q\n' "${CARGO_TARGET_DIR:-}"
     printf 'VM_NCMDS=%d\n' "${#CMDS[@]}"
     printf 'VM_CACHE_MODULES=%q\n' "$(cd "$MODDIR" && pwd -P)"
     printf 'VM_MODPROBE=%q\n' "$MODPROBE"
