@@ -139,8 +139,11 @@ static __always_inline void end_episode(struct tw_episode *ep, __u64 open, __u64
 }
 
 /* Close the episode of (cg, cpu) if one is open and began no later than
- * `not_after` (a thread frozen in an earlier episode must not end a later one). */
-static __always_inline void close_episode(__u64 cg, __u32 cpu, __u64 not_after, __u64 now)
+ * `not_after` (a thread frozen in an earlier episode must not end a later one).
+ * `exact`: `now` is itself the unthrottle, give or take the wake-up (see
+ * on_thaw()); else the timer run that unthrottled the group bounds it. */
+static __always_inline void close_episode_at(__u64 cg, __u32 cpu, __u64 not_after, __u64 now,
+					     bool exact)
 {
 	struct tw_episode_key key = { .cgroup_id = cg, .cpu = cpu };
 	struct tw_episode *ep;
@@ -152,7 +155,12 @@ static __always_inline void close_episode(__u64 cg, __u32 cpu, __u64 not_after, 
 	open = ep->open_ns;
 	if (!open || open > not_after || now < open)
 		return;
-	end_episode(ep, open, unthrottled_at(ep->tg, open, ep->seen_ns, now));
+	end_episode(ep, open, exact ? now : unthrottled_at(ep->tg, open, ep->seen_ns, now));
+}
+
+static __always_inline void close_episode(__u64 cg, __u32 cpu, __u64 not_after, __u64 now)
+{
+	close_episode_at(cg, cpu, not_after, now, false);
 }
 
 #endif

@@ -105,7 +105,7 @@ static __always_inline int on_freeze(struct task_struct *prev, bool direct)
 
 /* Slow path: a thread switches in while freezes or episodes are open.
  * Returns 1 when `next` was frozen (this switch-in is its thaw). */
-static __always_inline int on_thaw(struct task_struct *next, bool direct)
+static __always_inline int on_thaw(struct task_struct *prev, struct task_struct *next, bool direct)
 {
 	struct tw_event ev = {};
 	struct frozen *f;
@@ -120,9 +120,15 @@ static __always_inline int on_thaw(struct task_struct *next, bool direct)
 		return 0;
 
 	/* The episode of the CPU it was frozen on ends with the first of its
-	 * frozen threads to run again, wherever that is (at the timer run
-	 * that unthrottled it, see unthrottled_at()). */
-	close_episode(f->cgroup_id, f->cpu_out, f->start_ns, now);
+	 * frozen threads to run again, wherever that is: at the timer run
+	 * that unthrottled it (unthrottled_at()), or, when it comes back to
+	 * that CPU from idle, now. A remote run-queue is unthrottled from an
+	 * IPI after the timer run (unthrottle_cfs_rq_async(), Linux >= 6.2),
+	 * and the kernel stops its clock there; an idle CPU runs the group at
+	 * once, while waking an idle vCPU on a busy host takes milliseconds
+	 * (seen in CI: 1-5 ms per period, the probe 1.1-2.8 % short). */
+	close_episode_at(f->cgroup_id, f->cpu_out, f->start_ns, now,
+			 cpu == f->cpu_out && !BPF_CORE_READ(prev, pid));
 
 	ev.kind = TW_EV_FREEZE;
 	ev.tid = BPF_CORE_READ(next, pid);

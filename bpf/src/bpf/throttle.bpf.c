@@ -67,7 +67,7 @@ static __always_inline int handle_switch(struct task_struct *prev, struct task_s
 	else
 		dq_learn_at_switch(prev);
 	if (nr_frozen || nr_open)
-		thawed = on_thaw(next, direct);
+		thawed = on_thaw(prev, next, direct);
 	if (direct)
 		runq_and_coldstart(prev, next, frozen, thawed);
 	return 0;
