@@ -153,3 +153,20 @@ pub fn max_cpu_weight(cpu_dir: &std::path::Path) {
     std::fs::write(cpu_dir.join(file), weight)
         .unwrap_or_else(|e| panic!("{}/{file}: {e}", cpu_dir.display()));
 }
+
+/// A binary of `../shared/bin` (containerd 2.x, its ctr and runc shim,
+/// critest, crictl; static, built from source): `$TW_SHARED_BIN`, else
+/// `../shared/bin` beside the checkout, else /work/shared/bin. Panics when
+/// none has it: the tests that need containerd 2.x must not pass without it.
+pub fn shared_bin(name: &str) -> PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dirs: Vec<PathBuf> = std::env::var_os("TW_SHARED_BIN")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([repo.join("../shared/bin"), "/work/shared/bin".into()])
+        .collect();
+    dirs.iter()
+        .map(|d| d.join(name))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name}: not in $TW_SHARED_BIN, ../shared/bin or /work/shared/bin ({dirs:?})"))
+}

@@ -14,8 +14,8 @@ use crate::CliError;
 
 const ACCEPTED_VERSIONS: &str =
     "accepted: a TOML containerd configuration with version = 2 (containerd 1.5-1.7, plugin \
-    \"io.containerd.grpc.v1.cri\") or version = 3 (containerd 2.x, plugin \
-    \"io.containerd.cri.v1.runtime\")";
+    \"io.containerd.grpc.v1.cri\"), version = 3 (containerd 2.0-2.2) or version = 4 (containerd \
+    2.3+; both plugin \"io.containerd.cri.v1.runtime\")";
 
 /// One file of containerd's configuration, in the order containerd loads it.
 pub struct ConfigFile {
@@ -180,7 +180,9 @@ pub fn target(chain: &[ConfigFile]) -> Result<Target, CliError> {
     });
     match version.0 {
         2 => Ok(Target { plugin: PLUGIN_V2, add_version: false }),
-        3 => Ok(Target { plugin: PLUGIN_V3, add_version: false }),
+        // Version 4 (containerd 2.3's `config default`) keeps version 3's
+        // CRI runtime plugin and its runtimes table.
+        3 | 4 => Ok(Target { plugin: PLUGIN_V3, add_version: false }),
         0 if !has_plugins => Ok(Target { plugin: PLUGIN_V2, add_version: true }),
         0 | 1 => Err(usage(
             version.1,

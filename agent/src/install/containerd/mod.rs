@@ -30,7 +30,7 @@ use edit::{is_legacy_dropin, is_ours, lookup, runtimes_path};
 pub const MAIN: &str = "/etc/containerd/config.toml";
 /// The CRI plugin of config version 2 (containerd 1.5–1.7).
 pub const PLUGIN_V2: &str = "io.containerd.grpc.v1.cri";
-/// The CRI runtime plugin of config version 3 (containerd 2.x).
+/// The CRI runtime plugin of config versions 3 and 4 (containerd 2.x).
 pub const PLUGIN_V3: &str = "io.containerd.cri.v1.runtime";
 /// Served by `containerd-shim-throttlewatch-v2` from containerd's PATH.
 pub const RUNTIME_TYPE: &str = "io.containerd.throttlewatch.v2";

@@ -265,7 +265,7 @@ fn bad_input_is_refused_and_nothing_written() {
         &["version 1", "version = 2", "version = 3"],
     );
     refused("version = 1\n[plugins.cri]\n", &["version 1"]);
-    refused("version = 4\n", &["version = 4", "accepted"]);
+    refused("version = 5\n", &["version = 5", "accepted", "version = 4"]);
     refused("version = \"2\"\n", &["version = \"2\"", "accepted"]);
     refused(
         "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  runtimes = \"runc\"\n",
