@@ -141,12 +141,46 @@ pub struct Containerd {
     pub socket: PathBuf,
     pub namespace: String,
     child: Child,
+    ctr: PathBuf,
 }
 
 impl Containerd {
-    /// `path_dirs` go first in containerd's PATH (where it finds our shim);
-    /// `env` is added to its environment (the shim and hooks inherit it).
+    /// Debian's containerd 1.6. `path_dirs` go first in containerd's PATH
+    /// (where it finds our shim); `env` is added to its environment (the
+    /// shim and hooks inherit it).
     pub fn start(path_dirs: &[PathBuf], env: &[(&str, &str)]) -> Containerd {
+        Containerd::start_bin(
+            Path::new("containerd"),
+            Path::new("ctr"),
+            "",
+            path_dirs,
+            env,
+        )
+    }
+
+    /// containerd 2.3.4 and its ctr from ../shared/bin, with its runc shim
+    /// on PATH after `path_dirs` (Debian's is 1.6's) and NRI off (its
+    /// default socket is node-wide).
+    pub fn start_2x(path_dirs: &[PathBuf], env: &[(&str, &str)]) -> Containerd {
+        let shared = crate::shared_bin("containerd-shim-runc-v2");
+        let mut dirs = path_dirs.to_vec();
+        dirs.push(shared.parent().unwrap().to_path_buf());
+        Containerd::start_bin(
+            &crate::shared_bin("containerd"),
+            &crate::shared_bin("ctr"),
+            ", \"io.containerd.nri.v1.nri\"",
+            &dirs,
+            env,
+        )
+    }
+
+    fn start_bin(
+        containerd: &Path,
+        ctr: &Path,
+        more_disabled: &str,
+        path_dirs: &[PathBuf],
+        env: &[(&str, &str)],
+    ) -> Containerd {
         let dir = Scratch::new("ctd");
         let socket = dir.0.join("containerd.sock");
         let config = dir.0.join("config.toml");
@@ -154,7 +188,7 @@ impl Containerd {
         std::fs::write(
             &config,
             format!(
-                "version = 2\nroot = \"{}\"\nstate = \"{}\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+                "version = 2\nroot = \"{}\"\nstate = \"{}\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"{more_disabled}]\n\
                  [grpc]\n  address = \"{}\"\n[ttrpc]\n  address = \"{}.ttrpc\"\n\
                  [plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"{}\"\n",
                 p("root"),
@@ -171,7 +205,7 @@ impl Containerd {
             .collect::<Vec<_>>();
         path.push(std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into()));
         let log = std::fs::File::create(dir.0.join("containerd.log")).unwrap();
-        let child = Command::new("containerd")
+        let child = Command::new(containerd)
             .arg("--config")
             .arg(&config)
             .env("PATH", path.join(":"))
@@ -187,6 +221,7 @@ impl Containerd {
             socket,
             namespace,
             child,
+            ctr: ctr.to_path_buf(),
         };
         let t0 = Instant::now();
         while !c.ctr(&["version"]).status.success() {
@@ -206,7 +241,7 @@ impl Containerd {
 
     /// `ctr -a SOCK -n NS args…`
     pub fn ctr_cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("ctr");
+        let mut c = Command::new(&self.ctr);
         c.arg("-a")
             .arg(&self.socket)
             .arg("-n")

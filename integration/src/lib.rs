@@ -168,5 +168,7 @@ pub fn shared_bin(name: &str) -> PathBuf {
     dirs.iter()
         .map(|d| d.join(name))
         .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name}: not in $TW_SHARED_BIN, ../shared/bin or /work/shared/bin ({dirs:?})"))
+        .unwrap_or_else(|| {
+            panic!("{name}: not in $TW_SHARED_BIN, ../shared/bin or /work/shared/bin ({dirs:?})")
+        })
 }

@@ -56,12 +56,21 @@ pub fn containerd_with_shim(config: &Path) -> Containerd {
 /// containerd started with the shim on its PATH (TW_SHIM_DIR first, then
 /// this build's) and THROTTLEWATCH_CONFIG pointing at a private file.
 pub fn setup() -> Setup {
+    setup_with(Containerd::start)
+}
+
+/// The same with containerd 2.3.4 (../shared/bin).
+pub fn setup_2x() -> Setup {
+    setup_with(Containerd::start_2x)
+}
+
+fn setup_with(start: fn(&[PathBuf], &[(&str, &str)]) -> Containerd) -> Setup {
     let tw = Scratch::new("twcfg");
     let config = tw_config(&tw.0);
     let shim_dir_env = std::env::var_os("TW_SHIM_DIR").map(PathBuf::from);
     let mut dirs: Vec<PathBuf> = shim_dir_env.into_iter().collect();
     dirs.push(shim_dir());
-    let ctd = Containerd::start(&dirs, &[("THROTTLEWATCH_CONFIG", config.to_str().unwrap())]);
+    let ctd = start(&dirs, &[("THROTTLEWATCH_CONFIG", config.to_str().unwrap())]);
     let img = Scratch::new("img");
     ctd.import(&build_busybox_image(&img.0));
     Setup { ctd, tw, config }

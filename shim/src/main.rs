@@ -3,6 +3,7 @@
 
 mod console;
 mod drain;
+mod info;
 mod metrics;
 mod oom;
 mod runc;

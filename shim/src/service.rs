@@ -93,6 +93,16 @@ pub fn main() -> i32 {
         );
         return 0;
     }
+    if flags.info {
+        let (cfg, _) = load_config();
+        return match crate::info::main(&crate::runc::runc_binary(&cfg)) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("{RUNTIME_ID}: {e}");
+                1
+            }
+        };
+    }
     if flags.namespace.is_empty() {
         eprintln!("{RUNTIME_ID}: -namespace is required");
         return 1;
