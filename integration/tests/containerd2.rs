@@ -145,3 +145,97 @@ fn throttled_container_on_containerd_2_agrees_with_cpu_stat() {
     );
     assert!(err <= 0.02, "probe {probe} vs kernel {kernel}: {end}");
 }
+
+/// Issue 31: an entrypoint that leaves a child behind in a PID namespace it
+/// shares (a pod's: here another container's) and exits. The runc shim kills
+/// what is left (`ShouldKillAllOnExit`), so the orphan does not hold the
+/// container's stdout open and containerd 2.x can delete the task; ours used
+/// not to (a pod stuck in Terminating). Both handlers, same containerd.
+#[test]
+fn init_exit_in_a_shared_pid_namespace_kills_what_it_left_like_the_runc_shim() {
+    use throttlewatch_integration::containerd::{procs_matching, IMAGE_NAME, SHIM_RUNTIME};
+    let s = setup_2x();
+    let mut kills = Vec::new();
+    for (n, runtime) in [SHIM_RUNTIME, "io.containerd.runc.v2"].iter().enumerate() {
+        // The pod's PID namespace: a container of its own (the pause one).
+        let pod = format!("pod{n}");
+        let pidfile = s.tw.0.join(format!("{pod}.pid"));
+        let o = s.ctd.ctr(&[
+            "run",
+            "-d",
+            "--runtime",
+            runtime,
+            "--pid-file",
+            pidfile.to_str().unwrap(),
+            IMAGE_NAME,
+            &pod,
+            "sleep",
+            "3600",
+        ]);
+        assert!(o.status.success(), "{runtime}: {}", text(&o.stderr));
+        let pause = std::fs::read_to_string(&pidfile).unwrap();
+        let ns = format!("pid:/proc/{}/ns/pid", pause.trim());
+        let id = format!("orphan{n}");
+        let secs = format!("{}", 86_400 + std::process::id() * 10 + n as u32);
+        let script = format!("sleep {secs} & echo started");
+        let o = s.ctd.ctr(&[
+            "run",
+            "-d",
+            "--runtime",
+            runtime,
+            "--with-ns",
+            &ns,
+            IMAGE_NAME,
+            &id,
+            "sh",
+            "-c",
+            &script,
+        ]);
+        assert!(o.status.success(), "{runtime}: {}", text(&o.stderr));
+        // Once init has exited, and before the task is deleted (which
+        // would kill the cgroup's processes anyway).
+        wait_until("init to exit", Duration::from_secs(10), || {
+            text(&s.ctd.ctr(&["task", "ls"]).stdout)
+                .lines()
+                .any(|l| l.starts_with(&id) && l.contains("STOPPED"))
+        });
+        let t0 = std::time::Instant::now();
+        let mut left = Vec::new();
+        while t0.elapsed() < Duration::from_secs(2) {
+            left = procs_matching(|cmd| cmd.trim_end() == format!("sleep {secs}"));
+            if left.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for p in &left {
+            // SAFETY: kill(2) of the orphan this test made.
+            unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+        }
+        // `Kill(all)` after init exited still reaches runc, as with the runc
+        // shim (whose answer decides; a plain kill is NOT_FOUND for both).
+        let all = s.ctd.ctr(&["task", "kill", "--all", "-s", "SIGKILL", &id]);
+        let plain = s.ctd.ctr(&["task", "kill", "-s", "SIGKILL", &id]);
+        kills.push((
+            all.status.success(),
+            text(&plain.stderr).contains("process already finished: not found"),
+        ));
+        for args in [
+            &["task", "kill", "-s", "SIGKILL", &pod][..],
+            &["task", "delete", &id],
+            &["container", "rm", &id],
+        ] {
+            let _ = s.ctd.ctr(args);
+        }
+        assert!(
+            left.is_empty(),
+            "{runtime}: the orphan outlived its container's init: {left:?}"
+        );
+    }
+    eprintln!("kill --all / plain kill of a stopped init (ours, runc shim): {kills:?}");
+    assert_eq!(kills[0], kills[1], "ours vs the runc shim");
+    assert!(
+        kills[1].1,
+        "the runc shim refuses a plain kill of a stopped init"
+    );
+}

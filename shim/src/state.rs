@@ -10,7 +10,9 @@ use containerd_shim::protos::events::task::TaskExit;
 use containerd_shim::protos::protobuf::well_known_types::{any::Any, timestamp::Timestamp};
 use containerd_shim::protos::protobuf::{Message, MessageField};
 use containerd_shim::protos::topics;
-use log::info;
+use log::{info, warn};
+
+use crate::runc::Runc;
 
 use crate::stdio::ProcIo;
 
@@ -83,22 +85,34 @@ const OUTPUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Record an exit for whichever process had `pid` and publish TaskExit;
 /// a process with a terminal once its last output is copied out (bounded
 /// by [`OUTPUT_LIMIT`]): containerd's client stops reading at the exit.
-pub fn on_exit(state: &Shared, tx: &mpsc::Sender<Event>, pid: u32, code: u32) {
+///
+/// When a container's init exits in a PID namespace it does not own (the
+/// pod's or the host's), what it leaves behind is killed first, as the
+/// runc shim does (`ShouldKillAllOnExit` → `KillAll`, task/service.go
+/// handleProcessExit): an orphan would keep the stdio fifos open, and
+/// containerd 2.x waits for them before it deletes the task.
+pub fn on_exit(state: &Shared, tx: &mpsc::Sender<Event>, runc: &Runc, pid: u32, code: u32) {
     let at = now();
     let found = {
         let st = state.0.lock().unwrap_or_else(|e| e.into_inner());
         st.containers.iter().find_map(|(cid, c)| {
             if c.init.pid == pid && c.init.status != Status::STOPPED {
-                return Some((cid.clone(), String::new(), c.init.io.clone()));
+                let bundle = Some(c.bundle.clone());
+                return Some((cid.clone(), String::new(), c.init.io.clone(), bundle));
             }
             c.execs
                 .iter()
                 .find(|(_, p)| p.pid == pid && p.status != Status::STOPPED)
-                .map(|(e, p)| (cid.clone(), e.clone(), p.io.clone()))
+                .map(|(e, p)| (cid.clone(), e.clone(), p.io.clone(), None))
         })
     };
     match found {
-        Some((cid, eid, io)) => {
+        Some((cid, eid, io, bundle)) => {
+            if bundle.is_some_and(|b| should_kill_all_on_exit(&b)) {
+                if let Err(e) = runc.kill(&cid, libc::SIGKILL as u32, true) {
+                    warn!("{cid}: failed to kill init's children: {e}");
+                }
+            }
             if let Some(io) = io {
                 io.wait_output(OUTPUT_LIMIT);
             }
@@ -155,4 +169,63 @@ pub fn apply_exit(
     };
     let _ = tx.send((topics::TASK_EXIT_EVENT_TOPIC, event(&ev)));
     state.1.notify_all();
+}
+
+/// The runc shim's `ShouldKillAllOnExit` (cmd/containerd-shim-runc-v2/runc/
+/// util.go): false only when the spec gives the container a PID namespace
+/// of its own (a `pid` namespace without a path); an unreadable spec or
+/// none on Linux means true.
+pub fn should_kill_all_on_exit(bundle: &std::path::Path) -> bool {
+    let Ok(raw) = std::fs::read(bundle.join("config.json")) else {
+        return true;
+    };
+    let Ok(spec) = serde_json::from_slice::<serde_json::Value>(&raw) else {
+        return true;
+    };
+    let Some(ns) = spec["linux"]["namespaces"].as_array() else {
+        return spec["linux"].is_null();
+    };
+    !ns.iter()
+        .any(|n| n["type"] == "pid" && n["path"].as_str().map_or(true, str::is_empty))
+}
+
+#[cfg(test)]
+mod kill_all_tests {
+    use super::should_kill_all_on_exit;
+
+    fn with(spec: &str) -> bool {
+        let d = tempfile_dir();
+        std::fs::write(d.join("config.json"), spec).unwrap();
+        let r = should_kill_all_on_exit(&d);
+        let _ = std::fs::remove_dir_all(&d);
+        r
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "tw-killall-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn private_pid_namespace_only_is_left_alone() {
+        assert!(!with(
+            r#"{"linux":{"namespaces":[{"type":"pid"},{"type":"mount"}]}}"#
+        ));
+        assert!(!with(
+            r#"{"linux":{"namespaces":[{"type":"pid","path":""}]}}"#
+        ));
+        assert!(with(
+            r#"{"linux":{"namespaces":[{"type":"pid","path":"/proc/1/ns/pid"}]}}"#
+        ));
+        assert!(
+            with(r#"{"linux":{"namespaces":[{"type":"mount"}]}}"#),
+            "host PID namespace"
+        );
+        assert!(with("not json"));
+    }
 }

@@ -58,6 +58,22 @@ fn not_found() -> ttrpc::Error {
     err(Code::NOT_FOUND, "container not created")
 }
 
+/// A failed `runc kill` as the runc shim reports it (process/utils.go
+/// checkKillError).
+fn check_kill_error(e: String) -> ttrpc::Error {
+    let lower = e.to_lowercase();
+    if lower.contains("os: process already finished")
+        || e.contains("container not running")
+        || lower.contains("no such process")
+    {
+        err(Code::NOT_FOUND, "process already finished: not found")
+    } else if e.contains("does not exist") {
+        err(Code::NOT_FOUND, "no such container: not found")
+    } else {
+        err(Code::UNKNOWN, format!("unknown error after kill: {e}"))
+    }
+}
+
 /// An exec process the container does not hold, in the runc shim's words
 /// (runc/container.go Process).
 fn exec_not_found(exec_id: &str) -> ttrpc::Error {
@@ -73,11 +89,11 @@ impl TaskService {
     ) -> TaskService {
         let state: Shared = Arc::default();
         let sub = monitor_subscribe(Topic::All).expect("monitor subscribe");
-        let (st, tx) = (state.clone(), events.clone());
+        let (st, tx, rc) = (state.clone(), events.clone(), runc.clone());
         std::thread::spawn(move || {
             for e in sub.rx.iter() {
                 if let Subject::Pid(pid) = e.subject {
-                    on_exit(&st, &tx, pid as u32, e.exit_code as u32);
+                    on_exit(&st, &tx, &rc, pid as u32, e.exit_code as u32);
                 }
             }
         });
@@ -283,13 +299,15 @@ impl Task for TaskService {
 
     fn kill(&self, _ctx: &TtrpcContext, req: api::KillRequest) -> TtrpcResult<api::Empty> {
         let p = self.process(&req.id, &req.exec_id)?;
-        if p.status == Status::STOPPED {
-            return Err(err(Code::NOT_FOUND, "process already finished"));
+        // After init exited only `Kill(all)` still reaches runc (`runc kill
+        // --all` signals what is left in the cgroup), as with the runc shim.
+        if p.status == Status::STOPPED && !(req.all && req.exec_id.is_empty()) {
+            return Err(err(Code::NOT_FOUND, "process already finished: not found"));
         }
         if req.exec_id.is_empty() {
             self.runc
                 .kill(&req.id, req.signal, req.all)
-                .map_err(|e| err(Code::NOT_FOUND, e))?;
+                .map_err(check_kill_error)?;
         } else if p.pid == 0 {
             // Never started (or its start failed): the runc shim's exec kill.
             return Err(err(
