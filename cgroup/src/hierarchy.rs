@@ -91,25 +91,42 @@ pub fn statfs_magic(path: &Path) -> Result<i64> {
 /// directory, or its cgroup2 directory when the memory controller is there.
 /// From the `/proc/<pid>/cgroup` and mountinfo texts.
 pub fn memory_dir_from(proc_cgroup: &str, mountinfo: &str) -> Option<(PathBuf, CgroupMode)> {
+    controller_dir_from(proc_cgroup, mountinfo, "memory")
+}
+
+/// Where a process's cgroup for `controller` (`memory`, `cpuacct`, `pids`…)
+/// is: its v1 hierarchy's directory, or its cgroup2 directory when the
+/// controller is there.
+pub fn controller_dir_from(
+    proc_cgroup: &str,
+    mountinfo: &str,
+    controller: &str,
+) -> Option<(PathBuf, CgroupMode)> {
     let mounts = parse_mountinfo(mountinfo);
     for line in proc_cgroup.lines() {
         let mut f = line.splitn(3, ':');
         let (_, ctrls, rel) = (f.next()?, f.next()?, f.next()?);
-        if ctrls.split(',').any(|c| c == "memory") {
+        if ctrls.split(',').any(|c| c == controller) {
             let m = mounts
                 .iter()
-                .find(|m| m.fstype == "cgroup" && m.super_opts.iter().any(|o| o == "memory"))?;
+                .find(|m| m.fstype == "cgroup" && m.super_opts.iter().any(|o| o == controller))?;
             return Some((join_rel(&m.point, rel), CgroupMode::V1));
         }
     }
-    // cgroup2: `0::/rel`, where the root lists the memory controller.
+    // cgroup2: `0::/rel`, where the root lists the controller (cpuacct's
+    // figures are in v2's always-present cpu.stat).
     let rel = proc_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?;
     let m = mounts.iter().find(|m| m.fstype == "cgroup2")?;
     let ctrls = std::fs::read_to_string(m.point.join(CGROUP_CONTROLLERS)).unwrap_or_default();
-    ctrls
-        .split_whitespace()
-        .any(|c| c == "memory")
+    (controller == "cpuacct" || ctrls.split_whitespace().any(|c| c == controller))
         .then(|| (join_rel(&m.point, rel), CgroupMode::V2))
+}
+
+/// A running process's cgroup for `controller` (see [`controller_dir_from`]).
+pub fn controller_dir_of(pid: u32, controller: &str) -> Option<(PathBuf, CgroupMode)> {
+    let pc = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    controller_dir_from(&pc, &mi, controller)
 }
 
 /// The memory cgroup of a running process (see [`memory_dir_from`]).

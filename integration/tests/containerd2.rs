@@ -239,3 +239,57 @@ fn init_exit_in_a_shared_pid_namespace_kills_what_it_left_like_the_runc_shim() {
         "the runc shim refuses a plain kill of a stopped init"
     );
 }
+
+/// Issue 31: `Stats` after init exited (containerd 2.x reads the task's
+/// metrics at every exit to look for an OOM, and the CRI's stats loop asks
+/// for stopped containers every second). The runc shim reads the cgroup;
+/// ours used to ask runc, which refuses (`container … is not running`).
+#[test]
+fn metrics_of_a_stopped_task_come_from_its_cgroup_like_the_runc_shim() {
+    use throttlewatch_integration::containerd::{IMAGE_NAME, SHIM_RUNTIME};
+    let s = setup_2x();
+    let mut seen = Vec::new();
+    for (n, runtime) in [SHIM_RUNTIME, "io.containerd.runc.v2"].iter().enumerate() {
+        let id = format!("stopped{n}");
+        let o = s.ctd.ctr(&[
+            "run",
+            "-d",
+            "--runtime",
+            runtime,
+            "--memory-limit",
+            "67108864",
+            IMAGE_NAME,
+            &id,
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done",
+        ]);
+        assert!(o.status.success(), "{runtime}: {}", text(&o.stderr));
+        wait_until("init to exit", Duration::from_secs(20), || {
+            text(&s.ctd.ctr(&["task", "ls"]).stdout)
+                .lines()
+                .any(|l| l.starts_with(&id) && l.contains("STOPPED"))
+        });
+        let m = s.ctd.ctr(&["task", "metrics", "--format", "json", &id]);
+        for args in [&["task", "delete", &id][..], &["container", "rm", &id]] {
+            let _ = s.ctd.ctr(args);
+        }
+        assert!(
+            m.status.success(),
+            "{runtime}: metrics of a stopped task: {}",
+            text(&m.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&m.stdout)
+            .unwrap_or_else(|e| panic!("{runtime}: {e}: {}", text(&m.stdout)));
+        let total = v["cpu"]["usage"]["total"].as_u64().unwrap_or(0);
+        let limit = v["memory"]["usage"]["limit"].as_u64().unwrap_or(0);
+        eprintln!("{runtime}: stopped task metrics: cpu {total} ns, memory limit {limit}");
+        assert!(total > 1_000_000, "{runtime}: the CPU it used: {v}");
+        seen.push(limit);
+    }
+    assert_eq!(
+        seen,
+        [67_108_864, 67_108_864],
+        "memory limit, ours vs runc shim"
+    );
+}

@@ -1,5 +1,13 @@
 //! `runc events --stats` JSON → containerd's cgroup v1 `Metrics` protobuf
-//! (what `ctr task metrics` and the CRI stats read).
+//! (what `ctr task metrics` and the CRI stats read). After init exited,
+//! runc refuses (`container … is not running`) while the cgroup still
+//! holds the figures: the runc shim reads the cgroup itself (task/service.go
+//! Stats), so then do we, from the directories noted at create
+//! ([`CgroupDirs`]), into the same JSON shape.
+
+use std::path::{Path, PathBuf};
+
+use throttlewatch_cgroup::{controller_dir_of, CgroupMode};
 
 use containerd_shim::protos::cgroups::metrics::{
     CPUStat, CPUUsage, MemoryEntry, MemoryStat, Metrics, PidsStat, Throttle,
@@ -77,6 +85,144 @@ pub fn metrics_any(data: &Value) -> Result<Any, String> {
     })
 }
 
+/// A container's cgroup directories, noted while its init runs.
+#[derive(Debug, Clone, Default)]
+pub struct CgroupDirs {
+    pub v2: bool,
+    pub cpu: Option<PathBuf>,
+    pub cpuacct: Option<PathBuf>,
+    pub memory: Option<PathBuf>,
+    pub pids: Option<PathBuf>,
+}
+
+impl CgroupDirs {
+    pub fn of_pid(pid: u32) -> CgroupDirs {
+        let dir = |c| controller_dir_of(pid, c);
+        let memory = dir("memory");
+        CgroupDirs {
+            v2: dir("cpuacct").is_some_and(|(_, m)| m == CgroupMode::V2),
+            cpu: dir("cpu").map(|d| d.0),
+            cpuacct: dir("cpuacct").map(|d| d.0),
+            memory: memory.map(|d| d.0),
+            pids: dir("pids").map(|d| d.0),
+        }
+    }
+
+    /// The cgroup's figures in `runc events --stats`' shape; None when the
+    /// cgroup is gone.
+    pub fn read(&self) -> Option<Value> {
+        let acct = self.cpuacct.as_deref()?;
+        if !acct.exists() {
+            return None;
+        }
+        Some(if self.v2 {
+            self.read_v2(acct)
+        } else {
+            self.read_v1(acct)
+        })
+    }
+
+    fn read_v1(&self, acct: &Path) -> Value {
+        // USER_HZ is 100 on every Linux ABI; runc converts the same way.
+        let ticks = kv(acct, "cpuacct.stat");
+        let tick_ns = |k: &str| ticks.get(k).copied().unwrap_or(0) * 10_000_000;
+        let cpu = kv_opt(self.cpu.as_deref(), "cpu.stat");
+        let percpu: Vec<u64> = read(acct, "cpuacct.usage_percpu")
+            .split_whitespace()
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        let mem = self.memory.as_deref();
+        let m = |f: &str| mem.map_or(0, |d| num(d, f));
+        let mstat = kv_opt(mem, "memory.stat");
+        let entry = |p: &str| {
+            serde_json::json!({
+                "usage": m(&format!("{p}usage_in_bytes")),
+                "max": m(&format!("{p}max_usage_in_bytes")),
+                "limit": m(&format!("{p}limit_in_bytes")),
+                "failcnt": m(&format!("{p}failcnt")),
+            })
+        };
+        serde_json::json!({
+            "cpu": {
+                "usage": {"total": num(acct, "cpuacct.usage"), "percpu": percpu,
+                          "kernel": tick_ns("system"), "user": tick_ns("user")},
+                "throttling": {"periods": cpu.get("nr_periods"),
+                               "throttledPeriods": cpu.get("nr_throttled"),
+                               "throttledTime": cpu.get("throttled_time")},
+            },
+            "memory": {
+                "cache": mstat.get("cache"),
+                "usage": entry("memory."),
+                "swap": entry("memory.memsw."),
+                "kernel": entry("memory.kmem."),
+                "kernelTCP": entry("memory.kmem.tcp."),
+            },
+            "pids": self.pids_json(),
+        })
+    }
+
+    fn read_v2(&self, dir: &Path) -> Value {
+        let cpu = kv(dir, "cpu.stat");
+        let us = |k: &str| cpu.get(k).copied().unwrap_or(0) * 1000;
+        let max = |f: &str| match read(dir, f).trim() {
+            "max" => 0,
+            v => v.parse().unwrap_or(0),
+        };
+        let mstat = kv(dir, "memory.stat");
+        serde_json::json!({
+            "cpu": {
+                "usage": {"total": us("usage_usec"), "kernel": us("system_usec"),
+                          "user": us("user_usec")},
+                "throttling": {"periods": cpu.get("nr_periods"),
+                               "throttledPeriods": cpu.get("nr_throttled"),
+                               "throttledTime": us("throttled_usec")},
+            },
+            "memory": {
+                "cache": mstat.get("file"),
+                "usage": {"usage": num(dir, "memory.current"), "max": num(dir, "memory.peak"),
+                          "limit": max("memory.max")},
+                "swap": {"usage": num(dir, "memory.swap.current"),
+                         "limit": max("memory.swap.max")},
+            },
+            "pids": self.pids_json(),
+        })
+    }
+
+    fn pids_json(&self) -> Value {
+        let Some(d) = self.pids.as_deref() else {
+            return Value::Null;
+        };
+        let limit = match read(d, "pids.max").trim() {
+            "max" => 0,
+            v => v.parse().unwrap_or(0),
+        };
+        serde_json::json!({"current": num(d, "pids.current"), "limit": limit})
+    }
+}
+
+fn read(dir: &Path, file: &str) -> String {
+    std::fs::read_to_string(dir.join(file)).unwrap_or_default()
+}
+
+fn num(dir: &Path, file: &str) -> u64 {
+    read(dir, file).trim().parse().unwrap_or(0)
+}
+
+/// `key value` lines.
+fn kv(dir: &Path, file: &str) -> std::collections::HashMap<String, u64> {
+    read(dir, file)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn kv_opt(dir: Option<&Path>, file: &str) -> std::collections::HashMap<String, u64> {
+    dir.map(|d| kv(d, file)).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +243,57 @@ mod tests {
         assert_eq!(m.pids.current, 2);
         let any = metrics_any(&data).unwrap();
         assert_eq!(Metrics::parse_from_bytes(&any.value).unwrap(), m);
+    }
+
+    #[test]
+    fn a_v1_cgroup_tree_reads_like_runc_events() {
+        let d = std::env::temp_dir().join(format!("tw-metrics-{}", std::process::id()));
+        let (cpu, mem, pids) = (d.join("cpu"), d.join("memory"), d.join("pids"));
+        for (dir, files) in [
+            (
+                &cpu,
+                &[
+                    ("cpuacct.usage", "900\n"),
+                    ("cpuacct.usage_percpu", "400 500 \n"),
+                    ("cpuacct.stat", "user 3\nsystem 1\n"),
+                    (
+                        "cpu.stat",
+                        "nr_periods 10\nnr_throttled 7\nthrottled_time 123\n",
+                    ),
+                ][..],
+            ),
+            (
+                &mem,
+                &[
+                    ("memory.usage_in_bytes", "4096\n"),
+                    ("memory.limit_in_bytes", "8192\n"),
+                    ("memory.stat", "cache 11\nrss 22\n"),
+                ][..],
+            ),
+            (&pids, &[("pids.current", "2\n"), ("pids.max", "max\n")][..]),
+        ] {
+            std::fs::create_dir_all(dir).unwrap();
+            for (f, v) in files {
+                std::fs::write(dir.join(f), v).unwrap();
+            }
+        }
+        let dirs = CgroupDirs {
+            v2: false,
+            cpu: Some(cpu.clone()),
+            cpuacct: Some(cpu),
+            memory: Some(mem),
+            pids: Some(pids),
+        };
+        let m = metrics(&dirs.read().unwrap());
+        let _ = std::fs::remove_dir_all(&d);
+        assert_eq!(m.cpu.usage.total, 900);
+        assert_eq!(m.cpu.usage.per_cpu, vec![400, 500]);
+        assert_eq!(m.cpu.usage.user, 30_000_000);
+        assert_eq!(m.cpu.throttling.throttled_periods, 7);
+        assert_eq!(m.cpu.throttling.throttled_time, 123);
+        assert_eq!(m.memory.usage.limit, 8192);
+        assert_eq!(m.memory.cache, 11);
+        assert_eq!((m.pids.current, m.pids.limit), (2, 0));
+        assert!(CgroupDirs::default().read().is_none());
     }
 }

@@ -69,6 +69,8 @@ pub struct Container {
     pub mounted_rootfs: bool,
     pub init: Process,
     pub execs: HashMap<String, Process>,
+    /// Where its cgroup is (for `Stats` once init exited).
+    pub cgroups: crate::metrics::CgroupDirs,
 }
 
 #[derive(Default)]

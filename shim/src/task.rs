@@ -236,6 +236,7 @@ impl Task for TaskService {
             mounted_rootfs: mounted,
             init,
             execs: HashMap::new(),
+            cgroups: crate::metrics::CgroupDirs::of_pid(pid),
         };
         self.lock().containers.insert(req.id.clone(), c);
         self.claim(&req.id, "", pid);
@@ -459,11 +460,21 @@ impl Task for TaskService {
         _ctx: &TtrpcContext,
         req: api::StatsRequest,
     ) -> TtrpcResult<api::StatsResponse> {
-        self.process(&req.id, "")?;
-        let data = self
-            .runc
-            .stats(&req.id)
-            .map_err(|e| err(Code::INTERNAL, e))?;
+        let init = self.process(&req.id, "")?;
+        let dirs = self
+            .lock()
+            .containers
+            .get(&req.id)
+            .map(|c| c.cgroups.clone());
+        // Init exited: runc would refuse, the cgroup still answers.
+        let data = if init.status == Status::STOPPED {
+            dirs.and_then(|d| d.read())
+                .ok_or_else(|| err(Code::NOT_FOUND, "cgroup does not exist: not found"))?
+        } else {
+            self.runc
+                .stats(&req.id)
+                .map_err(|e| err(Code::INTERNAL, e))?
+        };
         let stats: Any = metrics_any(&data).map_err(|e| err(Code::INTERNAL, e))?;
         Ok(api::StatsResponse {
             stats: MessageField::some(stats),
