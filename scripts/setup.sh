@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_PKGS=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc)
-TEST_PKGS=(runc busybox-static containerd docker.io podman linux-perf qemu-system-x86 cpio iproute2 procps protobuf-compiler prometheus chromium)
+TEST_PKGS=(runc busybox-static containerd docker.io podman linux-perf qemu-system-x86 cpio iproute2 containernetworking-plugins procps protobuf-compiler prometheus chromium)
 
 want=("${BUILD_PKGS[@]}")
 [[ "${1:-}" == "--test" ]] && want+=("${TEST_PKGS[@]}")

@@ -57,7 +57,8 @@ pub fn build_busybox_image(dir: &Path) -> PathBuf {
 /// command, in `<dir>/NAME.tar` (e.g. a pause image: `sleep` as pid 1).
 pub fn build_busybox_image_as(dir: &Path, name: &str, cmd: &[&str]) -> PathBuf {
     let short = name.strip_prefix("docker.io/library/").unwrap_or(name);
-    let file = short.split(':').next().unwrap_or(short);
+    let base = short.rsplit('/').next().unwrap_or(short);
+    let file = base.split(['@', ':']).next().unwrap_or(base);
     let busybox = Path::new("/bin/busybox");
     assert!(busybox.exists(), "apt-get install busybox-static");
     let root = dir.join("rootfs");

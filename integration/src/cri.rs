@@ -60,6 +60,9 @@ pub struct CriNode {
     /// Pods and containers this node made, for the clean-up.
     ids: Mutex<Vec<String>>,
     images_imported: bool,
+    /// containerd in its own network namespace with a tmpfs over /run
+    /// (`isolate`): pod networks, netns files and shim sockets stay private.
+    isolated: bool,
 }
 
 impl CriNode {
@@ -137,7 +140,34 @@ state = "{state}"
             tokio,
             ids: Mutex::new(vec![]),
             images_imported: false,
+            isolated: false,
         }
+    }
+
+    /// Run containerd (once started) in a private network namespace (its
+    /// loopback up) with a private tmpfs over `/run`, so a CNI's bridge,
+    /// the pods' netns files under `/run/netns` and everything containerd
+    /// keeps under `/run/containerd` never reach the machine's. A client
+    /// that needs containerd's loopback (the stream server) enters its
+    /// namespaces: `nsenter_cmd`.
+    pub fn isolate(&mut self) {
+        assert!(self.child.is_none(), "isolate() before start()");
+        self.isolated = true;
+    }
+
+    /// containerd's PID (the node must be running).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("containerd is not running").id()
+    }
+
+    /// `program` run in containerd's mount and network namespaces.
+    pub fn nsenter_cmd(&self, program: &Path) -> Command {
+        let mut c = Command::new("nsenter");
+        c.arg("-t")
+            .arg(self.pid().to_string())
+            .args(["--mount", "--net", "--"])
+            .arg(program);
+        c
     }
 
     /// `<etc_root>/etc/containerd/config.toml`.
@@ -167,9 +197,19 @@ state = "{state}"
             .open(self.dir.0.join("containerd.log"))
             .unwrap();
         // `unshare` and `sh` exec: the PID is containerd's.
+        let (namespaces, private_run): (&[&str], &str) = match self.isolated {
+            true => (
+                &["--mount", "--net"],
+                "mount -t tmpfs -o mode=755 tmpfs /run && ip link set lo up && ",
+            ),
+            false => (&["--mount"], ""),
+        };
         let child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "sh", "-c"])
-            .arg(r#"mount --bind "$1" "$2" && exec containerd --config "$3""#)
+            .args(namespaces)
+            .args(["--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                r#"mount --bind "$1" "$2" && {private_run}exec containerd --config "$3""#
+            ))
             .arg("sh")
             .arg(self.etc_root.join("etc/containerd"))
             .arg(ETC_CONTAINERD)
