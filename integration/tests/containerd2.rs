@@ -13,6 +13,7 @@ use std::time::Duration;
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::Message;
 use containerd_shim::protos::types::introspection::RuntimeInfo;
+use throttlewatch_integration::containerd::SHIM_RUNTIME;
 use throttlewatch_integration::shim::{run_args, setup_2x, text, wait_until};
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, shared_bin};
 
@@ -153,7 +154,7 @@ fn throttled_container_on_containerd_2_agrees_with_cpu_stat() {
 /// not to (a pod stuck in Terminating). Both handlers, same containerd.
 #[test]
 fn init_exit_in_a_shared_pid_namespace_kills_what_it_left_like_the_runc_shim() {
-    use throttlewatch_integration::containerd::{procs_matching, IMAGE_NAME, SHIM_RUNTIME};
+    use throttlewatch_integration::containerd::{procs_matching, IMAGE_NAME};
     let s = setup_2x();
     let mut kills = Vec::new();
     for (n, runtime) in [SHIM_RUNTIME, "io.containerd.runc.v2"].iter().enumerate() {
@@ -227,10 +228,16 @@ fn init_exit_in_a_shared_pid_namespace_kills_what_it_left_like_the_runc_shim() {
         ] {
             let _ = s.ctd.ctr(args);
         }
-        assert!(
-            left.is_empty(),
-            "{runtime}: the orphan outlived its container's init: {left:?}"
-        );
+        eprintln!("{runtime}: orphans left at init exit: {left:?}");
+        // The runc shim is the reference, not the subject: its KillAll
+        // (the same `runc kill --all`) missed the orphan in 3 of 11 runs
+        // here while other tests loaded the machine; ours must not.
+        if *runtime == SHIM_RUNTIME {
+            assert!(
+                left.is_empty(),
+                "{runtime}: the orphan outlived its container's init: {left:?}"
+            );
+        }
     }
     eprintln!("kill --all / plain kill of a stopped init (ours, runc shim): {kills:?}");
     assert_eq!(kills[0], kills[1], "ours vs the runc shim");
@@ -246,7 +253,7 @@ fn init_exit_in_a_shared_pid_namespace_kills_what_it_left_like_the_runc_shim() {
 /// ours used to ask runc, which refuses (`container … is not running`).
 #[test]
 fn metrics_of_a_stopped_task_come_from_its_cgroup_like_the_runc_shim() {
-    use throttlewatch_integration::containerd::{IMAGE_NAME, SHIM_RUNTIME};
+    use throttlewatch_integration::containerd::IMAGE_NAME;
     let s = setup_2x();
     let mut seen = Vec::new();
     for (n, runtime) in [SHIM_RUNTIME, "io.containerd.runc.v2"].iter().enumerate() {
@@ -292,4 +299,58 @@ fn metrics_of_a_stopped_task_come_from_its_cgroup_like_the_runc_shim() {
         [67_108_864, 67_108_864],
         "memory limit, ours vs runc shim"
     );
+}
+
+/// Issue 31: containerd 2.3 starts shims with the bootstrap protocol
+/// (`BootstrapParams` on stdin); ours answers with a `BootstrapResult` (task
+/// API version 3, ttrpc), as containerd-shim-runc-v2 2.3 does. containerd
+/// keeps what it parsed in the bundle's bootstrap.json: version 2 there
+/// means it fell back to the older, deprecated plain-address answer.
+#[test]
+fn containerd_2_3_starts_our_shim_with_the_bootstrap_protocol() {
+    use throttlewatch_integration::containerd::IMAGE_NAME;
+    let s = setup_2x();
+    let mut seen = Vec::new();
+    for runtime in [SHIM_RUNTIME, "io.containerd.runc.v2"] {
+        let id = format!("boot-{}", &runtime[14..18]);
+        let o = s.ctd.ctr(&[
+            "run",
+            "-d",
+            "--runtime",
+            runtime,
+            IMAGE_NAME,
+            &id,
+            "sleep",
+            "30",
+        ]);
+        assert!(
+            o.status.success(),
+            "{runtime}: {}\n{}",
+            text(&o.stderr),
+            s.ctd.log()
+        );
+        let bundle = s
+            .ctd
+            .dir
+            .0
+            .join("state/io.containerd.runtime.v2.task")
+            .join(&s.ctd.namespace)
+            .join(&id);
+        let raw = std::fs::read_to_string(bundle.join("bootstrap.json")).unwrap_or_default();
+        let _ = s.ctd.ctr(&["task", "kill", "-s", "SIGKILL", &id]);
+        wait_until("the task to stop", Duration::from_secs(10), || {
+            !text(&s.ctd.ctr(&["task", "ls"]).stdout).contains(&format!("{id} "))
+                || text(&s.ctd.ctr(&["task", "ls"]).stdout)
+                    .lines()
+                    .any(|l| l.starts_with(&id) && l.contains("STOPPED"))
+        });
+        let _ = s.ctd.ctr(&["task", "delete", &id]);
+        let _ = s.ctd.ctr(&["container", "rm", &id]);
+        eprintln!("{runtime}: bootstrap.json {raw}");
+        let v: serde_json::Value = serde_json::from_str(&raw)
+            .unwrap_or_else(|e| panic!("{runtime}: bootstrap.json: {e}: {raw:?}"));
+        seen.push((v["version"].clone(), v["protocol"].clone()));
+    }
+    assert_eq!(seen[0], seen[1], "ours vs the runc shim");
+    assert_eq!(seen[0], (3.into(), "ttrpc".into()), "{seen:?}");
 }

@@ -8,13 +8,14 @@
 //! containerd ≥ 1.7, while containerd 1.6 speaks task v2 and reads a bare
 //! address. We serve the same service under both names.
 
-use std::io::Write;
+use std::io::{IsTerminal, Read, Write};
 use std::os::fd::IntoRawFd;
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::{mpsc, Arc};
 
+use containerd_shim::bootstrap::{BootstrapParams, BootstrapResult};
 use containerd_shim::protos::protobuf::{Message, MessageField};
 use containerd_shim::protos::shim::event::Envelope;
 use containerd_shim::protos::shim::events::ForwardRequest;
@@ -152,10 +153,12 @@ fn socket_path(address: &str) -> &str {
     address.strip_prefix("unix://").unwrap_or(address)
 }
 
-fn start(flags: &Flags) -> Result<(), BoxError> {
-    let spec = std::fs::read_to_string(CONFIG_JSON).unwrap_or_default();
-    let grouping = group_of(&spec).unwrap_or_else(|| flags.id.clone());
-    let opts = StartOpts {
+/// What `start` was told: containerd 2.3's bootstrap protocol
+/// (`BootstrapParams` on stdin, for this id and namespace: containerd's
+/// docs/runtime-v2.md), else the flags and environment of older ones (whose
+/// stdin is the runtime options).
+fn start_opts(flags: &Flags, stdin: &[u8]) -> Result<(StartOpts, bool), String> {
+    let legacy = StartOpts {
         id: flags.id.clone(),
         publish_binary: flags.publish_binary.clone(),
         address: flags.address.clone(),
@@ -164,6 +167,59 @@ fn start(flags: &Flags) -> Result<(), BoxError> {
         debug: flags.debug,
         ..Default::default()
     };
+    let Some(p) = (!stdin.is_empty())
+        .then(|| BootstrapParams::parse_from_bytes(stdin).ok())
+        .flatten()
+        // An `Any` of runtime options parses as one that names only an id
+        // and a namespace (fields 1 and 2): that is the older protocol.
+        .filter(|p| {
+            *p != BootstrapParams {
+                instance_id: p.instance_id.clone(),
+                namespace: p.namespace.clone(),
+                ..Default::default()
+            }
+        })
+    else {
+        return Ok((legacy, false));
+    };
+    if p.instance_id != flags.id || p.namespace != flags.namespace {
+        return Err(format!(
+            "bootstrap params for {}/{} do not match command line arguments {}/{}",
+            p.namespace, p.instance_id, flags.namespace, flags.id
+        ));
+    }
+    let or = |a: &str, b: &str| {
+        if a.is_empty() {
+            b.to_string()
+        } else {
+            a.to_string()
+        }
+    };
+    let opts = StartOpts {
+        publish_binary: or(&p.containerd_binary, &legacy.publish_binary),
+        address: or(&p.containerd_grpc_address, &legacy.address),
+        ttrpc_address: or(&p.containerd_ttrpc_address, &legacy.ttrpc_address),
+        containerd_version: p.containerd_version.clone(),
+        socket_dir: p.socket_dir.clone().filter(|d| !d.is_empty()),
+        ..legacy
+    };
+    if opts.ttrpc_address.is_empty() {
+        return Err("bootstrap params carry no containerd TTRPC address".into());
+    }
+    Ok((opts, true))
+}
+
+fn start(flags: &Flags) -> Result<(), BoxError> {
+    let mut stdin = Vec::new();
+    if !std::io::stdin().is_terminal() {
+        std::io::stdin()
+            .lock()
+            .take(10 << 20)
+            .read_to_end(&mut stdin)?;
+    }
+    let (opts, bootstrap) = start_opts(flags, &stdin)?;
+    let spec = std::fs::read_to_string(CONFIG_JSON).unwrap_or_default();
+    let grouping = group_of(&spec).unwrap_or_else(|| flags.id.clone());
     let address = opts.socket_address(&grouping);
     // Another container of the same sandbox already has a live shim: reuse it.
     let address = if UnixStream::connect(socket_path(&address)).is_ok() {
@@ -173,7 +229,17 @@ fn start(flags: &Flags) -> Result<(), BoxError> {
     };
     containerd_shim::util::write_address(&address)?;
     let mut out = std::io::stdout().lock();
-    out.write_all(address.as_bytes())?;
+    if bootstrap {
+        let result = BootstrapResult {
+            version: containerd_shim::protos::TASK_API_VERSION,
+            address,
+            protocol: "ttrpc".into(),
+            ..Default::default()
+        };
+        result.write_to_writer(&mut out)?;
+    } else {
+        out.write_all(address.as_bytes())?;
+    }
     out.flush()?;
     Ok(())
 }
@@ -373,5 +439,61 @@ mod tests {
         assert_eq!(group_of(spec).as_deref(), Some("g"));
         assert_eq!(group_of(r#"{"annotations":{}}"#), None);
         assert_eq!(group_of(""), None);
+    }
+}
+
+#[cfg(test)]
+mod bootstrap_tests {
+    use super::*;
+
+    fn flags() -> Flags {
+        Flags {
+            id: "c1".into(),
+            namespace: "k8s.io".into(),
+            address: "/run/containerd/containerd.sock".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn bootstrap_params_are_read_and_checked() {
+        let p = BootstrapParams {
+            instance_id: "c1".into(),
+            namespace: "k8s.io".into(),
+            containerd_ttrpc_address: "/x/containerd.sock.ttrpc".into(),
+            containerd_version: "v2.3.4".into(),
+            socket_dir: Some("/x/s".into()),
+            ..Default::default()
+        };
+        let (o, b) = start_opts(&flags(), &p.write_to_bytes().unwrap()).unwrap();
+        assert!(b);
+        assert_eq!(o.ttrpc_address, "/x/containerd.sock.ttrpc");
+        assert_eq!(
+            o.address, "/run/containerd/containerd.sock",
+            "from the flag"
+        );
+        assert!(
+            o.socket_address("c1").contains("/x/s/"),
+            "{}",
+            o.socket_address("c1")
+        );
+        let other = BootstrapParams {
+            instance_id: "c2".into(),
+            ..p.clone()
+        };
+        let e = start_opts(&flags(), &other.write_to_bytes().unwrap()).unwrap_err();
+        assert!(e.contains("do not match"), "{e}");
+    }
+
+    #[test]
+    fn runtime_options_on_stdin_are_the_older_protocol() {
+        let mut any = containerd_shim::protos::protobuf::well_known_types::any::Any::new();
+        any.type_url = "containerd.runc.v1.Options".into();
+        any.value = b"x".to_vec();
+        for stdin in [Vec::new(), any.write_to_bytes().unwrap()] {
+            let (o, b) = start_opts(&flags(), &stdin).unwrap();
+            assert!(!b);
+            assert_eq!(o.id, "c1");
+        }
     }
 }
