@@ -73,7 +73,10 @@ pub fn build_busybox_image_as(dir: &Path, name: &str, cmd: &[&str]) -> PathBuf {
     {
         let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
     }
-    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n").unwrap();
+    // A caller's own /etc/passwd (files put under `<dir>/rootfs` first) stays.
+    if !root.join("etc/passwd").exists() {
+        std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n").unwrap();
+    }
     let oci = dir.join("oci");
     std::fs::create_dir_all(oci.join("blobs/sha256")).unwrap();
     let layer = dir.join("layer.tar");

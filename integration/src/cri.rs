@@ -60,8 +60,8 @@ pub struct CriNode {
     /// Pods and containers this node made, for the clean-up.
     ids: Mutex<Vec<String>>,
     images_imported: bool,
-    /// containerd in its own network namespace with a tmpfs over /run
-    /// (`isolate`): pod networks, netns files and shim sockets stay private.
+    /// containerd in its own network and IPC namespaces with a tmpfs over
+    /// /run (`isolate`): pod networks, netns files, shim sockets stay private.
     isolated: bool,
 }
 
@@ -144,11 +144,12 @@ state = "{state}"
         }
     }
 
-    /// Run containerd (once started) in a private network namespace (its
-    /// loopback up) with a private tmpfs over `/run`, so a CNI's bridge,
-    /// the pods' netns files under `/run/netns` and everything containerd
-    /// keeps under `/run/containerd` never reach the machine's. A client
-    /// that needs containerd's loopback (the stream server) enters its
+    /// Run containerd (once started) in private network and IPC namespaces
+    /// (its loopback up) with a private tmpfs over `/run`, so a CNI's
+    /// bridge, the pods' netns files under `/run/netns`, everything
+    /// containerd keeps under `/run/containerd` and the "host" IPC objects
+    /// of host-IPC pods never reach the machine's. A client that needs
+    /// containerd's loopback (the stream server) or its host IPC enters its
     /// namespaces: `nsenter_cmd`.
     pub fn isolate(&mut self) {
         assert!(self.child.is_none(), "isolate() before start()");
@@ -160,12 +161,12 @@ state = "{state}"
         self.child.as_ref().expect("containerd is not running").id()
     }
 
-    /// `program` run in containerd's mount and network namespaces.
+    /// `program` run in containerd's mount, network and IPC namespaces.
     pub fn nsenter_cmd(&self, program: &Path) -> Command {
         let mut c = Command::new("nsenter");
         c.arg("-t")
             .arg(self.pid().to_string())
-            .args(["--mount", "--net", "--"])
+            .args(["--mount", "--net", "--ipc", "--"])
             .arg(program);
         c
     }
@@ -199,7 +200,7 @@ state = "{state}"
         // `unshare` and `sh` exec: the PID is containerd's.
         let (namespaces, private_run): (&[&str], &str) = match self.isolated {
             true => (
-                &["--mount", "--net"],
+                &["--mount", "--net", "--ipc"],
                 "mount -t tmpfs -o mode=755 tmpfs /run && ip link set lo up && ",
             ),
             false => (&["--mount"], ""),

@@ -7,10 +7,11 @@
 //!
 //! No registry here: the images critest uses are busybox stand-ins built
 //! from Debian's static busybox and imported into `k8s.io` under critest's
-//! names. containerd runs in private mount and network namespaces with a
-//! tmpfs over /run (its pods' bridge CNI, netns files and shim sockets stay
-//! private); critest enters them, as its streaming tests need containerd's
-//! loopback. Run `cargo build --workspace --bins` first.
+//! names. containerd runs in private mount, network and IPC namespaces with
+//! a tmpfs over /run (its pods' bridge CNI, netns files and shim sockets,
+//! and the shared memory critest's host-IPC specs make, stay private);
+//! critest enters them, as its streaming tests need containerd's loopback
+//! and its host-IPC specs containerd's IPC namespace. Run `cargo build --workspace --bins` first.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -28,15 +29,20 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(240);
 /// CNI plugins from Debian's `containernetworking-plugins`.
 const CNI_BIN: &str = "/usr/lib/cni";
 
-/// A web server stand-in: what critest reads from httpd's log, then
-/// busybox httpd serving `/www` on port 80 under a shell that exits on
-/// SIGTERM, as nginx and httpd do (a pid 1 without a handler ignores it,
-/// and each stop would wait out its grace period).
-const WEB_SERVER: &[&str] = &[
-    "sh",
-    "-c",
-    "echo httpd -D FOREGROUND; trap 'exit 0' TERM; httpd -f -p 80 -h /www & wait",
-];
+/// The web server stand-in, `/bin/nginx` in the nginx and httpd images:
+/// its pid in /var/run/nginx.pid, named `nginx` (pidof), "master process"
+/// in pid 1's command line (its argument), what critest reads from httpd's
+/// log, and busybox httpd serving `/www` on port 80 — under a shell that
+/// exits on SIGTERM as nginx and httpd do (a pid 1 without a handler
+/// ignores it, and each stop would wait out its grace period).
+const NGINX: &str = r#"#!/bin/sh
+echo $$ > /var/run/nginx.pid
+echo "httpd -D FOREGROUND"
+trap 'exit 0' TERM
+httpd -f -p 80 -h /www &
+wait
+"#;
+const WEB_SERVER: &[&str] = &["nginx", "master process"];
 
 /// The images critest runs (cri-tools pkg/framework, pkg/validate), as
 /// busybox with a command standing in for each.
@@ -51,8 +57,9 @@ const IMAGES: &[(&str, &[&str])] = &[
     ("registry.k8s.io/pause:3.9", &["sleep", "2147483647"]),
 ];
 
-/// `pgrep NAME` (critest's exec specs run it; Debian's busybox has no
-/// such applet): the PIDs whose command name matches, status 1 if none.
+/// Scripts for commands critest runs that Debian's busybox has no applet
+/// for: `pgrep NAME` (the PIDs whose command name matches, status 1 if
+/// none) and `ipcs -m` (the System V shared memory segments).
 const PGREP: &str = r#"#!/bin/sh
 found=1
 for d in /proc/[0-9]*; do
@@ -60,6 +67,10 @@ for d in /proc/[0-9]*; do
 done
 exit $found
 "#;
+const IPCS: &str = "#!/bin/sh\ncat /proc/sysvipc/shm\n";
+/// Users critest names (RunAsUserName: nobody).
+const PASSWD: &str = "root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n";
+const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
 
 /// Skipped for every handler alike (`--ginkgo.skip`, a regular expression
 /// over the full spec text):
@@ -122,15 +133,18 @@ fn import_images(node: &CriNode) {
         let d = Scratch::new("critestimg");
         // Files the image builder keeps: it adds busybox and its applets.
         let root = d.0.join("rootfs");
-        std::fs::create_dir_all(root.join("www")).unwrap();
-        std::fs::create_dir_all(root.join("bin")).unwrap();
+        for dir in ["www", "bin", "etc", "var/run"] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
         std::fs::write(root.join("www/index.html"), "<html>critest</html>\n").unwrap();
-        std::fs::write(root.join("bin/pgrep"), PGREP).unwrap();
-        std::fs::set_permissions(
-            root.join("bin/pgrep"),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
+        std::fs::write(root.join("etc/passwd"), PASSWD).unwrap();
+        std::fs::write(root.join("etc/group"), GROUP).unwrap();
+        for (script, text) in [("pgrep", PGREP), ("ipcs", IPCS), ("nginx", NGINX)] {
+            let p = root.join("bin").join(script);
+            std::fs::write(&p, text).unwrap();
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
         let tar = build_busybox_image_as(&d.0, name, cmd);
         let out = node.ctr(&["images", "import", tar.to_str().unwrap()]);
         assert!(
