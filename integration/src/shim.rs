@@ -151,6 +151,31 @@ pub struct ShimAgent(Child, PathBuf);
 impl Setup {
     /// Starts the agent on this setup's configuration and waits (20 s at
     /// most) for its socket.
+    /// `ctr run` of a container `id` with two busy loops for 3 s under a
+    /// 20 % quota; returns its log once the `end` is written.
+    pub fn run_throttled_burn(&self, id: &str) -> PathBuf {
+        let burn = "(timeout 3 sh -c 'while :; do :; done') & timeout 3 sh -c 'while :; do :; done'; wait; true";
+        let quota = ["--cpu-quota", "20000", "--cpu-period", "100000"];
+        let out = self.ctd.ctr(&run_args(id, &quota, &["sh", "-c", burn]));
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            text(&out.stderr),
+            self.ctd.log()
+        );
+        let logs = self.tw.0.join("logs");
+        let path = std::fs::read_dir(&logs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().contains(id))
+            .unwrap_or_else(|| panic!("no log for {id} in {}", logs.display()));
+        wait_until("the end record", Duration::from_secs(5), || {
+            !crate::of_type(&crate::read_log(&path), "end").is_empty()
+        });
+        path
+    }
+
     pub fn start_agent(&self) -> ShimAgent {
         let child = Command::new(bin("throttlewatch"))
             .args(["agent", "--config"])

@@ -15,7 +15,7 @@ use containerd_shim::protos::protobuf::Message;
 use containerd_shim::protos::types::introspection::RuntimeInfo;
 use throttlewatch_integration::containerd::SHIM_RUNTIME;
 use throttlewatch_integration::shim::{run_args, setup_2x, text, wait_until};
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, shared_bin};
+use throttlewatch_integration::{bin, cpu_lock, of_type, shared_bin};
 
 /// `SHIM -info` with `stdin`, decoded.
 fn info(shim: &Path, stdin: &[u8]) -> RuntimeInfo {
@@ -112,27 +112,7 @@ fn throttled_container_on_containerd_2_agrees_with_cpu_stat() {
     let _cpu = cpu_lock();
     let s = setup_2x();
     let _agent = s.start_agent();
-    let burn = "(timeout 3 sh -c 'while :; do :; done') & timeout 3 sh -c 'while :; do :; done'; wait; true";
-    let quota = ["--cpu-quota", "20000", "--cpu-period", "100000"];
-    let out = s
-        .ctd
-        .ctr(&run_args("throttled2", &quota, &["sh", "-c", burn]));
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        s.ctd.log()
-    );
-    let logs = s.tw.0.join("logs");
-    let path = std::fs::read_dir(&logs)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.to_string_lossy().contains("throttled2"))
-        .unwrap_or_else(|| panic!("no log for throttled2 in {}", logs.display()));
-    wait_until("the end record", Duration::from_secs(5), || {
-        !of_type(&read_log(&path), "end").is_empty()
-    });
+    let path = s.run_throttled_burn("throttled2");
     let log = throttlewatch_integration::assert_whole_log(&path);
     let end = of_type(&log, "end")[0];
     assert_eq!(end["exit_code"], 0, "{end}");

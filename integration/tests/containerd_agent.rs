@@ -121,27 +121,7 @@ fn throttled_container_log_agrees_with_cpu_stat() {
     let _cpu = cpu_lock();
     let s = setup();
     let agent = s.start_agent();
-    let burn = "(timeout 3 sh -c 'while :; do :; done') & timeout 3 sh -c 'while :; do :; done'; wait; true";
-    let quota = ["--cpu-quota", "20000", "--cpu-period", "100000"];
-    let out = s
-        .ctd
-        .ctr(&run_args("throttled1", &quota, &["sh", "-c", burn]));
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        text(&out.stderr),
-        s.ctd.log()
-    );
-    let logs = s.tw.0.join("logs");
-    let path = std::fs::read_dir(&logs)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.to_string_lossy().contains("throttled1"))
-        .unwrap_or_else(|| panic!("no log for throttled1 in {}", logs.display()));
-    wait_until("the end record", Duration::from_secs(5), || {
-        !of_type(&read_log(&path), "end").is_empty()
-    });
+    let path = s.run_throttled_burn("throttled1");
     let log = read_log(&path);
     assert_eq!(
         log.first().unwrap()["type"],
