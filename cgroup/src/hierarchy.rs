@@ -122,13 +122,6 @@ pub fn controller_dir_from(
         .then(|| (join_rel(&m.point, rel), CgroupMode::V2))
 }
 
-/// A running process's cgroup for `controller` (see [`controller_dir_from`]).
-pub fn controller_dir_of(pid: u32, controller: &str) -> Option<(PathBuf, CgroupMode)> {
-    let pc = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    controller_dir_from(&pc, &mi, controller)
-}
-
 /// The memory cgroup of a running process (see [`memory_dir_from`]).
 pub fn memory_dir_of(pid: u32) -> Option<(PathBuf, CgroupMode)> {
     let pc = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;

@@ -16,6 +16,6 @@ pub mod transient;
 
 pub use error::{CgroupError, Result};
 pub use group::{CpuCgroup, CpuLimits};
-pub use hierarchy::{controller_dir_of, memory_dir_of, oom_kills, CgroupMode, Hierarchies};
+pub use hierarchy::{memory_dir_of, oom_kills, CgroupMode, Hierarchies};
 pub use stat::CpuStat;
 pub use transient::TransientCgroup;

@@ -7,7 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use throttlewatch_cgroup::{controller_dir_of, CgroupMode};
+use throttlewatch_cgroup::hierarchy::controller_dir_from;
+use throttlewatch_cgroup::CgroupMode;
 
 use containerd_shim::protos::cgroups::metrics::{
     CPUStat, CPUUsage, MemoryEntry, MemoryStat, Metrics, PidsStat, Throttle,
@@ -96,14 +97,20 @@ pub struct CgroupDirs {
 }
 
 impl CgroupDirs {
+    /// One read of the process's cgroup list and of mountinfo for all four.
     pub fn of_pid(pid: u32) -> CgroupDirs {
-        let dir = |c| controller_dir_of(pid, c);
-        let memory = dir("memory");
+        let read = |p: String| std::fs::read_to_string(p).unwrap_or_default();
+        let (pc, mi) = (
+            read(format!("/proc/{pid}/cgroup")),
+            read("/proc/self/mountinfo".into()),
+        );
+        let dir = |c| controller_dir_from(&pc, &mi, c);
+        let acct = dir("cpuacct");
         CgroupDirs {
-            v2: dir("cpuacct").is_some_and(|(_, m)| m == CgroupMode::V2),
+            v2: acct.as_ref().is_some_and(|(_, m)| *m == CgroupMode::V2),
             cpu: dir("cpu").map(|d| d.0),
-            cpuacct: dir("cpuacct").map(|d| d.0),
-            memory: memory.map(|d| d.0),
+            cpuacct: acct.map(|d| d.0),
+            memory: dir("memory").map(|d| d.0),
             pids: dir("pids").map(|d| d.0),
         }
     }
