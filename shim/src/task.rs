@@ -460,15 +460,14 @@ impl Task for TaskService {
         _ctx: &TtrpcContext,
         req: api::StatsRequest,
     ) -> TtrpcResult<api::StatsResponse> {
-        let init = self.process(&req.id, "")?;
-        let dirs = self
-            .lock()
-            .containers
-            .get(&req.id)
-            .map(|c| c.cgroups.clone());
+        let (status, dirs) = {
+            let st = self.lock();
+            let c = st.containers.get(&req.id).ok_or_else(not_found)?;
+            (c.init.status, c.cgroups.clone())
+        };
         // Init exited: runc would refuse, the cgroup still answers.
-        let data = if init.status == Status::STOPPED {
-            dirs.and_then(|d| d.read())
+        let data = if status == Status::STOPPED {
+            dirs.read()
                 .ok_or_else(|| err(Code::NOT_FOUND, "cgroup does not exist: not found"))?
         } else {
             self.runc
