@@ -1,4 +1,5 @@
-//! containerd 1.6 with its CRI plugin on, driven the way kubelet drives it:
+//! containerd (1.6, or 2.3.4: [`ContainerdRelease`]) with its CRI plugin on,
+//! driven the way kubelet drives it:
 //! a CRI v1 client (RuntimeService, ImageService) over containerd's unix
 //! socket. The node's configuration tree is a scratch directory whose
 //! `etc/containerd` is bind-mounted over `/etc/containerd` in a private mount
@@ -22,7 +23,9 @@ use crate::containerd::{build_busybox_image, build_busybox_image_as, procs_match
 use crate::Scratch;
 
 mod pods;
+mod release;
 pub use pods::{Pod, CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL};
+pub use release::ContainerdRelease;
 
 /// The containerd namespace the CRI plugin works in.
 pub const NAMESPACE: &str = "k8s.io";
@@ -31,7 +34,7 @@ pub const NAMESPACE: &str = "k8s.io";
 pub const PAUSE_IMAGE: &str = "docker.io/library/twpause:latest";
 /// Where a node keeps containerd's configuration.
 pub const ETC_CONTAINERD: &str = "/etc/containerd";
-/// The CRI plugin's table.
+/// containerd 1.6's CRI plugin table (2.x: [`ContainerdRelease::runtime_plugin`]).
 pub const CRI_TABLE: &str = "plugins.\"io.containerd.grpc.v1.cri\"";
 /// The annotation allowlists a throttlewatch runtime handler needs.
 pub const ALLOWLISTS: &str =
@@ -63,6 +66,7 @@ pub struct CriNode {
     /// containerd in its own network and IPC namespaces with a tmpfs over
     /// /run (`isolate`): pod networks, netns files, shim sockets stay private.
     isolated: bool,
+    pub release: ContainerdRelease,
 }
 
 impl CriNode {
@@ -73,6 +77,18 @@ impl CriNode {
     /// `path_dirs` go first in containerd's PATH (where it finds a shim);
     /// `env` is added to its environment (shims and hooks inherit it).
     pub fn new(extra_toml: &str, path_dirs: &[PathBuf], env: &[(&str, &str)]) -> CriNode {
+        CriNode::new_on(ContainerdRelease::V1_6, extra_toml, path_dirs, env)
+    }
+
+    /// The same node on `release` (its binaries, its config shape; the
+    /// handler tables in `extra_toml` in its CRI runtime plugin:
+    /// [`ContainerdRelease::handler_toml`]).
+    pub fn new_on(
+        release: ContainerdRelease,
+        extra_toml: &str,
+        path_dirs: &[PathBuf],
+        env: &[(&str, &str)],
+    ) -> CriNode {
         assert!(
             Path::new(ETC_CONTAINERD).is_dir(),
             "{ETC_CONTAINERD} is missing: the tests bind-mount over it (apt-get install containerd)"
@@ -83,44 +99,10 @@ impl CriNode {
         std::fs::create_dir_all(&etc).unwrap();
         let socket = dir.0.join("containerd.sock");
         let cgroup_root = format!("/tw-cri-{}-{}", std::process::id(), crate::unique());
-        let p = |s: &str| dir.0.join(s).to_string_lossy().into_owned();
-        let config = format!(
-            r#"version = 2
-root = "{root}"
-state = "{state}"
-
-[grpc]
-  address = "{sock}"
-[ttrpc]
-  address = "{sock}.ttrpc"
-
-[plugins]
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "{opt}"
-  [{CRI_TABLE}]
-    sandbox_image = "{PAUSE_IMAGE}"
-    # This sandbox forbids the negative oom_score_adj given to pause containers.
-    restrict_oom_score_adj = true
-    stream_server_address = "127.0.0.1"
-    stream_server_port = "0"
-    [{CRI_TABLE}.cni]
-      bin_dir = "{cni}/bin"
-      conf_dir = "{cni}/net.d"
-    [{CRI_TABLE}.containerd]
-      default_runtime_name = "runc"
-      [{CRI_TABLE}.containerd.runtimes.runc]
-        runtime_type = "io.containerd.runc.v2"
-        [{CRI_TABLE}.containerd.runtimes.runc.options]
-          SystemdCgroup = false
-{extra_toml}
-"#,
-            root = p("root"),
-            state = p("state"),
-            sock = socket.display(),
-            opt = p("opt"),
-            cni = p("cni"),
-        );
+        let config = format!("{}{extra_toml}\n", release.config(&dir.0, &socket));
         std::fs::write(etc.join("config.toml"), config).unwrap();
+        let mut path_dirs = path_dirs.to_vec();
+        path_dirs.extend(release.path_dirs());
         let tokio = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -130,7 +112,7 @@ state = "{state}"
             etc_root,
             socket,
             cgroup_root,
-            path_dirs: path_dirs.to_vec(),
+            path_dirs,
             env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -141,6 +123,7 @@ state = "{state}"
             ids: Mutex::new(vec![]),
             images_imported: false,
             isolated: false,
+            release,
         }
     }
 
@@ -209,12 +192,13 @@ state = "{state}"
             .args(namespaces)
             .args(["--propagation", "private", "sh", "-c"])
             .arg(format!(
-                r#"mount --bind "$1" "$2" && {private_run}exec containerd --config "$3""#
+                r#"mount --bind "$1" "$2" && {private_run}exec "$4" --config "$3""#
             ))
             .arg("sh")
             .arg(self.etc_root.join("etc/containerd"))
             .arg(ETC_CONTAINERD)
             .arg(self.config_path())
+            .arg(self.release.containerd())
             .env("PATH", path.join(":"))
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -316,7 +300,7 @@ state = "{state}"
 
     /// `ctr -a SOCK -n k8s.io args…`
     pub fn ctr(&self, args: &[&str]) -> Output {
-        Command::new("ctr")
+        Command::new(self.release.ctr())
             .arg("-a")
             .arg(&self.socket)
             .args(["-n", NAMESPACE])

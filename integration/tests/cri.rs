@@ -1,10 +1,12 @@
-//! The kubelet path: pods through containerd 1.6's CRI plugin, driven by a
-//! CRI v1 client as kubelet drives it, on a node configuration before and
-//! after `throttlewatch install containerd`. The default handler (runc) must
-//! be unaffected; handler `throttlewatch` (our shim) and a hand-copied
-//! style-B handler (the runc shim with our wrapper as `BinaryName`) must
-//! give the pod's container a log with its Kubernetes names, its burst, and
-//! leave nothing behind. The pod's sandbox (pause) container is unlogged.
+//! The kubelet path: pods through the CRI plugin of containerd 1.6 and of
+//! containerd 2.3.4 (../shared/bin), driven by a CRI v1 client as kubelet
+//! drives it, on a node configuration (each release's own config shape)
+//! before and after `throttlewatch install containerd`. The default handler
+//! (runc) must be unaffected; handler `throttlewatch` (our shim) and a
+//! hand-copied style-B handler (the runc shim with our wrapper as
+//! `BinaryName`) must give the pod's container a log with its Kubernetes
+//! names, its burst, and leave nothing behind. The pod's sandbox (pause)
+//! container is unlogged. Every test runs on both releases.
 //! Run `cargo build --workspace --bins` first.
 
 use std::path::{Path, PathBuf};
@@ -15,10 +17,12 @@ use k8s_cri::v1::ContainerState;
 use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
 use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::protocol::{call, Request, Response};
-use throttlewatch_integration::cri::{CriNode, Pod, ALLOWLISTS, CRI_TABLE};
+use throttlewatch_integration::cri::{ContainerdRelease, CriNode, Pod};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::fixtures::http_get;
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
+
+use ContainerdRelease::{V1_6, V2_3};
 
 const HANDLER_SHIM: &str = "throttlewatch";
 const HANDLER_WRAPPER: &str = "throttlewatch-runc";
@@ -30,20 +34,13 @@ const THROTTLED_NS: u64 = 300_000_000;
 /// The style-B handler as an operator copies it by hand from
 /// configs/containerd/runc-binaryname.toml: on the node before the install,
 /// which must keep it.
-fn wrapper_handler() -> String {
-    let t = format!("{CRI_TABLE}.containerd.runtimes.{HANDLER_WRAPPER}");
-    format!(
-        "      [{t}]\n        runtime_type = \"io.containerd.runc.v2\"\n{}\n        [{t}.options]\n          BinaryName = {:?}\n",
-        indent(ALLOWLISTS, 8),
-        bin("throttlewatch-runtime").to_string_lossy()
+fn wrapper_handler(release: ContainerdRelease) -> String {
+    let wrapper = bin("throttlewatch-runtime");
+    release.handler_toml(
+        HANDLER_WRAPPER,
+        "io.containerd.runc.v2",
+        &[("BinaryName", wrapper.to_str().unwrap())],
     )
-}
-
-fn indent(s: &str, n: usize) -> String {
-    s.lines()
-        .map(|l| format!("{}{l}", " ".repeat(n)))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// `throttlewatch install containerd` on the node's configuration tree:
@@ -67,13 +64,21 @@ fn install(node: &CriNode, tw: &PrivateConfig) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // In the release's CRI runtime plugin, whatever the quoting.
+    let doc: toml::Table = config.parse().unwrap();
+    let plugin = node.release.runtime_plugin();
+    let runtimes = &doc["plugins"][plugin]["containerd"]["runtimes"];
     for handler in ["runc", HANDLER_WRAPPER, HANDLER_SHIM] {
-        let table = format!("{CRI_TABLE}.containerd.runtimes.{handler}]");
         assert!(
-            config.contains(&table),
-            "{table} missing after the install:\n{config}"
+            runtimes.get(handler).is_some(),
+            "{plugin} runtime {handler} missing after the install:\n{config}"
         );
     }
+    assert_eq!(
+        runtimes[HANDLER_SHIM]["runtime_type"].as_str(),
+        Some("io.containerd.throttlewatch.v2"),
+        "{config}"
+    );
 }
 
 /// A private throttlewatch configuration with metrics on a free port.
@@ -94,13 +99,14 @@ fn tw_config() -> (PrivateConfig, u16) {
 
 /// A node whose containerd finds our shim (target/debug first in its PATH)
 /// and passes our configuration on to shims, wrapper and hook.
-fn node(tw: &PrivateConfig) -> CriNode {
+fn node(release: ContainerdRelease, tw: &PrivateConfig) -> CriNode {
     let bins = bin("containerd-shim-throttlewatch-v2")
         .parent()
         .unwrap()
         .to_path_buf();
-    CriNode::new(
-        &wrapper_handler(),
+    CriNode::new_on(
+        release,
+        &wrapper_handler(release),
         &[bins],
         &[("THROTTLEWATCH_CONFIG", tw.path.to_str().unwrap())],
     )
@@ -164,10 +170,9 @@ fn default_pod_runs_untouched(node: &CriNode, tw: &PrivateConfig, name: &str) {
     });
 }
 
-#[test]
-fn default_handler_pods_run_before_and_after_the_install() {
+fn default_handler_pods_run_before_and_after_the_install(release: ContainerdRelease) {
     let (tw, _) = tw_config();
-    let mut node = node(&tw);
+    let mut node = node(release, &tw);
     node.start();
     default_pod_runs_untouched(&node, &tw, "before-install");
     let e = node
@@ -204,12 +209,13 @@ fn names_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
 
 /// A pod through `handler` on the installed configuration, as kubelet runs
 /// a pod with a 0.3-CPU limit and our burst annotation.
-fn throttled_pod_is_watched(handler: &str) {
+fn throttled_pod_is_watched(release: ContainerdRelease, handler: &str) {
     let _cpu = cpu_lock();
     let t_test = Instant::now();
     let (tw, port) = tw_config();
     let _agent = Agent::start(&tw);
-    let mut node = node(&tw);
+    let mut node = node(release, &tw);
+    let what = format!("{handler} on {}", release.name());
     install(&node, &tw);
     node.start();
 
@@ -230,10 +236,7 @@ fn throttled_pod_is_watched(handler: &str) {
         .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
     node.start_container(&id)
         .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
-    eprintln!(
-        "{handler}: pod running in {} ms",
-        t_pod.elapsed().as_millis()
-    );
+    eprintln!("{what}: pod running in {} ms", t_pod.elapsed().as_millis());
 
     // The sandbox is left as the CRI made it; the container has our hooks.
     assert!(
@@ -266,7 +269,7 @@ fn throttled_pod_is_watched(handler: &str) {
         cg.cpu_stat().unwrap().throttled_ns >= THROTTLED_NS
     });
     eprintln!(
-        "{handler}: {THROTTLED_NS} ns throttled after {} ms",
+        "{what}: {THROTTLED_NS} ns throttled after {} ms",
         t_burn.elapsed().as_millis()
     );
     let st = agent_status(&tw);
@@ -298,7 +301,7 @@ fn throttled_pod_is_watched(handler: &str) {
     node.remove_pod(&pod)
         .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
     eprintln!(
-        "{handler}: pod stopped and removed in {} ms",
+        "{what}: pod stopped and removed in {} ms",
         t_stop.elapsed().as_millis()
     );
 
@@ -322,7 +325,7 @@ fn throttled_pod_is_watched(handler: &str) {
     assert!(kernel >= THROTTLED_NS, "too little throttling: {end}");
     let err = (probe as f64 - kernel as f64).abs() / kernel as f64;
     eprintln!(
-        "{handler}: probe {probe} ns, kernel {kernel} ns, error {:.3} %",
+        "{what}: probe {probe} ns, kernel {kernel} ns, error {:.3} %",
         err * 100.0
     );
     assert!(
@@ -359,15 +362,35 @@ fn throttled_pod_is_watched(handler: &str) {
     assert_eq!(st.watched.unwrap_or_default(), Vec::<String>::new());
     assert_eq!(st.watch_map_entries, Some(0), "BPF watch map entries left");
     assert_eq!(tw.hook_log(), "", "the hook reported problems");
-    eprintln!("{handler}: test took {} ms", t_test.elapsed().as_millis());
+    eprintln!("{what}: test took {} ms", t_test.elapsed().as_millis());
 }
 
 #[test]
-fn pod_through_the_throttlewatch_shim() {
-    throttled_pod_is_watched(HANDLER_SHIM);
+fn default_handler_pods_run_before_and_after_the_install_on_containerd_1_6() {
+    default_handler_pods_run_before_and_after_the_install(V1_6);
 }
 
 #[test]
-fn pod_through_the_runc_shim_with_our_wrapper() {
-    throttled_pod_is_watched(HANDLER_WRAPPER);
+fn default_handler_pods_run_before_and_after_the_install_on_containerd_2_3() {
+    default_handler_pods_run_before_and_after_the_install(V2_3);
+}
+
+#[test]
+fn pod_through_the_throttlewatch_shim_on_containerd_1_6() {
+    throttled_pod_is_watched(V1_6, HANDLER_SHIM);
+}
+
+#[test]
+fn pod_through_the_throttlewatch_shim_on_containerd_2_3() {
+    throttled_pod_is_watched(V2_3, HANDLER_SHIM);
+}
+
+#[test]
+fn pod_through_the_runc_shim_with_our_wrapper_on_containerd_1_6() {
+    throttled_pod_is_watched(V1_6, HANDLER_WRAPPER);
+}
+
+#[test]
+fn pod_through_the_runc_shim_with_our_wrapper_on_containerd_2_3() {
+    throttled_pod_is_watched(V2_3, HANDLER_WRAPPER);
 }
