@@ -122,6 +122,16 @@ fn burst_recommendation_absorbs_spikes() {
         "--ms",
         "4000",
     ];
+    // Both runs start warm: on a fresh machine the first exec of the
+    // binaries spends CPU in the container's first period (page faults,
+    // loading) that the second run would not, and that changes the workload
+    // between the two runs, not the prediction.
+    let warm = Command::new(bin("tw-burn"))
+        .args(["--threads", "1", "--ms", "1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ok(&warm);
     // A spike that starts in the last sixth of a period straddles the refill
     // and is not throttled; the thaw at the refill then sets the next spikes'
     // offset. Should a run end up barely throttled, that is the workload, not

@@ -18,7 +18,9 @@ pub struct PeriodDemand {
     pub fresh_ns: f64,
     /// The part of it the period could not have (observed): left over.
     pub unmet_ns: f64,
-    /// The part of it that is the period before's leftover (0 or `fresh_ns`).
+    /// The part of it that is the period before's leftover: all of it after
+    /// a period without throttling, the backlog after a spike's throttled
+    /// period, else 0.
     pub carried_ns: f64,
     /// Throttled time per unit of unmet work (>= 1: a thread frozen to the
     /// period's end may have needed less than the whole span).
@@ -56,7 +58,7 @@ pub fn demand(
     period_ns: u64,
 ) -> Vec<PeriodDemand> {
     let q = quota_ns as f64;
-    let unmet: Vec<f64> = (0..periods.len())
+    let first: Vec<f64> = (0..periods.len())
         .map(|k| {
             let Some(p) = periods[k] else { return 0.0 };
             let t = p.throttled_ns as f64;
@@ -82,27 +84,50 @@ pub fn demand(
             }
         })
         .collect();
+    // From the end back: the work left when a throttled period ended is at
+    // most what the next one served (one quota: it was throttled too) and
+    // what was left after it. Where that bound is below the frozen time's
+    // worth, the leftover was a backlog the next period drained (the tail of
+    // a spike, not a group busy all along), and the next period's demand is
+    // that backlog, not new work (counted once, `carried_ns`).
+    let mut unmet = first;
+    let mut backlog = vec![false; periods.len()];
+    for k in (0..periods.len().saturating_sub(1)).rev() {
+        if periods[k].is_some() && periods[k + 1].is_some() && unmet[k] > q + unmet[k + 1] {
+            unmet[k] = q + unmet[k + 1];
+            backlog[k] = true;
+        }
+    }
     (0..periods.len())
-        .map(|k| match periods[k] {
-            Some(p) if unmet[k] > 0.0 => PeriodDemand {
-                fresh_ns: q + unmet[k],
-                unmet_ns: unmet[k],
-                carried_ns: 0.0,
-                span_per_unmet: p.throttled_ns as f64 / unmet[k],
-            },
-            Some(_) => PeriodDemand {
-                fresh_ns: q,
-                unmet_ns: 0.0,
-                carried_ns: 0.0,
-                span_per_unmet: 1.0,
-            },
-            None => {
-                let left = if k > 0 { unmet[k - 1] } else { 0.0 };
-                PeriodDemand {
-                    fresh_ns: left,
+        .map(|k| {
+            let carried = |fresh: f64| {
+                if k > 0 && backlog[k - 1] {
+                    unmet[k - 1].min(fresh)
+                } else {
+                    0.0
+                }
+            };
+            match periods[k] {
+                Some(p) if unmet[k] > 0.0 => PeriodDemand {
+                    fresh_ns: q + unmet[k],
+                    unmet_ns: unmet[k],
+                    carried_ns: carried(q + unmet[k]),
+                    span_per_unmet: p.throttled_ns as f64 / unmet[k],
+                },
+                Some(_) => PeriodDemand {
+                    fresh_ns: q,
                     unmet_ns: 0.0,
-                    carried_ns: left,
+                    carried_ns: carried(q),
                     span_per_unmet: 1.0,
+                },
+                None => {
+                    let left = if k > 0 { unmet[k - 1] } else { 0.0 };
+                    PeriodDemand {
+                        fresh_ns: left,
+                        unmet_ns: 0.0,
+                        carried_ns: left,
+                        span_per_unmet: 1.0,
+                    }
                 }
             }
         })
@@ -209,6 +234,26 @@ mod tests {
         let d = demand(&t, 20_000_000, P);
         assert!((replay(&d, bw(20, 0), 2.0) - 80e6).abs() < 1e3);
         assert!(replay(&d, bw(20, 20), 2.0) < 1e3);
+    }
+
+    #[test]
+    fn a_spike_over_two_throttled_periods_is_counted_once() {
+        // After idle periods a spike of 45ms under a 20ms quota on one CPU:
+        // 20ms, frozen 80ms; 20ms, frozen 80ms; the last 5ms. The work left
+        // after the first period is at most the second's quota and what was
+        // left after it (at most one quota: the third was not throttled), so
+        // a 20ms burst leaves at most one period's worth, not two.
+        let mut t = vec![None; 12];
+        t[4] = thr(80, 1);
+        t[5] = thr(80, 1);
+        let d = demand(&t, 20_000_000, P);
+        assert!((replay(&d, bw(20, 0), 1.0) - 160e6).abs() < 1e3);
+        let burst = replay(&d, bw(20, 20), 1.0);
+        assert!(burst <= 40e6 + 1e3, "{burst}");
+        // A group busy all along stays busy: no backlog is taken for it.
+        let busy = vec![thr(80, 1); 12];
+        let d = demand(&busy, 20_000_000, P);
+        assert!(replay(&d, bw(20, 20), 1.0) > 11.0 * 80e6 - 1e3);
     }
 
     #[test]
