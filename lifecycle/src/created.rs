@@ -116,8 +116,11 @@ pub fn on_prepared(
     // The burst record is for `update`, not for the start: written once
     // the register is out (the agent works on it meanwhile).
     let burst = q.burst.take();
-    send_register(cfg, config_path, rep, &c, rel, q, answer, early, t);
+    send_register(cfg, config_path, rep, &c, rel.clone(), q, answer, early, t);
     record_burst(cfg, rep, c.key, burst.as_ref());
+    if burst.is_some() {
+        share_with_ancestors(cfg, rep, &h, &rel);
+    }
     t.mark("burst_record");
     Ok(())
 }
@@ -204,6 +207,15 @@ fn mark_unwatched(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
             "cannot mark {key} unwatched in {}: {e} (poststop will ask the agent)",
             cfg.state_dir.display()
         ));
+    }
+}
+
+/// The container's burst on the ancestors with a quota too (a pod cgroup
+/// under kubelet): [`crate::pod_burst`]. Before the entrypoint runs.
+pub fn share_with_ancestors(cfg: &Config, rep: &mut Reporter, h: &Hierarchies, rel: &str) {
+    let s = crate::pod_burst::share(&StateDir::new(&cfg.state_dir), h, rel);
+    for w in &s.warnings {
+        rep.warn(w);
     }
 }
 

@@ -57,14 +57,21 @@ impl HeldBurst {
     }
 
     /// After the update: the burst again, clamped to the new quota, and
-    /// recorded. Returns the burst written (µs).
-    pub fn restore(self, cfg: &Config) -> Result<u64, String> {
-        restore(&self.record, &self.group, cfg).map_err(|e| {
+    /// recorded; the ancestors with a quota follow (a pod cgroup's burst
+    /// fits the containers' new quotas: [`crate::pod_burst`]), what they
+    /// could not do goes to `warn`. Returns the burst written (µs).
+    pub fn restore(self, cfg: &Config, warn: Warn) -> Result<u64, String> {
+        let us = restore(&self.record, &self.group, cfg).map_err(|e| {
             format!(
                 "container {:?}: cannot restore the CFS burst after update: {e}",
                 self.record.container_id
             )
-        })
+        })?;
+        let state = StateDir::new(&cfg.state_dir);
+        for w in crate::pod_burst::share_here(&state, &self.record.cgroup_path).warnings {
+            warn(&w);
+        }
+        Ok(us)
     }
 }
 

@@ -10,7 +10,7 @@
 //! - the work between create and start, whoever does it ([`created`]: the
 //!   QoS steps of [`qos`], then the register; errors through [`report`]),
 //!   and the CFS burst kept across `update` ([`burst_record`],
-//!   [`held_burst`]);
+//!   [`held_burst`]) and shared with a pod cgroup's quota ([`pod_burst`]);
 //! - the one client of the agent's socket ([`agent_client`]) and starting
 //!   an agent ([`agent_start`]);
 //! - the hook stages ([`Stage`]), where binaries are ([`binaries`]), phase
@@ -34,6 +34,7 @@ pub mod held_burst;
 pub mod modifiers;
 pub mod oci_state;
 pub mod pending;
+pub mod pod_burst;
 pub mod qos;
 pub mod report;
 pub mod scope;

@@ -436,7 +436,7 @@ impl Task for TaskService {
         );
         let res = self.runc.update(&req.id, &json);
         if let Some(h) = held {
-            if let Err(e) = h.restore(&self.cfg) {
+            if let Err(e) = h.restore(&self.cfg, &mut |w: &str| warn!("{w}")) {
                 warn!("{e}");
                 if res.is_ok() && self.cfg.fail_mode == FailMode::Closed {
                     return Err(err(Code::INTERNAL, e));

@@ -1,0 +1,354 @@
+//! Containers in pod cgroups made and sized as kubelet makes them, run
+//! through the runc wrapper: the burst takes effect under the pod's own
+//! quota, and an in-place resize (the containers first, then the pod, for a
+//! shrink; the pod first for a grow) succeeds with a burst in place.
+//!
+//! What kubelet does, from its source (v1.35):
+//! - `pkg/kubelet/cm/qos_container_manager_linux.go`: `kubepods` and under
+//!   it `burstable` and `besteffort` (Guaranteed pods sit in `kubepods`
+//!   itself), with `cpu.shares` only — no quota at the QoS levels;
+//! - `pkg/kubelet/cm/pod_container_manager_linux.go`: `pod<uid>` below its
+//!   QoS level (`kubepods-burstable-pod<uid>.slice` with the systemd driver,
+//!   the containers in `cri-containerd-<id>.scope` below);
+//! - `pkg/kubelet/cm/helpers_linux.go`, `ResourceConfigForPod`: when every
+//!   container has a CPU limit, the pod's `CPUQuota` is the sum of the
+//!   limits over `QuotaPeriod` (100 ms) and its `CPUShares` the sum of
+//!   the requests; a container without a limit leaves the pod unlimited.
+//! - `pkg/kubelet/kuberuntime/kuberuntime_manager.go`, `doPodResizeAction`:
+//!   a CPU limit that grows is written on the pod cgroup first, then
+//!   `UpdateContainerResources` per container; one that shrinks the other
+//!   way round.
+
+use std::time::Duration;
+
+use serde_json::json;
+use throttlewatch_cgroup::{CpuCgroup, CpuStat, Hierarchies};
+use throttlewatch_integration::bundle::{text, tw_burn_bundle, Bundle, ContainerOpts, OciCli};
+use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+use throttlewatch_integration::{cpu_lock, of_type, read_log, unique};
+
+/// A pod cgroup as kubelet's cgroupfs or systemd driver lays it out, with
+/// kubelet's `cpu.shares` on the QoS levels and the pod's quota; removed
+/// (deepest first) on drop.
+struct PodCgroup {
+    h: Hierarchies,
+    /// Made by the test, outermost first.
+    made: Vec<String>,
+    pod: String,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    GuaranteedCgroupfs,
+    BurstableCgroupfs,
+    BurstableSystemd,
+}
+
+impl PodCgroup {
+    fn new(shape: Shape, quota_us: Option<u64>) -> PodCgroup {
+        let h = Hierarchies::discover().unwrap();
+        let uid = format!("{}-{}", std::process::id(), unique());
+        // A private node-level cgroup stands for `kubepods` (and its slice).
+        let levels: Vec<String> = match shape {
+            Shape::GuaranteedCgroupfs => vec![
+                format!("/tw-kubepods-{uid}"),
+                format!("/tw-kubepods-{uid}/pod{uid}"),
+            ],
+            Shape::BurstableCgroupfs => vec![
+                format!("/tw-kubepods-{uid}"),
+                format!("/tw-kubepods-{uid}/burstable"),
+                format!("/tw-kubepods-{uid}/burstable/pod{uid}"),
+            ],
+            Shape::BurstableSystemd => vec![
+                format!("/tw-kubepods-{uid}.slice"),
+                format!("/tw-kubepods-{uid}.slice/kubepods-burstable.slice"),
+                format!(
+                    "/tw-kubepods-{uid}.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice",
+                    uid.replace('-', "_")
+                ),
+            ],
+        };
+        for l in &levels {
+            let g = CpuCgroup::at(&h, l);
+            std::fs::create_dir_all(&g.cpu_dir).unwrap();
+            // kubelet's shares at every level (values as for a 2-CPU node
+            // and a pod requesting its limit): 2048 and 30 ms -> 307.
+            std::fs::write(
+                g.cpu_dir.join(match h.mode {
+                    throttlewatch_cgroup::CgroupMode::V1 => "cpu.shares",
+                    throttlewatch_cgroup::CgroupMode::V2 => "cpu.weight",
+                }),
+                match h.mode {
+                    throttlewatch_cgroup::CgroupMode::V1 => "2048",
+                    throttlewatch_cgroup::CgroupMode::V2 => "79",
+                },
+            )
+            .unwrap();
+        }
+        let pod = levels.last().unwrap().clone();
+        if h.mode == throttlewatch_cgroup::CgroupMode::V2 {
+            // v2: the cpu controller must be enabled for the children.
+            for l in &levels {
+                let g = CpuCgroup::at(&h, l);
+                let _ = std::fs::write(g.cpu_dir.join("cgroup.subtree_control"), "+cpu +cpuset");
+            }
+        }
+        CpuCgroup::at(&h, &pod)
+            .set_quota(quota_us, 100_000)
+            .unwrap();
+        PodCgroup {
+            h,
+            made: levels,
+            pod,
+        }
+    }
+
+    fn group(&self) -> CpuCgroup {
+        CpuCgroup::at(&self.h, &self.pod)
+    }
+
+    /// The container's cgroupsPath below the pod, as the driver names it.
+    fn container_path(&self, id: &str) -> String {
+        if self.pod.ends_with(".slice") {
+            format!("{}/cri-containerd-{id}.scope", self.pod)
+        } else {
+            format!("{}/{id}", self.pod)
+        }
+    }
+
+    fn stat(&self) -> CpuStat {
+        self.group().cpu_stat().unwrap()
+    }
+
+    fn burst_us(&self) -> u64 {
+        self.group().bandwidth().unwrap().burst_us.unwrap()
+    }
+}
+
+impl Drop for PodCgroup {
+    fn drop(&mut self) {
+        for l in self.made.iter().rev() {
+            let rel = l.trim_start_matches('/');
+            for ctrl in std::fs::read_dir("/sys/fs/cgroup")
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let _ = std::fs::remove_dir(ctrl.path().join(rel));
+            }
+            let _ = std::fs::remove_dir(std::path::Path::new("/sys/fs/cgroup").join(rel));
+        }
+    }
+}
+
+/// 45 ms of CPU every 300 ms, one thread (the issue's measured case).
+const SPIKY: &[&str] = &[
+    "--threads",
+    "1",
+    "--pin",
+    "packed",
+    "--spin-cpu",
+    "45",
+    "--sleep",
+    "300",
+    "--ms",
+    "3000",
+];
+
+/// Idle but for 1 ms every second, for 60 s: a container to resize.
+const IDLE: &[&str] = &[
+    "--threads",
+    "1",
+    "--spin-cpu",
+    "1",
+    "--sleep",
+    "1000",
+    "--ms",
+    "60000",
+];
+
+fn pod_container(pod: &PodCgroup, tag: &str, quota_us: i64, burst: Option<&str>) -> Bundle {
+    pod_container_running(pod, tag, quota_us, burst, SPIKY)
+}
+
+fn pod_container_running(
+    pod: &PodCgroup,
+    tag: &str,
+    quota_us: i64,
+    burst: Option<&str>,
+    args: &[&str],
+) -> Bundle {
+    let mut b = tw_burn_bundle(tag, args, ContainerOpts::default().quota(quota_us, 100_000));
+    let path = pod.container_path(&b.id);
+    b.cgroup_path = path.clone();
+    b.edit(|v| {
+        v["linux"]["cgroupsPath"] = json!(path);
+        if let Some(x) = burst {
+            v["annotations"]["throttlewatch.io/cpu-burst"] = json!(x);
+        }
+    });
+    b
+}
+
+struct Ran {
+    container: CpuStat,
+    pod_burst_running: u64,
+    container_burst_running: u64,
+    log: Vec<serde_json::Value>,
+}
+
+fn run_in_pod(rt: &OciCli, cfg: &PrivateConfig, pod: &PodCgroup, b: &Bundle) -> Ran {
+    let o = rt.run_detached(b);
+    assert!(o.status.success(), "run -d: {}", text(&o));
+    let pod_burst_running = pod.burst_us();
+    let container_burst_running = b.burst_us();
+    rt.wait_stopped(&b.id, Duration::from_secs(120));
+    let container = b.group().cpu_stat().unwrap();
+    let d = rt.delete(&b.id);
+    assert!(d.status.success(), "delete: {}", text(&d));
+    Ran {
+        container,
+        pod_burst_running,
+        container_burst_running,
+        log: read_log(&cfg.log_of(&b.id)),
+    }
+}
+
+/// Pod and container throttled time of one run, ms.
+fn throttled(pod_before: &CpuStat, pod_after: &CpuStat, r: &Ran) -> (f64, f64) {
+    (
+        (pod_after.throttled_ns - pod_before.throttled_ns) as f64 / 1e6,
+        r.container.throttled_ns as f64 / 1e6,
+    )
+}
+
+#[test]
+fn a_burst_works_under_a_kubelet_pod_quota() {
+    let _l = cpu_lock();
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    for shape in [
+        Shape::BurstableCgroupfs,
+        Shape::GuaranteedCgroupfs,
+        Shape::BurstableSystemd,
+    ] {
+        // One container with a 30 ms limit: the pod's quota is 30 ms too.
+        let pod = PodCgroup::new(shape, Some(30_000));
+        let p0 = pod.stat();
+        let plain = run_in_pod(&rt, &cfg, &pod, &pod_container(&pod, "plain", 30_000, None));
+        let p1 = pod.stat();
+        let burst = run_in_pod(
+            &rt,
+            &cfg,
+            &pod,
+            &pod_container(&pod, "burst", 30_000, Some("30ms")),
+        );
+        let p2 = pod.stat();
+        let (pod_plain, c_plain) = throttled(&p0, &p1, &plain);
+        let (pod_burst, c_burst) = throttled(&p1, &p2, &burst);
+        eprintln!(
+            "{shape:?}: without a burst pod {pod_plain:.1} ms + container {c_plain:.1} ms throttled; \
+             with 30ms: pod {pod_burst:.1} ms + container {c_burst:.1} ms (pod burst {} us while it ran)",
+            burst.pod_burst_running
+        );
+        assert_eq!(burst.container_burst_running, 30_000);
+        assert_eq!(
+            burst.pod_burst_running, 30_000,
+            "{shape:?}: the pod cgroup carries the container's burst"
+        );
+        assert_eq!(plain.pod_burst_running, 0, "{shape:?}");
+        assert_eq!(pod.burst_us(), 0, "{shape:?}: taken back at delete");
+        assert!(
+            pod_plain + c_plain > 100.0,
+            "{shape:?}: the workload was not throttled without a burst: {pod_plain} + {c_plain} ms"
+        );
+        assert!(
+            pod_burst + c_burst <= 0.5 * (pod_plain + c_plain),
+            "{shape:?}: with a burst pod {pod_burst} + container {c_burst} ms, without {pod_plain} + {c_plain} ms"
+        );
+        let start = of_type(&burst.log, "start")[0];
+        assert_eq!(start["burst_us"], 30_000, "{start}");
+    }
+}
+
+#[test]
+fn a_pod_without_a_quota_is_left_alone() {
+    // A pod with a container without a limit: kubelet gives the pod no quota.
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let pod = PodCgroup::new(Shape::BurstableCgroupfs, None);
+    let b = pod_container_running(&pod, "nolimit", 30_000, Some("30ms"), IDLE);
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "run -d: {}", text(&o));
+    assert_eq!(b.burst_us(), 30_000);
+    assert_eq!(
+        pod.burst_us(),
+        0,
+        "nothing written on a pod without a quota"
+    );
+    stop(&rt, &b);
+}
+
+/// `kill -9`, wait, `delete`.
+fn stop(rt: &OciCli, b: &Bundle) {
+    let o = rt.run(&["kill", &b.id, "KILL"]);
+    assert!(o.status.success(), "kill: {}", text(&o));
+    rt.wait_stopped(&b.id, Duration::from_secs(30));
+    let o = rt.delete(&b.id);
+    assert!(o.status.success(), "delete: {}", text(&o));
+}
+
+#[test]
+fn an_in_place_resize_succeeds_with_a_burst_in_place() {
+    let _l = cpu_lock();
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    // Two containers of 30 ms each: the pod's quota is 60 ms.
+    let pod = PodCgroup::new(Shape::BurstableCgroupfs, Some(60_000));
+    let a = pod_container_running(&pod, "a", 30_000, Some("30ms"), IDLE);
+    let b = pod_container_running(&pod, "b", 30_000, Some("100%"), IDLE);
+    for c in [&a, &b] {
+        let o = rt.run_detached(c);
+        assert!(o.status.success(), "run -d: {}", text(&o));
+    }
+    assert_eq!(
+        pod.burst_us(),
+        60_000,
+        "both bursts, within the pod's 60 ms"
+    );
+    // Shrink a to 10 ms: the container first, then the pod (60 -> 40 ms).
+    let o = rt.run(&["update", "--cpu-quota", "10000", &a.id]);
+    assert!(o.status.success(), "update: {}", text(&o));
+    assert_eq!(a.quota_us(), Some(10_000));
+    assert_eq!(a.burst_us(), 10_000, "the burst follows the quota down");
+    assert_eq!(
+        pod.burst_us(),
+        40_000,
+        "the pod's burst fits its quota to be"
+    );
+    // kubelet's write of the pod's new quota: refused (EINVAL) were the
+    // pod's burst still above it.
+    write_quota_alone(&pod.group(), 40_000);
+    // Grow a to 50 ms: the pod first (40 -> 80 ms), then the container.
+    write_quota_alone(&pod.group(), 80_000);
+    let o = rt.run(&["update", "--cpu-quota", "50000", &a.id]);
+    assert!(o.status.success(), "update: {}", text(&o));
+    assert_eq!(a.burst_us(), 30_000, "30ms asked, within the new 50 ms");
+    assert_eq!(pod.burst_us(), 60_000, "30 + 30 ms, within the pod's 80 ms");
+    stop(&rt, &a);
+    stop(&rt, &b);
+    assert_eq!(pod.burst_us(), 0, "taken back when the containers are gone");
+}
+
+/// The pod's quota written alone, as kubelet's cgroup manager writes it.
+fn write_quota_alone(g: &CpuCgroup, quota_us: u64) {
+    let (file, value) = match g.mode {
+        throttlewatch_cgroup::CgroupMode::V1 => ("cpu.cfs_quota_us", quota_us.to_string()),
+        throttlewatch_cgroup::CgroupMode::V2 => ("cpu.max", format!("{quota_us} 100000")),
+    };
+    std::fs::write(g.cpu_dir.join(file), value)
+        .unwrap_or_else(|e| panic!("kubelet's write of {file} = {quota_us} refused: {e}"));
+}

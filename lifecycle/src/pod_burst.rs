@@ -1,0 +1,389 @@
+//! A container's CFS burst under a pod quota. kubelet gives a pod whose
+//! containers all have CPU limits the sum of those limits as the pod
+//! cgroup's own quota (kubelet v1.35 `pkg/kubelet/cm/helpers_linux.go`,
+//! `ResourceConfigForPod`), and the kernel enforces every level of the
+//! hierarchy: a burst written on the container alone only moves the
+//! throttling up to the pod cgroup. So each ancestor with a quota gets, on
+//! top of the burst it had before us (its base), the bursts of the
+//! containers recorded below it (`bursts/*.json`), at most its quota and
+//! at most the sum of its children's quotas: kubelet's in-place resize
+//! shrinks the containers first and the pod after
+//! (`pkg/kubelet/kuberuntime/kuberuntime_manager.go`, `doPodResizeAction`),
+//! and the kernel refuses a quota below the burst, so the pod's burst must
+//! already fit the pod quota kubelet is about to write.
+//!
+//! The table of what was written (`<state_dir>/pod-bursts.json`, under an
+//! flock next to it) keeps the base: an ancestor's burst that is no longer
+//! what we wrote was written by someone else (an operator, kubelet) and
+//! becomes the new base. When the last container below an ancestor is gone
+//! its base is written back.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
+use throttlewatch_core::state_dir::{write_atomic, StateDir, WriteOptions};
+
+use crate::burst_record::BurstRecord;
+
+const TABLE: &str = "pod-bursts.json";
+const LOCK: &str = "pod-bursts.lock";
+
+/// What we wrote on one ancestor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Written {
+    /// The ancestor's burst before us (or as someone else last wrote it).
+    base_us: u64,
+    written_us: u64,
+}
+
+/// One ancestor with a quota, after [`share`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Level {
+    pub cgroup_path: String,
+    pub quota_us: u64,
+    pub period_us: u64,
+    /// Its burst now.
+    pub burst_us: u64,
+    /// Of that, the bursts of the containers below it.
+    pub from_containers_us: u64,
+}
+
+/// What [`share`] did: the ancestors with a quota, nearest first, and what
+/// could not be done (none of it fails the container).
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub levels: Vec<Level>,
+    pub warnings: Vec<String>,
+}
+
+/// Bring the burst of every ancestor of `container_rel` that has a quota
+/// in line with the bursts recorded for the containers below it (the
+/// container's own record already saved, or already removed).
+pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str) -> Shared {
+    let mut out = Shared::default();
+    let mut lock = None;
+    let mut table = None;
+    let mut records = None;
+    let mut at = CpuCgroup::at(h, container_rel).parent(h);
+    while let Some(g) = at {
+        if g.rel == "/" {
+            break;
+        }
+        at = g.parent(h);
+        let Ok(bw) = g.bandwidth() else { continue };
+        let (Some(quota), Some(current)) = (bw.quota_us, bw.burst_us) else {
+            continue;
+        };
+        if lock.is_none() {
+            match take_lock(state) {
+                Ok(l) => lock = Some(l),
+                Err(e) => {
+                    out.warnings.push(format!(
+                        "cannot lock {}: {e}; the burst of {} is left as it is",
+                        state.root().join(LOCK).display(),
+                        g.rel
+                    ));
+                    return out;
+                }
+            }
+        }
+        let table = table.get_or_insert_with(|| load_table(state, &mut out.warnings));
+        let records = records.get_or_insert_with(|| live_records(state, h));
+        let below = format!("{}/", g.rel);
+        let sum: u64 = records
+            .iter()
+            .filter(|r| r.cgroup_path.starts_with(&below))
+            .map(|r| r.applied_us)
+            .sum();
+        let base = match table.get(&g.rel) {
+            Some(w) if w.written_us == current => w.base_us,
+            _ => current,
+        };
+        let target = if sum == 0 {
+            base
+        } else {
+            (base + sum)
+                .min(
+                    children_quota(h, &g, bw.period_us)
+                        .unwrap_or(quota)
+                        .max(base),
+                )
+                .min(quota)
+        };
+        let mut now = current;
+        if target != current {
+            match g.set_burst(target) {
+                Ok(()) => now = target,
+                Err(e) => out.warnings.push(format!(
+                    "the kernel refused {} = {target}: {e}; the containers below it burst only within its quota",
+                    g.burst_file().display()
+                )),
+            }
+        }
+        if sum == 0 {
+            table.remove(&g.rel);
+        } else {
+            table.insert(
+                g.rel.clone(),
+                Written {
+                    base_us: base,
+                    written_us: now,
+                },
+            );
+        }
+        out.levels.push(Level {
+            cgroup_path: g.rel.clone(),
+            quota_us: quota,
+            period_us: bw.period_us,
+            burst_us: now,
+            from_containers_us: now.saturating_sub(base),
+        });
+    }
+    if let Some(t) = &table {
+        if let Err(e) = save_table(state, t) {
+            out.warnings.push(format!(
+                "cannot write {}: {e}",
+                state.root().join(TABLE).display()
+            ));
+        }
+    }
+    drop(lock);
+    out
+}
+
+/// [`share`] on the hierarchies of this host.
+pub fn share_here(state: &StateDir, container_rel: &str) -> Shared {
+    match Hierarchies::discover() {
+        Ok(h) => share(state, &h, container_rel),
+        Err(e) => Shared {
+            levels: Vec::new(),
+            warnings: vec![format!(
+                "cgroup hierarchies: {e}; the bursts of the ancestors of {container_rel} are left as they are"
+            )],
+        },
+    }
+}
+
+/// The quotas of `g`'s children summed, in `g`'s period; None when none has one.
+fn children_quota(h: &Hierarchies, g: &CpuCgroup, period_us: u64) -> Option<u64> {
+    let mut sum = None;
+    for e in std::fs::read_dir(&g.cpu_dir).ok()?.flatten() {
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let c = CpuCgroup::at(h, &format!("{}/{name}", g.rel));
+        if let Ok(bw) = c.bandwidth() {
+            if let (Some(q), true) = (bw.quota_us, bw.period_us > 0) {
+                *sum.get_or_insert(0) += q * period_us / bw.period_us;
+            }
+        }
+    }
+    sum
+}
+
+/// The burst records of containers whose cgroup is still there.
+fn live_records(state: &StateDir, h: &Hierarchies) -> Vec<BurstRecord> {
+    let Ok(dir) = std::fs::read_dir(state.bursts_dir()) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let bytes = read_private(&e.path()).ok()?;
+            serde_json::from_slice::<BurstRecord>(&bytes).ok()
+        })
+        .filter(|r| r.applied_us > 0 && CpuCgroup::at(h, &r.cgroup_path).cpu_dir.is_dir())
+        .collect()
+}
+
+fn read_private(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let mut bytes = Vec::new();
+    f.take(64 * 1024).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn take_lock(state: &StateDir) -> std::io::Result<Flock<File>> {
+    StateDir::create_dir(state.root())?;
+    let f = OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(lock_path(state))?;
+    Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| e.into())
+}
+
+fn lock_path(state: &StateDir) -> PathBuf {
+    state.root().join(LOCK)
+}
+
+fn load_table(state: &StateDir, warnings: &mut Vec<String>) -> BTreeMap<String, Written> {
+    let path = state.root().join(TABLE);
+    match read_private(&path) {
+        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+            warnings.push(format!(
+                "{}: {e}; the ancestors' bursts are taken as they are now",
+                path.display()
+            ));
+            BTreeMap::new()
+        }),
+        Err(_) => BTreeMap::new(),
+    }
+}
+
+fn save_table(state: &StateDir, t: &BTreeMap<String, Written>) -> std::io::Result<()> {
+    let path = state.root().join(TABLE);
+    if t.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        };
+    }
+    write_atomic(&path, &serde_json::to_vec(t)?, &WriteOptions::STATE)
+}
+
+#[cfg(test)]
+mod tests {
+    use throttlewatch_cgroup::CgroupMode;
+
+    use super::*;
+    use crate::burst_record::{self, BurstRequest, RECORD_VERSION};
+
+    /// A v2-shaped tree: `/kubepods/burstable/pod1/{c1,c2}` with `cpu.max`
+    /// and `cpu.max.burst` files (plain files: the kernel's checks are in
+    /// the root tests).
+    fn tree(root: &std::path::Path) -> Hierarchies {
+        let h = Hierarchies {
+            mode: CgroupMode::V2,
+            cpu: root.join("cg"),
+            cpuset: None,
+            extra_v1: vec![],
+        };
+        for (rel, max) in [
+            ("/kubepods", "max 100000"),
+            ("/kubepods/burstable", "max 100000"),
+            ("/kubepods/burstable/pod1", "60000 100000"),
+            ("/kubepods/burstable/pod1/c1", "30000 100000"),
+            ("/kubepods/burstable/pod1/c2", "30000 100000"),
+            ("/kubepods/burstable/pod1/pause", "max 100000"),
+        ] {
+            let d = CpuCgroup::at(&h, rel).cpu_dir;
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cpu.max"), max).unwrap();
+            std::fs::write(d.join("cpu.max.burst"), "0").unwrap();
+        }
+        h
+    }
+
+    fn record(state: &StateDir, id: &str, rel: &str, us: u64) {
+        burst_record::save(
+            state,
+            &BurstRecord {
+                v: RECORD_VERSION,
+                container_id: id.into(),
+                scope: None,
+                cgroup_path: rel.into(),
+                request: BurstRequest::Micros(us),
+                cap_percent: 100,
+                applied_us: us,
+            },
+        )
+        .unwrap();
+    }
+
+    fn burst(h: &Hierarchies, rel: &str) -> u64 {
+        CpuCgroup::at(h, rel).bandwidth().unwrap().burst_us.unwrap()
+    }
+
+    #[test]
+    fn the_pod_gets_its_containers_bursts_and_its_own_back() {
+        let d = tempfile::tempdir().unwrap();
+        let h = tree(d.path());
+        let state = StateDir::new(d.path().join("state"));
+        let pod = "/kubepods/burstable/pod1";
+        // Someone had set 5ms on the pod before.
+        std::fs::write(CpuCgroup::at(&h, pod).burst_file(), "5000").unwrap();
+        record(&state, "c1", "/kubepods/burstable/pod1/c1", 30_000);
+        let s = share(&state, &h, "/kubepods/burstable/pod1/c1");
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        assert_eq!(burst(&h, pod), 35_000);
+        assert_eq!(
+            s.levels.len(),
+            1,
+            "only the pod has a quota: {:?}",
+            s.levels
+        );
+        assert_eq!(s.levels[0].from_containers_us, 30_000);
+        assert_eq!(burst(&h, "/kubepods/burstable"), 0);
+        // The second container's burst: capped at the pod's quota (60ms).
+        record(&state, "c2", "/kubepods/burstable/pod1/c2", 30_000);
+        share(&state, &h, "/kubepods/burstable/pod1/c2");
+        assert_eq!(burst(&h, pod), 60_000);
+        // c1 ends: its part is taken back; c2's stays.
+        burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c1", None));
+        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        assert_eq!(burst(&h, pod), 35_000);
+        burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c2", None));
+        share(&state, &h, "/kubepods/burstable/pod1/c2");
+        assert_eq!(burst(&h, pod), 5_000, "the base is written back");
+        assert!(!d.path().join("state").join(TABLE).exists());
+    }
+
+    #[test]
+    fn a_resize_shrinks_the_pods_burst_to_its_containers_new_quotas() {
+        let d = tempfile::tempdir().unwrap();
+        let h = tree(d.path());
+        let state = StateDir::new(d.path().join("state"));
+        let pod = "/kubepods/burstable/pod1";
+        record(&state, "c1", "/kubepods/burstable/pod1/c1", 30_000);
+        record(&state, "c2", "/kubepods/burstable/pod1/c2", 30_000);
+        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        assert_eq!(burst(&h, pod), 60_000);
+        // kubelet shrinks c1 to 10ms first (the pod's 40ms comes after): the
+        // container's burst follows its quota, the pod's fits 40ms.
+        let c1 = CpuCgroup::at(&h, "/kubepods/burstable/pod1/c1");
+        std::fs::write(c1.cpu_dir.join("cpu.max"), "10000 100000").unwrap();
+        record(&state, "c1", "/kubepods/burstable/pod1/c1", 10_000);
+        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        assert_eq!(burst(&h, pod), 40_000);
+    }
+
+    #[test]
+    fn a_write_by_someone_else_becomes_the_base() {
+        let d = tempfile::tempdir().unwrap();
+        let h = tree(d.path());
+        let state = StateDir::new(d.path().join("state"));
+        let pod = "/kubepods/burstable/pod1";
+        record(&state, "c1", "/kubepods/burstable/pod1/c1", 20_000);
+        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        assert_eq!(burst(&h, pod), 20_000);
+        std::fs::write(CpuCgroup::at(&h, pod).burst_file(), "10000").unwrap();
+        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        assert_eq!(burst(&h, pod), 30_000, "10ms of theirs and 20ms of ours");
+        burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c1", None));
+        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        assert_eq!(burst(&h, pod), 10_000);
+    }
+
+    #[test]
+    fn no_ancestor_with_a_quota_takes_no_lock_and_writes_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let h = tree(d.path());
+        let state = StateDir::new(d.path().join("state"));
+        let s = share(&state, &h, "/kubepods/burstable/other");
+        assert!(s.levels.is_empty() && s.warnings.is_empty());
+        assert!(!d.path().join("state").exists());
+    }
+}
