@@ -7,7 +7,7 @@ use std::io;
 use throttlewatch_bpf::{ColdStartEvent, Event, FreezeEvent, ThrottleModel};
 use throttlewatch_cgroup::{CpuCgroup, CpuLimits, CpuStat};
 use throttlewatch_core::logfmt::{
-    self, CpuStatSnapshot, End, LogWriter, Record, Resume, Runq, Start, Throttle,
+    self, CpuStatSnapshot, End, LimitAbove, LogWriter, Record, Resume, Runq, Start, Throttle,
 };
 
 use throttlewatch_core::EndReason;
@@ -625,6 +625,19 @@ fn start_record(
         labels: spec.labels.as_map(),
         qos: spec.qos.clone(),
         topology: crate::placement::start_topology(spec.pid),
+        limits_above: cgroup
+            .limited_ancestors()
+            .into_iter()
+            .filter_map(|(g, l)| {
+                Some(LimitAbove {
+                    cgroup_id: g.id().ok()?,
+                    cgroup_path: g.rel,
+                    quota_us: l.quota_us?,
+                    period_us: l.period_us,
+                    burst_us: l.burst_us,
+                })
+            })
+            .collect(),
     }
 }
 

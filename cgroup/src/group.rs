@@ -76,6 +76,33 @@ impl CpuCgroup {
         Some(CpuCgroup::at(h, if rel.is_empty() { "/" } else { rel }))
     }
 
+    /// The ancestors below the hierarchy's root that have a CFS quota,
+    /// nearest first, with their limits (cpu controller only).
+    pub fn limited_ancestors(&self) -> Vec<(CpuCgroup, CpuLimits)> {
+        let mut out = Vec::new();
+        let mut rel = self.rel.as_str();
+        let mut dir = self.cpu_dir.as_path();
+        while let (Some((up, _)), Some(d)) = (rel.rsplit_once('/'), dir.parent()) {
+            if up.is_empty() {
+                break;
+            }
+            (rel, dir) = (up, d);
+            let g = CpuCgroup {
+                mode: self.mode,
+                rel: rel.to_string(),
+                cpu_dir: dir.to_path_buf(),
+                cpuset_dir: None,
+                extra_dirs: Vec::new(),
+            };
+            if let Ok(l) = g.bandwidth() {
+                if l.quota_us.is_some() {
+                    out.push((g, l));
+                }
+            }
+        }
+        out
+    }
+
     fn cpu_file(&self, name: &str) -> PathBuf {
         self.cpu_dir.join(name)
     }

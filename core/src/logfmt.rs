@@ -135,6 +135,23 @@ pub struct Start {
     /// machines with more than one node or any GPU (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<StartTopology>,
+    /// The ancestors with a CFS quota of their own, nearest first (a
+    /// kubelet pod cgroup: the sum of its containers' limits). They
+    /// throttle the container too; a `throttle` record's
+    /// `throttled_cgroup_id` says which level froze it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits_above: Vec<LimitAbove>,
+}
+
+/// An ancestor's CFS limit, as the kernel had it at the start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LimitAbove {
+    pub cgroup_path: String,
+    pub cgroup_id: u64,
+    pub quota_us: u64,
+    pub period_us: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst_us: Option<u64>,
 }
 
 /// Where the container could run: NUMA nodes with their CPUs, NVIDIA GPUs

@@ -25,7 +25,7 @@ use serde_json::json;
 use throttlewatch_cgroup::{CpuCgroup, CpuStat, Hierarchies};
 use throttlewatch_integration::bundle::{text, tw_burn_bundle, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
-use throttlewatch_integration::{cpu_lock, of_type, read_log, unique};
+use throttlewatch_integration::{cpu_lock, of_type, read_log, report_json, unique};
 
 /// A pod cgroup as kubelet's cgroupfs or systemd driver lays it out, with
 /// kubelet's `cpu.shares` on the QoS levels and the pod's quota; removed
@@ -195,6 +195,7 @@ struct Ran {
     pod_burst_running: u64,
     container_burst_running: u64,
     log: Vec<serde_json::Value>,
+    log_path: std::path::PathBuf,
 }
 
 fn run_in_pod(rt: &OciCli, cfg: &PrivateConfig, pod: &PodCgroup, b: &Bundle) -> Ran {
@@ -211,6 +212,7 @@ fn run_in_pod(rt: &OciCli, cfg: &PrivateConfig, pod: &PodCgroup, b: &Bundle) -> 
         pod_burst_running,
         container_burst_running,
         log: read_log(&cfg.log_of(&b.id)),
+        log_path: cfg.log_of(&b.id),
     }
 }
 
@@ -269,6 +271,33 @@ fn a_burst_works_under_a_kubelet_pod_quota() {
         );
         let start = of_type(&burst.log, "start")[0];
         assert_eq!(start["burst_us"], 30_000, "{start}");
+        // The log names the pod's limit, and the report says which level froze it.
+        let start = of_type(&plain.log, "start")[0];
+        assert_eq!(start["limits_above"][0]["cgroup_path"], pod.pod, "{start}");
+        assert_eq!(start["limits_above"][0]["quota_us"], 30_000, "{start}");
+        let pod_records: u64 = of_type(&plain.log, "throttle")
+            .iter()
+            .filter(|t| t["throttled_cgroup_id"] == start["limits_above"][0]["cgroup_id"])
+            .map(|t| t["frozen_ns"].as_u64().unwrap())
+            .sum();
+        let r = report_json(&plain.log_path, &[]);
+        let levels = r["containers"][0]["frozen_by_level"]
+            .as_array()
+            .unwrap()
+            .clone();
+        eprintln!("{shape:?}: frozen by level {levels:?}");
+        if pod_plain > 20.0 {
+            assert!(
+                pod_records > 0,
+                "{shape:?}: no record froze at the pod level"
+            );
+            let pod_level = levels
+                .iter()
+                .find(|l| l["level"] == "pod")
+                .unwrap_or_else(|| panic!("{shape:?}: no pod level in {levels:?}"));
+            assert_eq!(pod_level["cgroup_path"], pod.pod);
+            assert_eq!(pod_level["frozen_ns"], pod_records);
+        }
     }
 }
 

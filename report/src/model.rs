@@ -71,6 +71,8 @@ pub struct Container {
     /// Freezes read from `throttle_summary` records (folded past the budget).
     pub folded_freezes: u64,
     pub threads: HashMap<u32, ThreadFreezes>,
+    /// Frozen time by the cgroup whose quota froze it (`throttled_cgroup_id`).
+    pub frozen_by_group: BTreeMap<u64, u64>,
     pub heat: Heatmaps,
     /// period index -> CPU -> (first freeze start, last thaw), and its threads.
     periods: BTreeMap<u64, PeriodSpans>,
@@ -164,6 +166,10 @@ impl Container {
         }
         th.freezes += 1;
         th.frozen_ns += t.frozen_ns;
+        *self
+            .frozen_by_group
+            .entry(t.throttled_cgroup_id)
+            .or_default() += t.frozen_ns;
         th.longest_ns = th.longest_ns.max(t.frozen_ns);
         let p = self.period_ns();
         let end = t.start_ns + t.frozen_ns;

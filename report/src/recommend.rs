@@ -185,13 +185,36 @@ fn quota(c: &Container, m: &Model) -> Option<Recommendation> {
     let frozen_per_period = periods.iter().map(|(_, p)| p.throttled_ns).sum::<u64>() as f64
         / periods.len().max(1) as f64;
     let workers = cpus_now.floor().max(1.0);
+    // Frozen mostly by the pod's quota: that is the limit to name (kubelet
+    // makes it the sum of the pod's containers' limits).
+    let above = crate::summary::levels(c)
+        .into_iter()
+        .find(|x| x.level != "container" && x.share > 0.5)
+        .map(|x| {
+            format!(
+                "the {} cgroup's quota ({}{}) froze {:.0} % of it, not the container's own{}; ",
+                if x.level == "pod" { "pod" } else { "ancestor" },
+                x.cgroup_path,
+                x.quota_us
+                    .filter(|_| x.period_us > 0)
+                    .map(|q| format!(", {} CPUs", trim_float(q as f64 / x.period_us as f64)))
+                    .unwrap_or_default(),
+                x.share * 100.0,
+                if x.level == "pod" {
+                    ": under kubelet it is the sum of the pod's containers' limits, so raising this container's limit raises it"
+                } else {
+                    ": raise that cgroup's quota too"
+                }
+            )
+        })
+        .unwrap_or_default();
     Some(Recommendation {
         kind: "quota",
         key: "resources.limits.cpu".into(),
         value: trim_float(l),
         run_flag: format!("--cpus {}", trim_float(l)),
         reason: format!(
-            "{} runnable threads under a quota of {} CPUs freeze for {} of each throttled period (summed over CPUs): run {} worker{}, or raise the limit to {}",
+            "{above}{} runnable threads under a quota of {} CPUs freeze for {} of each throttled period (summed over CPUs): run {} worker{}, or raise the limit to {}",
             runnable,
             trim_float(cpus_now),
             short(frozen_per_period as u64),

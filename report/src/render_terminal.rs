@@ -158,6 +158,26 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
         },
         opt(r.kernel_throttled_ns),
     );
+    if r.frozen_by_level.iter().any(|l| l.level != "container") {
+        let parts: Vec<String> = r
+            .frozen_by_level
+            .iter()
+            .map(|l| {
+                let what = match l.level {
+                    "container" => "its own limit".to_string(),
+                    "pod" => format!("the pod's limit ({})", l.cgroup_path),
+                    _ => format!("an ancestor's limit ({})", l.cgroup_path),
+                };
+                let cpus = l
+                    .quota_us
+                    .filter(|_| l.period_us > 0)
+                    .map(|q| format!(", {:.2} CPUs", q as f64 / l.period_us as f64))
+                    .unwrap_or_default();
+                format!("{what}{cpus}: {}", pct(l.share))
+            })
+            .collect();
+        let _ = writeln!(s, "  frozen by {}", parts.join("; "));
+    }
     let f = &r.freezes;
     let _ = writeln!(
         s,

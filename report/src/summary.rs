@@ -52,6 +52,8 @@ pub struct ContainerReport {
     pub top_threads: Vec<ThreadRow>,
     pub runq: Option<Runq>,
     pub split: CpuSplit,
+    /// Which level's quota froze it, most first (one line: its own limit).
+    pub frozen_by_level: Vec<LevelShare>,
     pub cold_start: Option<ColdStart>,
     /// The dynamic CPU controller's changes on the timeline (docs/control.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -61,6 +63,89 @@ pub struct ContainerReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<crate::recommend::WhatIfResult>,
     pub heatmaps: Heatmaps,
+}
+
+/// Which level's quota froze the container: its own, its pod's, or another
+/// ancestor's (`throttle.throttled_cgroup_id` against `start.limits_above`).
+#[derive(Debug, Clone, Serialize)]
+pub struct LevelShare {
+    /// `container`, `pod` (kubelet's `pod<uid>` / `…-pod<uid>.slice`) or `ancestor`.
+    pub level: &'static str,
+    pub cgroup_path: String,
+    pub quota_us: Option<u64>,
+    pub period_us: u64,
+    /// Frozen time (records, per thread) this level's quota caused.
+    pub frozen_ns: u64,
+    pub share: f64,
+}
+
+/// The frozen time by level, most first; empty without records.
+pub fn levels(c: &Container) -> Vec<LevelShare> {
+    let Some(start) = c.start.as_ref() else {
+        return Vec::new();
+    };
+    let total: u64 = c.frozen_by_group.values().sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut out: Vec<LevelShare> = c
+        .frozen_by_group
+        .iter()
+        .map(|(id, ns)| {
+            let above = start.limits_above.iter().find(|l| l.cgroup_id == *id);
+            let (level, path, quota, period) = match above {
+                _ if *id == start.cgroup_id
+                    || (above.is_none() && start.limits_above.is_empty()) =>
+                {
+                    (
+                        "container",
+                        start.cgroup_path.clone(),
+                        start.quota_us,
+                        start.period_us,
+                    )
+                }
+                Some(l) => (
+                    if is_pod_cgroup(&l.cgroup_path) {
+                        "pod"
+                    } else {
+                        "ancestor"
+                    },
+                    l.cgroup_path.clone(),
+                    Some(l.quota_us),
+                    l.period_us,
+                ),
+                None => ("ancestor", format!("cgroup id {id}"), None, start.period_us),
+            };
+            LevelShare {
+                level,
+                cgroup_path: path,
+                quota_us: quota,
+                period_us: period,
+                frozen_ns: *ns,
+                share: *ns as f64 / total as f64,
+            }
+        })
+        .collect();
+    // Ids that resolve to the same level (the container before and after a
+    // log without ids) are one line.
+    out.sort_by(|a, b| a.cgroup_path.cmp(&b.cgroup_path));
+    out.dedup_by(|later, first| {
+        if later.cgroup_path != first.cgroup_path {
+            return false;
+        }
+        first.frozen_ns += later.frozen_ns;
+        first.share += later.share;
+        true
+    });
+    out.sort_by(|a, b| b.frozen_ns.cmp(&a.frozen_ns));
+    out
+}
+
+/// kubelet's pod cgroup names: `pod<uid>` (cgroupfs) or
+/// `kubepods-<qos>-pod<uid>.slice` (systemd).
+pub fn is_pod_cgroup(path: &str) -> bool {
+    let last = path.rsplit('/').next().unwrap_or(path);
+    last.starts_with("pod") || (last.contains("-pod") && last.ends_with(".slice"))
 }
 
 /// A `control` record and when it came, ns after the log's start.
@@ -156,6 +241,7 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
         top_threads,
         runq,
         split,
+        frozen_by_level: levels(c),
         cold_start: c.cold_start.clone(),
         controls: c
             .controls
@@ -172,5 +258,75 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
             offset: c.heat.offset(),
             threads: c.heat.threads(&names),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use throttlewatch_core::logfmt::{LimitAbove, Record, Start, Throttle};
+
+    use super::*;
+
+    fn freeze(by: u64, frozen_ns: u64) -> Record {
+        Record::Throttle(Throttle {
+            tid: 1,
+            cgroup_id: 7,
+            throttled_cgroup_id: by,
+            start_ns: 1_000,
+            frozen_ns,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn frozen_time_is_split_by_the_level_whose_quota_froze_it() {
+        let mut c = Container::default();
+        c.add(
+            0,
+            Record::Start(Start {
+                cgroup_path: "/kubepods/burstable/pod1/c".into(),
+                cgroup_id: 7,
+                quota_us: Some(50_000),
+                period_us: 100_000,
+                limits_above: vec![LimitAbove {
+                    cgroup_path: "/kubepods/burstable/pod1".into(),
+                    cgroup_id: 5,
+                    quota_us: 30_000,
+                    period_us: 100_000,
+                    burst_us: Some(0),
+                }],
+                ..Default::default()
+            }),
+        );
+        c.add(1, freeze(5, 30));
+        c.add(2, freeze(7, 10));
+        c.add(3, freeze(5, 40));
+        let l = levels(&c);
+        assert_eq!(l.len(), 2, "{l:?}");
+        assert_eq!((l[0].level, l[0].frozen_ns), ("pod", 70));
+        assert_eq!(l[0].cgroup_path, "/kubepods/burstable/pod1");
+        assert!((l[0].share - 0.875).abs() < 1e-9);
+        assert_eq!((l[1].level, l[1].frozen_ns), ("container", 10));
+        assert!(is_pod_cgroup(
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice"
+        ));
+        assert!(!is_pod_cgroup("/system.slice/docker-1.scope"));
+    }
+
+    #[test]
+    fn a_log_without_limits_above_is_all_the_containers_own() {
+        let mut c = Container::default();
+        c.add(
+            0,
+            Record::Start(Start {
+                cgroup_id: 7,
+                ..Default::default()
+            }),
+        );
+        c.add(1, freeze(7, 30));
+        c.add(2, freeze(0, 10));
+        let l = levels(&c);
+        assert_eq!(l.len(), 1, "{l:?}");
+        assert_eq!((l[0].level, l[0].frozen_ns), ("container", 40));
     }
 }
