@@ -365,6 +365,83 @@ fn throttled_pod_is_watched(release: ContainerdRelease, handler: &str) {
     eprintln!("{what}: test took {} ms", t_test.elapsed().as_millis());
 }
 
+/// Issue 31: a container's stats through the CRI, what kubelet reads
+/// (memory usage, working set, RSS, page faults) and, on containerd 2.x,
+/// the names of the pod metrics (`container_oom_events_total` comes from
+/// memory.oom_control), are there with our shim when they are there with
+/// the runc shim. Ours used to leave out memory.stat and oom_control.
+fn container_stats_are_those_of_the_runc_shim(release: ContainerdRelease) {
+    let (tw, _) = tw_config();
+    let _agent = Agent::start(&tw);
+    let mut node = node(release, &tw);
+    install(&node, &tw);
+    node.start();
+    let mut seen = vec![];
+    for handler in ["", HANDLER_SHIM] {
+        let pod = node
+            .run_pod(handler, node.pod_config("stats", "default", &[]))
+            .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+        let id = node
+            .create_container(&pod, "app", &["sleep", "1000"], Some((50_000, 100_000)))
+            .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+        node.start_container(&id).unwrap();
+        let nonzero =
+            |v: &Option<k8s_cri::v1::UInt64Value>| v.as_ref().is_some_and(|v| v.value > 0);
+        let mut memory = None;
+        wait_until("memory stats", Duration::from_secs(15), || {
+            memory = node.container_stats(&id).ok().and_then(|s| s.memory);
+            memory.as_ref().is_some_and(|m| nonzero(&m.usage_bytes))
+        });
+        let m = memory.unwrap();
+        let shape = [
+            ("usage_bytes", nonzero(&m.usage_bytes)),
+            ("working_set_bytes", nonzero(&m.working_set_bytes)),
+            ("rss_bytes", nonzero(&m.rss_bytes)),
+            ("page_faults", nonzero(&m.page_faults)),
+        ];
+        let names = match release {
+            V1_6 => vec![],
+            V2_3 => {
+                let mut names = vec![];
+                wait_until("pod metrics", Duration::from_secs(15), || {
+                    names = node.container_metric_names(&id).unwrap_or_default();
+                    !names.is_empty()
+                });
+                names
+            }
+        };
+        eprintln!(
+            "{} {handler:?}: memory {m:?}\n  metrics {names:?}",
+            release.name()
+        );
+        node.stop_pod(&pod).unwrap();
+        node.remove_pod(&pod).unwrap();
+        seen.push((shape, names));
+    }
+    assert!(
+        seen[0].0.iter().all(|(_, nz)| *nz),
+        "the runc shim's stats on {}: {:?}",
+        release.name(),
+        seen[0]
+    );
+    assert_eq!(
+        seen[1],
+        seen[0],
+        "{}: ours vs the runc shim",
+        release.name()
+    );
+}
+
+#[test]
+fn container_stats_are_those_of_the_runc_shim_on_containerd_1_6() {
+    container_stats_are_those_of_the_runc_shim(V1_6);
+}
+
+#[test]
+fn container_stats_are_those_of_the_runc_shim_on_containerd_2_3() {
+    container_stats_are_those_of_the_runc_shim(V2_3);
+}
+
 #[test]
 fn default_handler_pods_run_before_and_after_the_install_on_containerd_1_6() {
     default_handler_pods_run_before_and_after_the_install(V1_6);

@@ -1,9 +1,10 @@
-//! `runc events --stats` JSON → containerd's cgroup v1 `Metrics` protobuf
-//! (what `ctr task metrics` and the CRI stats read). After init exited,
-//! runc refuses (`container … is not running`) while the cgroup still
-//! holds the figures: the runc shim reads the cgroup itself (task/service.go
-//! Stats), so then do we, from the directories noted at create
-//! ([`CgroupDirs`]), into the same JSON shape.
+//! A container's cgroup figures → containerd's cgroup v1 `Metrics` protobuf
+//! (what `ctr task metrics` and the CRI stats read). The runc shim reads
+//! the cgroup itself (task/service.go Stats: memory.stat in full,
+//! memory.oom_control), running or not, so do we, from the directories
+//! noted at create ([`CgroupDirs`]), in the JSON shape of `runc events
+//! --stats` — which is asked only when those are unknown (runc refuses
+//! once init exited: `container … is not running`).
 
 use std::path::{Path, PathBuf};
 
@@ -11,7 +12,7 @@ use throttlewatch_cgroup::hierarchy::controller_dir_from;
 use throttlewatch_cgroup::CgroupMode;
 
 use containerd_shim::protos::cgroups::metrics::{
-    CPUStat, CPUUsage, MemoryEntry, MemoryStat, Metrics, PidsStat, Throttle,
+    CPUStat, CPUUsage, MemoryEntry, MemoryOomControl, MemoryStat, Metrics, PidsStat, Throttle,
 };
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::{Message, MessageField};
@@ -53,13 +54,60 @@ pub fn metrics(data: &Value) -> Metrics {
         ..Default::default()
     };
     let mem = &data["memory"];
+    // memory.stat by its own names (runc's `raw`); what kubelet's working
+    // set (usage - total_inactive_file) and the CRI's page-fault and RSS
+    // figures read.
+    let r = |k: &str| u(&mem["raw"][k]);
     let memory = MemoryStat {
         cache: u(&mem["cache"]),
+        rss: r("rss"),
+        rss_huge: r("rss_huge"),
+        mapped_file: r("mapped_file"),
+        dirty: r("dirty"),
+        writeback: r("writeback"),
+        pg_pg_in: r("pgpgin"),
+        pg_pg_out: r("pgpgout"),
+        pg_fault: r("pgfault"),
+        pg_maj_fault: r("pgmajfault"),
+        inactive_anon: r("inactive_anon"),
+        active_anon: r("active_anon"),
+        inactive_file: r("inactive_file"),
+        active_file: r("active_file"),
+        unevictable: r("unevictable"),
+        hierarchical_memory_limit: r("hierarchical_memory_limit"),
+        hierarchical_swap_limit: r("hierarchical_memsw_limit"),
+        total_cache: r("total_cache"),
+        total_rss: r("total_rss"),
+        total_rss_huge: r("total_rss_huge"),
+        total_mapped_file: r("total_mapped_file"),
+        total_dirty: r("total_dirty"),
+        total_writeback: r("total_writeback"),
+        total_pg_pg_in: r("total_pgpgin"),
+        total_pg_pg_out: r("total_pgpgout"),
+        total_pg_fault: r("total_pgfault"),
+        total_pg_maj_fault: r("total_pgmajfault"),
+        total_inactive_anon: r("total_inactive_anon"),
+        total_active_anon: r("total_active_anon"),
+        total_inactive_file: r("total_inactive_file"),
+        total_active_file: r("total_active_file"),
+        total_unevictable: r("total_unevictable"),
         usage: entry(&mem["usage"]),
         swap: entry(&mem["swap"]),
         kernel: entry(&mem["kernel"]),
         kernel_tcp: entry(&mem["kernelTCP"]),
         ..Default::default()
+    };
+    // memory.oom_control (the CRI's container_oom_events_total), read from
+    // the cgroup as the runc shim does; runc events has none.
+    let oom = &data["memory_oom_control"];
+    let memory_oom_control = match oom.is_object() {
+        true => MessageField::some(MemoryOomControl {
+            oom_kill_disable: u(&oom["oom_kill_disable"]),
+            under_oom: u(&oom["under_oom"]),
+            oom_kill: u(&oom["oom_kill"]),
+            ..Default::default()
+        }),
+        false => MessageField::none(),
     };
     Metrics {
         cpu: MessageField::some(CPUStat {
@@ -73,6 +121,7 @@ pub fn metrics(data: &Value) -> Metrics {
             limit: u(&data["pids"]["limit"]),
             ..Default::default()
         }),
+        memory_oom_control,
         ..Default::default()
     }
 }
@@ -163,7 +212,9 @@ impl CgroupDirs {
                 "swap": entry("memory.memsw."),
                 "kernel": entry("memory.kmem."),
                 "kernelTCP": entry("memory.kmem.tcp."),
+                "raw": mstat,
             },
+            "memory_oom_control": kv_opt(mem, "memory.oom_control"),
             "pids": self.pids_json(),
         })
     }
@@ -190,7 +241,9 @@ impl CgroupDirs {
                           "limit": max("memory.max")},
                 "swap": {"usage": num(dir, "memory.swap.current"),
                          "limit": max("memory.swap.max")},
+                "raw": mstat,
             },
+            "memory_oom_control": {"oom_kill": kv(dir, "memory.events").get("oom_kill")},
             "pids": self.pids_json(),
         })
     }
@@ -248,6 +301,7 @@ mod tests {
         assert_eq!(m.cpu.usage.per_cpu, vec![2, 3]);
         assert_eq!(m.memory.usage.limit, 8192);
         assert_eq!(m.pids.current, 2);
+        assert!(m.memory_oom_control.is_none(), "runc events has none");
         let any = metrics_any(&data).unwrap();
         assert_eq!(Metrics::parse_from_bytes(&any.value).unwrap(), m);
     }
@@ -274,7 +328,15 @@ mod tests {
                 &[
                     ("memory.usage_in_bytes", "4096\n"),
                     ("memory.limit_in_bytes", "8192\n"),
-                    ("memory.stat", "cache 11\nrss 22\n"),
+                    (
+                        "memory.stat",
+                        "cache 11\nrss 22\npgfault 33\nhierarchical_memsw_limit 44\n\
+                         total_inactive_file 55\n",
+                    ),
+                    (
+                        "memory.oom_control",
+                        "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n",
+                    ),
                 ][..],
             ),
             (&pids, &[("pids.current", "2\n"), ("pids.max", "max\n")][..]),
@@ -300,6 +362,13 @@ mod tests {
         assert_eq!(m.cpu.throttling.throttled_time, 123);
         assert_eq!(m.memory.usage.limit, 8192);
         assert_eq!(m.memory.cache, 11);
+        let ms = &m.memory;
+        assert_eq!(
+            (ms.rss, ms.pg_fault, ms.hierarchical_swap_limit),
+            (22, 33, 44)
+        );
+        assert_eq!(ms.total_inactive_file, 55);
+        assert_eq!(m.memory_oom_control.oom_kill, 3);
         assert_eq!((m.pids.current, m.pids.limit), (2, 0));
         assert!(CgroupDirs::default().read().is_none());
     }

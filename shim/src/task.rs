@@ -465,14 +465,17 @@ impl Task for TaskService {
             let c = st.containers.get(&req.id).ok_or_else(not_found)?;
             (c.init.status, c.cgroups.clone())
         };
-        // Init exited: runc would refuse, the cgroup still answers.
-        let data = if status == Status::STOPPED {
-            dirs.read()
-                .ok_or_else(|| err(Code::NOT_FOUND, "cgroup does not exist: not found"))?
-        } else {
-            self.runc
+        // From the cgroup, as the runc shim does (runc events has neither
+        // memory.oom_control nor, once init exited, an answer).
+        let data = match dirs.read() {
+            Some(data) => data,
+            None if status == Status::STOPPED => {
+                return Err(err(Code::NOT_FOUND, "cgroup does not exist: not found"))
+            }
+            None => self
+                .runc
                 .stats(&req.id)
-                .map_err(|e| err(Code::INTERNAL, e))?
+                .map_err(|e| err(Code::INTERNAL, e))?,
         };
         let stats: Any = metrics_any(&data).map_err(|e| err(Code::INTERNAL, e))?;
         Ok(api::StatsResponse {

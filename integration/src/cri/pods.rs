@@ -171,6 +171,36 @@ impl CriNode {
             .ok_or_else(|| format!("ContainerStatus {id}: no pid in {info}"))
     }
 
+    /// ContainerStats (CPU, memory: what kubelet reads for a container).
+    pub fn container_stats(&self, id: &str) -> Result<api::ContainerStats, String> {
+        let req = api::ContainerStatsRequest {
+            container_id: id.into(),
+        };
+        self.call("ContainerStats", self.runtime().container_stats(req))?
+            .stats
+            .ok_or_else(|| format!("ContainerStats {id}: no stats"))
+    }
+
+    /// The names of the metrics ListPodSandboxMetrics gives for container
+    /// `id` (sorted; containerd 2.x, 1.6 does not implement it).
+    pub fn container_metric_names(&self, id: &str) -> Result<Vec<String>, String> {
+        let req = api::ListPodSandboxMetricsRequest {};
+        let r = self.call(
+            "ListPodSandboxMetrics",
+            self.runtime().list_pod_sandbox_metrics(req),
+        )?;
+        let mut names: Vec<String> = r
+            .pod_metrics
+            .iter()
+            .flat_map(|p| &p.container_metrics)
+            .filter(|c| c.container_id == id)
+            .flat_map(|c| c.metrics.iter().map(|m| m.name.clone()))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
     pub fn stop_pod(&self, pod: &Pod) -> Result<(), String> {
         let req = api::StopPodSandboxRequest {
             pod_sandbox_id: pod.id.clone(),
