@@ -233,6 +233,18 @@ impl CpuCgroup {
         }
     }
 
+    /// Set the quota alone, the period and the burst left as they are (the
+    /// kernel refuses a quota below the burst), as kubelet writes a pod's.
+    pub fn set_quota_only(&self, quota_us: u64, period_us: u64) -> Result<()> {
+        match self.mode {
+            CgroupMode::V1 => parse::write(&self.cpu_file(V1_CFS_QUOTA_US), &quota_us.to_string()),
+            CgroupMode::V2 => parse::write(
+                &self.cpu_file(V2_CPU_MAX),
+                &format!("{quota_us} {period_us}"),
+            ),
+        }
+    }
+
     /// Set the CFS burst (microseconds). The kernel refuses a burst above the quota.
     pub fn set_burst(&self, burst_us: u64) -> Result<()> {
         let name = match self.mode {

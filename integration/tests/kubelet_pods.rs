@@ -381,3 +381,78 @@ fn write_quota_alone(g: &CpuCgroup, quota_us: u64) {
     std::fs::write(g.cpu_dir.join(file), value)
         .unwrap_or_else(|e| panic!("kubelet's write of {file} = {quota_us} refused: {e}"));
 }
+
+/// Control on, the node guard off (this shared machine's pressure is not
+/// the test's), the default ceilings (quota 300 %).
+const CONTROL: &str =
+    "[control]\nenabled = true\npressure_psi_some_percent = 100.0\npressure_idle_percent = 0.0\n";
+
+#[test]
+fn the_controller_raises_the_pod_with_the_container_and_restores_both() {
+    let _l = cpu_lock();
+    let cfg = PrivateConfig::new(CONTROL);
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let pod = PodCgroup::new(Shape::BurstableCgroupfs, Some(30_000));
+    // Two busy threads under 0.3 CPUs: throttled every period.
+    let mut b = tw_burn_bundle(
+        "control",
+        &["--threads", "2", "--ms", "30000"],
+        ContainerOpts::default().quota(30_000, 100_000),
+    );
+    let path = pod.container_path(&b.id);
+    b.cgroup_path = path.clone();
+    b.edit(|v| {
+        v["linux"]["cgroupsPath"] = json!(path);
+        v["annotations"]["throttlewatch.io/cpu-control"] = json!("auto");
+    });
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "run -d: {}", text(&o));
+    let t = std::time::Instant::now();
+    let mut seen = None;
+    while t.elapsed() < Duration::from_secs(25) {
+        let q = b.quota_us().unwrap_or(0);
+        if q > 30_000 {
+            seen = Some((q, pod.group().bandwidth().unwrap().quota_us.unwrap()));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (container_q, pod_q) =
+        seen.expect("the controller raised the container's quota within 25 s");
+    // Read again: the pod is written first on a raise, so a reading between
+    // the two writes shows the pod ahead; once settled they match.
+    std::thread::sleep(Duration::from_millis(100));
+    let (container_q2, pod_q2) = (
+        b.quota_us().unwrap(),
+        pod.group().bandwidth().unwrap().quota_us.unwrap(),
+    );
+    eprintln!("raised: container {container_q} us, pod {pod_q} us; then container {container_q2}, pod {pod_q2}");
+    assert!(
+        pod_q >= 30_000 + (container_q - 30_000),
+        "the pod was raised with the container: {pod_q} vs {container_q}"
+    );
+    assert_eq!(
+        pod_q2 - 30_000,
+        container_q2 - 30_000,
+        "the pod's raise is the container's"
+    );
+    stop(&rt, &b);
+    // The agent restores at the end (the container's cgroup is gone: the pod's quota back).
+    let t = std::time::Instant::now();
+    while pod.group().bandwidth().unwrap().quota_us != Some(30_000) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the pod's quota is back: {:?}",
+            pod.group().bandwidth().unwrap().quota_us
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = read_log(&cfg.log_of(&b.id));
+    assert!(
+        of_type(&log, "control")
+            .iter()
+            .any(|c| c["after"]["quota_us"].as_u64() > Some(30_000)),
+        "a control record of the raise"
+    );
+}

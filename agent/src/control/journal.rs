@@ -18,6 +18,18 @@ pub struct Journalled {
     pub original: Bandwidth,
     /// The values before and after the write in progress.
     pub written: Vec<Bandwidth>,
+    /// The pod cgroup whose quota follows the container's (its original).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<JournalledPod>,
+}
+
+/// A pod cgroup's quota as it was before the controller raised it with
+/// its container's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalledPod {
+    pub cgroup_path: String,
+    pub original_quota_us: u64,
+    pub period_us: u64,
 }
 
 pub struct Journal {
@@ -69,6 +81,7 @@ mod tests {
             cgroup_id: 7,
             original: b,
             written: vec![b],
+            pod: None,
         };
         j.save(&key, &v);
         assert_eq!(j.load(&key), Some(v));

@@ -112,9 +112,98 @@ pub fn states_between(before: Bandwidth, after: Bandwidth, has_burst: bool) -> V
     v
 }
 
+/// The nearest ancestor with a quota (a kubelet pod cgroup: the sum of its
+/// containers' limits), whose quota follows the container's: raised by
+/// what the container's is raised, back with it. Without it a raise only
+/// moves the throttling up to the pod.
+struct PodQuota {
+    group: CpuCgroup,
+    original_quota_us: u64,
+    period_us: u64,
+    /// What the controller last wrote (the original until it writes).
+    written_quota_us: u64,
+}
+
+impl PodQuota {
+    fn of(cg: &CpuCgroup) -> Option<PodQuota> {
+        let (group, l) = cg.limited_ancestors().into_iter().next()?;
+        let q = l.quota_us?;
+        Some(PodQuota {
+            group,
+            original_quota_us: q,
+            period_us: l.period_us,
+            written_quota_us: q,
+        })
+    }
+
+    fn journalled(&self) -> journal::JournalledPod {
+        journal::JournalledPod {
+            cgroup_path: self.group.rel.clone(),
+            original_quota_us: self.original_quota_us,
+            period_us: self.period_us,
+        }
+    }
+
+    /// The pod's quota for the container at `after` (its original `orig`):
+    /// the pod's original plus the container's raise, in the pod's period.
+    fn target(&self, orig: Bandwidth, after: Bandwidth) -> u64 {
+        let rate = |b: Bandwidth| b.quota_us as f64 / b.period_us.max(1) as f64;
+        let raise = ((rate(after) - rate(orig)) * self.period_us as f64).round() as i64;
+        (self.original_quota_us as i64 + raise).max(1000) as u64
+    }
+
+    /// A pod quota the controller did not write (kubelet's resize, an
+    /// operator) becomes the new original, less the raise in effect.
+    fn adopt(&mut self) {
+        let Ok(l) = self.group.bandwidth() else {
+            return;
+        };
+        let Some(now) = l.quota_us else { return };
+        if now != self.written_quota_us {
+            let raise = self.written_quota_us as i64 - self.original_quota_us as i64;
+            self.original_quota_us = (now as i64 - raise).max(1000) as u64;
+            self.written_quota_us = now;
+        }
+    }
+
+    fn write(&mut self, quota_us: u64) -> Result<(), CgroupError> {
+        if quota_us != self.written_quota_us {
+            self.group.set_quota_only(quota_us, self.period_us)?;
+            self.written_quota_us = quota_us;
+        }
+        Ok(())
+    }
+}
+
+/// The container's bandwidth from `before` to `after`, the pod's quota
+/// with it: a raise writes the pod first, a cut the container first, so
+/// the pod's quota is never below what its containers may use.
+fn write_both(
+    cg: &CpuCgroup,
+    pod: Option<&mut PodQuota>,
+    orig: Bandwidth,
+    before: Bandwidth,
+    after: Bandwidth,
+    has_burst: bool,
+) -> Result<(), CgroupError> {
+    let Some(pod) = pod else {
+        return write_bandwidth(cg, before, after, has_burst);
+    };
+    pod.adopt();
+    let target = pod.target(orig, after);
+    if target >= pod.written_quota_us {
+        pod.write(target)?;
+        write_bandwidth(cg, before, after, has_burst)
+    } else {
+        write_bandwidth(cg, before, after, has_burst)?;
+        pod.write(target)
+    }
+}
+
 struct Controlled {
     key: ContainerKey,
     cgroup: CpuCgroup,
+    pod: Option<PodQuota>,
     policy: Policy,
     has_burst: bool,
     last: EpisodeTotals,
@@ -188,7 +277,28 @@ impl Controls {
                             ..prev.clone()
                         },
                     );
-                    match write_bandwidth(cg, now, prev.original, has_burst) {
+                    // The pod's quota the dead agent raised goes back too.
+                    let mut pod = prev.pod.as_ref().and_then(|p| {
+                        let group = cg.limited_ancestors().into_iter().next()?.0;
+                        (group.rel == p.cgroup_path).then(|| PodQuota {
+                            written_quota_us: group
+                                .bandwidth()
+                                .ok()
+                                .and_then(|l| l.quota_us)
+                                .unwrap_or(p.original_quota_us),
+                            group,
+                            original_quota_us: p.original_quota_us,
+                            period_us: p.period_us,
+                        })
+                    });
+                    let restored = match pod.as_mut() {
+                        Some(p) => {
+                            let r = write_bandwidth(cg, now, prev.original, has_burst);
+                            r.and_then(|()| p.write(p.original_quota_us))
+                        }
+                        None => write_bandwidth(cg, now, prev.original, has_burst),
+                    };
+                    match restored {
                         Ok(()) => {
                             records.push(record(
                                 "restore",
@@ -225,6 +335,7 @@ impl Controls {
             Controlled {
                 key: key.clone(),
                 cgroup: cg.clone(),
+                pod: PodQuota::of(cg),
                 policy: Policy::new(s, now, mono_ns),
                 has_burst,
                 last: EpisodeTotals::default(),
@@ -296,9 +407,17 @@ impl Controls {
                             cgroup_id: *id,
                             original,
                             written: states_between(c.before, c.after, g.has_burst),
+                            pod: g.pod.as_ref().map(PodQuota::journalled),
                         },
                     );
-                    match write_bandwidth(&g.cgroup, c.before, c.after, g.has_burst) {
+                    match write_both(
+                        &g.cgroup,
+                        g.pod.as_mut(),
+                        original,
+                        c.before,
+                        c.after,
+                        g.has_burst,
+                    ) {
                         Ok(()) => Some(record(
                             c.action(),
                             c.cause.as_str(),
@@ -331,13 +450,26 @@ impl Controls {
     /// Stop controlling: the originals back where the cgroup still holds
     /// what the controller wrote (an operator's later value stays).
     pub fn release(&mut self, id: u64, why: Release) -> Option<Control> {
-        let g = self.groups.remove(&id)?;
+        let mut g = self.groups.remove(&id)?;
+        // The container gone (its runtime removed the cgroup), or its values
+        // an operator's (or the original): the pod's raise, if any, goes
+        // back all the same.
+        let pod_back = |g: &mut Controlled| {
+            if let Some(p) = g.pod.as_mut() {
+                p.adopt();
+                if let Err(e) = p.write(p.original_quota_us) {
+                    tracing::warn!("{}: restoring the pod's quota: {e}", g.key);
+                }
+            }
+        };
         let Some((now, has_burst)) = read_bandwidth(&g.cgroup) else {
+            pod_back(&mut g);
             self.journal.remove(&g.key);
             return None;
         };
         let original = g.policy.original();
         if now != g.policy.current() || now == original {
+            pod_back(&mut g);
             self.journal.remove(&g.key);
             return None;
         }
@@ -348,9 +480,17 @@ impl Controls {
                 cgroup_id: id,
                 original,
                 written: states_between(now, original, has_burst),
+                pod: g.pod.as_ref().map(PodQuota::journalled),
             },
         );
-        let done = write_bandwidth(&g.cgroup, now, original, has_burst);
+        let done = write_both(
+            &g.cgroup,
+            g.pod.as_mut(),
+            original,
+            now,
+            original,
+            has_burst,
+        );
         self.journal.remove(&g.key);
         match done {
             Ok(()) => Some(record(
