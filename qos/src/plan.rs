@@ -67,7 +67,7 @@ pub fn plan(input: &PlanInput) -> Plan {
 fn plan_burst(req: &QosRequest, quota_us: Option<u64>, p: &mut Plan) {
     let Some(spec) = req.burst else { return };
     let Some(quota) = quota_us else {
-        let why = "a burst needs a CPU quota and the container has none; nothing to do";
+        let why = "a burst needs a CPU quota and the container has none (under kubelet: a container with exclusive CPUs from the static CPU manager, DisableCPUQuotaWithExclusiveCPUs); nothing to do";
         if req.from_preset(Key::CpuBurst) {
             p.notes.push(format!("qos-class: {why}"));
         } else {
