@@ -103,12 +103,22 @@ kver=$(uname -r)
 if [ -n "${VM_CACHE_MODULES:-}" ] && [ -d "$H$VM_CACHE_MODULES" ]; then
     mkdir -p "/lib/modules/$kver"
     mount -o bind "$H$VM_CACHE_MODULES" "/lib/modules/$kver" || die "bind the module tree"
-    for m in ${VM_MODPROBE:-}; do
+    for m in overlay ${VM_MODPROBE:-}; do
         modprobe "$m" || die "modprobe $m failed"
     done
-elif [ -n "${VM_MODPROBE:-}" ]; then
-    die "no module tree for --modprobe"
+else
+    die "no module tree (overlay for /var/lib, --modprobe)"
 fi
+
+# A writable /var/lib, as a node has (the host root is read-only): the
+# host's /var/lib as the lower layer of an overlay whose upper layer is a
+# tmpfs. CNI keeps its results cache in /var/lib/cni (libcni's default; a
+# pod network fails when it cannot write there).
+mkdir -p /varlib
+mount -t tmpfs -o mode=0755 tmpfs /varlib || die "mount the /var/lib upper tmpfs"
+mkdir -p /varlib/upper /varlib/work
+mount -t overlay overlay -o "lowerdir=$H/var/lib,upperdir=/varlib/upper,workdir=/varlib/work" "$H/var/lib" \
+    || die "mount the /var/lib overlay"
 
 mkdir -p "$J/artifacts" "$H/run/throttlewatch-vm/artifacts"
 mount -o bind "$J/artifacts" "$H/run/throttlewatch-vm/artifacts" || die "bind artifacts"
@@ -143,6 +153,11 @@ mount -o bind "$J/artifacts" "$H/run/throttlewatch-vm/artifacts" || die "bind ar
     else
         echo "cgroup: cannot create a child cgroup"; fail="$fail mkdir"
     fi
+    if touch "$H/var/lib/.vm-preamble" 2>/dev/null && rm "$H/var/lib/.vm-preamble"; then
+        echo "var/lib: writable (overlay on a tmpfs)"
+    else
+        echo "var/lib: not writable"; fail="$fail var-lib"
+    fi
     if [ -e "$H/sys/kernel/btf/vmlinux" ]; then
         echo "btf: /sys/kernel/btf/vmlinux present"
     else
@@ -150,7 +165,7 @@ mount -o bind "$J/artifacts" "$H/run/throttlewatch-vm/artifacts" || die "bind ar
     fi
     [ -n "$fail" ] && echo "$fail" >"$J/preamble.fail"
     if [ -z "$fail" ]; then
-        echo "guest $kver: cgroup2 only, controllers [$ctl], cpu.max.burst ok, BTF ok" >"$J/preamble.short"
+        echo "guest $kver: cgroup2 only, controllers [$ctl], cpu.max.burst ok, BTF ok, /var/lib writable" >"$J/preamble.short"
     fi
 } >"$J/preamble" 2>&1
 

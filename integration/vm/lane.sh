@@ -3,9 +3,12 @@
 # kernel and cgroup layout, run inside a Linux 6.1 guest with pure cgroup v2
 # (dequeue-based throttling, fentry available), then a short soak of the
 # probe. One boot runs them all; run.sh fails the lane at the first soft
-# lockup, RCU stall, hung task, oops or BUG on the guest console;
-# docker and containerd stay on the host lane (no image store in the guest),
-# and so does `agent` (see integration/vm/README.md).
+# lockup, RCU stall, hung task, oops or BUG on the guest console.
+# `modern_node` is the node users run now: containerd 2.3.4 with its CRI
+# plugin, configured from its `config default` through our installer, pods
+# on a bridge CNI network (the bridge and veth modules), handlers runc and
+# throttlewatch. docker and containerd 1.6 stay on the host lane, and so
+# does `agent` (see integration/vm/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -14,9 +17,25 @@ cd "$(dirname "$0")/../.."
 cargo build --workspace --bins --quiet
 bindir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug
 # Test executables by target name, from cargo's own build plan.
-exes=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+# A test that does not compile fails the lane here, with the compiler's words.
+plan=$(cargo test --workspace --no-run --message-format=json 2>/dev/null) || {
+  echo "lane: cargo test --workspace --no-run failed:" >&2
+  python3 -c '
 import json, sys
-want = {"load", "fidelity", "qos_runc", "runq", "runc", "cli", "coldstart", "control", "thread_cpu", "start_path"}
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-message" and m["message"].get("level") == "error":
+        sys.stderr.write(m["message"].get("rendered") or m["message"]["message"])
+' <<<"$plan"
+  exit 1
+}
+exes=$(python3 -c '
+import json, sys
+want = {"load", "fidelity", "qos_runc", "runq", "runc", "cli", "coldstart", "control", "thread_cpu", "start_path",
+        "modern_node"}
 for line in sys.stdin:
     try:
         m = json.loads(line)
@@ -25,7 +44,10 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in want \
             and "test" in m["target"]["kind"]:
         print(m["target"]["name"], m["executable"])
-')
+        want.discard(m["target"]["name"])
+if want:
+    sys.exit("lane: no test executable for " + ", ".join(sorted(want)))
+' <<<"$plan")
 script=$(mktemp)
 trap 'rm -f "$script"' EXIT
 while read -r name exe; do
@@ -42,4 +64,4 @@ done <<<"$exes"
 soak=${LANE_SOAK_CYCLES:-6}
 [[ "$soak" =~ ^[0-9]+$ ]] || { echo "lane: LANE_SOAK_CYCLES '$soak': expected a whole number" >&2; exit 2; }
 [[ "$soak" -gt 0 ]] && echo "timeout -s KILL 300 integration/vm/soak.sh --guest $soak 6 full 800 run $bindir" >>"$script"
-exec integration/vm/run.sh --timeout 900 --script "$script"
+exec integration/vm/run.sh --timeout 900 --modprobe bridge,veth --script "$script"
