@@ -86,7 +86,7 @@ pub fn containerd_2_node(tw: &PrivateConfig) -> CriNode {
     let mut node = CriNode::new_on(
         ContainerdRelease::V2_3,
         "",
-        &[ours.clone()],
+        std::slice::from_ref(&ours),
         &[("THROTTLEWATCH_CONFIG", tw.path.to_str().unwrap())],
     );
     let p = |s: &str| node.dir.0.join(s).to_string_lossy().into_owned();
