@@ -150,7 +150,8 @@ fn burst_recommendation_absorbs_spikes() {
         "the workload was not throttled in three runs: {observed} ns"
     );
     let r = report(&log, &[]);
-    let b = recommendation(&r, "cpu-burst").expect("a burst recommendation");
+    let b = recommendation(&r, "cpu-burst")
+        .unwrap_or_else(|| panic!("a burst recommendation: {:#}", r["diagnosis"]));
     assert_eq!(b["key"], "throttlewatch.io/cpu-burst");
     let flag = b["run_flag"].as_str().unwrap();
     let burst = flag.strip_prefix("--burst ").unwrap();

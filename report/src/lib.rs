@@ -2,6 +2,7 @@
 //! a summary, heatmaps and recommendations with their predicted effect
 //! (docs/report.md).
 
+pub mod diagnosis;
 pub mod heatmap;
 pub mod histogram;
 pub mod model;

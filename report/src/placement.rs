@@ -33,7 +33,8 @@ pub fn placement(c: &Container) -> Option<Recommendation> {
     let on = |l: &CpuList| cpus.intersect(l).len() as f64 / cpus.len() as f64;
     let observed = c.kernel_throttled_ns().unwrap_or(0);
     // `run --cpuset` takes the CPU list the annotation's value resolves to.
-    let rec = |value: String, node: &CpuList, reason: String, metric, now: f64| Recommendation {
+    let rec = |value: String, node: &CpuList, reason: String, metric, now: f64| {
+        Recommendation {
         kind: "cpuset",
         key: KEY.into(),
         run_flag: format!("--cpuset {node}"),
@@ -41,11 +42,13 @@ pub fn placement(c: &Container) -> Option<Recommendation> {
         reason,
         observed_throttled_ns: observed,
         predicted_throttled_ns: None,
+        covers: "where its CPUs are (the share near its GPUs or on one node), from the start record's topology",
         predicted_effect: Some(Effect {
             metric,
             observed: now,
             predicted: 1.0,
         }),
+    }
     };
     if !topo.container_gpus.is_empty() {
         let mut gpu_nodes: Vec<Option<u32>> = topo

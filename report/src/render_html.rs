@@ -128,6 +128,14 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
     ) {
         let _ = writeln!(s, "<p class=\"missing\">{}</p>", esc(m));
     }
+    let _ = writeln!(
+        s,
+        "<p class=\"diagnosis\"><b>Diagnosis:</b> {}</p>",
+        esc(&r.diagnosis.sentence)
+    );
+    for w in &r.warnings {
+        let _ = writeln!(s, "<p class=\"warning\"><b>Warning:</b> {}</p>", esc(w));
+    }
     s.push_str("<h3>Top threads</h3><table class=\"threads\"><tr><th>tid</th><th class=\"l\">comm</th><th>freezes</th><th>frozen</th><th>longest</th></tr>\n");
     for t in &r.top_threads {
         let t = &t.freezes;
@@ -153,7 +161,7 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
         for x in &r.recommendations {
             let _ = writeln!(
                 s,
-                "<li><code>{}={}</code> (<code>{}</code>): {}{}</li>",
+                "<li><code>{}={}</code> (<code>{}</code>): {}{}<br><small>Prediction covers: {}</small></li>",
                 esc(&x.key),
                 esc(&x.value),
                 esc(&x.run_flag),
@@ -168,7 +176,8 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
                         .predicted_effect
                         .as_ref()
                         .map(crate::recommend::Effect::describe))
-                    .unwrap_or_default()
+                    .unwrap_or_default(),
+                esc(x.covers)
             );
         }
         s.push_str("</ul>\n");

@@ -158,6 +158,14 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
         },
         opt(r.kernel_throttled_ns),
     );
+    for w in &r.warnings {
+        let _ = writeln!(s, "  {}", st.warn(&format!("warning: {w}")));
+    }
+    let _ = writeln!(
+        s,
+        "  {}",
+        st.bold(&format!("diagnosis: {}", r.diagnosis.sentence))
+    );
     if r.frozen_by_level.iter().any(|l| l.level != "container") {
         let parts: Vec<String> = r
             .frozen_by_level
@@ -311,6 +319,11 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
                 .unwrap_or_default();
             let _ = writeln!(s, "  * {}={}  ({}){pred}", x.key, x.value, x.run_flag);
             let _ = writeln!(s, "    {}", x.reason);
+            let _ = writeln!(
+                s,
+                "    {}",
+                st.dim(&format!("prediction covers: {}", x.covers))
+            );
         }
     }
     s

@@ -54,6 +54,11 @@ pub struct ContainerReport {
     pub split: CpuSplit,
     /// Which level's quota froze it, most first (one line: its own limit).
     pub frozen_by_level: Vec<LevelShare>,
+    /// Where its runnable time went, the dominant cause first (diagnosis.rs).
+    pub diagnosis: crate::diagnosis::Diagnosis,
+    /// Things the reader should know first (a limit above the machine's CPUs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     pub cold_start: Option<ColdStart>,
     /// The dynamic CPU controller's changes on the timeline (docs/control.md).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -139,6 +144,29 @@ pub fn levels(c: &Container) -> Vec<LevelShare> {
     });
     out.sort_by(|a, b| b.frozen_ns.cmp(&a.frozen_ns));
     out
+}
+
+/// A limit above the CPUs the container may use is no limit: the kernel
+/// takes it and never throttles.
+fn warnings(start: &throttlewatch_core::logfmt::Start) -> Vec<String> {
+    let mut w = Vec::new();
+    let cpus = start
+        .cpus
+        .as_deref()
+        .and_then(|s| throttlewatch_core::cpulist::CpuList::parse("cpus", s).ok())
+        .map(|l| l.len())
+        .filter(|n| *n > 0);
+    if let (Some(q), Some(n)) = (start.quota_us, cpus) {
+        let limit = q as f64 / start.period_us.max(1) as f64;
+        if limit > n as f64 + 1e-9 {
+            w.push(format!(
+                "the limit of {} CPUs is above the {n} CPUs the container may use (cpus {}): it can never be reached",
+                crate::recommend::trim_float(limit),
+                start.cpus.as_deref().unwrap_or("")
+            ));
+        }
+    }
+    w
 }
 
 /// kubelet's pod cgroup names: `pod<uid>` (cgroupfs) or
@@ -242,6 +270,8 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
         runq,
         split,
         frozen_by_level: levels(c),
+        diagnosis: crate::diagnosis::diagnose(c, &levels(c)),
+        warnings: warnings(&start),
         cold_start: c.cold_start.clone(),
         controls: c
             .controls
