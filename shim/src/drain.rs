@@ -7,6 +7,18 @@
 //! once dropped the Kill's reply and containerd failed StopPodSandbox with
 //! "ttrpc: closed" (seen in `integration/tests/cri.rs` on a loaded machine).
 //! Go's ttrpc server shuts down gracefully for the same reason.
+//!
+//! `Wait` (answered only when the process exits: minutes, days) runs on a
+//! thread of its own, not on the connection's ttrpc worker. The worker pool
+//! (one idle worker: service.rs) starts a worker when the idle one takes a
+//! request, but a worker that finishes while another is just taking one can
+//! leave none idle and none coming (ttrpc 0.10's sync server: the leaving
+//! worker's decrement is not checked against the minimum). With every other
+//! worker blocked in a `Wait` for a running container, the request queued
+//! then waited until some container exited: on containerd 1.6, where the
+//! CRI keeps a `Wait` open per task, critest's multi-container and
+//! ExecSync specs hung for minutes (one in two loaded runs). A short request
+//! always returns, so with `Wait` off the pool nothing waits for long.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,8 +38,10 @@ const REPLY_FLUSH: Duration = Duration::from_millis(20);
 pub struct InFlight(Arc<AtomicUsize>);
 
 struct Counted {
-    inner: Box<dyn MethodHandler + Send + Sync>,
+    inner: Arc<dyn MethodHandler + Send + Sync>,
     n: InFlight,
+    /// Answered on a thread of its own (`Wait`).
+    own_thread: bool,
 }
 
 /// One request being handled: counted until dropped (a panicking handler
@@ -42,8 +56,23 @@ impl Drop for Guard {
 
 impl MethodHandler for Counted {
     fn handler(&self, ctx: TtrpcContext, req: ttrpc::Request) -> ttrpc::Result<()> {
-        let _g = self.n.enter();
-        self.inner.handler(ctx, req)
+        let g = self.n.enter();
+        if !self.own_thread {
+            return self.inner.handler(ctx, req);
+        }
+        let inner = self.inner.clone();
+        let spawned = std::thread::Builder::new()
+            .name("wait".into())
+            .spawn(move || {
+                let _g = g;
+                // An error here is the reply not sent: the connection is gone.
+                if let Err(e) = inner.handler(ctx, req) {
+                    log::debug!("Wait: {e:?}");
+                }
+            });
+        spawned
+            .map(drop)
+            .map_err(|e| ttrpc::Error::Others(e.to_string()))
     }
 }
 
@@ -54,8 +83,9 @@ impl InFlight {
             .into_iter()
             .map(|(name, inner)| {
                 let m: Box<dyn MethodHandler + Send + Sync> = Box::new(Counted {
-                    inner,
+                    inner: Arc::from(inner),
                     n: self.clone(),
+                    own_thread: name.ends_with("/Wait"),
                 });
                 (name, m)
             })

@@ -396,8 +396,11 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
             m,
         );
     }
-    // One idle worker per connection: a busy one (a blocking Wait) makes the
-    // pool start another, and a worker finding one idle already exits.
+    // One idle worker per connection: a busy one makes the pool start
+    // another, and a worker finding one idle already exits. Wait, which
+    // blocks until the process exits, runs on a thread of its own
+    // (crate::drain: the pool can be left with no idle worker for as long
+    // as its busy ones are busy).
     // `start` insists on min < default < max, so the checks are skipped.
     let mut server = Server::new()
         .set_thread_count_min(1)
