@@ -429,7 +429,10 @@ pub fn mem_summary(pid: u32) -> String {
 
 impl Drop for Containerd {
     fn drop(&mut self) {
-        for pid in self.shim_pids() {
+        // Every shim serving this containerd, the runc shim's too (a task
+        // killed but not deleted keeps its shim).
+        let needle = self.socket.to_string_lossy().into_owned();
+        for pid in procs_matching(|cmd| cmd.contains("containerd-shim") && cmd.contains(&needle)) {
             // SAFETY: kill(2) of shims this containerd started.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }

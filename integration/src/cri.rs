@@ -445,6 +445,35 @@ impl Drop for CriNode {
     }
 }
 
+/// `<cni>/net.d/10-<name>.conflist`: a bridge network (`cni0`, the gateway,
+/// no masquerade) with host-local IPAM on `subnet`, its leases in
+/// `<cni>/ipam` — for a node whose containerd has a network namespace of
+/// its own (`isolate`), as critest's pod-network specs need.
+pub fn bridge_cni(cni: &Path, name: &str, subnet: &str) {
+    std::fs::create_dir_all(cni.join("net.d")).unwrap();
+    let conf = serde_json::json!({
+        "cniVersion": "0.4.0",
+        "name": name,
+        "plugins": [{
+            "type": "bridge",
+            "bridge": "cni0",
+            "isGateway": true,
+            "ipMasq": false,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{ "subnet": subnet }]],
+                "routes": [{ "dst": "0.0.0.0/0" }],
+                "dataDir": cni.join("ipam"),
+            },
+        }],
+    });
+    std::fs::write(
+        cni.join(format!("net.d/10-{name}.conflist")),
+        serde_json::to_vec_pretty(&conf).unwrap(),
+    )
+    .unwrap();
+}
+
 /// Kill what is left in a private cgroup tree (a test that failed midway),
 /// then remove its directories, deepest first.
 fn remove_cgroup_tree(dir: &Path) {

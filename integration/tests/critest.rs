@@ -1,9 +1,13 @@
 //! The Kubernetes CRI validation suite (critest, cri-tools 1.36, in
-//! `../shared/bin`) against containerd 1.6's CRI plugin, once with the
-//! default handler (runc) and once with `--runtime-handler=throttlewatch`
-//! (our shim, with a private agent), side by side on two identical nodes
-//! (both handlers configured on each): same images, same skips. Every spec that passes with runc must pass with throttlewatch.
-//! Specs that fail with runc too (containerd 1.6's own) are printed only.
+//! `../shared/bin`) against the CRI plugin of containerd 1.6 and of
+//! containerd 2.3.4, each once with the default handler (runc: on 2.3.4 its
+//! own `containerd-shim-runc-v2`) and once with
+//! `--runtime-handler=throttlewatch` (our shim, with a private agent), side
+//! by side on two identical nodes (both handlers configured on each): same
+//! images, same skips. Every spec that passes with runc must pass with
+//! throttlewatch, the counts must be equal, and no spec may take notably
+//! longer with ours ([`SLOWER_FACTOR`], [`SLOWER_SLACK`]). Specs that fail
+//! with runc too (containerd's own) are printed only.
 //!
 //! No registry here: the images critest uses are busybox stand-ins built
 //! from Debian's static busybox and imported into `k8s.io` under critest's
@@ -19,13 +23,21 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use throttlewatch_integration::containerd::{build_busybox_image_as, SHIM_RUNTIME};
-use throttlewatch_integration::cri::{CriNode, ALLOWLISTS, CRI_TABLE};
+use throttlewatch_integration::cri::{bridge_cni, ContainerdRelease, CriNode};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::{bin, shared_bin, Scratch};
 
 const HANDLER: &str = "throttlewatch";
-/// The most one critest run may take (a full run takes 1-2 minutes).
-const RUN_TIMEOUT: Duration = Duration::from_secs(240);
+/// The most one critest run may take (a full run takes 1-2 minutes; the
+/// two releases' pairs run at once).
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+/// A spec may take at most `runc's time * SLOWER_FACTOR + SLOWER_SLACK`
+/// with ours: the pairs run side by side on two busy cores, where a spec's
+/// time varies by a second or two (and by up to a third for the long
+/// ones); a spec stuck in a timeout (a 300 s StopPodSandbox, say) is far
+/// beyond it.
+const SLOWER_FACTOR: f64 = 1.5;
+const SLOWER_SLACK: f64 = 2.0;
 /// CNI plugins from Debian's `containernetworking-plugins`.
 const CNI_BIN: &str = "/usr/lib/cni";
 
@@ -83,16 +95,6 @@ const GROUP: &str = "root:x:0:\nnogroup:x:65534:\n";
 const SKIP: &str = "AppArmor|Image Manager|Image Consistency|Image Identifier Consistency\
 |Image Volume|SupplementalGroupsPolicy|with host port|in host network";
 
-fn shim_handler() -> String {
-    let t = format!("{CRI_TABLE}.containerd.runtimes.{HANDLER}");
-    let allow = ALLOWLISTS
-        .lines()
-        .map(|l| format!("        {l}"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    format!("      [{t}]\n        runtime_type = {SHIM_RUNTIME:?}\n{allow}\n")
-}
-
 /// A bridge network with host-local IPAM (its leases in the node's dir) in
 /// containerd's own network namespace; the CRI plugin's `cni` dirs.
 fn write_cni(node: &CriNode) {
@@ -103,29 +105,9 @@ fn write_cni(node: &CriNode) {
         );
     }
     let cni = node.dir.0.join("cni");
-    std::fs::create_dir_all(cni.join("net.d")).unwrap();
+    std::fs::create_dir_all(&cni).unwrap();
     std::os::unix::fs::symlink(CNI_BIN, cni.join("bin")).unwrap();
-    let conf = serde_json::json!({
-        "cniVersion": "0.4.0",
-        "name": "critest",
-        "plugins": [{
-            "type": "bridge",
-            "bridge": "cni0",
-            "isGateway": true,
-            "ipMasq": false,
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{ "subnet": "10.99.0.0/16" }]],
-                "routes": [{ "dst": "0.0.0.0/0" }],
-                "dataDir": cni.join("ipam"),
-            },
-        }],
-    });
-    std::fs::write(
-        cni.join("net.d/10-critest.conflist"),
-        serde_json::to_vec_pretty(&conf).unwrap(),
-    )
-    .unwrap();
+    bridge_cni(&cni, "critest", "10.99.0.0/16");
 }
 
 fn import_images(node: &CriNode) {
@@ -170,6 +152,8 @@ struct Outcome {
     specs: BTreeMap<String, (String, String)>,
     /// (seconds, spec text), slowest first.
     slowest: Vec<(f64, String)>,
+    /// Spec text -> seconds it ran.
+    secs: BTreeMap<String, f64>,
 }
 
 impl Outcome {
@@ -223,6 +207,7 @@ fn parse_report(path: &Path) -> Outcome {
                 .to_string();
             let secs = s["RunTime"].as_f64().unwrap_or_default() / 1e9;
             o.slowest.push((secs, name.join(" ")));
+            o.secs.insert(name.join(" "), secs);
             o.specs.insert(name.join(" "), (state, msg));
         }
     }
@@ -232,7 +217,7 @@ fn parse_report(path: &Path) -> Outcome {
 
 /// One critest run in containerd's namespaces; its report parsed.
 fn run_critest(node: &CriNode, out_dir: &Path, handler: Option<&str>) -> Outcome {
-    let tag = handler.unwrap_or("runc");
+    let tag = format!("{}-{}", node.release.tag(), handler.unwrap_or("runc"));
     let report = out_dir.join(format!("{tag}.json"));
     let log_path = out_dir.join(format!("{tag}.log"));
     let log = std::fs::File::create(&log_path).unwrap();
@@ -299,6 +284,33 @@ fn first_line(s: &str) -> String {
         .join(" / ")
 }
 
+/// A failed run's critest reports and logs and both containerds' logs,
+/// copied to a directory that outlives the test (for the failure message).
+fn keep(out: &Path, nodes: &[CriNode], release: ContainerdRelease) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tw-critest-{}-failed-{}",
+        release.tag(),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(out).into_iter().flatten().flatten() {
+        let _ = std::fs::copy(e.path(), dir.join(e.file_name()));
+    }
+    for (node, tag) in nodes.iter().zip(["runc", HANDLER]) {
+        let _ = std::fs::write(dir.join(format!("containerd-{tag}.log")), node.log());
+    }
+    dir
+}
+
+/// The last `n` lines of containerd's log at level error or warning.
+fn log_errors(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("level=error") || l.contains("level=warning"))
+        .collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
 fn tail(p: &Path, n: usize) -> String {
     let t = std::fs::read_to_string(p).unwrap_or_default();
     let lines: Vec<&str> = t.lines().collect();
@@ -307,13 +319,14 @@ fn tail(p: &Path, n: usize) -> String {
 
 /// A node with both handlers (runc the default, ours as `throttlewatch`)
 /// in private namespaces, its pod network and critest's images ready.
-fn node(tw: &PrivateConfig) -> CriNode {
+fn node(release: ContainerdRelease, tw: &PrivateConfig) -> CriNode {
     let bins = bin("containerd-shim-throttlewatch-v2")
         .parent()
         .unwrap()
         .to_path_buf();
-    let mut node = CriNode::new(
-        &shim_handler(),
+    let mut node = CriNode::new_on(
+        release,
+        &release.handler_toml(HANDLER, SHIM_RUNTIME, &[]),
         &[bins],
         &[("THROTTLEWATCH_CONFIG", tw.path.to_str().unwrap())],
     );
@@ -324,16 +337,37 @@ fn node(tw: &PrivateConfig) -> CriNode {
     node
 }
 
-/// The two runs go side by side on two identical nodes (one for each
-/// handler, so neither run sees the other's pods) to keep the test short.
-#[test]
-fn critest_specs_that_pass_with_runc_pass_with_throttlewatch() {
+/// Specs that passed with both handlers and took longer with ours than
+/// `runc * SLOWER_FACTOR + SLOWER_SLACK`, and the five that lost most time
+/// with ours (seconds ours, seconds runc, spec), for the output.
+fn slower(runc: &Outcome, ours: &Outcome) -> (Vec<String>, Vec<(f64, f64, String)>) {
+    let mut both: Vec<(f64, f64, String)> = runc
+        .passed()
+        .into_iter()
+        .filter(|n| ours.passed().contains(n))
+        .map(|n| (ours.secs[n], runc.secs[n], n.clone()))
+        .collect();
+    both.sort_by(|a, b| (b.0 - b.1).total_cmp(&(a.0 - a.1)));
+    let too_slow = both
+        .iter()
+        .filter(|(o, r, _)| *o > r * SLOWER_FACTOR + SLOWER_SLACK)
+        .map(|(o, r, n)| format!("{o:.1} s with {HANDLER}, {r:.1} s with runc: {n}"))
+        .collect();
+    both.truncate(5);
+    (too_slow, both)
+}
+
+/// critest on `release` with runc and with ours, side by side on two
+/// identical nodes (one for each handler, so neither run sees the other's
+/// pods) to keep the test short; the checks named in the file's doc.
+fn critest_runc_and_throttlewatch_agree(release: ContainerdRelease) {
     let t_test = Instant::now();
     let tw = PrivateConfig::new("");
     let _agent = Agent::start(&tw);
-    let nodes = [node(&tw), node(&tw)];
+    let nodes = [node(release, &tw), node(release, &tw)];
     eprintln!(
-        "nodes and images ready in {:.1} s; critest {}",
+        "{}: nodes and images ready in {:.1} s; critest {}",
+        release.name(),
         t_test.elapsed().as_secs_f64(),
         shared_bin("critest").display()
     );
@@ -344,47 +378,74 @@ fn critest_specs_that_pass_with_runc_pass_with_throttlewatch() {
         let ours = s.spawn(|| run_critest(&nodes[1], &out.0, Some(HANDLER)));
         (runc.join().unwrap(), ours.join().unwrap())
     });
+    let (too_slow, most_lost) = slower(&runc, &ours);
     eprintln!(
-        "critest runc:          {}\ncritest throttlewatch: {}\nwhole test {:.0} s",
+        "critest on {}:\n  runc:          {}\n  throttlewatch: {}\n  whole test {:.0} s",
+        release.name(),
         runc.counts(),
         ours.counts(),
         t_test.elapsed().as_secs_f64()
     );
+    for (o, r, n) in &most_lost {
+        eprintln!(
+            "  {} most time lost with {HANDLER}: {o:.1} s vs runc {r:.1} s: {n}",
+            release.tag()
+        );
+    }
     assert!(
         runc.passed().len() > 50,
-        "critest passed only {} specs with runc: the harness is broken\n{}",
+        "critest passed only {} specs with runc on {}: the harness is broken\n{}",
         runc.passed().len(),
-        tail(&out.0.join("runc.log"), 80)
+        release.name(),
+        tail(&out.0.join(format!("{}-runc.log", release.tag())), 80)
     );
     let lost: Vec<String> = runc
         .passed()
         .into_iter()
         .filter(|n| ours.specs.get(*n).is_none_or(|(s, _)| s != "passed"))
         .map(|n| match ours.specs.get(n) {
-            Some((s, m)) => format!("{n}: {s}: {}", first_line(m)),
+            Some((s, m)) => format!("{n}: {s}: {}", m.chars().take(2000).collect::<String>()),
             None => format!("{n}: not run"),
         })
         .collect();
     assert!(
         lost.is_empty(),
-        "specs that pass with runc but not with handler {HANDLER}:\n{}\ncontainerd's log (tail):\n{}",
+        "{}: specs that pass with runc but not with handler {HANDLER}:\n{}\ncontainerd's errors (tail):\n{}\nreports and logs kept in {}",
+        release.name(),
         lost.join("\n"),
-        nodes[1]
-            .log()
-            .lines()
-            .rev()
-            .take(60)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n")
+        log_errors(&nodes[1].log(), 40),
+        keep(&out.0, &nodes, release).display()
     );
     assert_eq!(
-        runc.passed().len(),
-        ours.passed().len(),
-        "pass counts differ: runc passed {:?}, {HANDLER} passed {:?}",
-        runc.passed(),
-        ours.passed()
+        (
+            runc.passed().len(),
+            runc.failed().len(),
+            runc.skipped().len()
+        ),
+        (
+            ours.passed().len(),
+            ours.failed().len(),
+            ours.skipped().len()
+        ),
+        "{}: counts (passed, failed, skipped) differ: runc failed {:?}, {HANDLER} failed {:?}",
+        release.name(),
+        runc.failed(),
+        ours.failed()
     );
+    assert!(
+        too_slow.is_empty(),
+        "{}: specs notably slower with {HANDLER} (> runc * {SLOWER_FACTOR} + {SLOWER_SLACK} s):\n{}",
+        release.name(),
+        too_slow.join("\n")
+    );
+}
+
+#[test]
+fn critest_on_containerd_1_6_passes_with_throttlewatch_what_it_passes_with_runc() {
+    critest_runc_and_throttlewatch_agree(ContainerdRelease::V1_6);
+}
+
+#[test]
+fn critest_on_containerd_2_3_passes_with_throttlewatch_what_it_passes_with_runc() {
+    critest_runc_and_throttlewatch_agree(ContainerdRelease::V2_3);
 }
