@@ -142,7 +142,7 @@ pub fn levels(c: &Container) -> Vec<LevelShare> {
         first.share += later.share;
         true
     });
-    out.sort_by(|a, b| b.frozen_ns.cmp(&a.frozen_ns));
+    out.sort_by_key(|l| std::cmp::Reverse(l.frozen_ns));
     out
 }
 
