@@ -88,6 +88,12 @@ fn a_steady_overload_gets_a_limit_not_a_burst() {
     assert!(observed > 1e9, "not throttled: {observed} ns");
     assert_eq!(r["diagnosis"]["cause"], "own_limit", "{:#}", r["diagnosis"]);
     assert_eq!(r["diagnosis"]["shape"], "steady", "{:#}", r["diagnosis"]);
+    // The pool's workers are told apart: one row per process, by pid.
+    let procs = r["processes"].as_array().unwrap();
+    assert!(procs.len() >= 4, "the four workers as processes: {procs:?}");
+    assert!(procs
+        .iter()
+        .all(|p| p["pid"].as_u64() > Some(0) && p["threads"].as_u64() >= Some(1)));
     let k = kinds(&r);
     assert!(
         !k.contains(&"cpu-burst".to_string()),

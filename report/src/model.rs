@@ -16,10 +16,24 @@ use crate::histogram::LogHistogram;
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ThreadFreezes {
     pub tid: u32,
+    /// Its process (thread group); 0 when the records do not say.
+    pub pid: u32,
     pub comm: String,
     pub freezes: u64,
     pub frozen_ns: u64,
     pub longest_ns: u64,
+}
+
+/// One process's freezes (its threads summed).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessFreezes {
+    pub pid: u32,
+    pub comm: String,
+    /// The container's main process (`start.pid`).
+    pub main: bool,
+    pub threads: u32,
+    pub freezes: u64,
+    pub frozen_ns: u64,
 }
 
 /// One CFS period with throttling, as the records show it.
@@ -161,6 +175,7 @@ impl Container {
             tid: t.tid,
             ..Default::default()
         });
+        th.pid = t.pid;
         if th.comm != t.comm {
             th.comm = t.comm.clone();
         }
@@ -223,6 +238,35 @@ impl Container {
             true
         });
         all
+    }
+
+    /// Threads grouped by process, most frozen first: (pid, threads, frozen
+    /// ns, freezes, the name of the process's main thread or its first).
+    pub fn processes(&self) -> Vec<ProcessFreezes> {
+        let mut by: BTreeMap<u32, ProcessFreezes> = BTreeMap::new();
+        for t in self.threads.values() {
+            let p = by.entry(t.pid).or_insert_with(|| ProcessFreezes {
+                pid: t.pid,
+                comm: t.comm.clone(),
+                ..Default::default()
+            });
+            p.threads += 1;
+            p.frozen_ns += t.frozen_ns;
+            p.freezes += t.freezes;
+            if t.tid == t.pid {
+                p.comm = t.comm.clone();
+            }
+        }
+        let main = self.start.as_ref().and_then(|s| s.pid);
+        let mut v: Vec<ProcessFreezes> = by
+            .into_values()
+            .map(|mut p| {
+                p.main = main == Some(p.pid);
+                p
+            })
+            .collect();
+        v.sort_by(|a, b| b.frozen_ns.cmp(&a.frozen_ns).then(a.pid.cmp(&b.pid)));
+        v
     }
 
     /// Threads by frozen time, most first.

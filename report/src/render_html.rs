@@ -136,13 +136,14 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
     for w in &r.warnings {
         let _ = writeln!(s, "<p class=\"warning\"><b>Warning:</b> {}</p>", esc(w));
     }
-    s.push_str("<h3>Top threads</h3><table class=\"threads\"><tr><th>tid</th><th class=\"l\">comm</th><th>freezes</th><th>frozen</th><th>longest</th></tr>\n");
+    s.push_str("<h3>Top threads</h3><table class=\"threads\"><tr><th>tid</th><th>pid</th><th class=\"l\">comm</th><th>freezes</th><th>frozen</th><th>longest</th></tr>\n");
     for t in &r.top_threads {
         let t = &t.freezes;
         let _ = writeln!(
             s,
-            "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             t.tid,
+            t.pid,
             esc(&t.comm),
             t.freezes,
             short(t.frozen_ns),

@@ -264,19 +264,40 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
         let _ = writeln!(s, "\n  {}", st.bold("top threads"));
         let _ = writeln!(
             s,
-            "  {:>8}  {:<16} {:>8} {:>10} {:>10}",
-            "tid", "comm", "freezes", "frozen", "longest"
+            "  {:>8}  {:>8}  {:<16} {:>8} {:>10} {:>10}",
+            "tid", "pid", "comm", "freezes", "frozen", "longest"
         );
         for t in &r.top_threads {
             let t = &t.freezes;
             let _ = writeln!(
                 s,
-                "  {:>8}  {:<16} {:>8} {:>10} {:>10}",
+                "  {:>8}  {:>8}  {:<16} {:>8} {:>10} {:>10}",
                 t.tid,
+                t.pid,
                 clip(&t.comm, 16),
                 t.freezes,
                 short(t.frozen_ns),
                 short(t.longest_ns)
+            );
+        }
+    }
+    if r.processes.len() > 1 {
+        let _ = writeln!(s, "\n  {}", st.bold("processes"));
+        let _ = writeln!(
+            s,
+            "  {:>8}  {:<16} {:>7} {:>8} {:>10}",
+            "pid", "comm", "threads", "freezes", "frozen"
+        );
+        for p in &r.processes {
+            let _ = writeln!(
+                s,
+                "  {:>8}  {:<16} {:>7} {:>8} {:>10}{}",
+                p.pid,
+                clip(&p.comm, 16),
+                p.threads,
+                p.freezes,
+                short(p.frozen_ns),
+                if p.main { "  (main process)" } else { "" }
             );
         }
     }

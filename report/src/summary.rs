@@ -54,6 +54,8 @@ pub struct ContainerReport {
     pub split: CpuSplit,
     /// Which level's quota froze it, most first (one line: its own limit).
     pub frozen_by_level: Vec<LevelShare>,
+    /// The threads grouped by process, most frozen first (at most 20).
+    pub processes: Vec<crate::model::ProcessFreezes>,
     /// Where its runnable time went, the dominant cause first (diagnosis.rs).
     pub diagnosis: crate::diagnosis::Diagnosis,
     /// Things the reader should know first (a limit above the machine's CPUs).
@@ -270,6 +272,11 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
         runq,
         split,
         frozen_by_level: levels(c),
+        processes: {
+            let mut p = c.processes();
+            p.truncate(20);
+            p
+        },
         diagnosis: crate::diagnosis::diagnose(c, &levels(c)),
         warnings: warnings(&start),
         cold_start: c.cold_start.clone(),
