@@ -19,6 +19,8 @@ pub struct LogLimits {
     pub bytes_per_s: u64,
     pub burst_bytes: u64,
     pub rotation: Rotation,
+    /// `process` records carry the command line.
+    pub cmdline: bool,
 }
 
 impl LogLimits {
@@ -27,6 +29,7 @@ impl LogLimits {
             bytes_per_s: cfg.log_budget_bytes_per_s,
             burst_bytes: cfg.log_budget_burst_bytes,
             rotation: cfg.log_rotation(),
+            cmdline: cfg.log_cmdline,
         }
     }
 }
@@ -237,6 +240,7 @@ mod tests {
             bytes_per_s: rate,
             burst_bytes: burst,
             rotation: Rotation::NONE,
+            cmdline: false,
         }
     }
 

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod output;
 pub mod placement;
 pub mod privileges;
+pub mod procinfo;
 pub mod reading;
 pub mod run;
 pub mod runq;

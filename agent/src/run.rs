@@ -271,6 +271,10 @@ pub fn run_to_end(
         labels: Arc::new(ContainerLabels::plain(&format!("run-{me}"), &name)),
         threshold_ns: threshold,
         log_path: log.clone(),
+        log: crate::budget::LogLimits {
+            cmdline: cfg.log_cmdline,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let id = engine

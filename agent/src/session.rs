@@ -65,6 +65,8 @@ pub struct Session {
     /// The last reading of the cgroup's counters, with its time (Unix ns):
     /// the `end` of a container whose cgroup is already gone reports it.
     last_read: Option<(CgroupReading, u64)>,
+    /// Processes with a `process` record (at most MAX_PROCESSES).
+    processes: std::collections::HashSet<u32>,
     /// Records the log could not take, and whether that was said.
     unwritten: u64,
     said_unwritten: bool,
@@ -160,6 +162,7 @@ impl Prepared {
             cold,
             thread_cpu: ThreadCpuTally::default(),
             last_read: None,
+            processes: Default::default(),
             unwritten: 0,
             said_unwritten: false,
             exported_kernel: None,
@@ -399,6 +402,14 @@ impl Session {
     /// threshold and within the byte budget, else folded into its thread's
     /// summary for the interval.
     fn on_freeze(&mut self, ev: &FreezeEvent, clock: &Clock, out: &mut Vec<Output>) {
+        if ev.tgid != 0 && self.processes.len() < MAX_PROCESSES && self.processes.insert(ev.tgid) {
+            let p = crate::procinfo::read(
+                std::path::Path::new("/proc"),
+                ev.tgid,
+                self.spec.log.cmdline,
+            );
+            self.write(Record::Process(p));
+        }
         let mut record = self
             .tally
             .add(ev, self.spec.threshold_ns)
@@ -582,6 +593,9 @@ impl Session {
         Some(self.runq.as_ref()?.total(self.now.runq?, self.now.mono_ns))
     }
 }
+
+/// `process` records per container log at most (a fork bomb writes no more).
+const MAX_PROCESSES: usize = 4096;
 
 fn throttle_record(ev: &FreezeEvent, clock: &Clock) -> Throttle {
     Throttle {

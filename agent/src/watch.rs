@@ -81,6 +81,10 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
         labels: Arc::new(ContainerLabels::plain(&name, &name)),
         threshold_ns: threshold,
         log_path: log,
+        log: crate::budget::LogLimits {
+            cmdline: cfg.log_cmdline,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let id = engine

@@ -105,6 +105,9 @@ pub struct Config {
     pub log_max_bytes: u64,
     /// Rotated parts kept per log (`<log>.1` newest … `<log>.N`).
     pub log_keep: u32,
+    /// `process` records carry the process's command line (at most 256
+    /// bytes; docs/security.md). false: pid, parent and executable only.
+    pub log_cmdline: bool,
     /// The log directory's size at most; past it the agent removes closed
     /// container logs, oldest first. 0: no cap.
     pub log_dir_max_bytes: u64,
@@ -137,6 +140,7 @@ impl Default for Config {
             log_budget_burst_bytes: 64 * 1024,
             log_max_bytes: 16 * 1024 * 1024,
             log_keep: 3,
+            log_cmdline: true,
             log_dir_max_bytes: 1024 * 1024 * 1024,
             qos: QosPolicyConfig::default(),
             control: Default::default(),

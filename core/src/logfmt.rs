@@ -31,6 +31,8 @@ pub enum Record {
     /// The agent restarted while the container ran; the log continues.
     Resume(Resume),
     Throttle(Throttle),
+    /// A process first seen frozen: its parent, executable and command line.
+    Process(Process),
     /// Freezes of one thread over one snapshot interval that the log's byte
     /// budget did not take as `throttle` records.
     ThrottleSummary(ThrottleSummary),
@@ -141,6 +143,22 @@ pub struct Start {
     /// `throttled_cgroup_id` says which level froze it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub limits_above: Vec<LimitAbove>,
+}
+
+/// A process of the container, written once, when its first thread is
+/// first seen frozen (`/proc/<pid>` then; absent fields: it had exited).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Process {
+    pub pid: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
+    /// `/proc/<pid>/exe` (the path in the container's mount namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
+    /// Arguments joined by spaces, at most 256 bytes (`…` when cut); absent
+    /// when `log_cmdline = false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
 }
 
 /// An ancestor's CFS limit, as the kernel had it at the start.

@@ -94,6 +94,20 @@ fn a_steady_overload_gets_a_limit_not_a_burst() {
     assert!(procs
         .iter()
         .all(|p| p["pid"].as_u64() > Some(0) && p["threads"].as_u64() >= Some(1)));
+    // The main process (the pool's parent) is marked, its workers as its
+    // children, each with its command line.
+    let main: Vec<_> = procs.iter().filter(|p| p["main"] == true).collect();
+    let children = procs.iter().filter(|p| p["child_of_main"] == true).count();
+    assert!(
+        main.len() <= 1 && children >= 4,
+        "one main process and four children: {procs:?}"
+    );
+    assert!(
+        procs.iter().all(|p| p["cmdline"]
+            .as_str()
+            .is_some_and(|c| c.contains("pipeline.py"))),
+        "{procs:?}"
+    );
     let k = kinds(&r);
     assert!(
         !k.contains(&"cpu-burst".to_string()),

@@ -31,6 +31,14 @@ pub struct ProcessFreezes {
     pub comm: String,
     /// The container's main process (`start.pid`).
     pub main: bool,
+    /// Its parent is the main process.
+    pub child_of_main: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ppid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<String>,
     pub threads: u32,
     pub freezes: u64,
     pub frozen_ns: u64,
@@ -85,6 +93,8 @@ pub struct Container {
     /// Freezes read from `throttle_summary` records (folded past the budget).
     pub folded_freezes: u64,
     pub threads: HashMap<u32, ThreadFreezes>,
+    /// `process` records by pid.
+    pub process_info: HashMap<u32, throttlewatch_core::logfmt::Process>,
     /// Frozen time by the cgroup whose quota froze it (`throttled_cgroup_id`).
     pub frozen_by_group: BTreeMap<u64, u64>,
     pub heat: Heatmaps,
@@ -118,6 +128,11 @@ impl Container {
             }
             Record::Resume(_) => self.resumes += 1,
             Record::Throttle(t) => self.add_throttle(t),
+            Record::Process(p) => {
+                if self.process_info.len() < 4096 {
+                    self.process_info.insert(p.pid, p);
+                }
+            }
             Record::ThrottleSummary(t) => self.add_summary(t),
             Record::CpuStat(c) => {
                 self.last_cpu_stat = Some(c);
@@ -257,11 +272,27 @@ impl Container {
                 p.comm = t.comm.clone();
             }
         }
-        let main = self.start.as_ref().and_then(|s| s.pid);
+        // The container's main process: `start.pid`; without it (`run`,
+        // `watch`) the one whose parent is outside and that has children here.
+        let main = self.start.as_ref().and_then(|s| s.pid).or_else(|| {
+            let ppid = |pid: &u32| self.process_info.get(pid).and_then(|i| i.ppid);
+            by.keys()
+                .find(|p| {
+                    ppid(p).is_some_and(|pp| !by.contains_key(&pp))
+                        && by.keys().any(|c| ppid(c) == Some(**p))
+                })
+                .copied()
+        });
         let mut v: Vec<ProcessFreezes> = by
             .into_values()
             .map(|mut p| {
                 p.main = main == Some(p.pid);
+                if let Some(i) = self.process_info.get(&p.pid) {
+                    p.ppid = i.ppid;
+                    p.exe = i.exe.clone();
+                    p.cmdline = i.cmdline.clone();
+                }
+                p.child_of_main = main.is_some() && p.ppid == main;
                 p
             })
             .collect();

@@ -17,7 +17,7 @@ use throttlewatch_core::logfmt::{log_file_name, Line, Record, Throttle, SCHEMA_V
 
 /// The record types schema version 1 defines.
 const RECORD_TYPES: &str =
-    "start, resume, throttle, throttle_summary, cpu_stat, runq, cold_start, control, end";
+    "start, resume, throttle, process, throttle_summary, cpu_stat, runq, cold_start, control, end";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {

@@ -285,19 +285,27 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
         let _ = writeln!(s, "\n  {}", st.bold("processes"));
         let _ = writeln!(
             s,
-            "  {:>8}  {:<16} {:>7} {:>8} {:>10}",
-            "pid", "comm", "threads", "freezes", "frozen"
+            "  {:>8}  {:>8}  {:<16} {:>7} {:>8} {:>10}  command",
+            "pid", "parent", "comm", "threads", "freezes", "frozen"
         );
         for p in &r.processes {
             let _ = writeln!(
                 s,
-                "  {:>8}  {:<16} {:>7} {:>8} {:>10}{}",
+                "  {:>8}  {:>8}  {:<16} {:>7} {:>8} {:>10}  {}{}",
                 p.pid,
+                p.ppid.map_or("-".into(), |x| x.to_string()),
                 clip(&p.comm, 16),
                 p.threads,
                 p.freezes,
                 short(p.frozen_ns),
-                if p.main { "  (main process)" } else { "" }
+                clip(p.cmdline.as_deref().or(p.exe.as_deref()).unwrap_or("-"), 60),
+                if p.main {
+                    "  (main process)"
+                } else if p.child_of_main {
+                    "  (child of the main process)"
+                } else {
+                    ""
+                }
             );
         }
     }
