@@ -46,6 +46,33 @@ impl PreemptLabels {
     }
 }
 
+/// A container's runnable-but-not-running time by cause (the report's
+/// diagnosis, docs/report.md): `own_limit`, `ancestor_limit` (a pod's or a
+/// parent's quota froze it), `own_threads`, `other_containers`, `host`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WaitLabels {
+    pub cause: LabelValue,
+    #[prometheus(flatten)]
+    pub container: ContainerLabels,
+}
+
+impl WaitLabels {
+    pub fn new(container: &ContainerLabels, cause: &str) -> WaitLabels {
+        WaitLabels {
+            container: container.clone(),
+            cause: cause.into(),
+        }
+    }
+}
+
+pub const WAIT_CAUSES: [&str; 5] = [
+    "own_limit",
+    "ancestor_limit",
+    "own_threads",
+    "other_containers",
+    "host",
+];
+
 /// Cold starts are aggregated per namespace and class: one observation per
 /// container would be 6 stages × 14 series that nobody reads alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -75,6 +102,8 @@ pub struct Metrics {
     pub control_changes: FCounter,
     /// Preemptions of watched threads, by `by`: same, other (container), host.
     pub runq_preemptions: Family<PreemptLabels, Counter<f64, AtomicU64>>,
+    /// Runnable time not running, by cause (summed over threads).
+    pub runnable_waiting_seconds: Family<WaitLabels, Counter<f64, AtomicU64>>,
     /// Cold-start stages, seconds after the runtime's create.
     pub cold_start_seconds: Family<StageLabels, Histogram>,
     pub lost_events: Counter,
@@ -128,6 +157,7 @@ impl Metrics {
             burst_seconds: reg(&mut r, "burst_seconds", "Time spent over quota thanks to burst (cpu.stat burst_time)"),
             control_changes: reg(&mut r, "control_changes", "Bandwidth changes by the dynamic CPU controller (raise, lower, restore, adopt: the log's control records)"),
             runq_preemptions: reg(&mut r, "runq_preemptions", "Watched threads switched out runnable, by who preempted them (same, other, host)"),
+            runnable_waiting_seconds: reg(&mut r, "runnable_waiting_seconds", "Time watched threads were runnable without running, summed over threads, by cause: frozen by the container's own quota (own_limit) or an ancestor's such as its pod's (ancestor_limit); waiting for a CPU held by its own threads, other containers or the host (run-queue waits split by who preempted; docs/report.md)"),
             cold_start_seconds: {
                 r.register("cold_start_seconds", "Cold-start stages, seconds after the runtime's create, by namespace, class and stage", cold_start_seconds.clone());
                 cold_start_seconds
@@ -149,11 +179,23 @@ impl Metrics {
             Output::Freeze {
                 container,
                 frozen_ns,
-                ..
-            } => self
-                .freeze_seconds
-                .get_or_create(container)
-                .observe_ns(*frozen_ns),
+                record,
+            } => {
+                self.freeze_seconds
+                    .get_or_create(container)
+                    .observe_ns(*frozen_ns);
+                let cause = match record {
+                    Some(r)
+                        if r.throttled_cgroup_id != 0 && r.throttled_cgroup_id != r.cgroup_id =>
+                    {
+                        "ancestor_limit"
+                    }
+                    _ => "own_limit",
+                };
+                self.runnable_waiting_seconds
+                    .get_or_create(&WaitLabels::new(container, cause))
+                    .inc_by(*frozen_ns as f64 / 1e9);
+            }
             Output::ColdStart { container, record } => self.observe_cold_start(container, record),
             Output::Runq {
                 container,
@@ -224,6 +266,10 @@ impl Metrics {
         for by in PREEMPTORS {
             self.runq_preemptions.remove(&PreemptLabels::new(l, by));
         }
+        for cause in WAIT_CAUSES {
+            self.runnable_waiting_seconds
+                .remove(&WaitLabels::new(l, cause));
+        }
     }
 
     /// A container ended: its series stay `grace` longer (so a scrape sees
@@ -277,14 +323,26 @@ impl Metrics {
         self.runq_latency
             .get_or_create(l)
             .add_slots(slots, r.total_ns);
-        for (by, n) in [
-            ("same", r.preempted_by_same),
-            ("other", r.preempted_by_other),
-            ("host", r.preempted_by_host),
-        ] {
+        let by = [
+            ("same", "own_threads", r.preempted_by_same),
+            ("other", "other_containers", r.preempted_by_other),
+            ("host", "host", r.preempted_by_host),
+        ];
+        let n: u64 = by.iter().map(|b| b.2).sum();
+        for (by, cause, k) in by {
             self.runq_preemptions
                 .get_or_create(&PreemptLabels::new(l, by))
-                .inc_by(n as f64);
+                .inc_by(k as f64);
+            // The interval's waits split as the report's diagnosis does.
+            let share = match n {
+                0 => f64::from(u8::from(cause == "host")),
+                n => k as f64 / n as f64,
+            };
+            if share > 0.0 && r.total_ns > 0 {
+                self.runnable_waiting_seconds
+                    .get_or_create(&WaitLabels::new(l, cause))
+                    .inc_by(r.total_ns as f64 * share / 1e9);
+            }
         }
     }
 

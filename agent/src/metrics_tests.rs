@@ -169,8 +169,9 @@ fn per_container_series_are_bounded() {
         probe_throttled_ns: 0,
     });
     let body = m.encode();
-    // 2 histograms × (18 bounds + Inf + sum + count) + 6 counters + 3 preemption kinds.
-    assert_eq!(lines_of(&body, "x").len(), 2 * 21 + 6 + 3, "{body}");
+    // 2 histograms × (18 bounds + Inf + sum + count) + 6 counters + 3 preemption
+    // kinds + the causes seen of runnable time (at most 5; here the freeze's own_limit).
+    assert_eq!(lines_of(&body, "x").len(), 2 * 21 + 6 + 3 + 1, "{body}");
 }
 
 #[test]
@@ -187,5 +188,61 @@ fn proc_stat_idle_and_cpus() {
     assert!(
         !body.contains("throttlewatch_node_cpus 0"),
         "this machine has CPUs: {body}"
+    );
+}
+
+#[test]
+fn runnable_time_is_split_by_cause_as_the_report_does() {
+    let m = Metrics::new();
+    m.observe(&Output::Runq {
+        container: labels("w"),
+        record: Runq {
+            count: 4,
+            total_ns: 8_000_000,
+            preempted_by_same: 1,
+            preempted_by_host: 3,
+            ..Default::default()
+        },
+        slots: [0u64; RUNQ_SLOTS],
+    });
+    let freeze = |by: u64| throttlewatch_core::logfmt::Throttle {
+        cgroup_id: 7,
+        throttled_cgroup_id: by,
+        ..Default::default()
+    };
+    for (by, ns) in [(7, 5_000_000), (5, 2_000_000)] {
+        m.observe(&Output::Freeze {
+            container: labels("w"),
+            frozen_ns: ns,
+            record: Some(freeze(by)),
+        });
+    }
+    m.observe(&Output::Freeze {
+        container: labels("w"),
+        frozen_ns: 1_000_000,
+        record: None,
+    });
+    let body = m.encode();
+    let value = |cause: &str| -> f64 {
+        lines_of(&body, "w")
+            .into_iter()
+            .find(|l| {
+                l.starts_with("throttlewatch_runnable_waiting_seconds_total{")
+                    && l.contains(&format!("cause=\"{cause}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("{cause}: {body}"))
+    };
+    assert!((value("own_threads") - 0.002).abs() < 1e-9);
+    assert!((value("host") - 0.006).abs() < 1e-9);
+    assert!(
+        (value("own_limit") - 0.006).abs() < 1e-9,
+        "folded freezes are the container's own"
+    );
+    assert!((value("ancestor_limit") - 0.002).abs() < 1e-9);
+    m.forget(&labels("w"));
+    assert!(
+        lines_of(&m.encode(), "w").is_empty(),
+        "forgotten with the container"
     );
 }
