@@ -46,6 +46,19 @@ pub fn parse_limits(a: &RunArgs, available: Option<&CpuList>) -> Result<RunLimit
     })
 }
 
+/// A limit the command can never reach: more CPUs than it may run on.
+pub fn limit_above_cpus(l: &RunLimits, available: Option<&CpuList>) -> Option<String> {
+    let q = l.quota_us?;
+    let cpus = l.cpuset.as_ref().or(available)?;
+    let limit = q as f64 / l.period_us.max(1) as f64;
+    (limit > cpus.len() as f64 + 1e-9).then(|| {
+        format!(
+            "the limit of {limit} CPUs is above the {} CPUs the command may run on ({cpus}): it will never be throttled by it",
+            cpus.len()
+        )
+    })
+}
+
 fn unit_err(e: units::UnitError) -> CliError {
     CliError::usage(e.to_string())
 }
@@ -251,6 +264,9 @@ pub fn run_to_end(
     signals::install();
     let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
     let limits = parse_limits(a, root_cpus(&h).as_ref())?;
+    if let Some(w) = limit_above_cpus(&limits, root_cpus(&h).as_ref()) {
+        eprintln!("throttlewatch: warning: {w}");
+    }
     let threshold = threshold_ns(&a.out, cfg)?;
     let prog = resolve_program(&a.cmd[0])?;
     let parent = parent_cgroup(&h, a)?;
@@ -427,6 +443,12 @@ mod tests {
 
     #[test]
     fn limits_from_cpus() {
+        let two = CpuList::parse("", "0-1").unwrap();
+        let over = parse_limits(&args(Some("3"), None, None, None, None), Some(&two)).unwrap();
+        let w = limit_above_cpus(&over, Some(&two)).expect("3 CPUs on 2");
+        assert!(w.contains("limit of 3 CPUs is above the 2 CPUs"), "{w}");
+        let fits = parse_limits(&args(Some("1.5"), None, None, None, None), Some(&two)).unwrap();
+        assert_eq!(limit_above_cpus(&fits, Some(&two)), None);
         let l = parse_limits(&args(Some("0.5"), None, None, Some("20ms"), None), None).unwrap();
         assert_eq!(
             l,

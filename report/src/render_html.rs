@@ -196,6 +196,22 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
             g.nonzero_cells(),
             svg.trim_start_matches(|c| c != '<')
         );
+        let max = g.max();
+        let most = if g.value == "frozen ns" {
+            short(max)
+        } else {
+            format!("{max} {}", g.value)
+        };
+        let _ = writeln!(
+            s,
+            "<p class=\"legend\">Colour: white = none, <span style=\"background:linear-gradient(90deg,#ffe082,#8c0014);color:#fff;padding:0 2em\">&nbsp;</span> yellow to dark red = up to {} per cell (square-root scale).{}</p>",
+            esc(&most),
+            if name == "offset" {
+                " Rows: where in the CFS period the freezes began. A band just after +0 ms: the quota runs out right after each refill (many threads at once: fewer workers or a higher limit); a band late in the period: the quota lasts most of it (a small raise, or a burst for spikes, covers it)."
+            } else {
+                ""
+            }
+        );
     }
     s.push_str("</section>\n");
 }
@@ -324,7 +340,8 @@ fn controls(s: &mut String, i: usize, list: &[ControlAt], wall_ns: u64) {
          <span style=\"color:#2a7\">&#9476;</span> in CPUs over {}; peak {:.2} CPUs.</p>\
          <figure class=\"control\" id=\"c{i}-control\" data-changes=\"{}\">\
          <svg class=\"control\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{}\" viewBox=\"0 0 {W} {}\">\
-         <polyline class=\"quota\" points=\"{}\"/><polyline class=\"limit\" points=\"{}\"/>",
+         <polyline class=\"quota\" points=\"{}\"/><polyline class=\"limit\" points=\"{}\"/>\
+         <text x=\"2\" y=\"10\" font-size=\"11\">{:.2} CPUs</text><text x=\"2\" y=\"{:.0}\" font-size=\"11\">0 CPUs</text>",
         list.len(),
         short(end as u64),
         top / 1.1,
@@ -333,6 +350,8 @@ fn controls(s: &mut String, i: usize, list: &[ControlAt], wall_ns: u64) {
         H + 14.0,
         steps(&|b| cpus(b.quota_us, b.period_us)),
         steps(&limit),
+        top,
+        H - 2.0,
     );
     for c in list {
         let r = &c.record;

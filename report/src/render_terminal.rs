@@ -132,6 +132,24 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
             &r.throttle_model
         }
     );
+    if let (Some(first), Some(last)) = (r.controls.first(), r.controls.last()) {
+        let cpus = |b: &throttlewatch_core::logfmt::control::Bandwidth| {
+            b.quota_us as f64 / b.period_us.max(1) as f64
+        };
+        let peak = r
+            .controls
+            .iter()
+            .map(|c| cpus(&c.record.after))
+            .fold(0.0, f64::max);
+        let _ = writeln!(
+            s,
+            "  the controller changed the limit {} times: {:.2} CPUs at the start, {:.2} at most, {:.2} at the end (the figures below are for the whole log)",
+            r.controls.len(),
+            cpus(&first.record.before),
+            peak,
+            cpus(&last.record.after)
+        );
+    }
     if r.read.truncated_lines > 0 || r.read.older_version_lines > 0 {
         let _ = writeln!(
             s,
