@@ -38,6 +38,37 @@ const SUB_VALUE_FLAGS: [&str; 21] = [
     "pids-limit",
 ];
 
+/// The runc subcommands the wrapper does work for; every other one is
+/// passed through as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subcommand {
+    Create,
+    Run,
+    Start,
+    Update,
+    Delete,
+    /// Anything else (state, kill, exec, ...), or none: passed through.
+    Other,
+}
+
+impl Subcommand {
+    pub fn of(name: Option<&str>) -> Subcommand {
+        match name {
+            Some("create") => Subcommand::Create,
+            Some("run") => Subcommand::Run,
+            Some("start") => Subcommand::Start,
+            Some("update") => Subcommand::Update,
+            Some("delete") => Subcommand::Delete,
+            _ => Subcommand::Other,
+        }
+    }
+
+    /// `create` and `run` make a container.
+    pub fn creates(self) -> bool {
+        matches!(self, Subcommand::Create | Subcommand::Run)
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuncArgs {
     /// The arguments for the low-level runtime (without argv[0]; our own flag removed).
@@ -112,6 +143,11 @@ impl RuncArgs {
 
     pub fn subcommand(&self) -> Option<&str> {
         self.subcommand_at.and_then(|i| self.argv[i].to_str())
+    }
+
+    /// The subcommand as the wrapper acts on it, parsed once.
+    pub fn command(&self) -> Subcommand {
+        Subcommand::of(self.subcommand())
     }
 
     /// The global flags, as given (everything before the subcommand).
@@ -273,6 +309,13 @@ mod tests {
     #[test]
     fn no_subcommand_and_default_bundle() {
         assert_eq!(p(&["--version"]).subcommand(), None);
+        assert_eq!(p(&["--version"]).command(), Subcommand::Other);
+        assert_eq!(
+            p(&["--root", "/r", "create", "x"]).command(),
+            Subcommand::Create
+        );
+        assert!(p(&["run", "x"]).command().creates());
+        assert!(!p(&["state", "x"]).command().creates());
         let r = p(&["create", "c"]);
         assert_eq!(r.bundle().unwrap(), std::env::current_dir().unwrap());
         let r = p(&["--root", "/r", "delete", "-f", "c"]);

@@ -11,7 +11,7 @@ use throttlewatch_core::config::{Config, FailMode};
 use throttlewatch_lifecycle::modifiers::{default_hook_path, modify_bundle, ModifyContext};
 use throttlewatch_lifecycle::timing::Phases;
 
-use crate::args::RuncArgs;
+use crate::args::{RuncArgs, Subcommand};
 use crate::runlog::RuncLog;
 use crate::{delete, lowlevel, update};
 
@@ -27,7 +27,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
     ));
     let log = RuncLog::new(args.log.clone(), args.log_format.as_deref());
     let config_path = config_path(&args);
-    if args.subcommand() == Some("start") {
+    let command = args.command();
+    if command == Subcommand::Start {
         // The usual case: the ticket of our `create`, nothing pending.
         if let Some(runtime) = crate::start::ready(&args, config_path.as_deref()) {
             t.mark("ticket");
@@ -36,10 +37,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
     let (cfg, cfg_ok) = match throttlewatch_qos::config_check::load_cached(config_path.as_deref()) {
         Ok(c) => (c, true),
-        Err(bad)
-            if bad.fail_mode == FailMode::Closed
-                && matches!(args.subcommand(), Some("create") | Some("run")) =>
-        {
+        Err(bad) if bad.fail_mode == FailMode::Closed && command.creates() => {
             log.error(&format!("{bad} (fail-closed: create refused)"));
             return 1;
         }
@@ -61,17 +59,17 @@ pub fn main(args: Vec<OsString>) -> i32 {
     t.mark("resolve");
     // Arguments of our own for the runtime (create's `--pid-file`).
     let mut argv = None;
-    match args.subcommand() {
+    match command {
         // Fail-closed keeps the hook (below, as `run`): runc's own create
         // is refused unless the container's log is open.
-        Some("create") if cfg_ok && cfg.fail_mode == FailMode::Open => {
+        Subcommand::Create if cfg_ok && cfg.fail_mode == FailMode::Open => {
             let crate::create::Next(a) =
                 crate::create::create(&args, &cfg, config_path, &runtime, &log, &mut t);
             argv = Some(a);
         }
-        Some("run") | Some("create") if cfg_ok => {
+        Subcommand::Run | Subcommand::Create if cfg_ok => {
             // A ticket left by an earlier container of this id is not this one's.
-            if let (Some("create"), Some(key)) = (args.subcommand(), args.container_key()) {
+            if let (Subcommand::Create, Some(key)) = (command, args.container_key()) {
                 let _ = crate::ticket::remove(&key, config_path.as_deref());
             }
             if let Err(e) = modify(&args, &cfg, config_path, &mut t) {
@@ -86,11 +84,11 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 }
             }
         }
-        Some("start") if cfg_ok => {
+        Subcommand::Start if cfg_ok => {
             crate::start::wait_for_watch(&args, &cfg, config_path.as_deref(), &log)
         }
-        Some("update") if cfg_ok => return update::update(&runtime, &args, &cfg, &log),
-        Some("delete") if cfg_ok => {
+        Subcommand::Update if cfg_ok => return update::update(&runtime, &args, &cfg, &log),
+        Subcommand::Delete if cfg_ok => {
             delete::end_before_delete(&runtime, &args, &cfg, config_path.as_deref(), &log)
         }
         _ => {}
