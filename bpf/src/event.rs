@@ -2,6 +2,10 @@
 
 use crate::skel::types::tw_event;
 
+/// `TW_ABI_VERSION` of `bpf/throttle.h` that this decoder reads; the
+/// object's is checked at load.
+pub const ABI_VERSION: u32 = 4;
+
 pub const KIND_FREEZE: u32 = 1;
 /// Kind 2 was a per-episode event that user space never needed (the totals
 /// are in the `episodes` map); retired, never reused.
@@ -193,6 +197,17 @@ mod tests {
         let p = (&e as *const tw_event).cast::<u8>();
         // SAFETY: reading the bytes of a POD value.
         unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<tw_event>()) }.to_vec()
+    }
+
+    #[test]
+    fn the_decoders_abi_version_is_the_headers() {
+        let h = include_str!("bpf/throttle.h");
+        let v: u32 = h
+            .lines()
+            .find_map(|l| l.strip_prefix("#define TW_ABI_VERSION "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("TW_ABI_VERSION in throttle.h");
+        assert_eq!(v, ABI_VERSION, "bump both together");
     }
 
     #[test]

@@ -42,6 +42,12 @@ fn open_and_load(
         .open(leak())
         .map_err(ProbeError::Load)?;
     if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+        if ro.tw_abi_version != crate::event::ABI_VERSION {
+            return Err(ProbeError::Abi {
+                found: ro.tw_abi_version,
+                expected: crate::event::ABI_VERSION,
+            });
+        }
         ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
         ro.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
         ro.runq_enabled = runq;

@@ -31,6 +31,8 @@ pub enum ProbeError {
     },
     #[error("watch map: {0}")]
     Map(#[source] libbpf_rs::Error),
+    #[error("the BPF object's record layout is version {found}, this program decodes version {expected}: rebuild both from one tree")]
+    Abi { found: u32, expected: u32 },
     #[error("the probe's tw_model program answered {0}: expected 1 (task) or 2 (runqueue)")]
     Model(u32),
     #[error("{ENV_PROBE_SKIP}: unknown program group '{0}' (accepted: a comma-separated list of fentry, runq, hrtimer)")]

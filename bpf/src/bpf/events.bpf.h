@@ -8,6 +8,10 @@
  * then produce more events). */
 const volatile __u32 ringbuf_wakeup_bytes = 0;
 
+/* The layout of the records below (throttle.h), for user space to check
+ * against the one it decodes before it loads anything. */
+const volatile __u32 tw_abi_version = TW_ABI_VERSION;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 4 << 20);
