@@ -170,7 +170,7 @@ case ${TW_BENCH_CONFIG:-short} in
     *) echo "TW_BENCH_CONFIG: expected short or shipped, got $TW_BENCH_CONFIG" >&2; exit 2 ;;
 esac
 bench_config "$W/tw.toml" "$W/logs" "$RUN/agent.sock" "$RUN"
-# TW_BENCH_TIMING=1: the agents time their registers too (agent/src/timing.rs).
+# TW_BENCH_TIMING=1: the agents time their registers too (agent/src/pipeline/timing.rs).
 agent_timing() { [ "${TW_BENCH_TIMING:-0}" = 1 ] && echo "$W/$1" || echo ""; }
 THROTTLEWATCH_TIMING=$(agent_timing timing) "$AGENT" agent --config "$W/tw.toml" >"$W/agent.out" 2>&1 &
 AGENT_PID=$!

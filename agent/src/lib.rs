@@ -4,40 +4,21 @@
 //! `throttlewatch run` and `throttlewatch watch` embed the same engine that
 //! the node daemon (`throttlewatch agent`) runs.
 
-pub mod budget;
-pub mod burn;
 pub mod cli;
-pub mod clock;
-pub mod coldstart;
-pub mod configcheck;
+pub mod commands;
 pub mod control;
 pub mod daemon;
-pub mod demo;
-pub mod engine;
-pub mod freezes;
-pub mod histograms;
 pub mod install;
-pub mod kernel_counters;
-pub mod labels;
-pub mod live;
-pub mod logdir;
-pub mod metrics;
-pub mod output;
-pub mod placement;
-pub mod privileges;
-pub mod procinfo;
-pub mod reading;
-pub mod run;
-pub mod runq;
-pub mod session;
+pub mod pipeline;
 pub mod signals;
-pub mod socket;
-pub mod spec;
-pub mod state;
-pub mod threadcpu;
-pub mod timing;
-pub mod topology;
-pub mod watch;
+
+// The parts by their own names, as the rest of the crate and `main.rs` use them.
+pub use commands::{burn, configcheck, demo, live, privileges, run, topology, watch};
+pub use daemon::{logdir, metrics, socket, state};
+pub use pipeline::{
+    budget, clock, coldstart, engine, freezes, histograms, kernel_counters, labels, output,
+    placement, procinfo, reading, runq, session, spec, threadcpu, timing,
+};
 
 /// Exit status for bad input: the one-line error names the value and what is accepted.
 pub const EXIT_USAGE: i32 = 2;

@@ -1,5 +1,5 @@
 //! The tests' and benchmarks' CPU-bound workload: `throttlewatch burn`
-//! (agent/src/burn.rs) under the name the tests spawn.
+//! (agent/src/commands/burn.rs) under the name the tests spawn.
 //!
 //! tw-burn --threads N --ms DURATION [--pin spread|packed|none] [--spin MS --sleep MS]
 //!         [--spin-cpu MS --sleep MS]

@@ -22,8 +22,11 @@ use crate::socket::{bind, raise_nofile_limit, Server};
 use crate::state::{Persisted, StateDir};
 use crate::{signals, CliError};
 
-#[path = "register.rs"]
+pub mod logdir;
+pub mod metrics;
 mod register;
+pub mod socket;
+pub mod state;
 use register::PendingRegister;
 
 /// Start an agent in the background and wait until it answers.
