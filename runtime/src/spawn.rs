@@ -73,52 +73,10 @@ pub fn helper_then_exec<F: FnOnce()>(
     t.mark("argv");
     t.finish();
 
-    // SAFETY: a fresh private mapping; the guard page is part of it.
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STACK_BYTES + GUARD_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
+    let stack = match helper_stack() {
+        Ok(s) => s,
+        Err(e) => return e,
     };
-    if stack == libc::MAP_FAILED {
-        return std::io::Error::last_os_error();
-    }
-    // SAFETY: the lowest page of the mapping just made.
-    unsafe { libc::mprotect(stack, GUARD_BYTES, libc::PROT_NONE) };
-
-    extern "C" fn entry<F: FnOnce()>(arg: *mut libc::c_void) -> libc::c_int {
-        // SIGPIPE ignored again, as the wrapper had it (the helper writes
-        // to a socket whose reader may be gone).
-        // SAFETY: sets a signal disposition of this process.
-        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-        // SAFETY: `arg` is the parent's `job`, which stays in place: the
-        // parent never returns from its exec, and the address space it
-        // leaves is this child's.
-        let job = unsafe { &mut *(arg as *mut Job<F>) };
-        if let Some([r, w]) = job.exec_done {
-            // SAFETY: this process's copies of the pipe's descriptors; the
-            // read returns 0 once the parent's copy of `w` is closed (its
-            // exec, or its exit), or fails.
-            unsafe {
-                libc::close(w);
-                let mut b = 0u8;
-                while libc::read(r, (&mut b as *mut u8).cast(), 1) < 0
-                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-                {
-                }
-                libc::close(r);
-            }
-        }
-        if let Some(f) = job.run.take() {
-            f();
-        }
-        // SAFETY: ends the helper without running anything of the wrapper's.
-        unsafe { libc::_exit(0) }
-    }
 
     job.exec_done = exec_done_pipe();
     // The runtime gets SIGPIPE's default (the Rust runtime ignores it, and
@@ -157,6 +115,59 @@ pub fn helper_then_exec<F: FnOnce()>(
     // SAFETY: ends this process at once (no exit handlers: their state is
     // shared with the helper).
     unsafe { libc::_exit(127) }
+}
+
+/// The helper's stack: a fresh private mapping, its lowest page a guard.
+fn helper_stack() -> std::io::Result<*mut libc::c_void> {
+    // SAFETY: a fresh private mapping; the guard page is part of it.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK_BYTES + GUARD_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the lowest page of the mapping just made.
+    unsafe { libc::mprotect(stack, GUARD_BYTES, libc::PROT_NONE) };
+    Ok(stack)
+}
+
+/// The helper's first frame, on its own stack: wait for the parent's exec
+/// (the pipe's end of file), then run the job and `_exit`.
+extern "C" fn entry<F: FnOnce()>(arg: *mut libc::c_void) -> libc::c_int {
+    // SIGPIPE ignored again, as the wrapper had it (the helper writes
+    // to a socket whose reader may be gone).
+    // SAFETY: sets a signal disposition of this process.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // SAFETY: `arg` is the parent's `job`, which stays in place: the
+    // parent never returns from its exec, and the address space it
+    // leaves is this child's.
+    let job = unsafe { &mut *(arg as *mut Job<F>) };
+    if let Some([r, w]) = job.exec_done {
+        // SAFETY: this process's copies of the pipe's descriptors; the
+        // read returns 0 once the parent's copy of `w` is closed (its
+        // exec, or its exit), or fails.
+        unsafe {
+            libc::close(w);
+            let mut b = 0u8;
+            while libc::read(r, (&mut b as *mut u8).cast(), 1) < 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {
+            }
+            libc::close(r);
+        }
+    }
+    if let Some(f) = job.run.take() {
+        f();
+    }
+    // SAFETY: ends the helper without running anything of the wrapper's.
+    unsafe { libc::_exit(0) }
 }
 
 /// What the helper is given: its work, and the pipe (read end, write end)
