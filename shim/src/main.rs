@@ -5,6 +5,7 @@ mod console;
 mod drain;
 mod info;
 mod metrics;
+mod metrics_v2;
 mod oom;
 mod runc;
 mod service;

@@ -1,10 +1,14 @@
-//! A container's cgroup figures → containerd's cgroup v1 `Metrics` protobuf
-//! (what `ctr task metrics` and the CRI stats read). The runc shim reads
-//! the cgroup itself (task/service.go Stats: memory.stat in full,
-//! memory.oom_control), running or not, so do we, from the directories
-//! noted at create ([`CgroupDirs`]), in the JSON shape of `runc events
-//! --stats` — which is asked only when those are unknown (runc refuses
-//! once init exited: `container … is not running`).
+//! A container's cgroup figures → the `Metrics` protobuf containerd's
+//! runc shim answers `Stats` with (what `ctr task metrics` and the CRI
+//! stats read): cgroup v1's `io.containerd.cgroups.v1.Metrics` where the
+//! container's cpuacct is on a v1 hierarchy (also on a hybrid host, as the
+//! runc shim's cgroup1 there), cgroup v2's `io.containerd.cgroups.v2.Metrics`
+//! on a unified one ([`crate::metrics_v2`]). The runc shim reads the cgroup
+//! itself (task/service.go Stats: cgroup1 `Stat(IgnoreNotExist)`, memory.stat
+//! in full, memory.oom_control; cgroup2 `Manager.Stat`), running or not, so
+//! do we, from the directories noted at create ([`CgroupDirs`]); `runc
+//! events --stats` is asked only when those are unknown (runc refuses once
+//! init exited: `container … is not running`).
 
 use std::path::{Path, PathBuf};
 
@@ -126,13 +130,27 @@ pub fn metrics(data: &Value) -> Metrics {
     }
 }
 
-pub fn metrics_any(data: &Value) -> Result<Any, String> {
-    let value = metrics(data).write_to_bytes().map_err(|e| e.to_string())?;
+/// `m` in an `Any` as containerd's typeurl.MarshalAny wraps it: the
+/// message's full name as the type URL, no prefix.
+pub fn to_any(type_url: &str, m: &impl Message) -> Result<Any, String> {
+    let value = m.write_to_bytes().map_err(|e| e.to_string())?;
     Ok(Any {
-        type_url: METRICS_TYPE_URL.into(),
+        type_url: type_url.into(),
         value,
         ..Default::default()
     })
+}
+
+/// `runc events --stats` figures (the fallback when the cgroup is unknown)
+/// in the type of the node's cgroup version.
+pub fn metrics_any(data: &Value, v2: bool) -> Result<Any, String> {
+    match v2 {
+        true => to_any(
+            crate::metrics_v2::METRICS_TYPE_URL,
+            &crate::metrics_v2::from_runc_events(data),
+        ),
+        false => to_any(METRICS_TYPE_URL, &metrics(data)),
+    }
 }
 
 /// A container's cgroup directories, noted while its init runs.
@@ -155,8 +173,13 @@ impl CgroupDirs {
         );
         let dir = |c| controller_dir_from(&pc, &mi, c);
         let acct = dir("cpuacct");
+        // Unknown cpuacct: the node's version (runc events' fallback answer).
+        let v2 = match &acct {
+            Some((_, m)) => *m == CgroupMode::V2,
+            None => Path::new("/sys/fs/cgroup/cgroup.controllers").exists(),
+        };
         CgroupDirs {
-            v2: acct.as_ref().is_some_and(|(_, m)| *m == CgroupMode::V2),
+            v2,
             cpu: dir("cpu").map(|d| d.0),
             cpuacct: acct.map(|d| d.0),
             memory: dir("memory").map(|d| d.0),
@@ -164,17 +187,19 @@ impl CgroupDirs {
         }
     }
 
-    /// The cgroup's figures in `runc events --stats`' shape; None when the
-    /// cgroup is gone.
-    pub fn read(&self) -> Option<Value> {
+    /// The task's metrics as the runc shim answers `Stats` on this cgroup
+    /// version, in their `Any`; None when the cgroup is unknown or gone.
+    pub fn metrics_any(&self) -> Option<Result<Any, String>> {
         let acct = self.cpuacct.as_deref()?;
         if !acct.exists() {
             return None;
         }
-        Some(if self.v2 {
-            self.read_v2(acct)
-        } else {
-            self.read_v1(acct)
+        Some(match self.v2 {
+            true => to_any(
+                crate::metrics_v2::METRICS_TYPE_URL,
+                &crate::metrics_v2::read(acct, crate::metrics_v2::hugepage_sizes()),
+            ),
+            false => to_any(METRICS_TYPE_URL, &metrics(&self.read_v1(acct))),
         })
     }
 
@@ -215,35 +240,6 @@ impl CgroupDirs {
                 "raw": mstat,
             },
             "memory_oom_control": kv_opt(mem, "memory.oom_control"),
-            "pids": self.pids_json(),
-        })
-    }
-
-    fn read_v2(&self, dir: &Path) -> Value {
-        let cpu = kv(dir, "cpu.stat");
-        let us = |k: &str| cpu.get(k).copied().unwrap_or(0) * 1000;
-        let max = |f: &str| match read(dir, f).trim() {
-            "max" => 0,
-            v => v.parse().unwrap_or(0),
-        };
-        let mstat = kv(dir, "memory.stat");
-        serde_json::json!({
-            "cpu": {
-                "usage": {"total": us("usage_usec"), "kernel": us("system_usec"),
-                          "user": us("user_usec")},
-                "throttling": {"periods": cpu.get("nr_periods"),
-                               "throttledPeriods": cpu.get("nr_throttled"),
-                               "throttledTime": us("throttled_usec")},
-            },
-            "memory": {
-                "cache": mstat.get("file"),
-                "usage": {"usage": num(dir, "memory.current"), "max": num(dir, "memory.peak"),
-                          "limit": max("memory.max")},
-                "swap": {"usage": num(dir, "memory.swap.current"),
-                         "limit": max("memory.swap.max")},
-                "raw": mstat,
-            },
-            "memory_oom_control": {"oom_kill": kv(dir, "memory.events").get("oom_kill")},
             "pids": self.pids_json(),
         })
     }
@@ -302,7 +298,8 @@ mod tests {
         assert_eq!(m.memory.usage.limit, 8192);
         assert_eq!(m.pids.current, 2);
         assert!(m.memory_oom_control.is_none(), "runc events has none");
-        let any = metrics_any(&data).unwrap();
+        let any = metrics_any(&data, false).unwrap();
+        assert_eq!(any.type_url, "io.containerd.cgroups.v1.Metrics");
         assert_eq!(Metrics::parse_from_bytes(&any.value).unwrap(), m);
     }
 
@@ -353,8 +350,10 @@ mod tests {
             memory: Some(mem),
             pids: Some(pids),
         };
-        let m = metrics(&dirs.read().unwrap());
+        let any = dirs.metrics_any().unwrap().unwrap();
         let _ = std::fs::remove_dir_all(&d);
+        assert_eq!(any.type_url, "io.containerd.cgroups.v1.Metrics");
+        let m = Metrics::parse_from_bytes(&any.value).unwrap();
         assert_eq!(m.cpu.usage.total, 900);
         assert_eq!(m.cpu.usage.per_cpu, vec![400, 500]);
         assert_eq!(m.cpu.usage.user, 30_000_000);
@@ -370,6 +369,6 @@ mod tests {
         assert_eq!(ms.total_inactive_file, 55);
         assert_eq!(m.memory_oom_control.oom_kill, 3);
         assert_eq!((m.pids.current, m.pids.limit), (2, 0));
-        assert!(CgroupDirs::default().read().is_none());
+        assert!(CgroupDirs::default().metrics_any().is_none());
     }
 }

@@ -466,18 +466,22 @@ impl Task for TaskService {
             (c.init.status, c.cgroups.clone())
         };
         // From the cgroup, as the runc shim does (runc events has neither
-        // memory.oom_control nor, once init exited, an answer).
-        let data = match dirs.read() {
-            Some(data) => data,
+        // memory.oom_control nor, once init exited, an answer), in the
+        // type of its cgroup version (v1 or v2 Metrics).
+        let stats: Any = match dirs.metrics_any() {
+            Some(any) => any,
             None if status == Status::STOPPED => {
                 return Err(err(Code::NOT_FOUND, "cgroup does not exist: not found"))
             }
-            None => self
-                .runc
-                .stats(&req.id)
-                .map_err(|e| err(Code::INTERNAL, e))?,
-        };
-        let stats: Any = metrics_any(&data).map_err(|e| err(Code::INTERNAL, e))?;
+            None => {
+                let data = self
+                    .runc
+                    .stats(&req.id)
+                    .map_err(|e| err(Code::INTERNAL, e))?;
+                metrics_any(&data, dirs.v2)
+            }
+        }
+        .map_err(|e| err(Code::INTERNAL, e))?;
         Ok(api::StatsResponse {
             stats: MessageField::some(stats),
             ..Default::default()
