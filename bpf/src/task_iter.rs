@@ -1,5 +1,5 @@
 //! The `tw_iter_watched` task iterator run over the threads of the processes
-//! in one cgroup instead of every task on the node (issue 16: the walk is on
+//! in one cgroup instead of every task on the node (the walk is on
 //! the register path, and its cost grew with the node's task count).
 //!
 //! A task iterator link created with `bpf_iter_link_info.task.pid` walks the

@@ -18,11 +18,9 @@
 //! `start` skip the configuration.) All that runs
 //! while the caller goes on to `start`, which lets
 //! the entrypoint run only once the agent has the container (or it was
-//! refused, or the helper failed and said why in hook.log). runc's hook
-//! machinery (state JSON, a fork of the Go process, a second process's
-//! start-up) cost 2.3 ms on the start path for `/bin/true` as the hook;
-//! the child runtime and the work after its create, another ~0.5 ms
-//! (bench/README.md, container start).
+//! refused, or the helper failed and said why in hook.log). What runc's
+//! hook machinery would cost on the start path is measured in
+//! bench/README.md (container start).
 //!
 //! `run` keeps the hook: runc creates and starts in one process, and the
 //! hook is the only point between the two. So does fail-closed (the

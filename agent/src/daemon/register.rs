@@ -1,4 +1,4 @@
-//! The register path of the agent (issue 16): validate, take baselines and
+//! The register path of the agent: validate, take baselines and
 //! put the cgroup in the kernel's watch map, answer, then write the log, its
 //! `start` record and the state file ([`COMPLETE_AFTER_ANSWER`]).
 
@@ -22,12 +22,9 @@ use crate::timing::Phases;
 /// How long after its answer a register's log, `start` record and state
 /// file are written (`Agent::register_answering`); sooner when anything
 /// else needs the sessions (a request, the next poll, a signal). Zero: as
-/// soon as the answer is out. Issue 16 tried 25 ms (the container start
-/// goes on for a few milliseconds after the answer, and on a small node the
-/// agent's writing competes with it for the CPUs), but then the log may not
-/// exist yet when `runc run -d` returns: readers that open it at once (the
-/// collisions test, a log shipper, `throttlewatch report ID`) found no file.
-/// Its gain was not measured on its own (bench/README.md, runs 1-5 had it).
+/// soon as the answer is out: with a delay the log may not exist yet when
+/// `runc run -d` returns, and readers that open it at once (a log shipper,
+/// `throttlewatch report ID`) find no file (bench/README.md).
 const COMPLETE_AFTER_ANSWER: Duration = Duration::ZERO;
 
 /// A register past its kernel half (see `Agent::register_answering`).

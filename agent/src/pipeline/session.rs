@@ -81,7 +81,7 @@ pub struct Session {
 /// A session whose kernel baselines are taken but whose log is not open
 /// yet: the engine puts the cgroup in the watch map in between, so that the
 /// agent can answer the hook before the log, the `start` record (with its
-/// topology) and the state file are written (issue 16).
+/// topology) and the state file are written.
 pub struct Prepared {
     spec: SessionSpec,
     cgroup: CpuCgroup,

@@ -1,4 +1,4 @@
-//! Register phase timings for profiling container start (issue 16): with
+//! Register phase timings for profiling container start: with
 //! `THROTTLEWATCH_TIMING=FILE` in the agent's environment, each register
 //! appends one line to FILE, in the format of the hook's and the wrapper's
 //! (`throttlewatch_lifecycle::timing`), which bench/container-start.sh
