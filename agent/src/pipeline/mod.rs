@@ -17,6 +17,7 @@ pub mod output;
 pub mod placement;
 pub mod procinfo;
 pub mod reading;
+pub mod records;
 pub mod runq;
 pub mod session;
 pub mod spec;
