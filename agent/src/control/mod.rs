@@ -136,6 +136,22 @@ impl PodQuota {
         })
     }
 
+    /// The pod a dead agent journalled, if it is still `cg`'s nearest
+    /// ancestor with a quota; what it holds now counts as ours.
+    fn journalled_for(cg: &CpuCgroup, p: &journal::JournalledPod) -> Option<PodQuota> {
+        let group = cg.limited_ancestors().into_iter().next()?.0;
+        (group.rel == p.cgroup_path).then(|| PodQuota {
+            written_quota_us: group
+                .bandwidth()
+                .ok()
+                .and_then(|l| l.quota_us)
+                .unwrap_or(p.original_quota_us),
+            group,
+            original_quota_us: p.original_quota_us,
+            period_us: p.period_us,
+        })
+    }
+
     fn journalled(&self) -> journal::JournalledPod {
         journal::JournalledPod {
             cgroup_path: self.group.rel.clone(),
@@ -232,10 +248,6 @@ impl Controls {
         }
     }
 
-    pub fn is_controlled(&self, id: u64) -> bool {
-        self.groups.contains_key(&id)
-    }
-
     /// A container just watched (registered, or resumed after a restart):
     /// put back what a previous agent left, then control it if it asked
     /// and the node allows. Returns the records for its log.
@@ -278,19 +290,10 @@ impl Controls {
                         },
                     );
                     // The pod's quota the dead agent raised goes back too.
-                    let mut pod = prev.pod.as_ref().and_then(|p| {
-                        let group = cg.limited_ancestors().into_iter().next()?.0;
-                        (group.rel == p.cgroup_path).then(|| PodQuota {
-                            written_quota_us: group
-                                .bandwidth()
-                                .ok()
-                                .and_then(|l| l.quota_us)
-                                .unwrap_or(p.original_quota_us),
-                            group,
-                            original_quota_us: p.original_quota_us,
-                            period_us: p.period_us,
-                        })
-                    });
+                    let mut pod = prev
+                        .pod
+                        .as_ref()
+                        .and_then(|p| PodQuota::journalled_for(cg, p));
                     let restored = match pod.as_mut() {
                         Some(p) => {
                             let r = write_bandwidth(cg, now, prev.original, has_burst);
