@@ -22,3 +22,25 @@ echo "## agent clients (code that sends a protocol Request to the agent socket, 
 grep -rnE 'protocol::\{?[^}]*\bcall\b|call_on\(|fn call\(' $SRC 2>/dev/null | grep -v '^integration' | sed 's/^/  /'
 echo "## atomic-write helpers (temp file then rename)"
 grep -rnE 'fs::rename\(&?tmp' $SRC agent/src/install*.rs agent/src/install/ 2>/dev/null | sort -u | sed 's/^/  /'
+ALL="agent bpf cgroup core qos hook runtime shim report $( [ -d lifecycle ] && echo lifecycle )"
+echo "## ten longest functions, whole workspace (non-test; issue 34)"
+python3 "$(dirname "$0")/fnlen.py" 10 $ALL
+echo "## Result<_, String> in production code (issue 34)"
+n=0
+for c in $ALL; do
+  k=$(grep -rnE 'Result<[^;{]*, String>' "$c/src" 2>/dev/null | grep -vE '_tests\.rs|/tests/' | wc -l)
+  echo "  $c: $k"; n=$((n + k))
+done
+echo "  total: $n"
+echo "## type names defined in more than one place (pub or not; struct, enum, trait; issue 34)"
+grep -rhoE '^\s*(pub(\([a-z]+\))? )?(struct|enum|trait) [A-Z][A-Za-z0-9]*' $(for c in $ALL; do echo "$c/src"; done) 2>/dev/null \
+  | awk '{print $NF}' | sort | uniq -c | awk '$1 > 1 {print "  " $2 " x" $1}'
+echo "## files per source folder (issue 34)"
+for d in $(find $(for c in $ALL; do echo "$c/src"; done) -type d 2>/dev/null | sort); do
+  echo "  $d: $(find "$d" -maxdepth 1 -name '*.rs' | wc -l)"
+done
+echo "## production files over 600 lines (issue 34)"
+for f in $(find $(for c in $ALL; do echo "$c/src"; done) -name '*.rs' ! -name '*_tests.rs' 2>/dev/null); do
+  l=$(wc -l < "$f"); [ "$l" -gt 600 ] && echo "  $f: $l"
+done
+true
