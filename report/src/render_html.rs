@@ -6,7 +6,10 @@ use std::fmt::Write;
 
 use crate::heatmap::short;
 use crate::render_svg;
-use crate::summary::{ContainerReport, ControlAt};
+use crate::summary::ContainerReport;
+
+mod control_chart;
+use control_chart::controls;
 
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
 .wf{display:inline-block;height:11px;vertical-align:middle}.wf.stage{background:#47a}\
@@ -60,6 +63,25 @@ pub fn page(reports: &[ContainerReport]) -> String {
 }
 
 fn container(s: &mut String, i: usize, r: &ContainerReport) {
+    header(s, i, r);
+    summary_table(s, r);
+    cpu_split(s, r);
+    diagnosis(s, r);
+    top_threads(s, r);
+    if let Some(cs) = &r.cold_start {
+        cold_start(s, cs);
+        if let Some(n) = &cs.note {
+            let _ = writeln!(s, "<p class=\"missing\">{}</p>", esc(n));
+        }
+    }
+    recommendations(s, r);
+    controls(s, i, &r.controls, r.wall_ns);
+    heatmaps(s, i, r);
+    s.push_str("</section>\n");
+}
+
+/// The section's heading: the container, its log and its limits.
+fn header(s: &mut String, i: usize, r: &ContainerReport) {
     let _ = writeln!(
         s,
         "<section id=\"c{i}\"><h2>{}</h2><p><code>{}</code> · quota {} per {} · burst {} · cpus {} · model {}{}</p>",
@@ -72,6 +94,11 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
         esc(&r.throttle_model),
         if r.complete { "" } else { " · <b>no end record</b>" }
     );
+}
+
+/// Wall time, frozen share, throttled time and the freezes' distribution,
+/// then the run-queue waits.
+fn summary_table(s: &mut String, r: &ContainerReport) {
     let _ = writeln!(
         s,
         "<table class=\"summary\"><tr><th class=\"l\">wall</th><th class=\"l\">frozen share</th><th class=\"l\">throttled</th><th class=\"l\">periods throttled</th><th class=\"l\">freezes</th><th class=\"l\">p50</th><th class=\"l\">p99</th><th class=\"l\">max</th></tr>\
@@ -94,6 +121,11 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
             q.preempted_by_same, q.preempted_by_other, q.preempted_by_host
         );
     }
+}
+
+/// Running, run-queue wait and frozen time for the container and its top
+/// threads, and what the log could not tell.
+fn cpu_split(s: &mut String, r: &ContainerReport) {
     s.push_str("<h3>CPU split</h3><table class=\"split\"><tr><th class=\"l\"></th><th>running</th><th>run-queue wait</th><th>frozen</th></tr>\n");
     let _ = writeln!(
         s,
@@ -128,6 +160,10 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
     ) {
         let _ = writeln!(s, "<p class=\"missing\">{}</p>", esc(m));
     }
+}
+
+/// The diagnosis sentence and the warnings.
+fn diagnosis(s: &mut String, r: &ContainerReport) {
     let _ = writeln!(
         s,
         "<p class=\"diagnosis\"><b>Diagnosis:</b> {}</p>",
@@ -136,6 +172,10 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
     for w in &r.warnings {
         let _ = writeln!(s, "<p class=\"warning\"><b>Warning:</b> {}</p>", esc(w));
     }
+}
+
+/// The threads that were frozen the most.
+fn top_threads(s: &mut String, r: &ContainerReport) {
     s.push_str("<h3>Top threads</h3><table class=\"threads\"><tr><th>tid</th><th>pid</th><th class=\"l\">comm</th><th>freezes</th><th>frozen</th><th>longest</th></tr>\n");
     for t in &r.top_threads {
         let t = &t.freezes;
@@ -151,12 +191,10 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
         );
     }
     s.push_str("</table>\n");
-    if let Some(cs) = &r.cold_start {
-        cold_start(s, cs);
-        if let Some(n) = &cs.note {
-            let _ = writeln!(s, "<p class=\"missing\">{}</p>", esc(n));
-        }
-    }
+}
+
+/// The recommended settings, with their predictions and what they cover.
+fn recommendations(s: &mut String, r: &ContainerReport) {
     if !r.recommendations.is_empty() {
         s.push_str("<h3>Recommendations</h3><ul class=\"recommendations\">\n");
         for x in &r.recommendations {
@@ -183,7 +221,10 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
         }
         s.push_str("</ul>\n");
     }
-    controls(s, i, &r.controls, r.wall_ns);
+}
+
+/// The heatmaps as inline SVG, each with its colour legend.
+fn heatmaps(s: &mut String, i: usize, r: &ContainerReport) {
     for (name, svg) in render_svg::all(r) {
         let g = match name {
             "latency" => &r.heatmaps.latency,
@@ -213,7 +254,6 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
             }
         );
     }
-    s.push_str("</section>\n");
 }
 
 /// The cold-start waterfall: one bar per stage from the first one known, and
@@ -281,235 +321,5 @@ fn cold_start(s: &mut String, cs: &throttlewatch_core::logfmt::ColdStart) {
         s.push_str("</p>\n");
     } else {
         s.push_str("</table>\n");
-    }
-}
-
-/// The dynamic CPU controller's changes on the container's timeline
-/// (docs/control.md): a step chart of the quota and of quota + burst in
-/// CPUs against the time since the container's start, a mark per change
-/// (raise, lower, restore, adopt), and every change in a table with the
-/// signal that caused it.
-fn controls(s: &mut String, i: usize, list: &[ControlAt], wall_ns: u64) {
-    if list.is_empty() {
-        return;
-    }
-    const W: f64 = 600.0;
-    const H: f64 = 120.0;
-    let cpus = |quota_us: u64, period_us: u64| quota_us as f64 / period_us.max(1) as f64;
-    let limit = |b: &throttlewatch_core::logfmt::control::Bandwidth| {
-        cpus(b.quota_us + b.burst_us, b.period_us)
-    };
-    let end = list
-        .iter()
-        .map(|c| c.at_ns)
-        .max()
-        .unwrap_or(0)
-        .max(wall_ns)
-        .max(1) as f64;
-    let top = list
-        .iter()
-        .flat_map(|c| [limit(&c.record.before), limit(&c.record.after)])
-        .fold(0.0f64, f64::max)
-        .max(0.01)
-        * 1.1;
-    let x = |ns: u64| ns as f64 * W / end;
-    let y = |v: f64| H - v * H / top;
-    // Steps: the value before the first change from 0, each change at its time.
-    let steps = |v: &dyn Fn(&throttlewatch_core::logfmt::control::Bandwidth) -> f64| {
-        let mut pts = format!("0,{:.1}", y(v(&list[0].record.before)));
-        for c in list {
-            let _ = write!(
-                pts,
-                " {0:.1},{1:.1} {0:.1},{2:.1}",
-                x(c.at_ns),
-                y(v(&c.record.before)),
-                y(v(&c.record.after))
-            );
-        }
-        let _ = write!(
-            pts,
-            " {W:.1},{:.1}",
-            y(v(&list[list.len() - 1].record.after))
-        );
-        pts
-    };
-    let _ = writeln!(
-        s,
-        "<h3>CPU control</h3><p>{} changes by the dynamic controller (docs/control.md): quota \
-         <span style=\"color:#47a\">&#9472;</span> and quota + burst \
-         <span style=\"color:#2a7\">&#9476;</span> in CPUs over {}; peak {:.2} CPUs.</p>\
-         <figure class=\"control\" id=\"c{i}-control\" data-changes=\"{}\">\
-         <svg class=\"control\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{}\" viewBox=\"0 0 {W} {}\">\
-         <polyline class=\"quota\" points=\"{}\"/><polyline class=\"limit\" points=\"{}\"/>\
-         <text x=\"2\" y=\"10\" font-size=\"11\">{:.2} CPUs</text><text x=\"2\" y=\"{:.0}\" font-size=\"11\">0 CPUs</text>",
-        list.len(),
-        short(end as u64),
-        top / 1.1,
-        list.len(),
-        H + 14.0,
-        H + 14.0,
-        steps(&|b| cpus(b.quota_us, b.period_us)),
-        steps(&limit),
-        top,
-        H - 2.0,
-    );
-    for c in list {
-        let r = &c.record;
-        let _ = write!(
-            s,
-            "<circle class=\"{}\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\"><title>{} {} ({}): quota {} -> {}, burst {} -> {}</title></circle>",
-            esc(&r.action),
-            x(c.at_ns),
-            y(limit(&r.after)),
-            short(c.at_ns),
-            esc(&r.action),
-            esc(&r.cause),
-            short(r.before.quota_us * 1000),
-            short(r.after.quota_us * 1000),
-            short(r.before.burst_us * 1000),
-            short(r.after.burst_us * 1000)
-        );
-    }
-    let _ = writeln!(
-        s,
-        "<text x=\"0\" y=\"{:.0}\" font-size=\"11\">0</text><text x=\"{W}\" y=\"{:.0}\" font-size=\"11\" text-anchor=\"end\">{}</text></svg></figure>",
-        H + 12.0,
-        H + 12.0,
-        short(end as u64)
-    );
-    s.push_str(
-        "<table class=\"controls\"><tr><th>at</th><th class=\"l\">action</th><th class=\"l\">cause</th>\
-         <th>quota</th><th>burst</th><th>original quota / burst</th><th class=\"l\">signal</th></tr>\n",
-    );
-    for c in list {
-        let r = &c.record;
-        let g = &r.signal;
-        let mut sig = vec![];
-        if g.throttled_ns > 0 {
-            sig.push(format!(
-                "throttled {} in {} ({} episodes)",
-                short(g.throttled_ns),
-                short(g.interval_ns),
-                g.episodes
-            ));
-        }
-        if g.quiet_ns > 0 && r.cause == "calm" {
-            sig.push(format!("quiet {}", short(g.quiet_ns)));
-        }
-        if let Some(p) = g.psi_some_percent {
-            sig.push(format!("PSI some {p:.0}%"));
-        }
-        if let Some(p) = g.idle_percent {
-            sig.push(format!("idle {p:.0}%"));
-        }
-        let _ = writeln!(
-            s,
-            "<tr class=\"{}\"><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{} &#8594; {}</td><td>{} &#8594; {}</td><td>{} / {}</td><td class=\"l\">{}</td></tr>",
-            esc(&r.action),
-            short(c.at_ns),
-            esc(&r.action),
-            esc(&r.cause),
-            short(r.before.quota_us * 1000),
-            short(r.after.quota_us * 1000),
-            short(r.before.burst_us * 1000),
-            short(r.after.burst_us * 1000),
-            short(r.original.quota_us * 1000),
-            short(r.original.burst_us * 1000),
-            esc(&sig.join(", "))
-        );
-    }
-    s.push_str("</table>\n");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use throttlewatch_core::logfmt::control::{Bandwidth, Control, ControlSignal};
-
-    fn at(ms: u64, action: &str, cause: &str, before: (u64, u64), after: (u64, u64)) -> ControlAt {
-        let bw = |(quota_us, burst_us)| Bandwidth {
-            quota_us,
-            period_us: 100_000,
-            burst_us,
-        };
-        ControlAt {
-            at_ns: ms * 1_000_000,
-            record: Control {
-                action: action.into(),
-                cause: cause.into(),
-                before: bw(before),
-                after: bw(after),
-                original: bw((50_000, 0)),
-                signal: ControlSignal {
-                    throttled_ns: if cause == "throttled" { 30_000_000 } else { 0 },
-                    episodes: 2,
-                    interval_ns: 50_000_000,
-                    psi_some_percent: (cause == "node_pressure").then_some(97.0),
-                    idle_percent: Some(1.0),
-                    ..Default::default()
-                },
-            },
-        }
-    }
-
-    #[test]
-    fn control_changes_are_on_the_timeline_and_in_the_table() {
-        let list = vec![
-            at(500, "raise", "throttled", (50_000, 0), (50_000, 50_000)),
-            at(
-                650,
-                "raise",
-                "throttled",
-                (50_000, 50_000),
-                (150_000, 50_000),
-            ),
-            at(
-                3_000,
-                "lower",
-                "node_pressure",
-                (150_000, 50_000),
-                (100_000, 50_000),
-            ),
-            at(
-                9_000,
-                "restore",
-                "container_end",
-                (100_000, 50_000),
-                (50_000, 0),
-            ),
-        ];
-        let mut s = String::new();
-        controls(&mut s, 0, &list, 10_000_000_000);
-        assert!(s.contains("<h3>CPU control</h3><p>4 changes"), "{s}");
-        assert!(s.contains("data-changes=\"4\""), "{s}");
-        // One mark per change, placed on the time axis: 3 s of 10 s is x=180.
-        assert_eq!(s.matches("<circle ").count(), 4);
-        assert!(s.contains("<circle class=\"lower\" cx=\"180.0\""), "{s}");
-        // The peak (1.5 + 0.5 CPUs) sets the scale; the quota steps to 1.5.
-        assert!(s.contains("peak 2.00 CPUs"), "{s}");
-        let quota = s.split("class=\"quota\" points=\"").nth(1).unwrap();
-        let quota = &quota[..quota.find('"').unwrap()];
-        let ys: Vec<f64> = quota
-            .split(' ')
-            .map(|p| p.split(',').nth(1).unwrap().parse().unwrap())
-            .collect();
-        let lowest_y = ys.iter().cloned().fold(f64::MAX, f64::min);
-        assert!(
-            (lowest_y - (120.0 - 1.5 * 120.0 / 2.2)).abs() < 0.1,
-            "{quota}"
-        );
-        // The table: every change with its cause, values and signal.
-        assert_eq!(s.matches("<tr class=").count(), 4);
-        assert!(
-            s.contains("<td class=\"l\">node_pressure</td><td>150ms &#8594; 100ms</td>"),
-            "{s}"
-        );
-        assert!(s.contains("PSI some 97%, idle 1%"), "{s}");
-        assert!(s.contains("throttled 30ms in 50ms (2 episodes)"), "{s}");
-        assert!(s.contains("<td class=\"l\">container_end</td>"), "{s}");
-        // Nothing without changes.
-        let mut empty = String::new();
-        controls(&mut empty, 0, &[], 1);
-        assert!(empty.is_empty());
     }
 }

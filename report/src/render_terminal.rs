@@ -6,6 +6,9 @@ use std::fmt::Write;
 use crate::heatmap::{short, Grid};
 use crate::summary::ContainerReport;
 
+mod waterfall;
+use waterfall::waterfall;
+
 #[derive(Debug, Clone, Copy)]
 pub struct Style {
     pub color: bool,
@@ -95,6 +98,27 @@ fn clip(s: &str, n: usize) -> String {
 
 pub fn container(r: &ContainerReport, st: Style) -> String {
     let mut s = String::new();
+    header(&mut s, r, st);
+    totals(&mut s, r, st);
+    frozen_by_level(&mut s, r);
+    latencies(&mut s, r);
+    cpu_split(&mut s, r, st);
+    top_threads(&mut s, r, st);
+    processes(&mut s, r, st);
+    if let Some(cs) = &r.cold_start {
+        s.push_str(&waterfall(cs, st));
+    }
+    controls(&mut s, &r.controls, st);
+    if r.freezes.count > 0 {
+        s.push_str(&offset_heatmap(&r.heatmaps.offset, st));
+    }
+    what_if(&mut s, r, st);
+    recommendations(&mut s, r, st);
+    s
+}
+
+/// The container's name and log, its limits, and how the log was read.
+fn header(s: &mut String, r: &ContainerReport, st: Style) {
     let name = if r.container_name.is_empty() {
         r.container_id.clone()
     } else {
@@ -157,6 +181,10 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
             r.read.truncated_lines, r.read.older_version_lines
         );
     }
+}
+
+/// Wall time, frozen share, throttled time, warnings and the diagnosis.
+fn totals(s: &mut String, r: &ContainerReport, st: Style) {
     let share = r.frozen_share.map_or("-".into(), pct);
     let periods = match (r.nr_throttled, r.nr_periods) {
         (Some(t), Some(p)) if p > 0 => format!(
@@ -184,6 +212,11 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
         "  {}",
         st.bold(&format!("diagnosis: {}", r.diagnosis.sentence))
     );
+}
+
+/// Which level of the cgroup tree froze the threads, when it was not only the
+/// container's own limit.
+fn frozen_by_level(s: &mut String, r: &ContainerReport) {
     if r.frozen_by_level.iter().any(|l| l.level != "container") {
         let parts: Vec<String> = r
             .frozen_by_level
@@ -204,6 +237,10 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
             .collect();
         let _ = writeln!(s, "  frozen by {}", parts.join("; "));
     }
+}
+
+/// The freezes' and the run-queue waits' distributions.
+fn latencies(s: &mut String, r: &ContainerReport) {
     let f = &r.freezes;
     let _ = writeln!(
         s,
@@ -239,6 +276,11 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
             );
         }
     }
+}
+
+/// Running, run-queue wait and frozen time for the container and its top
+/// threads.
+fn cpu_split(s: &mut String, r: &ContainerReport, st: Style) {
     let _ = writeln!(
         s,
         "\n  {}",
@@ -277,7 +319,10 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
     ) {
         let _ = writeln!(s, "  {}", st.dim(&format!("- {m}")));
     }
+}
 
+/// The threads that were frozen the most.
+fn top_threads(s: &mut String, r: &ContainerReport, st: Style) {
     if !r.top_threads.is_empty() {
         let _ = writeln!(s, "\n  {}", st.bold("top threads"));
         let _ = writeln!(
@@ -299,6 +344,10 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
             );
         }
     }
+}
+
+/// The processes, when there are more than one.
+fn processes(s: &mut String, r: &ContainerReport, st: Style) {
     if r.processes.len() > 1 {
         let _ = writeln!(s, "\n  {}", st.bold("processes"));
         let _ = writeln!(
@@ -327,13 +376,10 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
             );
         }
     }
-    if let Some(cs) = &r.cold_start {
-        s.push_str(&waterfall(cs, st));
-    }
-    controls(&mut s, &r.controls, st);
-    if r.freezes.count > 0 {
-        s.push_str(&offset_heatmap(&r.heatmaps.offset, st));
-    }
+}
+
+/// The `--what-if` prediction.
+fn what_if(s: &mut String, r: &ContainerReport, st: Style) {
     if let Some(w) = &r.what_if {
         let _ = writeln!(
             s,
@@ -346,6 +392,10 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
             opt(w.observed_throttled_ns)
         );
     }
+}
+
+/// The recommended settings, with their predictions and what they cover.
+fn recommendations(s: &mut String, r: &ContainerReport, st: Style) {
     if !r.recommendations.is_empty() {
         let _ = writeln!(s, "\n  {}", st.bold("recommendations"));
         for x in &r.recommendations {
@@ -373,111 +423,6 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
             );
         }
     }
-    s
-}
-
-/// The cold start as bars from `create` (or the first stage known).
-fn waterfall(cs: &throttlewatch_core::logfmt::ColdStart, st: Style) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "\n  {} ({}, CPU target {}){}",
-        st.bold("cold start"),
-        cs.comm,
-        short(cs.cpu_target_ns),
-        if cs.complete {
-            String::new()
-        } else {
-            format!("  incomplete: {}", cs.note.as_deref().unwrap_or(""))
-        }
-    );
-    let Some(first) = cs.stages.iter().map(|x| x.unix_ns).min() else {
-        return s;
-    };
-    let span = cs
-        .stages
-        .iter()
-        .map(|x| x.unix_ns - first)
-        .max()
-        .unwrap_or(0)
-        .max(1);
-    const W: u64 = 40;
-    for x in &cs.stages {
-        let at = x.unix_ns - first;
-        let n = (at * W).div_ceil(span) as usize;
-        let bar = if st.unicode {
-            "█".repeat(n)
-        } else {
-            "#".repeat(n)
-        };
-        let _ = writeln!(s, "  {:<10} {:>10}  |{bar}", x.stage, short(at));
-    }
-    if let Some(line) = split_bar(cs, first, span, W, st) {
-        s.push_str(&line);
-    }
-    s
-}
-
-/// What held the start back between `exec` and `cpu`: one bar segment per
-/// state (running, run-queue wait, frozen by the quota, blocked), under the
-/// stages' bars, with the figures.
-fn split_bar(
-    cs: &throttlewatch_core::logfmt::ColdStart,
-    first: u64,
-    span: u64,
-    width: u64,
-    st: Style,
-) -> Option<String> {
-    let sp = cs.exec_to_cpu?;
-    let exec = cs.stages.iter().find(|x| x.stage == "exec")?.unix_ns - first;
-    let parts = [
-        ("running", sp.running_ns, "█", "R"),
-        ("run-queue", sp.runq_ns, "▓", "Q"),
-        ("frozen", sp.frozen_ns, "▒", "F"),
-        ("blocked", sp.blocked_ns, "░", "B"),
-    ];
-    let total: u64 = parts.iter().map(|p| p.1).sum();
-    // Columns as the stages' bars count them: from the end of exec's bar to
-    // the end of cpu's.
-    let lead = (exec * width).div_ceil(span);
-    let cols = ((exec + total) * width)
-        .div_ceil(span)
-        .saturating_sub(lead)
-        .max(1);
-    let lead = lead as usize;
-    let mut bar = " ".repeat(lead);
-    let mut used = 0u64;
-    let mut acc = 0u64;
-    for (_, ns, uni, ascii) in parts {
-        acc += ns;
-        // Cumulative rounding: the segments fill exactly `cols` columns.
-        let upto = (acc * cols).div_ceil(total.max(1));
-        let n = upto.saturating_sub(used) as usize;
-        used = upto.max(used);
-        bar.push_str(&if st.unicode { uni } else { ascii }.repeat(n));
-    }
-    let legend: Vec<String> = parts
-        .iter()
-        .map(|(name, ns, uni, ascii)| {
-            format!(
-                "{} {name} {}",
-                if st.unicode { uni } else { ascii },
-                short(*ns)
-            )
-        })
-        .collect();
-    Some(format!(
-        "  {:<10} {:>10}  |{bar}\n  {:<10} {:>10}   {}\n",
-        if st.unicode {
-            "exec→cpu"
-        } else {
-            "exec..cpu"
-        },
-        short(total),
-        "",
-        "",
-        legend.join("  ")
-    ))
 }
 
 /// The time x period-offset heatmap in at most 60 columns and 10 rows.
@@ -563,67 +508,4 @@ fn controls(s: &mut String, list: &[crate::summary::ControlAt], st: Style) {
     list[list.len() - SHOWN / 2..]
         .iter()
         .for_each(|c| row(s, c));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use throttlewatch_core::logfmt::{ColdStart, ColdStartSplit, ColdStartStage};
-
-    #[test]
-    fn waterfall_draws_the_split_from_exec_to_the_target() {
-        let at = |stage: &str, ms: u64| ColdStartStage {
-            stage: stage.into(),
-            unix_ns: 1_000_000_000 + ms * 1_000_000,
-            since_create_ns: Some(ms as i64 * 1_000_000),
-        };
-        let cs = ColdStart {
-            comm: "app".into(),
-            cpu_target_ns: 10_000_000,
-            stages: vec![
-                at("create", 0),
-                at("exec", 40),
-                at("first_run", 40),
-                at("cpu", 200),
-            ],
-            complete: true,
-            exec_to_cpu: Some(ColdStartSplit {
-                running_ns: 20_000_000,
-                runq_ns: 20_000_000,
-                frozen_ns: 100_000_000,
-                blocked_ns: 20_000_000,
-            }),
-            ..Default::default()
-        };
-        let s = waterfall(&cs, Style::plain());
-        let line = s
-            .lines()
-            .find(|l| l.contains("exec..cpu"))
-            .unwrap_or_else(|| panic!("{s}"));
-        let bar = line.split('|').nth(1).unwrap();
-        // 40 columns for 200 ms: exec at column 8, then 160 ms in 32 columns
-        // split 4 R, 4 Q, 20 F, 4 B.
-        assert_eq!(
-            bar,
-            format!(
-                "{}{}{}{}{}",
-                " ".repeat(8),
-                "R".repeat(4),
-                "Q".repeat(4),
-                "F".repeat(20),
-                "B".repeat(4)
-            ),
-            "{s}"
-        );
-        assert!(
-            s.contains("F frozen 100ms") || s.contains("F frozen 100.0ms"),
-            "{s}"
-        );
-        // Without the split (older logs), only the stages.
-        let old = ColdStart {
-            exec_to_cpu: None,
-            ..cs
-        };
-        assert!(!waterfall(&old, Style::plain()).contains("exec..cpu"));
-    }
 }

@@ -61,7 +61,16 @@ pub fn demand(
     period_ns: u64,
 ) -> Vec<PeriodDemand> {
     let q = quota_ns as f64;
-    let first: Vec<f64> = (0..periods.len())
+    let mut unmet = unmet_estimates(periods, q, period_ns);
+    let backlog = bound_spike_backlogs(periods, q, &mut unmet);
+    build(periods, q, &unmet, &backlog)
+}
+
+/// Each throttled period's work left over, before the spikes' bound: the
+/// share of the throttled time the group would have run, at most one quota
+/// when the next period was not throttled.
+fn unmet_estimates(periods: &[Option<PeriodThrottle>], q: f64, period_ns: u64) -> Vec<f64> {
+    (0..periods.len())
         .map(|k| {
             let Some(p) = periods[k] else { return 0.0 };
             let t = p.throttled_ns as f64;
@@ -86,19 +95,27 @@ pub fn demand(
                 u.min(q)
             }
         })
-        .collect();
-    // From the end back: the work left when a throttled period ended is at
-    // most what the next one served (one quota: it was throttled too) and
-    // what was left after it. Where that bound is below the frozen time's
-    // worth, the leftover was a backlog the next period drained (the tail of
-    // a spike, not a group busy all along), and the next period's demand is
-    // that backlog, not new work (counted once, `carried_ns`).
-    //
-    // Only in a short run of throttled periods between periods without
-    // (a spike): in a long run the group is busy all along, its demand a
-    // rate (a time-bound worker does more work under more quota), and the
-    // bound would take noise in the frozen time for a backlog.
-    let mut unmet = first;
+        .collect()
+}
+
+/// Bounds `unmet` from the end back: the work left when a throttled period
+/// ended is at most what the next one served (one quota: it was throttled
+/// too) and what was left after it. Where that bound is below the frozen time's
+/// worth, the leftover was a backlog the next period drained (the tail of
+/// a spike, not a group busy all along), and the next period's demand is
+/// that backlog, not new work (counted once, `carried_ns`).
+///
+/// Only in a short run of throttled periods between periods without
+/// (a spike): in a long run the group is busy all along, its demand a
+/// rate (a time-bound worker does more work under more quota), and the
+/// bound would take noise in the frozen time for a backlog.
+///
+/// Returns which periods' leftover was such a backlog.
+fn bound_spike_backlogs(
+    periods: &[Option<PeriodThrottle>],
+    q: f64,
+    unmet: &mut [f64],
+) -> Vec<bool> {
     let mut backlog = vec![false; periods.len()];
     let mut end = periods.len();
     while end > 0 {
@@ -122,6 +139,17 @@ pub fn demand(
         }
         end = start;
     }
+    backlog
+}
+
+/// Each period's demand from its work left over and whether the period
+/// before left a backlog.
+fn build(
+    periods: &[Option<PeriodThrottle>],
+    q: f64,
+    unmet: &[f64],
+    backlog: &[bool],
+) -> Vec<PeriodDemand> {
     (0..periods.len())
         .map(|k| {
             let carried = |fresh: f64| {

@@ -2,7 +2,7 @@
 //! A figure the log does not hold is `null` with the reason in `missing`.
 
 use serde::Serialize;
-use throttlewatch_core::logfmt::{ColdStart, Runq};
+use throttlewatch_core::logfmt::{ColdStart, Runq, Start, ThreadCpu};
 
 use crate::heatmap::Grid;
 use crate::histogram::Quantiles;
@@ -199,57 +199,15 @@ const NO_RUNNING: &str =
 pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport {
     let start = c.start.clone().unwrap_or_default();
     let wall = c.wall_ns();
-    let ncpus = start
-        .cpus
-        .as_deref()
-        .and_then(|s| throttlewatch_core::cpulist::CpuList::parse("cpus", s).ok())
-        .map_or(1, |l| l.len().max(1)) as f64;
     let kernel = c.kernel_throttled_ns();
-    let frozen_share = kernel
-        .filter(|_| wall > 0)
-        .map(|k| k as f64 / (wall as f64 * ncpus));
+    let frozen_share = frozen_share(&start, wall, kernel);
     let (nr_periods, nr_throttled) = c.periods_throttled().unzip();
     let runq = c.runq();
     let thread_cpu = c.end.as_ref().and_then(|e| e.thread_cpu.as_ref());
-    let mut missing = vec![];
-    if thread_cpu.is_none() {
-        missing.push(NO_RUNNING.to_string());
-    }
-    if runq.is_none() {
-        missing.push(
-            "runqueue_wait: no run-queue figures (raw_tp probe, or no runq record yet)".into(),
-        );
-    }
-    let split = CpuSplit {
-        running_ns: thread_cpu.map(|t| t.running_ns),
-        runqueue_wait_ns: runq.as_ref().map(|r| r.total_ns),
-        frozen_ns: Some(c.frozen_ns()),
-        missing,
-    };
+    let split = cpu_split(c, thread_cpu, runq.as_ref());
     let top = c.top_threads(TOP_THREADS);
     let names: Vec<(u32, String)> = top.iter().map(|t| (t.tid, t.comm.clone())).collect();
-    let top_threads = top
-        .into_iter()
-        .map(|t| {
-            let sched = thread_cpu.and_then(|c| c.top.iter().find(|x| x.tid == t.tid));
-            ThreadRow {
-                split: CpuSplit {
-                    running_ns: sched.map(|x| x.running_ns),
-                    runqueue_wait_ns: sched.map(|x| x.runq_ns),
-                    frozen_ns: Some(t.frozen_ns),
-                    missing: match (thread_cpu, sched) {
-                        (_, Some(_)) => vec![],
-                        (None, _) => vec![NO_RUNNING.to_string()],
-                        (Some(_), None) => vec![
-                            "running, runqueue_wait: the thread is not in end.thread_cpu.top"
-                                .into(),
-                        ],
-                    },
-                },
-                freezes: t,
-            }
-        })
-        .collect();
+    let top_threads = thread_rows(top, thread_cpu);
     ContainerReport {
         log,
         container_id: start.container_id.clone(),
@@ -280,14 +238,7 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
         diagnosis: crate::diagnosis::diagnose(c, &levels(c)),
         warnings: warnings(&start),
         cold_start: c.cold_start.clone(),
-        controls: c
-            .controls
-            .iter()
-            .map(|(ts, r)| ControlAt {
-                at_ns: ts.saturating_sub(c.start_ts.unwrap_or(*ts)),
-                record: r.clone(),
-            })
-            .collect(),
+        controls: controls_at(c),
         recommendations: recommend(c),
         what_if: None,
         heatmaps: Heatmaps {
@@ -296,6 +247,76 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
             threads: c.heat.threads(&names),
         },
     }
+}
+
+/// The kernel's throttled time over the wall time of the CPUs the container
+/// may use (one when the start record names none).
+fn frozen_share(start: &Start, wall: u64, kernel: Option<u64>) -> Option<f64> {
+    let ncpus = start
+        .cpus
+        .as_deref()
+        .and_then(|s| throttlewatch_core::cpulist::CpuList::parse("cpus", s).ok())
+        .map_or(1, |l| l.len().max(1)) as f64;
+    kernel
+        .filter(|_| wall > 0)
+        .map(|k| k as f64 / (wall as f64 * ncpus))
+}
+
+/// The container's running, run-queue wait and frozen time, with the reason
+/// for each figure the log does not hold.
+fn cpu_split(c: &Container, thread_cpu: Option<&ThreadCpu>, runq: Option<&Runq>) -> CpuSplit {
+    let mut missing = vec![];
+    if thread_cpu.is_none() {
+        missing.push(NO_RUNNING.to_string());
+    }
+    if runq.is_none() {
+        missing.push(
+            "runqueue_wait: no run-queue figures (raw_tp probe, or no runq record yet)".into(),
+        );
+    }
+    CpuSplit {
+        running_ns: thread_cpu.map(|t| t.running_ns),
+        runqueue_wait_ns: runq.map(|r| r.total_ns),
+        frozen_ns: Some(c.frozen_ns()),
+        missing,
+    }
+}
+
+/// The top threads' freezes, each with its own CPU split from
+/// `end.thread_cpu` where that holds the thread.
+fn thread_rows(top: Vec<ThreadFreezes>, thread_cpu: Option<&ThreadCpu>) -> Vec<ThreadRow> {
+    top.into_iter()
+        .map(|t| {
+            let sched = thread_cpu.and_then(|c| c.top.iter().find(|x| x.tid == t.tid));
+            ThreadRow {
+                split: CpuSplit {
+                    running_ns: sched.map(|x| x.running_ns),
+                    runqueue_wait_ns: sched.map(|x| x.runq_ns),
+                    frozen_ns: Some(t.frozen_ns),
+                    missing: match (thread_cpu, sched) {
+                        (_, Some(_)) => vec![],
+                        (None, _) => vec![NO_RUNNING.to_string()],
+                        (Some(_), None) => vec![
+                            "running, runqueue_wait: the thread is not in end.thread_cpu.top"
+                                .into(),
+                        ],
+                    },
+                },
+                freezes: t,
+            }
+        })
+        .collect()
+}
+
+/// The controller's changes, each at its time since the log's start.
+fn controls_at(c: &Container) -> Vec<ControlAt> {
+    c.controls
+        .iter()
+        .map(|(ts, r)| ControlAt {
+            at_ns: ts.saturating_sub(c.start_ts.unwrap_or(*ts)),
+            record: r.clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
