@@ -9,6 +9,7 @@ pub mod containerd;
 pub mod cri;
 pub mod daemons;
 pub mod fixtures;
+pub mod kubelet;
 pub mod modern_node;
 pub mod podman;
 pub mod private_dockerd;
