@@ -259,7 +259,11 @@ impl Container {
     /// ns, freezes, the name of the process's main thread or its first).
     pub fn processes(&self) -> Vec<ProcessFreezes> {
         let mut by: BTreeMap<u32, ProcessFreezes> = BTreeMap::new();
-        for t in self.threads.values() {
+        // In tid order: a process whose main thread never froze is named
+        // after its lowest thread, the same on every read.
+        let mut threads: Vec<&ThreadFreezes> = self.threads.values().collect();
+        threads.sort_by_key(|t| t.tid);
+        for t in threads {
             let p = by.entry(t.pid).or_insert_with(|| ProcessFreezes {
                 pid: t.pid,
                 comm: t.comm.clone(),
