@@ -4,10 +4,12 @@
 
 pub mod config;
 pub mod config_cache;
+pub mod config_check;
 pub mod container_key;
 pub mod control_config;
 pub mod cpulist;
 pub mod end_reason;
+pub mod keys;
 pub mod logfmt;
 pub mod printable;
 pub mod protocol;

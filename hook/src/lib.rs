@@ -35,7 +35,7 @@ pub fn run(args: Vec<OsString>) -> i32 {
             return 2;
         }
     };
-    let cfg = match throttlewatch_qos::config_check::load_cached(args.config.as_deref()) {
+    let cfg = match throttlewatch_core::config_check::load_cached(args.config.as_deref()) {
         Ok(c) => c,
         Err(bad) => {
             // Nothing is applied under a configuration that cannot be read

@@ -35,7 +35,7 @@ for line in sys.stdin:
 exes=$(python3 -c '
 import json, sys
 want = {"load", "fidelity", "qos_runc", "runq", "runc", "cli", "coldstart", "control", "thread_cpu", "start_path",
-        "modern_node"}
+        "modern_node", "task_metrics", "kubelet_pods"}
 for line in sys.stdin:
     try:
         m = json.loads(line)

@@ -9,10 +9,8 @@
 
 pub mod apply;
 mod choice;
-pub mod config_check;
 pub mod exclusive;
 pub mod gpu;
-pub mod keys;
 pub mod plan;
 pub mod policy;
 pub mod refusal;
@@ -24,6 +22,10 @@ pub mod values;
 
 #[cfg(test)]
 mod fixtures;
+
+// The keys and the configuration check are the front ends' vocabulary too
+// (core); here by their old paths.
+pub use throttlewatch_core::{config_check, keys};
 
 pub use apply::apply_plan;
 pub use exclusive::{AllocError, ExclusiveAllocator, Holding};

@@ -33,7 +33,7 @@ pub struct Policy {
 
 /// Keys honoured from annotations only: a cpuset reaches CPUs that other
 /// tenants may hold, and an image's `ENV` is written by whoever built it.
-pub const ANNOTATION_ONLY: [Key; 3] = [Key::Cpuset, Key::CpusetExclusive, Key::CpusetCpus];
+pub use throttlewatch_core::keys::ANNOTATION_ONLY;
 
 impl Default for Policy {
     fn default() -> Policy {
@@ -142,5 +142,32 @@ mod tests {
     fn unknown_fields_are_rejected() {
         let e = toml::from_str::<Policy>("allow_exclusiv = true").unwrap_err();
         assert!(e.to_string().contains("allow_exclusiv"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod config_tests {
+    use std::path::Path;
+
+    use throttlewatch_core::config::Config;
+
+    use crate::Key;
+
+    fn parse(text: &str) -> Config {
+        let c = Config::parse(Path::new("t.toml"), text).unwrap();
+        throttlewatch_core::config_check::check(&c).unwrap();
+        c
+    }
+
+    #[test]
+    fn allowed_keys_empty_means_none_and_old_name_is_read() {
+        let c = parse("[qos]\nallowed_keys = []");
+        let p = crate::Policy::from(&c.qos);
+        assert!(Key::ALL.iter().all(|k| !p.allows(*k)), "[] allows nothing");
+        let c = parse("[qos]\nallowed_annotations = [\"watch\"]");
+        let p = crate::Policy::from(&c.qos);
+        assert!(p.allows(Key::Watch) && !p.allows(Key::Cpuset));
+        let p = crate::Policy::from(&parse("").qos);
+        assert!(Key::ALL.iter().all(|k| p.allows(*k)), "omitted: all");
     }
 }

@@ -35,7 +35,8 @@ pub fn main(args: Vec<OsString>) -> i32 {
             return exec(t, &runtime, &args.argv, &log);
         }
     }
-    let (cfg, cfg_ok) = match throttlewatch_qos::config_check::load_cached(config_path.as_deref()) {
+    let (cfg, cfg_ok) = match throttlewatch_core::config_check::load_cached(config_path.as_deref())
+    {
         Ok(c) => (c, true),
         Err(bad) if bad.fail_mode == FailMode::Closed && command.creates() => {
             log.error(&format!("{bad} (fail-closed: create refused)"));

@@ -128,7 +128,7 @@ pub fn main() -> i32 {
 /// spec (the defaults would allow every key) and honours the fail mode the
 /// file meant.
 fn load_config() -> (Config, Option<BadConfig>) {
-    match throttlewatch_qos::config_check::load(None) {
+    match throttlewatch_core::config_check::load(None) {
         Ok(c) => (c, None),
         Err(bad) => {
             warn!("{bad}; specs are left unchanged");

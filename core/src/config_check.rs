@@ -1,15 +1,13 @@
 //! The node configuration as the hook, the wrapper and the shim load it: the
 //! file must parse (core) and its `[qos]` key lists must name keys (here,
-//! where the keys are known). What fails is a [`BadConfig`]: callers then
+//! the keys are in `keys`). What fails is a [`BadConfig`]: callers then
 //! change nothing (never the permissive defaults) and honour the fail mode
 //! the file meant.
 
 use std::path::Path;
 
-use throttlewatch_core::config::{BadConfig, Config};
-
-use crate::keys::{Key, PREFIX};
-use crate::policy::ANNOTATION_ONLY;
+use crate::config::{BadConfig, Config};
+use crate::keys::{Key, ANNOTATION_ONLY, PREFIX};
 
 /// `Config::load_checked`, then [`check`].
 pub fn load(explicit: Option<&Path>) -> Result<Config, BadConfig> {
@@ -33,8 +31,8 @@ fn checked(explicit: Option<&Path>, cfg: Config) -> Result<Config, BadConfig> {
 fn describe_path(explicit: Option<&Path>) -> String {
     explicit
         .map(|p| p.display().to_string())
-        .or_else(|| std::env::var(throttlewatch_core::config::ENV_CONFIG).ok())
-        .unwrap_or_else(|| throttlewatch_core::config::DEFAULT_PATH.to_string())
+        .or_else(|| std::env::var(crate::config::ENV_CONFIG).ok())
+        .unwrap_or_else(|| crate::config::DEFAULT_PATH.to_string())
 }
 
 /// Every name in `[qos] allowed_keys` and `env_keys` is a key; `env_keys`
@@ -86,17 +84,5 @@ mod tests {
         let e = parse("[qos]\nenv_keys = [\"cpuset\"]").unwrap_err();
         assert!(e.contains("annotations only"), "{e}");
         assert!(parse("[qos]\nenv_keys = [\"qos-class\", \"gpus\"]").is_ok());
-    }
-
-    #[test]
-    fn allowed_keys_empty_means_none_and_old_name_is_read() {
-        let c = parse("[qos]\nallowed_keys = []").unwrap();
-        let p = crate::Policy::from(&c.qos);
-        assert!(Key::ALL.iter().all(|k| !p.allows(*k)), "[] allows nothing");
-        let c = parse("[qos]\nallowed_annotations = [\"watch\"]").unwrap();
-        let p = crate::Policy::from(&c.qos);
-        assert!(p.allows(Key::Watch) && !p.allows(Key::Cpuset));
-        let p = crate::Policy::from(&parse("").unwrap().qos);
-        assert!(Key::ALL.iter().all(|k| p.allows(*k)), "omitted: all");
     }
 }

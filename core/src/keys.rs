@@ -15,7 +15,7 @@ pub const MAX_VALUE_BYTES: usize = 256;
 /// Longest duration accepted for `threshold` and `cpu-burst`.
 pub const MAX_DURATION: Duration = Duration::from_secs(10);
 /// Highest CPU or NUMA-node id (the kernel's CPU-list format, see `CpuList`).
-pub const MAX_CPU_COUNT: u32 = throttlewatch_core::cpulist::MAX_ID + 1;
+pub const MAX_CPU_COUNT: u32 = crate::cpulist::MAX_ID + 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -38,7 +38,7 @@ pub enum Key {
 }
 
 impl Key {
-    /// The QoS keys: what [`crate::parse_request`] reads, each with an
+    /// The QoS keys: what `throttlewatch_qos::parse_request` reads, each with an
     /// environment-variable twin.
     pub const QOS: [Key; 9] = [
         Key::Watch,
@@ -136,6 +136,10 @@ impl Key {
         Key::QOS.into_iter().find(|k| k.env() == Some(var))
     }
 }
+
+/// Keys honoured from annotations only: an image's ENV can set a variable,
+/// and a cpuset from it would let an image place itself.
+pub const ANNOTATION_ONLY: [Key; 3] = [Key::Cpuset, Key::CpusetExclusive, Key::CpusetCpus];
 
 #[cfg(test)]
 mod tests {
