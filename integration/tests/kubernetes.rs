@@ -305,6 +305,29 @@ fn run_script(script: &str, env: &[(&str, &Path)]) -> Output {
 /// on a host tree with Debian's containerd 1.6 configuration.
 #[test]
 fn node_install_and_cleanup_scripts_leave_the_host_as_it_was() {
+    node_scripts_on(
+        &std::fs::read_to_string(
+            repo().join("integration/fixtures/containerd/debian-1.6-default/config.toml"),
+        )
+        .unwrap(),
+    );
+}
+
+/// The same on a current node: the configuration containerd 2.3.4's
+/// `containerd config default` prints (version 4), generated now.
+#[test]
+fn node_scripts_work_on_a_containerd_2_3_node() {
+    let out = Command::new(throttlewatch_integration::shared_bin("containerd"))
+        .args(["config", "default"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let config = String::from_utf8(out.stdout).unwrap();
+    assert!(config.contains("version = 4"), "{config}");
+    node_scripts_on(&config);
+}
+
+fn node_scripts_on(containerd_config: &str) {
     let base = render("base");
     let cleanup = render("overlays/cleanup");
     let install = config_map_file(&base, "throttlewatch-node-install", "node-install.sh");
@@ -317,11 +340,7 @@ fn node_install_and_cleanup_scripts_leave_the_host_as_it_was() {
     let host = dir.0.join("host");
     let etc = host.join("etc/containerd");
     std::fs::create_dir_all(&etc).unwrap();
-    std::fs::copy(
-        repo().join("integration/fixtures/containerd/debian-1.6-default/config.toml"),
-        etc.join("config.toml"),
-    )
-    .unwrap();
+    std::fs::write(etc.join("config.toml"), containerd_config).unwrap();
     let config = dir.0.join("throttlewatch.toml");
     std::fs::write(
         &config,
