@@ -1,10 +1,12 @@
 //! Events from the kernel, decoded from the ABI in `bpf/throttle.h`.
 
-use crate::skel::types::tw_event;
+use crate::skel::types::{
+    tw_coldstart_event, tw_event_header, tw_freeze_event, tw_thread_cpu_event,
+};
 
 /// `TW_ABI_VERSION` of `bpf/throttle.h` that this decoder reads; the
 /// object's is checked at load.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 pub const KIND_FREEZE: u32 = 1;
 /// Kind 2 was a per-episode event that user space never needed (the totals
@@ -116,61 +118,80 @@ impl Event {
     }
 }
 
+/// A record of the ABI type `T` at the start of `data`; None when `data` is
+/// shorter.
+fn read_record<T: Copy>(data: &[u8]) -> Option<T> {
+    if data.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: the record types are plain old data generated from
+    // `throttle.h` and the length was checked; the ring buffer only aligns
+    // to 8 bytes, so read unaligned.
+    Some(unsafe { std::ptr::read_unaligned(data.as_ptr().cast::<T>()) })
+}
+
+fn comm(h: &tw_event_header) -> String {
+    let comm: Vec<u8> = h
+        .comm
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    String::from_utf8_lossy(&comm).into_owned()
+}
+
 impl Event {
-    /// Decode one ring-buffer record; None for a record of the wrong size or kind.
+    /// Decode one ring-buffer record by the kind in its header; None for a
+    /// record of an unknown kind or shorter than its kind's struct.
     pub fn decode(data: &[u8]) -> Option<Event> {
-        if data.len() < std::mem::size_of::<tw_event>() {
-            return None;
-        }
-        // SAFETY: tw_event is plain old data and the length was checked; the
-        // ring buffer only aligns to 8 bytes, so read unaligned.
-        let e: tw_event = unsafe { std::ptr::read_unaligned(data.as_ptr().cast()) };
-        let comm: Vec<u8> = e
-            .comm
-            .iter()
-            .take_while(|c| **c != 0)
-            .map(|c| *c as u8)
-            .collect();
-        match e.kind {
-            KIND_FREEZE | KIND_FREEZE_QUEUED => Some(Event::Freeze(FreezeEvent {
-                tid: e.tid,
-                tgid: e.tgid,
-                comm: String::from_utf8_lossy(&comm).into_owned(),
-                cpu_out: e.cpu_out,
-                cpu_in: e.cpu_in,
-                start_ns: e.start_ns,
-                end_ns: e.end_ns,
-                cgroup_id: e.cgroup_id,
-                task_cgroup_id: e.task_cgroup_id,
-                throttled_cgroup_id: e.throttled_cgroup_id,
-                throttled_level: e.throttled_level,
-                queued: e.kind == KIND_FREEZE_QUEUED,
-            })),
+        let h: tw_event_header = read_record(data)?;
+        match h.kind {
+            KIND_FREEZE | KIND_FREEZE_QUEUED => {
+                let e: tw_freeze_event = read_record(data)?;
+                Some(Event::Freeze(FreezeEvent {
+                    tid: h.tid,
+                    tgid: h.tgid,
+                    comm: comm(&h),
+                    cpu_out: e.cpu_out,
+                    cpu_in: h.cpu,
+                    start_ns: e.start_ns,
+                    end_ns: e.end_ns,
+                    cgroup_id: h.cgroup_id,
+                    task_cgroup_id: e.task_cgroup_id,
+                    throttled_cgroup_id: e.throttled_cgroup_id,
+                    throttled_level: e.throttled_level,
+                    queued: h.kind == KIND_FREEZE_QUEUED,
+                }))
+            }
             KIND_COLDSTART => {
-                let stage = match e.cpu_out {
+                let e: tw_coldstart_event = read_record(data)?;
+                let stage = match e.stage {
                     1 => ColdStartStage::Exec,
                     3 => ColdStartStage::Cpu,
                     _ => return None,
                 };
                 Some(Event::ColdStart(ColdStartEvent {
-                    cgroup_id: e.cgroup_id,
+                    cgroup_id: h.cgroup_id,
                     stage,
-                    tid: e.tid,
-                    tgid: e.tgid,
-                    comm: String::from_utf8_lossy(&comm).into_owned(),
-                    at_ns: e.end_ns,
-                    ref_ns: e.start_ns,
+                    tid: h.tid,
+                    tgid: h.tgid,
+                    comm: comm(&h),
+                    at_ns: e.at_ns,
+                    ref_ns: e.ref_ns,
                     split: None,
                 }))
             }
-            KIND_THREAD_CPU => Some(Event::ThreadCpu(ThreadCpuEvent {
-                cgroup_id: e.cgroup_id,
-                tid: e.tid,
-                tgid: e.tgid,
-                comm: String::from_utf8_lossy(&comm).into_owned(),
-                running_ns: e.end_ns,
-                run_delay_ns: e.start_ns,
-            })),
+            KIND_THREAD_CPU => {
+                let e: tw_thread_cpu_event = read_record(data)?;
+                Some(Event::ThreadCpu(ThreadCpuEvent {
+                    cgroup_id: h.cgroup_id,
+                    tid: h.tid,
+                    tgid: h.tgid,
+                    comm: comm(&h),
+                    running_ns: e.running_ns,
+                    run_delay_ns: e.run_delay_ns,
+                }))
+            }
             _ => None,
         }
     }
@@ -180,23 +201,47 @@ impl Event {
 mod tests {
     use super::*;
 
-    fn raw(kind: u32) -> Vec<u8> {
-        let mut e = tw_event {
+    fn header(kind: u32) -> tw_event_header {
+        let mut h = tw_event_header {
             kind,
             tid: 42,
             tgid: 40,
-            start_ns: 1000,
-            end_ns: 3500,
+            cpu: 2,
             cgroup_id: 7,
-            cpu_out: 1,
             ..Default::default()
         };
         for (i, c) in b"worker".iter().enumerate() {
-            e.comm[i] = *c as _;
+            h.comm[i] = *c as _;
         }
-        let p = (&e as *const tw_event).cast::<u8>();
+        h
+    }
+
+    fn bytes<T>(e: &T) -> Vec<u8> {
+        let p = (e as *const T).cast::<u8>();
         // SAFETY: reading the bytes of a POD value.
-        unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<tw_event>()) }.to_vec()
+        unsafe { std::slice::from_raw_parts(p, std::mem::size_of::<T>()) }.to_vec()
+    }
+
+    fn freeze(kind: u32) -> Vec<u8> {
+        bytes(&tw_freeze_event {
+            hdr: header(kind),
+            cpu_out: 1,
+            throttled_level: 3,
+            start_ns: 1000,
+            end_ns: 3500,
+            task_cgroup_id: 8,
+            throttled_cgroup_id: 6,
+        })
+    }
+
+    fn cold_start(stage: u32) -> Vec<u8> {
+        bytes(&tw_coldstart_event {
+            hdr: header(KIND_COLDSTART),
+            stage,
+            at_ns: 3500,
+            ref_ns: 1000,
+            ..Default::default()
+        })
     }
 
     #[test]
@@ -211,39 +256,60 @@ mod tests {
     }
 
     #[test]
-    fn abi_size_is_fixed() {
-        // 6 x u32 + 5 x u64 + comm[16]
-        assert_eq!(std::mem::size_of::<tw_event>(), 24 + 40 + 16);
+    fn abi_sizes_are_fixed() {
+        use std::mem::size_of;
+        // 4 x u32 + u64 + comm[16]
+        assert_eq!(size_of::<tw_event_header>(), 16 + 8 + 16);
+        assert_eq!(size_of::<tw_freeze_event>(), 40 + 8 + 4 * 8);
+        assert_eq!(size_of::<tw_coldstart_event>(), 40 + 8 + 2 * 8);
+        assert_eq!(size_of::<tw_thread_cpu_event>(), 40 + 2 * 8);
     }
 
     #[test]
     fn decodes_freeze() {
-        let Some(Event::Freeze(f)) = Event::decode(&raw(KIND_FREEZE)) else {
+        let Some(Event::Freeze(f)) = Event::decode(&freeze(KIND_FREEZE)) else {
             panic!()
         };
         assert_eq!(
             (f.tid, f.tgid, f.cgroup_id, f.frozen_ns()),
             (42, 40, 7, 2500)
         );
+        assert_eq!(
+            (f.cpu_out, f.cpu_in, f.throttled_level),
+            (1, 2, 3),
+            "cpu_in: the header's CPU"
+        );
+        assert_eq!((f.task_cgroup_id, f.throttled_cgroup_id), (8, 6));
         assert_eq!(f.comm, "worker");
+        assert!(!f.queued);
+        let Some(Event::Freeze(q)) = Event::decode(&freeze(KIND_FREEZE_QUEUED)) else {
+            panic!()
+        };
+        assert!(q.queued);
     }
 
     #[test]
-    fn decodes_cold_start_and_rejects_garbage() {
-        assert_eq!(Event::decode(&raw(99)), None);
-        assert_eq!(Event::decode(&raw(2)), None, "the retired episode kind");
-        let mut cs = raw(KIND_COLDSTART);
-        cs[12] = 3; // cpu_out: the stage
-        let Some(Event::ColdStart(c)) = Event::decode(&cs) else {
+    fn decodes_cold_start_and_thread_cpu_and_rejects_garbage() {
+        assert_eq!(Event::decode(&freeze(99)), None);
+        assert_eq!(Event::decode(&freeze(2)), None, "the retired episode kind");
+        let Some(Event::ColdStart(c)) = Event::decode(&cold_start(3)) else {
             panic!()
         };
         assert_eq!(
             (c.stage, c.at_ns, c.ref_ns, c.comm.as_str()),
             (ColdStartStage::Cpu, 3500, 1000, "worker")
         );
-        cs[12] = 2; // the retired first-switch-in stage
-        assert_eq!(Event::decode(&cs), None);
-        let Some(Event::ThreadCpu(t)) = Event::decode(&raw(KIND_THREAD_CPU)) else {
+        assert_eq!(
+            Event::decode(&cold_start(2)),
+            None,
+            "the retired first-switch-in stage"
+        );
+        let t = bytes(&tw_thread_cpu_event {
+            hdr: header(KIND_THREAD_CPU),
+            running_ns: 3500,
+            run_delay_ns: 1000,
+        });
+        let Some(Event::ThreadCpu(t)) = Event::decode(&t) else {
             panic!()
         };
         assert_eq!(
@@ -251,5 +317,13 @@ mod tests {
             (42, 7, 3500, 1000)
         );
         assert_eq!(Event::decode(&[0u8; 8]), None);
+    }
+
+    #[test]
+    fn a_record_shorter_than_its_kinds_struct_is_refused() {
+        let f = freeze(KIND_FREEZE);
+        assert_eq!(Event::decode(&f[..f.len() - 1]), None);
+        let h = bytes(&header(KIND_THREAD_CPU));
+        assert_eq!(Event::decode(&h), None, "a header alone");
     }
 }

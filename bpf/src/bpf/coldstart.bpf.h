@@ -50,17 +50,17 @@ __u64 nr_coldstart = 0;
 
 static __always_inline void emit_stage(struct task_struct *t, __u64 cg, __u32 stage, __u64 start, __u64 at)
 {
-	struct tw_event ev = {};
+	struct tw_coldstart_event ev = {};
 
-	ev.kind = TW_EV_COLDSTART;
-	ev.tid = t->pid;
-	ev.tgid = t->tgid;
-	ev.cpu_out = stage;
-	ev.cpu_in = bpf_get_smp_processor_id();
-	ev.start_ns = start;
-	ev.end_ns = at;
-	ev.cgroup_id = cg;
-	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), t->comm);
+	ev.hdr.kind = TW_EV_COLDSTART;
+	ev.hdr.tid = t->pid;
+	ev.hdr.tgid = t->tgid;
+	ev.hdr.cpu = bpf_get_smp_processor_id();
+	ev.hdr.cgroup_id = cg;
+	bpf_probe_read_kernel_str(ev.hdr.comm, sizeof(ev.hdr.comm), t->comm);
+	ev.stage = stage;
+	ev.at_ns = at;
+	ev.ref_ns = start;
 	emit(&ev);
 }
 

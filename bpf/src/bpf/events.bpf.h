@@ -21,19 +21,23 @@ struct {
  * they are kept in maps. */
 __u64 lost_events = 0;
 
-static __always_inline void emit(struct tw_event *src)
+/* Copy one record (a struct of throttle.h, built on the stack) into the
+ * ring buffer: `size` is its struct's, a constant once inlined. */
+static __always_inline void emit_record(const void *src, __u32 size)
 {
-	struct tw_event *e;
+	void *e;
 
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	e = bpf_ringbuf_reserve(&events, size, 0);
 	if (!e) {
 		__sync_fetch_and_add(&lost_events, 1);
 		return;
 	}
-	__builtin_memcpy(e, src, sizeof(*e));
+	__builtin_memcpy(e, src, size);
 	bpf_ringbuf_submit(e, ringbuf_wakeup_bytes &&
 			   bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= ringbuf_wakeup_bytes ?
 			   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
+
+#define emit(ev) emit_record((ev), sizeof(*(ev)))
 
 #endif

@@ -107,7 +107,7 @@ static __always_inline int on_freeze(struct task_struct *prev, bool direct)
  * Returns 1 when `next` was frozen (this switch-in is its thaw). */
 static __always_inline int on_thaw(struct task_struct *prev, struct task_struct *next, bool direct)
 {
-	struct tw_event ev = {};
+	struct tw_freeze_event ev = {};
 	struct frozen *f;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 cpu = bpf_get_smp_processor_id();
@@ -130,18 +130,18 @@ static __always_inline int on_thaw(struct task_struct *prev, struct task_struct 
 	close_episode_at(f->cgroup_id, f->cpu_out, f->start_ns, now,
 			 cpu == f->cpu_out && !BPF_CORE_READ(prev, pid));
 
-	ev.kind = TW_EV_FREEZE;
-	ev.tid = BPF_CORE_READ(next, pid);
-	ev.tgid = BPF_CORE_READ(next, tgid);
+	ev.hdr.kind = TW_EV_FREEZE;
+	ev.hdr.tid = BPF_CORE_READ(next, pid);
+	ev.hdr.tgid = BPF_CORE_READ(next, tgid);
+	ev.hdr.cpu = cpu;
+	ev.hdr.cgroup_id = f->cgroup_id;
+	bpf_probe_read_kernel_str(ev.hdr.comm, sizeof(ev.hdr.comm), next->comm);
 	ev.cpu_out = f->cpu_out;
-	ev.cpu_in = cpu;
 	ev.throttled_level = f->throttled_level;
 	ev.start_ns = f->start_ns;
 	ev.end_ns = now;
-	ev.cgroup_id = f->cgroup_id;
 	ev.task_cgroup_id = tg_cgroup_id(BPF_CORE_READ(next, se.cfs_rq, tg));
 	ev.throttled_cgroup_id = f->throttled_cgroup_id;
-	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), next->comm);
 	f->start_ns = 0;
 	__sync_fetch_and_sub(&nr_frozen, 1);
 	emit(&ev);

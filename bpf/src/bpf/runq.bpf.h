@@ -338,7 +338,7 @@ static __always_inline void on_preempt(struct task_struct *prev, struct task_str
  * CPU, else the wait's start; end_ns - start_ns: the throttled time). */
 static __always_inline __u64 queued_freeze(struct task_struct *next, struct tw_task *ts, __u64 w, __u64 now)
 {
-	struct tw_event ev = {};
+	struct tw_freeze_event ev = {};
 	struct tw_episode *ep;
 	struct task_group *tg = 0;
 	__u64 frozen, from;
@@ -354,20 +354,20 @@ static __always_inline __u64 queued_freeze(struct task_struct *next, struct tw_t
 		from = ep->last_open_ns;
 	if (ep)
 		tg = (void *)ep->tg;
-	ev.kind = TW_EV_FREEZE_QUEUED;
-	ev.tid = next->pid;
-	ev.tgid = next->tgid;
+	ev.hdr.kind = TW_EV_FREEZE_QUEUED;
+	ev.hdr.tid = next->pid;
+	ev.hdr.tgid = next->tgid;
+	ev.hdr.cpu = bpf_get_smp_processor_id();
+	ev.hdr.cgroup_id = ts->wait_cg;
 	ev.cpu_out = ts->wait_cpu;
-	ev.cpu_in = bpf_get_smp_processor_id();
 	ev.start_ns = from;
 	ev.end_ns = from + frozen;
-	ev.cgroup_id = ts->wait_cg;
 	ev.task_cgroup_id = tg_cgroup_id(BPF_CORE_READ(next, se.cfs_rq, tg));
 	if (tg) {
 		ev.throttled_cgroup_id = tg_cgroup_id(tg);
 		ev.throttled_level = BPF_CORE_READ(tg, css.cgroup, level);
 	}
-	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), next->comm);
+	bpf_probe_read_kernel_str(ev.hdr.comm, sizeof(ev.hdr.comm), next->comm);
 	emit(&ev);
 	return frozen;
 }

@@ -43,7 +43,7 @@ static __always_inline void keep_bandwidth(struct task_struct *p, __u64 cg)
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(tw_exit_btf, struct task_struct *p)
 {
-	struct tw_event ev = {};
+	struct tw_thread_cpu_event ev = {};
 	__u64 cg;
 
 	if (!runq_enabled || !nr_watched)
@@ -52,16 +52,16 @@ int BPF_PROG(tw_exit_btf, struct task_struct *p)
 	if (!cg)
 		return 0;
 	keep_bandwidth(p, cg);
-	ev.kind = TW_EV_THREAD_CPU;
-	ev.tid = p->pid;
-	ev.tgid = p->tgid;
-	ev.cpu_out = bpf_get_smp_processor_id();
+	ev.hdr.kind = TW_EV_THREAD_CPU;
+	ev.hdr.tid = p->pid;
+	ev.hdr.tgid = p->tgid;
+	ev.hdr.cpu = bpf_get_smp_processor_id();
+	ev.hdr.cgroup_id = cg;
+	bpf_probe_read_kernel_str(ev.hdr.comm, sizeof(ev.hdr.comm), p->comm);
 	/* CONFIG_SCHED_INFO kernels only (as /proc/<tid>/schedstat) */
 	if (bpf_core_field_exists(p->sched_info))
-		ev.start_ns = p->sched_info.run_delay;
-	ev.end_ns = p->se.sum_exec_runtime;
-	ev.cgroup_id = cg;
-	bpf_probe_read_kernel_str(ev.comm, sizeof(ev.comm), p->comm);
+		ev.run_delay_ns = p->sched_info.run_delay;
+	ev.running_ns = p->se.sum_exec_runtime;
 	emit(&ev);
 	return 0;
 }

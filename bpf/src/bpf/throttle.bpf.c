@@ -110,7 +110,10 @@ int tw_model(void *ctx)
 }
 
 /* Make the skeleton emit the ABI types for user space. */
-struct tw_event _tw_event_abi = {};
+struct tw_event_header _tw_event_header_abi = {};
+struct tw_freeze_event _tw_freeze_event_abi = {};
+struct tw_coldstart_event _tw_coldstart_event_abi = {};
+struct tw_thread_cpu_event _tw_thread_cpu_event_abi = {};
 struct tw_runq _tw_runq_abi = {};
 struct tw_coldstart _tw_coldstart_abi = {};
 struct tw_bandwidth _tw_bandwidth_abi = {};

@@ -5,31 +5,31 @@
 #ifndef __THROTTLEWATCH_THROTTLE_H
 #define __THROTTLEWATCH_THROTTLE_H
 
-#define TW_ABI_VERSION 4
+#define TW_ABI_VERSION 5
 #define TW_COMM_LEN 16
 /* How far up the cgroup tree a frozen task's group is matched against the
  * watch map, and how far the throttled run-queue is searched. */
 #define TW_MAX_LEVELS 8
 
+/* The records of the `events` ring buffer: each starts with a
+ * struct tw_event_header whose kind says which struct it is. */
 enum tw_event_kind {
 	/* One thread was frozen by CFS bandwidth control: switched out
-	 * throttled at start_ns, switched back in at end_ns. */
+	 * throttled, switched back in (struct tw_freeze_event). */
 	TW_EV_FREEZE = 1,
 	/* 2 was a per-episode event; the totals live in the `episodes` map,
 	 * so it was retired (ABI 4). Never reuse it. */
-	/* A cold-start stage of a watched cgroup (see runq.h): tid/tgid/comm
-	 * of the entrypoint, cpu_out = the stage, end_ns = when, start_ns =
-	 * the process's creation (task start_time) on TW_CS_EXEC. */
+	/* A cold-start stage of a watched cgroup's entrypoint
+	 * (struct tw_coldstart_event). */
 	TW_EV_COLDSTART = 3,
 	/* Dequeue model (before 6.18) only: a thread that was waiting on the
 	 * run-queue (preempted, or woken) when its group was throttled there.
 	 * It was never switched out throttled: it is recorded when it switches
-	 * back in, frozen for the part of its wait that the episode covers
-	 * (start_ns..end_ns). Same fields as TW_EV_FREEZE. */
+	 * back in, frozen for the part of its wait that the episode covers.
+	 * A struct tw_freeze_event too. */
 	TW_EV_FREEZE_QUEUED = 4,
-	/* A thread of a watched cgroup exited (threads.bpf.h): start_ns = its
-	 * sched_info.run_delay, end_ns = its se.sum_exec_runtime (ns, not
-	 * timestamps), cpu_out = the CPU it exited on. */
+	/* A thread of a watched cgroup exited (threads.bpf.h): what the
+	 * scheduler counted for it (struct tw_thread_cpu_event). */
 	TW_EV_THREAD_CPU = 5,
 };
 
@@ -54,23 +54,54 @@ enum tw_model {
 	TW_MODEL_RQ = 2,
 };
 
-struct tw_event {
-	__u32 kind;
+/* What every record starts with. */
+struct tw_event_header {
+	__u32 kind;	/* enum tw_event_kind: which struct follows */
 	__u32 tid;
 	__u32 tgid;
-	__u32 cpu_out;
-	__u32 cpu_in;
-	/* depth of the throttled run-queue's cgroup (root = 0) */
-	__u32 throttled_level;
-	__u64 start_ns;	/* CLOCK_MONOTONIC */
-	__u64 end_ns;
+	/* the CPU that recorded it (a freeze: the one the thread switched
+	 * back in on) */
+	__u32 cpu;
 	/* the watched cgroup (cpu controller kernfs id) the thread belongs to */
 	__u64 cgroup_id;
+	char comm[TW_COMM_LEN];
+};
+
+/* TW_EV_FREEZE and TW_EV_FREEZE_QUEUED. */
+struct tw_freeze_event {
+	struct tw_event_header hdr;
+	__u32 cpu_out;	/* the CPU it was frozen on */
+	/* depth of the throttled run-queue's cgroup (root = 0) */
+	__u32 throttled_level;
+	/* CLOCK_MONOTONIC: frozen from (the switch-out; queued: the throttle
+	 * in its wait, or the wait's start) to (the switch-in; queued: start
+	 * plus the throttled part of the wait) */
+	__u64 start_ns;
+	__u64 end_ns;
 	/* the task's own cpu cgroup (may be a child of the watched one) */
 	__u64 task_cgroup_id;
 	/* the cgroup whose run-queue was throttled (may be an ancestor) */
 	__u64 throttled_cgroup_id;
-	char comm[TW_COMM_LEN];
+};
+
+/* TW_EV_COLDSTART: tid/tgid/comm are the entrypoint's. */
+struct tw_coldstart_event {
+	struct tw_event_header hdr;
+	__u32 stage;	/* TW_CS_EXEC or TW_CS_CPU (runq.h) */
+	__u32 pad;
+	__u64 at_ns;	/* CLOCK_MONOTONIC, when the stage was reached */
+	/* TW_CS_EXEC: the process's creation (task start_time);
+	 * TW_CS_CPU: the exec */
+	__u64 ref_ns;
+};
+
+/* TW_EV_THREAD_CPU: its /proc/<tid>/schedstat, which goes with it. */
+struct tw_thread_cpu_event {
+	struct tw_event_header hdr;
+	__u64 running_ns;	/* se.sum_exec_runtime */
+	/* sched_info.run_delay (frozen time included); 0 on kernels without
+	 * CONFIG_SCHED_INFO */
+	__u64 run_delay_ns;
 };
 
 /* A watched group's CFS bandwidth counters as the kernel keeps them
