@@ -17,7 +17,7 @@ pub use commands::{burn, configcheck, demo, live, privileges, run, topology, wat
 pub use daemon::{logdir, metrics, socket, state};
 pub use pipeline::{
     budget, clock, coldstart, engine, freezes, histograms, kernel_counters, labels, output,
-    placement, procinfo, reading, records, runq, session, spec, threadcpu, timing,
+    placement, procinfo, reading, records, runq, session, spec, threadcpu,
 };
 
 /// Exit status for bad input: the one-line error names the value and what is accepted.

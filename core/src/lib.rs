@@ -14,6 +14,7 @@ pub mod logfmt;
 pub mod printable;
 pub mod protocol;
 pub mod state_dir;
+pub mod timing;
 pub mod units;
 
 pub use container_key::{ContainerKey, Scope};

@@ -41,7 +41,7 @@ pub mod scope;
 pub mod spec_file;
 pub mod stage;
 pub mod timefmt;
-pub mod timing;
+pub use throttlewatch_core::timing;
 pub mod unwatched;
 
 pub use agent_client::{AgentClient, AgentError, Unregistered};

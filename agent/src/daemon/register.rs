@@ -17,7 +17,7 @@ use crate::labels::ContainerLabels;
 use crate::socket::Answer;
 use crate::spec::SessionSpec;
 use crate::state::Persisted;
-use crate::timing::Phases;
+use throttlewatch_core::timing::Phases;
 
 /// How long after its answer a register's log, `start` record and state
 /// file are written (`Agent::register_answering`); sooner when anything
@@ -82,7 +82,7 @@ impl Agent {
         if wait {
             self.complete_deferred();
         }
-        let mut t = Phases::start("register");
+        let mut t = Phases::start("throttlewatch-agent register");
         let key = r.key();
         let begun = match self.begin_register(r, None, &mut t) {
             Ok(Begun::Pending(p)) => p,
@@ -149,7 +149,7 @@ impl Agent {
         self.deferred_due = None;
         for p in std::mem::take(&mut self.deferred) {
             let key = p.key.clone();
-            let mut t = Phases::start("complete");
+            let mut t = Phases::start("throttlewatch-agent complete");
             if let Err(e) = self.complete_register(p, &mut t) {
                 eprintln!("throttlewatch agent: {key}: {e}; not watched");
                 self.mark_unwatched(&key);
@@ -163,7 +163,7 @@ impl Agent {
         r: Register,
         resume: Option<&Persisted>,
     ) -> Result<Response, String> {
-        let mut t = Phases::start("register-sync");
+        let mut t = Phases::start("throttlewatch-agent register-sync");
         match self.begin_register(r, resume, &mut t)? {
             Begun::Known(resp) => Ok(resp),
             Begun::Pending(p) => {

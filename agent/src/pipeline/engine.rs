@@ -15,7 +15,7 @@ use crate::output::Output;
 use crate::reading::{map_full, Due, ProbeTotals, Reading};
 use crate::session::{Opening, Prepared, ProbeFacts, Session};
 use crate::spec::SessionSpec;
-use crate::timing::Phases;
+use throttlewatch_core::timing::Phases;
 
 /// Probe options from the configuration.
 pub fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
@@ -74,7 +74,11 @@ impl Engine {
     /// Start watching a container: open its log, then add its cgroup to the
     /// watch map. Returns the cgroup id.
     pub fn watch(&mut self, spec: SessionSpec, cgroup: CpuCgroup) -> anyhow::Result<u64> {
-        let p = self.begin_watch(spec, cgroup, &mut Phases::start("watch"))?;
+        let p = self.begin_watch(
+            spec,
+            cgroup,
+            &mut Phases::start("throttlewatch-agent watch"),
+        )?;
         self.complete_watch(p)
     }
 

@@ -22,4 +22,3 @@ pub mod runq;
 pub mod session;
 pub mod spec;
 pub mod threadcpu;
-pub mod timing;

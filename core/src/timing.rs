@@ -1,8 +1,9 @@
 //! Phase timings for profiling container start: with
 //! `THROTTLEWATCH_TIMING=FILE` in the environment (runc passes its own
-//! environment to hooks that declare none), the hook and the runtime wrapper
-//! each append one line per run to FILE:
-//! `throttlewatch-hook createRuntime total=1234us config=80us state=20us ...`.
+//! environment to hooks that declare none), the hook, the runtime wrapper,
+//! the shim and the agent's register each append one line per run to FILE:
+//! `throttlewatch-hook createRuntime total=1234us config=80us state=20us ...`,
+//! which bench/container-start.sh summarises.
 //! Without the variable nothing is measured beyond one `Instant::now()`.
 
 use std::fs::OpenOptions;
