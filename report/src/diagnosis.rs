@@ -108,6 +108,7 @@ pub fn diagnose(c: &Container, levels: &[LevelShare]) -> Diagnosis {
             parts.push((cause, w));
         }
     }
+    reattribute_own_threads(c, frozen, &mut parts);
     let mut merged: Vec<(&'static str, f64)> = Vec::new();
     for (cause, ns) in parts {
         match merged.iter_mut().find(|(c, _)| *c == cause) {
@@ -136,6 +137,58 @@ pub fn diagnose(c: &Container, levels: &[LevelShare]) -> Diagnosis {
         shape,
         throttled_period_share,
         isolated_share,
+    }
+}
+
+/// Threads cannot wait behind their own threads while those do not fill
+/// the CPUs: a group that was hardly frozen and ran well below what its
+/// limit and its CPUs allow waited for CPUs others held, whoever switched
+/// it out (a worker woken behind its sibling that was itself about to be
+/// preempted). Its own-thread waits then count as the others' (the host's
+/// where no other container preempted it).
+fn reattribute_own_threads(c: &Container, frozen: u64, parts: &mut [(&'static str, f64)]) {
+    let (Some(start), Some(end)) = (c.start.as_ref(), c.end.as_ref()) else {
+        return;
+    };
+    let Some(running) = end.thread_cpu.as_ref().map(|t| t.running_ns as f64) else {
+        return;
+    };
+    let wall = c.wall_ns() as f64;
+    let cpus = start
+        .cpus
+        .as_deref()
+        .and_then(|s| throttlewatch_core::cpulist::CpuList::parse("cpus", s).ok())
+        .map_or(1.0, |l| l.len().max(1) as f64);
+    let limit = start.quota_us.map_or(cpus, |q| {
+        (q as f64 / start.period_us.max(1) as f64).min(cpus)
+    });
+    let own: f64 = parts
+        .iter()
+        .filter(|p| p.0 == "own_threads")
+        .map(|p| p.1)
+        .sum();
+    let total: f64 = parts.iter().map(|p| p.1).sum();
+    if wall <= 0.0 || own <= 0.0 || (frozen as f64) > 0.1 * total || running > 0.8 * limit * wall {
+        return;
+    }
+    let other: f64 = parts
+        .iter()
+        .filter(|p| p.0 == "other_containers")
+        .map(|p| p.1)
+        .sum();
+    let host: f64 = parts.iter().filter(|p| p.0 == "host").map(|p| p.1).sum();
+    let to_other = if other + host > 0.0 {
+        own * other / (other + host)
+    } else {
+        0.0
+    };
+    for p in parts.iter_mut() {
+        match p.0 {
+            "own_threads" => p.1 = 0.0,
+            "other_containers" => p.1 += to_other,
+            "host" => p.1 += own - to_other,
+            _ => {}
+        }
     }
 }
 
@@ -318,5 +371,43 @@ mod tests {
         assert!(d.contended());
         assert!((d.share_of(&["other_containers"]) - 750.0 / 3400.0).abs() < 1e-3);
         assert!(d.sentence.starts_with("66 %"), "{}", d.sentence);
+    }
+
+    #[test]
+    fn own_thread_waits_of_a_group_that_did_not_fill_its_cpus_are_the_others() {
+        use throttlewatch_core::logfmt::ThreadCpu;
+        let mut c = Container::default();
+        c.add(
+            0,
+            Record::Start(Start {
+                cgroup_id: 7,
+                quota_us: Some(150_000),
+                period_us: 100_000,
+                cpus: Some("0-1".into()),
+                ..Default::default()
+            }),
+        );
+        // 4 s, 0.5 CPU of running against a 1.5 CPU limit, never frozen.
+        c.add(
+            4_000_000_000,
+            Record::End(End {
+                duration_ns: 4_000_000_000,
+                runq: Some(Runq {
+                    total_ns: 10_000_000_000,
+                    preempted_by_same: 30,
+                    preempted_by_host: 10,
+                    ..Default::default()
+                }),
+                thread_cpu: Some(ThreadCpu {
+                    running_ns: 2_000_000_000,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        );
+        let d = diagnose(&c, &crate::summary::levels(&c));
+        assert_eq!(d.cause, "host", "{d:?}");
+        assert!(d.contended());
+        assert_eq!(d.share_of(&["own_threads"]), 0.0);
     }
 }
