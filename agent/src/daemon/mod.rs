@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::output::Output;
 use crate::reading::Due;
 use crate::socket::{bind, raise_nofile_limit, Server};
-use crate::state::{Persisted, StateDir};
+use crate::state::{ContainersDir, Persisted};
 use crate::{signals, CliError};
 
 pub mod logdir;
@@ -27,7 +27,7 @@ pub mod metrics;
 mod register;
 pub mod socket;
 pub mod state;
-use register::PendingRegister;
+use register::RegisterInFlight;
 
 /// Start an agent in the background and wait until it answers.
 pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError> {
@@ -123,14 +123,14 @@ struct Agent {
     h: Hierarchies,
     /// Every watched container is a session of the engine.
     engine: Engine,
-    state: StateDir,
+    state: ContainersDir,
     metrics: Arc<Mutex<Metrics>>,
     /// The dynamic CPU controller's containers (docs/control.md).
     controls: crate::control::Controls,
     /// Registers answered whose log, `start` record and state file are
     /// still to be written, oldest first, and when they are due.
-    #[allow(clippy::vec_box)] // the Box that `Begun::Pending` holds, not moved out
-    deferred: Vec<Box<PendingRegister>>,
+    #[allow(clippy::vec_box)] // the Box that `Begun::InFlight` holds, not moved out
+    deferred: Vec<Box<RegisterInFlight>>,
     deferred_due: Option<Instant>,
 }
 
@@ -150,7 +150,7 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
     };
     let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
     let engine = Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
-    let state = StateDir::open(&cfg.state_dir)
+    let state = ContainersDir::open(&cfg.state_dir)
         .map_err(|e| CliError::fail(format!("{}: {e}", cfg.state_dir.display())))?;
     let metrics = Arc::new(Mutex::new(Metrics::new()));
     if !cfg.metrics_addr.is_empty() {

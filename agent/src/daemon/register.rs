@@ -14,7 +14,7 @@ use throttlewatch_qos::Key;
 use super::Agent;
 use crate::coldstart::ColdStartSpec;
 use crate::labels::ContainerLabels;
-use crate::socket::Answer;
+use crate::socket::Responder;
 use crate::spec::SessionSpec;
 use crate::state::Persisted;
 use throttlewatch_core::timing::Phases;
@@ -28,8 +28,8 @@ use throttlewatch_core::timing::Phases;
 const COMPLETE_AFTER_ANSWER: Duration = Duration::ZERO;
 
 /// A register past its kernel half (see `Agent::register_answering`).
-pub(super) struct PendingRegister {
-    prepared: crate::session::Prepared,
+pub(super) struct RegisterInFlight {
+    draft: crate::session::SessionDraft,
     key: ContainerKey,
     log_path: PathBuf,
     control_cgroup: CpuCgroup,
@@ -39,7 +39,7 @@ pub(super) struct PendingRegister {
 pub(super) enum Begun {
     /// Already watched: the answer.
     Known(Response),
-    Pending(Box<PendingRegister>),
+    InFlight(Box<RegisterInFlight>),
 }
 
 /// What the registration tells about the container's cold start; the CPU
@@ -77,7 +77,7 @@ impl Agent {
     /// [`COMPLETE_AFTER_ANSWER`] later, or before the next request, poll or
     /// stop, whichever comes first. `wait_for_log` (fail-closed) completes
     /// every deferred register, then its own, and answers after.
-    pub(super) fn register_answering(&mut self, r: Register, to: Answer) {
+    pub(super) fn register_answering(&mut self, r: Register, to: Responder) {
         let wait = r.wait_for_log;
         if wait {
             self.complete_deferred();
@@ -85,7 +85,7 @@ impl Agent {
         let mut t = Phases::start("throttlewatch-agent register");
         let key = r.key();
         let begun = match self.begin_register(r, None, &mut t) {
-            Ok(Begun::Pending(p)) => p,
+            Ok(Begun::InFlight(p)) => p,
             Ok(Begun::Known(resp)) => {
                 self.taken(&key);
                 return to.send(resp);
@@ -166,7 +166,7 @@ impl Agent {
         let mut t = Phases::start("throttlewatch-agent register-sync");
         match self.begin_register(r, resume, &mut t)? {
             Begun::Known(resp) => Ok(resp),
-            Begun::Pending(p) => {
+            Begun::InFlight(p) => {
                 let log_path = p.log_path.display().to_string();
                 self.complete_register(p, &mut t)?;
                 Ok(Response {
@@ -235,7 +235,7 @@ impl Agent {
         t.mark("cgroup");
         let watching = self.engine.watching();
         let max = self.cfg.max_containers;
-        let prepared = self.engine.begin_watch(spec, g, t).map_err(|e| {
+        let draft = self.engine.begin_watch(spec, g, t).map_err(|e| {
             // The kernel maps are sized from max_containers (E2BIG when full).
             if watching >= max as usize {
                 format!("{e}: {watching} containers are watched, max_containers = {max} (the kernel maps are sized from it)")
@@ -243,8 +243,8 @@ impl Agent {
                 e.to_string()
             }
         })?;
-        Ok(Begun::Pending(Box::new(PendingRegister {
-            prepared,
+        Ok(Begun::InFlight(Box::new(RegisterInFlight {
+            draft,
             key,
             log_path,
             control_cgroup,
@@ -255,12 +255,12 @@ impl Agent {
     /// The log and its `start` record, the controller, the state file.
     fn complete_register(
         &mut self,
-        p: Box<PendingRegister>,
+        p: Box<RegisterInFlight>,
         t: &mut Phases,
     ) -> Result<u64, String> {
         let id = self
             .engine
-            .complete_watch(p.prepared)
+            .complete_watch(p.draft)
             .map_err(|e| e.to_string())?;
         t.mark("log");
         let recs = self.controls.attach(

@@ -2,7 +2,7 @@
 //! event loop in `daemon.rs` waits on: it accepts and reads every connection
 //! (poll(2), up to [`MAX_CONNECTIONS`] in service, each with a read
 //! deadline), bounds requests, and returns the complete ones as [`Job`]s;
-//! the event loop writes each answer on its connection ([`Answer`]). No
+//! the event loop writes each answer on its connection ([`Responder`]). No
 //! thread and no hand-over between threads on the create path.
 
 use std::io::{ErrorKind, Read, Write};
@@ -18,17 +18,17 @@ use throttlewatch_core::protocol::{Request, Response, MAX_REQUEST_BYTES};
 
 use crate::CliError;
 
-pub type Job = (Request, Answer);
+pub type Job = (Request, Responder);
 
 /// Where the event loop's answer to one request goes: written on the
 /// connection by the event loop itself. Dropped unanswered (the agent
 /// stopping), the connection closes: the client sees EOF.
-pub struct Answer {
+pub struct Responder {
     conn: UnixStream,
     _slot: Slot,
 }
 
-impl Answer {
+impl Responder {
     pub fn send(self, resp: Response) {
         // Read non-blocking; the answer is written blocking, bounded by
         // reply's write timeout.
@@ -81,7 +81,7 @@ pub const MAX_CONNECTIONS: usize = 64;
 const READ_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A connection whose request line is not complete yet.
-struct Reading {
+struct PartialRequest {
     conn: UnixStream,
     raw: Vec<u8>,
     deadline: Instant,
@@ -94,7 +94,7 @@ struct Reading {
 pub struct Server {
     l: UnixListener,
     active: Arc<AtomicUsize>,
-    reading: Vec<Reading>,
+    reading: Vec<PartialRequest>,
     fds: Vec<libc::pollfd>,
 }
 
@@ -152,9 +152,9 @@ impl Server {
                 continue;
             }
             match read_some(&mut self.reading[i - 1]) {
-                Progress::More => {}
-                Progress::Line => jobs.extend(dispatch(self.reading.swap_remove(i - 1))),
-                Progress::Failed(e) => {
+                ReadProgress::More => {}
+                ReadProgress::Line => jobs.extend(dispatch(self.reading.swap_remove(i - 1))),
+                ReadProgress::Failed(e) => {
                     let r = self.reading.swap_remove(i - 1);
                     reply(&r.conn, &Response::err(format!("reading request: {e}")));
                 }
@@ -191,7 +191,7 @@ impl Server {
             if conn.set_nonblocking(true).is_err() {
                 continue;
             }
-            let mut r = Reading {
+            let mut r = PartialRequest {
                 conn,
                 raw: Vec::new(),
                 deadline: Instant::now() + READ_TIMEOUT,
@@ -200,9 +200,9 @@ impl Server {
             // The hook connects early and writes later; a request already
             // there is read at once.
             match read_some(&mut r) {
-                Progress::More => self.reading.push(r),
-                Progress::Line => jobs.extend(dispatch(r)),
-                Progress::Failed(e) => {
+                ReadProgress::More => self.reading.push(r),
+                ReadProgress::Line => jobs.extend(dispatch(r)),
+                ReadProgress::Failed(e) => {
                     reply(&r.conn, &Response::err(format!("reading request: {e}")))
                 }
             }
@@ -271,7 +271,7 @@ pub fn reply(conn: &UnixStream, resp: &Response) {
     let _ = w.write_all(&out);
 }
 
-enum Progress {
+enum ReadProgress {
     /// Nothing more to read now; the line is not complete.
     More,
     /// A newline, the end of the stream, or MAX_REQUEST_BYTES read.
@@ -280,32 +280,32 @@ enum Progress {
 }
 
 /// Read what the connection has (non-blocking), up to MAX_REQUEST_BYTES.
-fn read_some(r: &mut Reading) -> Progress {
+fn read_some(r: &mut PartialRequest) -> ReadProgress {
     let mut buf = [0u8; 4096];
     loop {
         let room = (MAX_REQUEST_BYTES as usize).saturating_sub(r.raw.len());
         if room == 0 {
-            return Progress::Line;
+            return ReadProgress::Line;
         }
         match (&r.conn).read(&mut buf[..room.min(4096)]) {
-            Ok(0) => return Progress::Line,
+            Ok(0) => return ReadProgress::Line,
             Ok(n) => {
                 let had = r.raw.len();
                 r.raw.extend_from_slice(&buf[..n]);
                 if let Some(nl) = r.raw[had..].iter().position(|&b| b == b'\n') {
                     r.raw.truncate(had + nl + 1);
-                    return Progress::Line;
+                    return ReadProgress::Line;
                 }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Progress::More,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return ReadProgress::More,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Progress::Failed(e),
+            Err(e) => return ReadProgress::Failed(e),
         }
     }
 }
 
 /// A complete request line for the event loop, or its error answered here.
-fn dispatch(r: Reading) -> Option<Job> {
+fn dispatch(r: PartialRequest) -> Option<Job> {
     let _ = r.conn.set_nonblocking(false);
     // Bytes that are not UTF-8 (names from a runtime that passes them
     // through) become U+FFFD: the container is still watched, and no
@@ -317,7 +317,7 @@ fn dispatch(r: Reading) -> Option<Job> {
         }
         Ok(req) => Some((
             req,
-            Answer {
+            Responder {
                 conn: r.conn,
                 _slot: r.slot,
             },

@@ -19,17 +19,17 @@ pub struct Persisted {
 }
 
 /// `<state_dir>/containers/` (the layout is `throttlewatch_core::state_dir`'s).
-pub struct StateDir {
+pub struct ContainersDir {
     layout: state_dir::StateDir,
     dir: PathBuf,
 }
 
-impl StateDir {
-    pub fn open(root: &Path) -> std::io::Result<StateDir> {
+impl ContainersDir {
+    pub fn open(root: &Path) -> std::io::Result<ContainersDir> {
         let layout = state_dir::StateDir::new(root);
         let dir = layout.containers_dir();
         state_dir::StateDir::create_dir(&dir)?;
-        Ok(StateDir { layout, dir })
+        Ok(ContainersDir { layout, dir })
     }
 
     fn path(&self, key: &ContainerKey) -> PathBuf {
@@ -74,7 +74,7 @@ mod tests {
     #[test]
     fn save_load_remove() {
         let d = tempfile::tempdir().unwrap();
-        let s = StateDir::open(d.path()).unwrap();
+        let s = ContainersDir::open(d.path()).unwrap();
         let p = Persisted {
             register: Register {
                 container_id: "a/../b".into(),

@@ -147,35 +147,35 @@ impl Plan {
 
 /// The engines we configure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Engine {
+pub enum ContainerEngine {
     Containerd,
     Docker,
     Podman,
     Crio,
 }
 
-impl Engine {
+impl ContainerEngine {
     pub const ACCEPTED: &'static str = "containerd, docker, podman, crio";
 
-    pub fn parse(s: &str, command: &str) -> Result<Engine, CliError> {
+    pub fn parse(s: &str, command: &str) -> Result<ContainerEngine, CliError> {
         match s {
-            "containerd" => Ok(Engine::Containerd),
-            "docker" => Ok(Engine::Docker),
-            "podman" => Ok(Engine::Podman),
-            "crio" | "cri-o" => Ok(Engine::Crio),
+            "containerd" => Ok(ContainerEngine::Containerd),
+            "docker" => Ok(ContainerEngine::Docker),
+            "podman" => Ok(ContainerEngine::Podman),
+            "crio" | "cri-o" => Ok(ContainerEngine::Crio),
             other => Err(CliError::usage(format!(
                 "{command}: unknown engine {other:?}; accepted: {}",
-                Engine::ACCEPTED
+                ContainerEngine::ACCEPTED
             ))),
         }
     }
 
     pub fn name(self) -> &'static str {
         match self {
-            Engine::Containerd => "containerd",
-            Engine::Docker => "docker",
-            Engine::Podman => "podman",
-            Engine::Crio => "crio",
+            ContainerEngine::Containerd => "containerd",
+            ContainerEngine::Docker => "docker",
+            ContainerEngine::Podman => "podman",
+            ContainerEngine::Crio => "crio",
         }
     }
 }
@@ -220,7 +220,7 @@ impl Options {
 }
 
 /// Carry out `plan`, then restart as asked (only when something was written).
-fn finish(plan: Plan, engine: Engine, o: &Options) -> Result<i32, CliError> {
+fn finish(plan: Plan, engine: ContainerEngine, o: &Options) -> Result<i32, CliError> {
     let action = restart::action(engine, o.restart)?;
     let code = plan.carry_out(o.dry_run)?;
     match action {
@@ -239,14 +239,16 @@ fn finish(plan: Plan, engine: Engine, o: &Options) -> Result<i32, CliError> {
 
 /// `throttlewatch install ENGINE`.
 pub fn install(engine: &str, o: &Options) -> Result<i32, CliError> {
-    let e = Engine::parse(engine, "install")?;
+    let e = ContainerEngine::parse(engine, "install")?;
     let plan = match e {
-        Engine::Containerd => containerd::install_plan(&o.root)?,
-        Engine::Docker => docker::install_plan(&o.root, &o.bin_dir)?,
-        Engine::Podman => {
+        ContainerEngine::Containerd => containerd::install_plan(&o.root)?,
+        ContainerEngine::Docker => docker::install_plan(&o.root, &o.bin_dir)?,
+        ContainerEngine::Podman => {
             hooks::install_plan(hooks::HookEngine::Podman, &o.root, &o.hook_settings())?
         }
-        Engine::Crio => hooks::install_plan(hooks::HookEngine::Crio, &o.root, &o.hook_settings())?,
+        ContainerEngine::Crio => {
+            hooks::install_plan(hooks::HookEngine::Crio, &o.root, &o.hook_settings())?
+        }
     };
     finish(plan, e, o)
 }
@@ -254,12 +256,12 @@ pub fn install(engine: &str, o: &Options) -> Result<i32, CliError> {
 /// `throttlewatch uninstall ENGINE`: the files back as they were before install
 /// (byte for byte when they were not changed since; otherwise only our entries removed).
 pub fn uninstall(engine: &str, o: &Options) -> Result<i32, CliError> {
-    let e = Engine::parse(engine, "uninstall")?;
+    let e = ContainerEngine::parse(engine, "uninstall")?;
     let plan = match e {
-        Engine::Containerd => containerd::uninstall_plan(&o.root)?,
-        Engine::Docker => docker::uninstall_plan(&o.root)?,
-        Engine::Podman => hooks::uninstall_plan(hooks::HookEngine::Podman, &o.root)?,
-        Engine::Crio => hooks::uninstall_plan(hooks::HookEngine::Crio, &o.root)?,
+        ContainerEngine::Containerd => containerd::uninstall_plan(&o.root)?,
+        ContainerEngine::Docker => docker::uninstall_plan(&o.root)?,
+        ContainerEngine::Podman => hooks::uninstall_plan(hooks::HookEngine::Podman, &o.root)?,
+        ContainerEngine::Crio => hooks::uninstall_plan(hooks::HookEngine::Crio, &o.root)?,
     };
     finish(plan, e, o)
 }

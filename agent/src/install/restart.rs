@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::Engine;
+use super::ContainerEngine;
 use crate::CliError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,7 @@ impl Restart {
 }
 
 /// What `mode` does for `engine`, or why it is refused (checked before anything is written).
-pub fn action(engine: Engine, mode: Restart) -> Result<Option<Action>, CliError> {
+pub fn action(engine: ContainerEngine, mode: Restart) -> Result<Option<Action>, CliError> {
     let refuse = |why: &str| {
         Err(CliError::usage(format!(
             "--restart {} for {}: {why}",
@@ -60,24 +60,28 @@ pub fn action(engine: Engine, mode: Restart) -> Result<Option<Action>, CliError>
     };
     match (engine, mode) {
         (_, Restart::None) => Ok(None),
-        (Engine::Containerd, Restart::Systemd) => {
+        (ContainerEngine::Containerd, Restart::Systemd) => {
             Ok(Some(Action::Systemctl(&["restart", "containerd"])))
         }
-        (Engine::Containerd, Restart::Signal) => refuse(
+        (ContainerEngine::Containerd, Restart::Signal) => refuse(
             "containerd loads runtimes only when it starts and does not handle SIGHUP (it would \
              exit); accepted for containerd: none or systemd (`systemctl restart containerd`)",
         ),
-        (Engine::Docker, Restart::Systemd) => Ok(Some(Action::Systemctl(&["reload", "docker"]))),
-        (Engine::Docker, Restart::Signal) => Ok(Some(Action::Sighup {
+        (ContainerEngine::Docker, Restart::Systemd) => {
+            Ok(Some(Action::Systemctl(&["reload", "docker"])))
+        }
+        (ContainerEngine::Docker, Restart::Signal) => Ok(Some(Action::Sighup {
             pidfiles: &["/run/docker.pid", "/var/run/docker.pid"],
             comm: "dockerd",
         })),
-        (Engine::Podman, _) => refuse(
+        (ContainerEngine::Podman, _) => refuse(
             "podman reads its hooks directory at every container start, there is nothing to \
              restart; accepted for podman: none",
         ),
-        (Engine::Crio, Restart::Systemd) => Ok(Some(Action::Systemctl(&["restart", "crio"]))),
-        (Engine::Crio, Restart::Signal) => refuse(
+        (ContainerEngine::Crio, Restart::Systemd) => {
+            Ok(Some(Action::Systemctl(&["restart", "crio"])))
+        }
+        (ContainerEngine::Crio, Restart::Signal) => refuse(
             "CRI-O's SIGHUP reload does not cover hooks_dir; accepted for crio: none or systemd \
              (`systemctl restart crio`)",
         ),
@@ -188,15 +192,17 @@ mod tests {
 
     #[test]
     fn modes_per_engine() {
-        assert!(action(Engine::Containerd, Restart::None).unwrap().is_none());
-        let e = action(Engine::Containerd, Restart::Signal).unwrap_err();
+        assert!(action(ContainerEngine::Containerd, Restart::None)
+            .unwrap()
+            .is_none());
+        let e = action(ContainerEngine::Containerd, Restart::Signal).unwrap_err();
         assert!(
             e.message.contains("SIGHUP") && e.message.contains("none or systemd"),
             "{}",
             e.message
         );
         assert_eq!(
-            action(Engine::Containerd, Restart::Systemd)
+            action(ContainerEngine::Containerd, Restart::Systemd)
                 .unwrap()
                 .unwrap()
                 .command(Path::new("/host"))
@@ -204,18 +210,18 @@ mod tests {
             ["chroot", "/host", "systemctl", "restart", "containerd"]
         );
         assert_eq!(
-            action(Engine::Docker, Restart::Systemd)
+            action(ContainerEngine::Docker, Restart::Systemd)
                 .unwrap()
                 .unwrap()
                 .command(Path::new("/"))
                 .unwrap(),
             ["systemctl", "reload", "docker"]
         );
-        assert!(action(Engine::Podman, Restart::Systemd)
+        assert!(action(ContainerEngine::Podman, Restart::Systemd)
             .unwrap_err()
             .message
             .contains("accepted for podman: none"));
-        assert!(action(Engine::Crio, Restart::Signal).is_err());
+        assert!(action(ContainerEngine::Crio, Restart::Signal).is_err());
         assert!(Restart::parse("reload")
             .unwrap_err()
             .message
@@ -232,7 +238,9 @@ mod tests {
             std::process::id().to_string(),
         )
         .unwrap();
-        let a = action(Engine::Docker, Restart::Signal).unwrap().unwrap();
+        let a = action(ContainerEngine::Docker, Restart::Signal)
+            .unwrap()
+            .unwrap();
         let e = a.run(d.path()).unwrap_err();
         assert!(e.message.contains("not dockerd"), "{}", e.message);
         let e = a.run(&d.path().join("nothing")).unwrap_err();

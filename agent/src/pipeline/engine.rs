@@ -13,7 +13,7 @@ use throttlewatch_core::{ContainerKey, EndReason};
 use crate::clock::Clock;
 use crate::output::Output;
 use crate::reading::{map_full, Due, ProbeTotals, Reading};
-use crate::session::{Opening, Prepared, ProbeFacts, Session};
+use crate::session::{Opening, ProbeFacts, Session, SessionDraft};
 use crate::spec::SessionSpec;
 use throttlewatch_core::timing::Phases;
 
@@ -91,7 +91,7 @@ impl Engine {
         spec: SessionSpec,
         cgroup: CpuCgroup,
         t: &mut Phases,
-    ) -> anyhow::Result<Prepared> {
+    ) -> anyhow::Result<SessionDraft> {
         let id = cgroup.id()?;
         if self.sessions.contains_key(&id) || self.pending.contains(&id) {
             anyhow::bail!("cgroup {} (id {id}) is already watched", cgroup.rel);
@@ -135,7 +135,7 @@ impl Engine {
 
     /// The log half of [`Engine::watch`]: the log opened with its `start`
     /// (or `resume`) record. On failure the cgroup leaves the watch map.
-    pub fn complete_watch(&mut self, p: Prepared) -> anyhow::Result<u64> {
+    pub fn complete_watch(&mut self, p: SessionDraft) -> anyhow::Result<u64> {
         let id = p.cgroup_id();
         self.pending.remove(&id);
         match p.open() {

@@ -81,7 +81,7 @@ pub struct Session {
 /// yet: the engine puts the cgroup in the watch map in between, so that the
 /// agent can answer the hook before the log, the `start` record (with its
 /// topology) and the state file are written.
-pub struct Prepared {
+pub struct SessionDraft {
     spec: SessionSpec,
     cgroup: CpuCgroup,
     cgroup_id: u64,
@@ -96,7 +96,7 @@ pub struct Prepared {
     started_unix_ns: u64,
 }
 
-impl Prepared {
+impl SessionDraft {
     pub fn cgroup_id(&self) -> u64 {
         self.cgroup_id
     }
@@ -187,7 +187,7 @@ impl Session {
     /// Read the cgroup's limits, have `watch` put the cgroup in the watch
     /// map and read the probe's totals, then take the kernel's baseline
     /// right after them. Nothing is written: the log opens with
-    /// [`Prepared::open`]. Both baselines come once the watch has begun,
+    /// [`SessionDraft::open`]. Both baselines come once the watch has begun,
     /// side by side: the kernel's taken before the watch, a throttle
     /// episode that ended in between was in neither view (the kernel
     /// counted it after its baseline, the probe never saw it). Under the
@@ -199,7 +199,7 @@ impl Session {
         cgroup: CpuCgroup,
         o: Opening<'_>,
         watch: impl FnOnce() -> io::Result<ProbeTotals>,
-    ) -> io::Result<Prepared> {
+    ) -> io::Result<SessionDraft> {
         let cgroup_id = cgroup.id().map_err(io::Error::other)?;
         // The cpuset only when the record is written (`open`): the start
         // waits for this.
@@ -225,7 +225,7 @@ impl Session {
             0 => logfmt::now_unix_ns(),
             t => t,
         };
-        Ok(Prepared {
+        Ok(SessionDraft {
             spec,
             cgroup,
             cgroup_id,
