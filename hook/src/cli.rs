@@ -4,11 +4,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 pub use throttlewatch_lifecycle::modifiers::CREATED_FLAG;
-pub use throttlewatch_lifecycle::Stage;
+pub use throttlewatch_lifecycle::HookStage;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HookArgs {
-    pub stage: Stage,
+    pub stage: HookStage,
     pub config: Option<PathBuf>,
     /// `--created-unix-ns N`: when the runtime was asked to create the
     /// container (the wrapper's `run` writes it into our hook's arguments).
@@ -61,8 +61,8 @@ impl HookArgs {
                     format!("{CREATED_FLAG}: invalid value {v:?}: expected a Unix time in nanoseconds; {USAGE}")
                 })?);
             } else if stage.is_none() && !s.starts_with('-') {
-                stage = Some(Stage::parse(&s).ok_or_else(|| {
-                    format!("stage {s:?}: expected {}; {USAGE}", Stage::ACCEPTED)
+                stage = Some(HookStage::parse(&s).ok_or_else(|| {
+                    format!("stage {s:?}: expected {}; {USAGE}", HookStage::ACCEPTED)
                 })?);
             } else {
                 return Err(format!("unexpected argument {s:?}; {USAGE}"));
@@ -110,11 +110,11 @@ mod tests {
     #[test]
     fn stage_and_config() {
         let a = p(&["createRuntime", "--config", "/etc/tw.toml"]).unwrap();
-        assert_eq!(a.stage, Stage::CreateRuntime);
+        assert_eq!(a.stage, HookStage::CreateRuntime);
         assert_eq!(a.config, Some(PathBuf::from("/etc/tw.toml")));
         assert_eq!(
             p(&["--config=/x", "poststop"]).unwrap().stage,
-            Stage::Poststop
+            HookStage::Poststop
         );
     }
 

@@ -111,7 +111,7 @@ fn unregister(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Stage;
+    use crate::cli::HookStage;
 
     use std::path::Path;
 
@@ -133,7 +133,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let cfg = private_config(d.path());
         let args = HookArgs {
-            stage: Stage::CreateRuntime,
+            stage: HookStage::CreateRuntime,
             config: None,
             created_ns: None,
         };
@@ -159,7 +159,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let cfg = private_config(d.path());
         let args = HookArgs {
-            stage: Stage::Poststop,
+            stage: HookStage::Poststop,
             config: None,
             created_ns: None,
         };

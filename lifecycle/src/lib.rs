@@ -13,7 +13,7 @@
 //!   [`held_burst`]) and shared with a pod cgroup's quota ([`pod_burst`]);
 //! - the one client of the agent's socket ([`agent_client`]) and starting
 //!   an agent ([`agent_start`]);
-//! - the hook stages ([`Stage`]), where binaries are ([`binaries`]), phase
+//! - the hook stages ([`HookStage`]), where binaries are ([`binaries`]), phase
 //!   timings ([`timing`]) and timestamps ([`timefmt`]).
 //!
 //! The state directory's layout and the vocabulary shared with the agent
@@ -48,6 +48,6 @@ pub use agent_client::{AgentClient, AgentError, Unregistered};
 pub use bundle_spec::BundleSpec;
 pub use oci_state::OciState;
 pub use spec_file::{SpecError, SpecFile};
-pub use stage::Stage;
+pub use stage::HookStage;
 pub use throttlewatch_core::state_dir::{write_atomic, StateDir, WriteOptions};
 pub use throttlewatch_core::{ContainerKey, EndReason, Scope};

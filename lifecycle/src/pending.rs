@@ -35,7 +35,7 @@ use throttlewatch_core::state_dir::{write_atomic, StateDir, WriteOptions};
 use throttlewatch_core::ContainerKey;
 
 use crate::report::Reporter;
-use crate::{agent_start, unwatched, Stage};
+use crate::{agent_start, unwatched, HookStage};
 
 /// What `pending/<key>` holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -217,7 +217,7 @@ pub fn before_start(
         }
     };
     let msg = format!("container {:?} starts unwatched: {why}", key.id);
-    let mut rep = Reporter::new(cfg, Stage::CreateRuntime, name);
+    let mut rep = Reporter::new(cfg, HookStage::CreateRuntime, name);
     rep.set_container(&key.id);
     rep.warn(&msg);
     Some(msg)

@@ -11,7 +11,7 @@ use throttlewatch_core::config::Config;
 use throttlewatch_core::logfmt::rotate::append_capped;
 use throttlewatch_core::logfmt::Rotation;
 
-use crate::stage::Stage;
+use crate::stage::HookStage;
 use crate::timefmt::now_rfc3339;
 
 pub const HOOK_LOG: &str = "hook.log";
@@ -22,7 +22,7 @@ pub struct Reporter {
     log_dir: PathBuf,
     /// hook.log is cut at `log_max_bytes`, keeping `log_keep` parts.
     rotation: Rotation,
-    stage: Stage,
+    stage: HookStage,
     container: Option<String>,
     failures: usize,
     /// Lines also kept in memory (tests, and the qos summary).
@@ -30,7 +30,7 @@ pub struct Reporter {
 }
 
 impl Reporter {
-    pub fn new(cfg: &Config, stage: Stage, name: &'static str) -> Reporter {
+    pub fn new(cfg: &Config, stage: HookStage, name: &'static str) -> Reporter {
         Reporter {
             name,
             log_dir: cfg.log_dir.clone(),
@@ -126,7 +126,7 @@ mod tests {
             log_dir: d.path().join("logs"),
             ..Config::default()
         };
-        let mut r = Reporter::new(&cfg, Stage::CreateRuntime, "test");
+        let mut r = Reporter::new(&cfg, HookStage::CreateRuntime, "test");
         r.set_container("a..b");
         r.error("throttlewatch.io/cpu-burst=\"abc\": expected a duration\nforged");
         assert!(r.failed());
@@ -152,7 +152,7 @@ mod tests {
             log_keep: 2,
             ..Config::default()
         };
-        let mut r = Reporter::new(&cfg, Stage::CreateRuntime, "test");
+        let mut r = Reporter::new(&cfg, HookStage::CreateRuntime, "test");
         for i in 0..200 {
             r.warn(&format!(
                 "warning number {i} with some words to fill the line"

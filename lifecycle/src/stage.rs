@@ -3,20 +3,20 @@
 use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub enum HookStage {
     CreateRuntime,
     Prestart,
     Poststop,
 }
 
-impl Stage {
+impl HookStage {
     pub const ACCEPTED: &'static str = "createRuntime, prestart or poststop";
 
-    pub fn parse(s: &str) -> Option<Stage> {
+    pub fn parse(s: &str) -> Option<HookStage> {
         match s {
-            "createRuntime" => Some(Stage::CreateRuntime),
-            "prestart" => Some(Stage::Prestart),
-            "poststop" => Some(Stage::Poststop),
+            "createRuntime" => Some(HookStage::CreateRuntime),
+            "prestart" => Some(HookStage::Prestart),
+            "poststop" => Some(HookStage::Poststop),
             _ => None,
         }
     }
@@ -24,18 +24,18 @@ impl Stage {
     /// The hook's argument and the key in the spec's `hooks` object.
     pub fn as_str(self) -> &'static str {
         match self {
-            Stage::CreateRuntime => "createRuntime",
-            Stage::Prestart => "prestart",
-            Stage::Poststop => "poststop",
+            HookStage::CreateRuntime => "createRuntime",
+            HookStage::Prestart => "prestart",
+            HookStage::Poststop => "poststop",
         }
     }
 
     pub fn starts_container(self) -> bool {
-        !matches!(self, Stage::Poststop)
+        !matches!(self, HookStage::Poststop)
     }
 }
 
-impl fmt::Display for Stage {
+impl fmt::Display for HookStage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
@@ -47,10 +47,14 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for s in [Stage::CreateRuntime, Stage::Prestart, Stage::Poststop] {
-            assert_eq!(Stage::parse(s.as_str()), Some(s));
+        for s in [
+            HookStage::CreateRuntime,
+            HookStage::Prestart,
+            HookStage::Poststop,
+        ] {
+            assert_eq!(HookStage::parse(s.as_str()), Some(s));
         }
-        assert_eq!(Stage::parse("createruntime"), None);
-        assert!(!Stage::Poststop.starts_container());
+        assert_eq!(HookStage::parse("createruntime"), None);
+        assert!(!HookStage::Poststop.starts_container());
     }
 }

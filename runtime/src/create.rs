@@ -42,7 +42,7 @@ use throttlewatch_lifecycle::modifiers::{
 use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
 use throttlewatch_lifecycle::{pending, unwatched};
-use throttlewatch_lifecycle::{SpecFile, Stage, StateDir};
+use throttlewatch_lifecycle::{HookStage, SpecFile, StateDir};
 
 use crate::args::RuncArgs;
 use crate::runlog::{RuncLog, NAME};
@@ -233,7 +233,7 @@ impl Helper<'_> {
         let mut t = Phases::start(NAME);
         t.name(&format!("{NAME} created"));
         let state = StateDir::new(&self.cfg.state_dir);
-        let mut rep = Reporter::new(self.cfg, Stage::CreateRuntime, NAME);
+        let mut rep = Reporter::new(self.cfg, HookStage::CreateRuntime, NAME);
         rep.set_container(&self.key.id);
         // What `start` needs: it then loads no configuration.
         let ticket = crate::ticket::Ticket {

@@ -14,7 +14,7 @@ use throttlewatch_lifecycle::created::{on_prepared, prepare, Answer, Created};
 use throttlewatch_lifecycle::modifiers::{apply_modifiers, is_pod_sandbox_spec, ModifyContext};
 use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
-use throttlewatch_lifecycle::{BundleSpec, SpecFile, Stage};
+use throttlewatch_lifecycle::{BundleSpec, HookStage, SpecFile};
 
 use super::{err, TaskService, SHIM_NAME};
 
@@ -84,7 +84,7 @@ impl TaskService {
         created_ns: u64,
     ) -> TtrpcResult<()> {
         let key = self.key(id);
-        let mut rep = Reporter::new(&self.cfg, Stage::CreateRuntime, SHIM_NAME);
+        let mut rep = Reporter::new(&self.cfg, HookStage::CreateRuntime, SHIM_NAME);
         rep.set_container(id);
         let mut t = Phases::start("containerd-shim-throttlewatch-v2 create");
         let config_path = Config::env_path();

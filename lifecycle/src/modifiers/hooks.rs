@@ -8,18 +8,18 @@ use serde_json::{json, Value};
 use super::json::{kind, object_at};
 use super::ModifyContext;
 use crate::binaries::HOOK_BINARY;
-use crate::stage::Stage;
+use crate::stage::HookStage;
 
 /// The createRuntime hook's argument that carries the create time.
 pub const CREATED_FLAG: &str = "--created-unix-ns";
 
-fn hook_entry(stage: Stage, ctx: &ModifyContext) -> Value {
+fn hook_entry(stage: HookStage, ctx: &ModifyContext) -> Value {
     let mut args = vec![json!(HOOK_BINARY), json!(stage.as_str())];
     if let Some(c) = &ctx.config_path {
         args.push(json!("--config"));
         args.push(json!(c.to_string_lossy()));
     }
-    if let (Stage::CreateRuntime, Some(ns)) = (stage, ctx.created_unix_ns) {
+    if let (HookStage::CreateRuntime, Some(ns)) = (stage, ctx.created_unix_ns) {
         args.push(json!(CREATED_FLAG));
         args.push(json!(ns.to_string()));
     }
@@ -43,7 +43,7 @@ fn is_our_hook(h: &Value, ctx: &ModifyContext) -> bool {
 fn ensure_hook(
     spec: &mut Value,
     ctx: &ModifyContext,
-    stage: Stage,
+    stage: HookStage,
     want: bool,
 ) -> Result<Option<String>, String> {
     if !want && spec.pointer(&format!("/hooks/{stage}")).is_none() {
@@ -90,9 +90,9 @@ pub fn add_create_runtime_hook(
     spec: &mut Value,
     ctx: &ModifyContext,
 ) -> Result<Option<String>, String> {
-    ensure_hook(spec, ctx, Stage::CreateRuntime, ctx.create_runtime_hook)
+    ensure_hook(spec, ctx, HookStage::CreateRuntime, ctx.create_runtime_hook)
 }
 
 pub fn add_poststop_hook(spec: &mut Value, ctx: &ModifyContext) -> Result<Option<String>, String> {
-    ensure_hook(spec, ctx, Stage::Poststop, true)
+    ensure_hook(spec, ctx, HookStage::Poststop, true)
 }
