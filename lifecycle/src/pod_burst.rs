@@ -36,7 +36,7 @@ const LOCK: &str = "pod-bursts.lock";
 
 /// What we wrote on one ancestor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Written {
+struct AncestorBurst {
     /// The ancestor's burst before us (or as someone else last wrote it).
     base_us: u64,
     written_us: u64,
@@ -131,7 +131,7 @@ pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str) -> Shared {
         } else {
             table.insert(
                 g.rel.clone(),
-                Written {
+                AncestorBurst {
                     base_us: base,
                     written_us: now,
                 },
@@ -229,7 +229,7 @@ fn lock_path(state: &StateDir) -> PathBuf {
     state.root().join(LOCK)
 }
 
-fn load_table(state: &StateDir, warnings: &mut Vec<String>) -> BTreeMap<String, Written> {
+fn load_table(state: &StateDir, warnings: &mut Vec<String>) -> BTreeMap<String, AncestorBurst> {
     let path = state.root().join(TABLE);
     match read_private(&path) {
         Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
@@ -243,7 +243,7 @@ fn load_table(state: &StateDir, warnings: &mut Vec<String>) -> BTreeMap<String, 
     }
 }
 
-fn save_table(state: &StateDir, t: &BTreeMap<String, Written>) -> std::io::Result<()> {
+fn save_table(state: &StateDir, t: &BTreeMap<String, AncestorBurst>) -> std::io::Result<()> {
     let path = state.root().join(TABLE);
     if t.is_empty() {
         return match std::fs::remove_file(&path) {

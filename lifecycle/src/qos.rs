@@ -60,7 +60,7 @@ pub struct QosOutcome {
 
 /// Which writes the kernel refused.
 #[derive(Debug, Default)]
-struct Written {
+struct WriteFailures {
     refused: Vec<Refusal>,
     cpuset_failed: bool,
     burst_failed: bool,
@@ -215,7 +215,7 @@ fn orchestrator_bound(
 }
 
 /// Write the plan; exclusive cores whose cpuset the kernel refused are released.
-fn write(p: &Plan, t: Target, alloc: Option<&ExclusiveAllocator>) -> Written {
+fn write(p: &Plan, t: Target, alloc: Option<&ExclusiveAllocator>) -> WriteFailures {
     let refused = apply_plan(p, t.cgroup);
     let cpuset_failed = refused.iter().any(|r| r.is_about(Key::Cpuset));
     if p.exclusive && cpuset_failed {
@@ -223,7 +223,7 @@ fn write(p: &Plan, t: Target, alloc: Option<&ExclusiveAllocator>) -> Written {
             let _ = a.release(&t.key.qualified());
         }
     }
-    Written {
+    WriteFailures {
         burst_failed: refused.iter().any(|r| r.is_about(Key::CpuBurst)),
         cpuset_failed,
         refused,
@@ -231,7 +231,12 @@ fn write(p: &Plan, t: Target, alloc: Option<&ExclusiveAllocator>) -> Written {
 }
 
 /// The `qos` object of the `start` record.
-fn summary(req: &QosRequest, p: &Plan, w: &Written, refused: &[Refusal]) -> serde_json::Value {
+fn summary(
+    req: &QosRequest,
+    p: &Plan,
+    w: &WriteFailures,
+    refused: &[Refusal],
+) -> serde_json::Value {
     let cpuset = |c: &Option<CpuList>| match w.cpuset_failed {
         true => None,
         false => c.as_ref().map(|c| c.to_string()),

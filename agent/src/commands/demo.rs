@@ -25,13 +25,13 @@ const MIN_CPUS: f64 = 0.05;
 
 /// Validated options.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Plan {
+pub struct DemoOptions {
     pub threads: usize,
     pub duration: Duration,
     pub share: f64,
 }
 
-pub fn plan(a: &DemoArgs) -> Result<Plan, CliError> {
+pub fn plan(a: &DemoArgs) -> Result<DemoOptions, CliError> {
     if !(1..=burn::MAX_THREADS).contains(&a.threads) {
         return Err(CliError::usage(format!(
             "--threads: invalid value {}: accepted 1 to {}",
@@ -58,7 +58,7 @@ pub fn plan(a: &DemoArgs) -> Result<Plan, CliError> {
                 a.share
             ))
         })?;
-    Ok(Plan {
+    Ok(DemoOptions {
         threads: a.threads,
         duration,
         share,
@@ -259,7 +259,7 @@ mod tests {
         );
         assert_eq!(
             plan(&args(4, "2s", "0.3")).unwrap(),
-            Plan {
+            DemoOptions {
                 threads: 4,
                 duration: Duration::from_secs(2),
                 share: 0.3

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::files::{backup_of, read_optional};
-use super::{under_root, Edit, Plan, RUNTIME_NAME};
+use super::{under_root, Edit, InstallPlan, RUNTIME_NAME};
 use crate::CliError;
 
 /// dockerd's configuration file (as dockerd sees it).
@@ -188,14 +188,14 @@ fn runtime_path(bin_dir: &Path) -> String {
 const THEN: &str = "reload dockerd (SIGHUP or `systemctl reload docker`), then `docker run --runtime throttlewatch …`";
 
 /// What `throttlewatch install docker` does under `root`.
-pub fn install_plan(root: &Path, bin_dir: &Path) -> Result<Plan, CliError> {
+pub fn install_plan(root: &Path, bin_dir: &Path) -> Result<InstallPlan, CliError> {
     let target: PathBuf = under_root(root, Path::new(DAEMON_JSON));
     let old = read_optional(&target)?;
     let doc = parse(&target, old.as_deref().unwrap_or(""))?;
     let path = runtime_path(bin_dir);
-    let mut plan = Plan {
+    let mut plan = InstallPlan {
         then: THEN.into(),
-        ..Plan::default()
+        ..InstallPlan::default()
     };
     if let Some(existing) = doc.get("runtimes").and_then(|r| r.get(RUNTIME_NAME)) {
         if *existing != ours(&path) {
@@ -226,9 +226,9 @@ pub fn install_plan(root: &Path, bin_dir: &Path) -> Result<Plan, CliError> {
 }
 
 /// What `throttlewatch uninstall docker` does under `root`.
-pub fn uninstall_plan(root: &Path) -> Result<Plan, CliError> {
+pub fn uninstall_plan(root: &Path) -> Result<InstallPlan, CliError> {
     let target: PathBuf = under_root(root, Path::new(DAEMON_JSON));
-    let mut plan = Plan {
+    let mut plan = InstallPlan {
         then: "reload dockerd (SIGHUP or `systemctl reload docker`); when daemon.json is left without \
                a \"runtimes\" key, dockerd keeps listing the runtime until it restarts (a reload only \
                replaces the keys the file has), but nothing uses it unless asked for by name"
@@ -237,7 +237,7 @@ pub fn uninstall_plan(root: &Path) -> Result<Plan, CliError> {
             "not installed: {} has no runtime {RUNTIME_NAME}",
             target.display()
         ),
-        ..Plan::default()
+        ..InstallPlan::default()
     };
     let Some(text) = read_optional(&target)? else {
         return Ok(plan);

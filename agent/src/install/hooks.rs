@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::files::read_optional;
-use super::{under_root, Edit, Plan};
+use super::{under_root, Edit, InstallPlan};
 use crate::CliError;
 
 /// The hook binary the files run.
@@ -197,16 +197,20 @@ fn then(engine: HookEngine, dir: &Path) -> String {
 }
 
 /// What `throttlewatch install podman|crio` does under `root`.
-pub fn install_plan(engine: HookEngine, root: &Path, s: &HookSettings) -> Result<Plan, CliError> {
+pub fn install_plan(
+    engine: HookEngine,
+    root: &Path,
+    s: &HookSettings,
+) -> Result<InstallPlan, CliError> {
     let dir = hooks_dir(engine, root)?;
     let host_dir = under_root(root, &dir);
-    let mut plan = Plan {
+    let mut plan = InstallPlan {
         then: then(engine, &dir),
         nothing_to_do: format!(
             "already installed: {} has the throttlewatch hook files",
             host_dir.display()
         ),
-        ..Plan::default()
+        ..InstallPlan::default()
     };
     let hook = under_root(root, &s.bin_dir.join(HOOK_BINARY));
     if !hook.exists() {
@@ -244,16 +248,16 @@ pub fn install_plan(engine: HookEngine, root: &Path, s: &HookSettings) -> Result
 
 /// What `throttlewatch uninstall podman|crio` does under `root`: our two
 /// files removed, nothing else.
-pub fn uninstall_plan(engine: HookEngine, root: &Path) -> Result<Plan, CliError> {
+pub fn uninstall_plan(engine: HookEngine, root: &Path) -> Result<InstallPlan, CliError> {
     let dir = hooks_dir(engine, root)?;
     let host_dir = under_root(root, &dir);
-    let mut plan = Plan {
+    let mut plan = InstallPlan {
         then: format!("{} runs no throttlewatch hook from now on", engine.name()),
         nothing_to_do: format!(
             "not installed: no throttlewatch hook files in {}",
             host_dir.display()
         ),
-        ..Plan::default()
+        ..InstallPlan::default()
     };
     for stage in STAGES {
         let path = host_dir.join(file_name(stage));

@@ -3,7 +3,7 @@
 //! runtime `throttlewatch` (containerd, docker) or our OCI hook files
 //! (podman, CRI-O), or take them away again.
 //!
-//! Each engine module turns the files it finds into a [`Plan`]: a list of
+//! Each engine module turns the files it finds into an [`InstallPlan`]: a list of
 //! [`Edit`]s and notes. The plan is printed (a unified diff per file) and,
 //! unless `--dry-run`, carried out: every file written atomically with the
 //! mode of the file it replaces, every file changed backed up beside it
@@ -105,7 +105,7 @@ impl Edit {
 
 /// What install or uninstall will do.
 #[derive(Debug, Default)]
-pub struct Plan {
+pub struct InstallPlan {
     pub edits: Vec<Edit>,
     /// Said before the diffs (which file is edited and why, what is kept).
     pub notes: Vec<String>,
@@ -115,7 +115,7 @@ pub struct Plan {
     pub then: String,
 }
 
-impl Plan {
+impl InstallPlan {
     /// Print the plan; write it unless `dry_run`. Exit status 0.
     pub fn carry_out(&self, dry_run: bool) -> Result<i32, CliError> {
         for n in &self.notes {
@@ -220,7 +220,7 @@ impl Options {
 }
 
 /// Carry out `plan`, then restart as asked (only when something was written).
-fn finish(plan: Plan, engine: ContainerEngine, o: &Options) -> Result<i32, CliError> {
+fn finish(plan: InstallPlan, engine: ContainerEngine, o: &Options) -> Result<i32, CliError> {
     let action = restart::action(engine, o.restart)?;
     let code = plan.carry_out(o.dry_run)?;
     match action {

@@ -148,13 +148,13 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 
 /// Which CRI plugin table to edit, from the configuration's version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Target {
+pub struct CriTable {
     pub plugin: &'static str,
     /// No file sets `version` and none has plugins: we add `version = 2`.
     pub add_version: bool,
 }
 
-pub fn target(chain: &[ConfigFile]) -> Result<Target, CliError> {
+pub fn target(chain: &[ConfigFile]) -> Result<CriTable, CliError> {
     let mut version = (0, &chain[0].host);
     for f in chain {
         if let Some(item) = f.doc.get("version") {
@@ -179,11 +179,11 @@ pub fn target(chain: &[ConfigFile]) -> Result<Target, CliError> {
             .is_some_and(|p| !p.as_table_like().is_some_and(|t| t.is_empty()))
     });
     match version.0 {
-        2 => Ok(Target { plugin: PLUGIN_V2, add_version: false }),
+        2 => Ok(CriTable { plugin: PLUGIN_V2, add_version: false }),
         // Version 4 (containerd 2.3's `config default`) keeps version 3's
         // CRI runtime plugin and its runtimes table.
-        3 | 4 => Ok(Target { plugin: PLUGIN_V3, add_version: false }),
-        0 if !has_plugins => Ok(Target { plugin: PLUGIN_V2, add_version: true }),
+        3 | 4 => Ok(CriTable { plugin: PLUGIN_V3, add_version: false }),
+        0 if !has_plugins => Ok(CriTable { plugin: PLUGIN_V2, add_version: true }),
         0 | 1 => Err(usage(
             version.1,
             format!(

@@ -3,7 +3,7 @@
 
 use toml_edit::{value, Array, DocumentMut, Item, Table};
 
-use super::{Target, ANNOTATIONS, DEFAULT_RUNTIME, RUNC_TYPE, RUNTIME_TYPE};
+use super::{CriTable, ANNOTATIONS, DEFAULT_RUNTIME, RUNC_TYPE, RUNTIME_TYPE};
 use crate::install::RUNTIME_NAME;
 
 pub fn runtimes_path(plugin: &str) -> [&str; 4] {
@@ -154,7 +154,7 @@ pub fn is_legacy_dropin(doc: &DocumentMut, plugin: &str) -> bool {
 /// `text` with our runtime added to its CRI table (and `runc`, when the file
 /// had no runtimes table). Deterministic: uninstall recognises an unchanged
 /// file by recomputing this from the backup.
-pub fn add_runtime(text: &str, target: Target) -> Result<String, String> {
+pub fn add_runtime(text: &str, target: CriTable) -> Result<String, String> {
     let plugin = target.plugin;
     let mut doc: DocumentMut = text.parse().map_err(|e| format!("not TOML: {e}"))?;
     if target.add_version {

@@ -19,9 +19,9 @@ mod edit;
 use std::path::Path;
 
 use super::files::{backup_of, read_optional};
-use super::{Edit, Plan, RUNTIME_NAME};
+use super::{Edit, InstallPlan, RUNTIME_NAME};
 use crate::CliError;
-pub use chain::{glob_match, Target};
+pub use chain::{glob_match, CriTable};
 use chain::{load_chain, target, usage};
 pub use edit::{add_runtime, remove_runtime};
 use edit::{is_legacy_dropin, is_ours, lookup, runtimes_path};
@@ -45,13 +45,13 @@ const THEN: &str = "restart containerd (`systemctl restart containerd`) to load 
                     pods select the runtime with `runtimeClassName: throttlewatch` (configs/runtimeclass.yaml)";
 
 /// What `throttlewatch install containerd` does under `root`.
-pub fn install_plan(root: &Path) -> Result<Plan, CliError> {
+pub fn install_plan(root: &Path) -> Result<InstallPlan, CliError> {
     let chain = load_chain(root)?;
     let target = target(&chain)?;
     let plugin = target.plugin;
-    let mut plan = Plan {
+    let mut plan = InstallPlan {
         then: THEN.into(),
-        ..Plan::default()
+        ..InstallPlan::default()
     };
     let mut active = Vec::new();
     for (i, f) in chain.iter().enumerate() {
@@ -134,16 +134,16 @@ pub fn install_plan(root: &Path) -> Result<Plan, CliError> {
 }
 
 /// What `throttlewatch uninstall containerd` does under `root`.
-pub fn uninstall_plan(root: &Path) -> Result<Plan, CliError> {
+pub fn uninstall_plan(root: &Path) -> Result<InstallPlan, CliError> {
     let chain = load_chain(root)?;
     let target = target(&chain)?;
     let plugin = target.plugin;
-    let mut plan = Plan {
+    let mut plan = InstallPlan {
         then: "restart containerd (`systemctl restart containerd`) to load the change".into(),
         nothing_to_do: format!(
             "not installed: no runtime {RUNTIME_NAME} in the containerd configuration"
         ),
-        ..Plan::default()
+        ..InstallPlan::default()
     };
     for f in &chain {
         let text = f.text.as_deref().unwrap_or("");
@@ -156,7 +156,7 @@ pub fn uninstall_plan(root: &Path) -> Result<Plan, CliError> {
             [false, true].iter().any(|&add_version| {
                 add_runtime(
                     orig,
-                    Target {
+                    CriTable {
                         plugin,
                         add_version,
                     },
