@@ -27,8 +27,9 @@ fn run(
     nice: i32,
 ) -> (PathBuf, f64, String) {
     let log = d.0.join(format!("{name}.jsonl"));
-    let out = Command::new("nice")
-        .args(["-n", &nice.to_string()])
+    // Bounded: a starved pipeline fails the test instead of holding it.
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "90", "nice", "-n", &nice.to_string()])
         .arg(bin("throttlewatch"))
         .args(["run", "-q", "--log", log.to_str().unwrap()])
         .args(flags)
@@ -195,7 +196,8 @@ fn bursts_after_idle_time_get_a_burst() {
     );
 }
 
-/// `n` unlimited busy loops at nice -20 beside the test; killed on drop.
+/// `n` unlimited busy loops beside the test (nice 0, the pipeline at 10:
+/// it gets some CPU, never none); killed on drop.
 struct Hogs(Vec<Child>);
 
 impl Hogs {
@@ -204,7 +206,7 @@ impl Hogs {
             (0..n)
                 .map(|_| {
                     Command::new("nice")
-                        .args(["-n", "-20", "sh", "-c", "while :; do :; done"])
+                        .args(["-n", "0", "sh", "-c", "while :; do :; done"])
                         .spawn()
                         .unwrap()
                 })
@@ -229,8 +231,8 @@ fn host_contention_is_named_and_no_limit_is_prescribed() {
     let args = ["4", "4", "steady", "20"];
     let hogs = Hogs::start(3);
     // A limit of 1.5 CPUs the pipeline cannot reach: the hogs hold the CPUs.
-    let (log, observed, out) = run(&d, "before", &["--cpus", "1.5"], &args, 19);
-    let (log2, observed2, out2) = run(&d, "raised", &["--cpus", "2"], &args, 19);
+    let (log, observed, out) = run(&d, "before", &["--cpus", "1.5"], &args, 10);
+    let (log2, observed2, out2) = run(&d, "raised", &["--cpus", "2"], &args, 10);
     drop(hogs);
     let r = report_json(&log, &[])["containers"][0].clone();
     show("contention", &r);
