@@ -148,7 +148,7 @@ pub fn containerd_2_node(tw: &PrivateConfig) -> CriNode {
         ],
     );
     std::fs::write(node.config_path(), &config).unwrap();
-    write_cni(&node.dir.0.join("cni"));
+    crate::cri::bridge_cni(&node.dir.0.join("cni"), "tw-node", POD_SUBNET);
     install(&node, tw, &ours);
     node.isolate();
     node
@@ -189,33 +189,6 @@ fn install(node: &CriNode, tw: &PrivateConfig, bin_dir: &Path) {
             "the install changed or reordered {line:?}:\n{after}"
         );
     }
-}
-
-/// A bridge network with host-local IPAM (leases under `cni`) in
-/// containerd's own network namespace.
-fn write_cni(cni: &Path) {
-    std::fs::create_dir_all(cni.join("net.d")).unwrap();
-    let conf = serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": "tw-node",
-        "plugins": [{
-            "type": "bridge",
-            "bridge": "cni0",
-            "isGateway": true,
-            "ipMasq": false,
-            "ipam": {
-                "type": "host-local",
-                "ranges": [[{ "subnet": POD_SUBNET }]],
-                "routes": [{ "dst": "0.0.0.0/0" }],
-                "dataDir": cni.join("ipam"),
-            },
-        }],
-    });
-    std::fs::write(
-        cni.join("net.d/10-tw-node.conflist"),
-        serde_json::to_vec_pretty(&conf).unwrap(),
-    )
-    .unwrap();
 }
 
 /// The throttlewatch log files (`*.jsonl`) under `dir`.
