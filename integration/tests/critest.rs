@@ -5,9 +5,12 @@
 //! `--runtime-handler=throttlewatch` (our shim, with a private agent), side
 //! by side on two identical nodes (both handlers configured on each): same
 //! images, same skips. Every spec that passes with runc must pass with
-//! throttlewatch, the counts must be equal, and no spec may take notably
-//! longer with ours ([`SLOWER_FACTOR`], [`SLOWER_SLACK`]). Specs that fail
-//! with runc too (containerd's own) are printed only.
+//! throttlewatch, both must skip the same specs, and no spec may take
+//! notably longer with ours ([`SLOWER_FACTOR`], [`SLOWER_SLACK`]). Specs
+//! that fail with runc too (containerd's own), and any that pass with ours
+//! only, are printed. A spec that came out differently runs again alone on
+//! both nodes ([`RERUNS`]) before it is judged: on two loaded cores either
+//! handler misses a deadline now and then.
 //!
 //! No registry here: the images critest uses are busybox stand-ins built
 //! from Debian's static busybox and imported into `k8s.io` under critest's
@@ -37,6 +40,10 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 /// ones); a spec stuck in a timeout (a 300 s StopPodSandbox, say) is far
 /// beyond it.
 const SLOWER_FACTOR: f64 = 1.5;
+/// How often specs that came out differently run again, and the most that
+/// do (more than a few is no chance).
+const RERUNS: u32 = 2;
+const RERUN_MAX: usize = 6;
 const SLOWER_SLACK: f64 = 2.0;
 /// CNI plugins from Debian's `containernetworking-plugins`.
 const CNI_BIN: &str = "/usr/lib/cni";
@@ -173,6 +180,18 @@ impl Outcome {
     fn failed(&self) -> Vec<&String> {
         self.with(|s| !matches!(s, "passed" | "skipped" | "pending"))
     }
+    fn state(&self, name: &str) -> &str {
+        self.specs.get(name).map_or("not run", |(s, _)| s.as_str())
+    }
+    /// `name`'s outcome from a run again (which ran it, the rest skipped).
+    fn take(&mut self, again: &Outcome, name: &str) {
+        if let Some(o) = again.specs.get(name) {
+            self.specs.insert(name.to_string(), o.clone());
+        }
+        if let Some(secs) = again.secs.get(name) {
+            self.secs.insert(name.to_string(), *secs);
+        }
+    }
     fn counts(&self) -> String {
         format!(
             "passed {}, failed {}, skipped {}",
@@ -206,7 +225,9 @@ fn parse_report(path: &Path) -> Outcome {
                 .unwrap_or_default()
                 .to_string();
             let secs = s["RunTime"].as_f64().unwrap_or_default() / 1e9;
-            o.slowest.push((secs, name.join(" ")));
+            if state != "skipped" {
+                o.slowest.push((secs, name.join(" ")));
+            }
             o.secs.insert(name.join(" "), secs);
             o.specs.insert(name.join(" "), (state, msg));
         }
@@ -215,9 +236,19 @@ fn parse_report(path: &Path) -> Outcome {
     o
 }
 
-/// One critest run in containerd's namespaces; its report parsed.
-fn run_critest(node: &CriNode, out_dir: &Path, handler: Option<&str>) -> Outcome {
-    let tag = format!("{}-{}", node.release.tag(), handler.unwrap_or("runc"));
+/// One critest run in containerd's namespaces (only the specs `focus`
+/// matches when given, a run again: `attempt` > 0); its report parsed.
+fn run_critest(
+    node: &CriNode,
+    out_dir: &Path,
+    handler: Option<&str>,
+    focus: Option<&str>,
+    attempt: u32,
+) -> Outcome {
+    let mut tag = format!("{}-{}", node.release.tag(), handler.unwrap_or("runc"));
+    if attempt > 0 {
+        tag = format!("{tag}-again{attempt}");
+    }
     let report = out_dir.join(format!("{tag}.json"));
     let log_path = out_dir.join(format!("{tag}.log"));
     let log = std::fs::File::create(&log_path).unwrap();
@@ -231,6 +262,7 @@ fn run_critest(node: &CriNode, out_dir: &Path, handler: Option<&str>) -> Outcome
     ])
     .args(handler.map(|h| format!("--runtime-handler={h}")))
     .arg(format!("--ginkgo.skip={SKIP}"))
+    .args(focus.map(|f| format!("--ginkgo.focus={f}")))
     .arg(format!("--ginkgo.json-report={}", report.display()))
     .arg("--ginkgo.no-color")
     .current_dir(out_dir)
@@ -246,9 +278,16 @@ fn run_critest(node: &CriNode, out_dir: &Path, handler: Option<&str>) -> Outcome
         if t0.elapsed() > RUN_TIMEOUT {
             let _ = child.kill();
             let _ = child.wait();
+            let kept = std::env::temp_dir()
+                .join(format!("tw-critest-{tag}-timeout-{}", std::process::id()));
+            let _ = std::fs::create_dir_all(&kept);
+            let _ = std::fs::copy(&log_path, kept.join(format!("{tag}.log")));
+            let _ = std::fs::write(kept.join("containerd.log"), node.log());
             panic!(
-                "critest ({tag}) ran past {RUN_TIMEOUT:?}; its output:\n{}",
-                tail(&log_path, 60)
+                "critest ({tag}) ran past {RUN_TIMEOUT:?}; its output:\n{}\ncontainerd's errors (tail):\n{}\nlogs kept in {}",
+                tail(&log_path, 60),
+                log_errors(&node.log(), 40),
+                kept.display()
             );
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -273,6 +312,33 @@ fn run_critest(node: &CriNode, out_dir: &Path, handler: Option<&str>) -> Outcome
         eprintln!("  {tag} {state}: {name}\n      {}", first_line(msg));
     }
     o
+}
+
+/// Specs whose state differs between the handlers (passed with one and
+/// not the other, or run by one only), and those notably slower with ours.
+fn disagreeing(runc: &Outcome, ours: &Outcome) -> Vec<String> {
+    let mut names: std::collections::BTreeSet<String> = runc
+        .specs
+        .keys()
+        .chain(ours.specs.keys())
+        .filter(|n| runc.state(n) != ours.state(n))
+        .cloned()
+        .collect();
+    names.extend(slower(runc, ours).0.into_iter().map(|t| t.2));
+    names.into_iter().collect()
+}
+
+/// `s` as a Go (RE2) regular expression matching it literally
+/// (regexp.QuoteMeta).
+fn go_regexp_quote(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if r"\.+*?()|[]{}^$".contains(c) {
+            q.push('\\');
+        }
+        q.push(c);
+    }
+    q
 }
 
 fn first_line(s: &str) -> String {
@@ -339,8 +405,10 @@ fn node(release: ContainerdRelease, tw: &PrivateConfig) -> CriNode {
 
 /// Specs that passed with both handlers and took longer with ours than
 /// `runc * SLOWER_FACTOR + SLOWER_SLACK`, and the five that lost most time
-/// with ours (seconds ours, seconds runc, spec), for the output.
-fn slower(runc: &Outcome, ours: &Outcome) -> (Vec<String>, Vec<(f64, f64, String)>) {
+/// with ours; each as (seconds ours, seconds runc, spec).
+type Timed = (f64, f64, String);
+
+fn slower(runc: &Outcome, ours: &Outcome) -> (Vec<Timed>, Vec<Timed>) {
     let mut both: Vec<(f64, f64, String)> = runc
         .passed()
         .into_iter()
@@ -351,7 +419,7 @@ fn slower(runc: &Outcome, ours: &Outcome) -> (Vec<String>, Vec<(f64, f64, String
     let too_slow = both
         .iter()
         .filter(|(o, r, _)| *o > r * SLOWER_FACTOR + SLOWER_SLACK)
-        .map(|(o, r, n)| format!("{o:.1} s with {HANDLER}, {r:.1} s with runc: {n}"))
+        .cloned()
         .collect();
     both.truncate(5);
     (too_slow, both)
@@ -373,12 +441,43 @@ fn critest_runc_and_throttlewatch_agree(release: ContainerdRelease) {
     );
 
     let out = Scratch::new("critest");
-    let (runc, ours) = std::thread::scope(|s| {
-        let runc = s.spawn(|| run_critest(&nodes[0], &out.0, None));
-        let ours = s.spawn(|| run_critest(&nodes[1], &out.0, Some(HANDLER)));
-        (runc.join().unwrap(), ours.join().unwrap())
-    });
+    let both = |focus: Option<&str>, attempt: u32| {
+        std::thread::scope(|s| {
+            let runc = s.spawn(|| run_critest(&nodes[0], &out.0, None, focus, attempt));
+            let ours = s.spawn(|| run_critest(&nodes[1], &out.0, Some(HANDLER), focus, attempt));
+            (runc.join().unwrap(), ours.join().unwrap())
+        })
+    };
+    let (mut runc, mut ours) = both(None, 0);
+    // A spec that came out differently, or notably slower with ours, runs
+    // again alone on both nodes: two busy cores make either handler miss
+    // a deadline now and then (runc's OOM spec on containerd 1.6, once).
+    // What differs again is what the asserts below judge.
+    for attempt in 1..=RERUNS {
+        let names = disagreeing(&runc, &ours);
+        if names.is_empty() || names.len() > RERUN_MAX {
+            break;
+        }
+        let focus: Vec<String> = names.iter().map(|n| go_regexp_quote(n)).collect();
+        let (r, o) = both(Some(&focus.join("|")), attempt);
+        for n in &names {
+            eprintln!(
+                "  {} again ({attempt}): runc {} -> {}, {HANDLER} {} -> {}: {n}",
+                release.tag(),
+                runc.state(n),
+                r.state(n),
+                ours.state(n),
+                o.state(n)
+            );
+            runc.take(&r, n);
+            ours.take(&o, n);
+        }
+    }
     let (too_slow, most_lost) = slower(&runc, &ours);
+    let too_slow: Vec<String> = too_slow
+        .iter()
+        .map(|(o, r, n)| format!("{o:.1} s with {HANDLER}, {r:.1} s with runc: {n}"))
+        .collect();
     eprintln!(
         "critest on {}:\n  runc:          {}\n  throttlewatch: {}\n  whole test {:.0} s",
         release.name(),
@@ -416,21 +515,31 @@ fn critest_runc_and_throttlewatch_agree(release: ContainerdRelease) {
         log_errors(&nodes[1].log(), 40),
         keep(&out.0, &nodes, release).display()
     );
-    assert_eq!(
-        (
-            runc.passed().len(),
-            runc.failed().len(),
-            runc.skipped().len()
-        ),
-        (
-            ours.passed().len(),
-            ours.failed().len(),
-            ours.skipped().len()
-        ),
-        "{}: counts (passed, failed, skipped) differ: runc failed {:?}, {HANDLER} failed {:?}",
-        release.name(),
-        runc.failed(),
-        ours.failed()
+    // The other way round is not a defect of ours: containerd 1.6's runc
+    // shim misses the OOM kill on a loaded machine (64 s, twice in a row),
+    // where ours reports it. Said, and the rest must match spec for spec.
+    let only_ours: Vec<&String> = ours
+        .passed()
+        .into_iter()
+        .filter(|n| runc.state(n) != "passed")
+        .collect();
+    for n in &only_ours {
+        eprintln!(
+            "  {}: passes with {HANDLER} only (runc: {}): {n}",
+            release.tag(),
+            runc.state(n)
+        );
+    }
+    let skipped_differently: Vec<&String> = runc
+        .specs
+        .keys()
+        .chain(ours.specs.keys())
+        .filter(|n| (runc.state(n) == "skipped") != (ours.state(n) == "skipped"))
+        .collect();
+    assert!(
+        skipped_differently.is_empty(),
+        "{}: skipped with one handler only: {skipped_differently:?}",
+        release.name()
     );
     assert!(
         too_slow.is_empty(),

@@ -114,6 +114,26 @@ fn a_steady_overload_gets_a_limit_not_a_burst() {
         lines.len() >= 4 && lines.iter().all(|c| c.contains("pipeline.py")),
         "{procs:?}"
     );
+    // The page draws them as a tree: the workers one level under the main
+    // process (or under the process that started them).
+    let page = d.0.join("before.html");
+    let out = Command::new(bin("throttlewatch"))
+        .args(["report", log.to_str().unwrap(), "--html"])
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let html = std::fs::read_to_string(&page).unwrap();
+    let table = html
+        .split("<h3>Processes</h3>")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap_or_else(|| panic!("no process tree in the page"));
+    assert!(
+        table.matches("<tr data-depth=\"1\">").count() >= 4
+            && table.contains("<tr data-depth=\"0\">"),
+        "the workers under their parent: {table}"
+    );
     let k = kinds(&r);
     assert!(
         !k.contains(&"cpu-burst".to_string()),

@@ -68,6 +68,7 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
     cpu_split(s, r);
     diagnosis(s, r);
     top_threads(s, r);
+    processes(s, r);
     if let Some(cs) = &r.cold_start {
         cold_start(s, cs);
         if let Some(n) = &cs.note {
@@ -94,6 +95,13 @@ fn header(s: &mut String, i: usize, r: &ContainerReport) {
         esc(&r.throttle_model),
         if r.complete { "" } else { " · <b>no end record</b>" }
     );
+    if let Some(c) = crate::summary::LimitChanges::of(&r.controls) {
+        let _ = writeln!(
+            s,
+            "<p class=\"limits\">{} (<a href=\"#c{i}-control\">chart</a>)</p>",
+            esc(&c.to_string())
+        );
+    }
 }
 
 /// Wall time, frozen share, throttled time and the freezes' distribution,
@@ -188,6 +196,39 @@ fn top_threads(s: &mut String, r: &ContainerReport) {
             t.freezes,
             short(t.frozen_ns),
             short(t.longest_ns)
+        );
+    }
+    s.push_str("</table>\n");
+}
+
+/// The container's processes as a tree (a child indented under its
+/// parent), where it has more than one.
+fn processes(s: &mut String, r: &ContainerReport) {
+    if r.processes.len() < 2 {
+        return;
+    }
+    s.push_str("<h3>Processes</h3><table class=\"processes\"><tr><th>pid</th><th>parent</th><th class=\"l\">process</th><th>threads</th><th>freezes</th><th>frozen</th><th class=\"l\">command</th></tr>\n");
+    for (depth, p) in crate::summary::process_tree(&r.processes) {
+        let role = if p.main {
+            " <small>(main process)</small>"
+        } else if p.child_of_main {
+            " <small>(child of the main process)</small>"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            "<tr data-depth=\"{depth}\"><td>{}</td><td>{}</td><td class=\"l\" style=\"padding-left:{}em\">{}{}{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\"><code>{}</code></td></tr>",
+            p.pid,
+            p.ppid.map_or("-".into(), |x| x.to_string()),
+            0.3 + 1.2 * depth.min(6) as f64,
+            if depth > 0 { "└ " } else { "" },
+            esc(&p.comm),
+            role,
+            p.threads,
+            p.freezes,
+            short(p.frozen_ns),
+            esc(p.cmdline.as_deref().or(p.exe.as_deref()).unwrap_or("-"))
         );
     }
     s.push_str("</table>\n");

@@ -156,23 +156,8 @@ fn header(s: &mut String, r: &ContainerReport, st: Style) {
             &r.throttle_model
         }
     );
-    if let (Some(first), Some(last)) = (r.controls.first(), r.controls.last()) {
-        let cpus = |b: &throttlewatch_core::logfmt::control::Bandwidth| {
-            b.quota_us as f64 / b.period_us.max(1) as f64
-        };
-        let peak = r
-            .controls
-            .iter()
-            .map(|c| cpus(&c.record.after))
-            .fold(0.0, f64::max);
-        let _ = writeln!(
-            s,
-            "  the controller changed the limit {} times: {:.2} CPUs at the start, {:.2} at most, {:.2} at the end (the figures below are for the whole log)",
-            r.controls.len(),
-            cpus(&first.record.before),
-            peak,
-            cpus(&last.record.after)
-        );
+    if let Some(c) = crate::summary::LimitChanges::of(&r.controls) {
+        let _ = writeln!(s, "  {c}");
     }
     if r.read.truncated_lines > 0 || r.read.older_version_lines > 0 {
         let _ = writeln!(
@@ -355,13 +340,18 @@ fn processes(s: &mut String, r: &ContainerReport, st: Style) {
             "  {:>8}  {:>8}  {:<16} {:>7} {:>8} {:>10}  command",
             "pid", "parent", "comm", "threads", "freezes", "frozen"
         );
-        for p in &r.processes {
+        // The tree: a child indented under its parent.
+        for (depth, p) in crate::summary::process_tree(&r.processes) {
+            let comm = match depth {
+                0 => p.comm.clone(),
+                d => format!("{}└ {}", "  ".repeat(d.min(4) - 1), p.comm),
+            };
             let _ = writeln!(
                 s,
                 "  {:>8}  {:>8}  {:<16} {:>7} {:>8} {:>10}  {}{}",
                 p.pid,
                 p.ppid.map_or("-".into(), |x| x.to_string()),
-                clip(&p.comm, 16),
+                clip(&comm, 16),
                 p.threads,
                 p.freezes,
                 short(p.frozen_ns),

@@ -308,6 +308,84 @@ fn thread_rows(top: Vec<ThreadFreezes>, thread_cpu: Option<&ThreadCpu>) -> Vec<T
         .collect()
 }
 
+/// The processes as a tree: each with its depth under the first of its
+/// ancestors in the list, parents before their children (by pid); a
+/// process whose parent is not in the list is a root.
+pub fn process_tree(
+    list: &[crate::model::ProcessFreezes],
+) -> Vec<(usize, &crate::model::ProcessFreezes)> {
+    let pids: std::collections::BTreeSet<u32> = list.iter().map(|p| p.pid).collect();
+    let mut children: std::collections::BTreeMap<u32, Vec<&crate::model::ProcessFreezes>> =
+        Default::default();
+    let mut roots = Vec::new();
+    for p in list {
+        match p.ppid.filter(|pp| pids.contains(pp) && *pp != p.pid) {
+            Some(pp) => children.entry(pp).or_default().push(p),
+            None => roots.push(p),
+        }
+    }
+    roots.sort_by_key(|p| (!p.main, p.pid));
+    let mut out = Vec::with_capacity(list.len());
+    let mut stack: Vec<(usize, &crate::model::ProcessFreezes)> =
+        roots.into_iter().rev().map(|p| (0, p)).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some((depth, p)) = stack.pop() {
+        if !seen.insert(p.pid) {
+            continue;
+        }
+        out.push((depth, p));
+        let mut kids = children.remove(&p.pid).unwrap_or_default();
+        kids.sort_by_key(|k| std::cmp::Reverse(k.pid));
+        stack.extend(kids.into_iter().map(|k| (depth + 1, k)));
+    }
+    // A cycle in the parents (pid reuse across the log): nothing is dropped.
+    for p in list {
+        if !seen.contains(&p.pid) {
+            out.push((0, p));
+            seen.insert(p.pid);
+        }
+    }
+    out
+}
+
+/// What the controller did to the limit over the log: how many changes,
+/// the quota in CPUs at the start, at most and at the end.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LimitChanges {
+    pub changes: usize,
+    pub start_cpus: f64,
+    pub peak_cpus: f64,
+    pub end_cpus: f64,
+}
+
+impl LimitChanges {
+    pub fn of(list: &[ControlAt]) -> Option<LimitChanges> {
+        let cpus = |b: &throttlewatch_core::logfmt::control::Bandwidth| {
+            b.quota_us as f64 / b.period_us.max(1) as f64
+        };
+        let (first, last) = (list.first()?, list.last()?);
+        Some(LimitChanges {
+            changes: list.len(),
+            start_cpus: cpus(&first.record.before),
+            peak_cpus: list
+                .iter()
+                .map(|c| cpus(&c.record.after))
+                .fold(0.0, f64::max),
+            end_cpus: cpus(&last.record.after),
+        })
+    }
+}
+
+impl std::fmt::Display for LimitChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the controller changed the limit {} times: {:.2} CPUs at the start, {:.2} at most, {:.2} at the end (the figures below are for the whole log)",
+            self.changes, self.start_cpus, self.peak_cpus, self.end_cpus
+        )
+    }
+}
+
 /// The controller's changes, each at its time since the log's start.
 fn controls_at(c: &Container) -> Vec<ControlAt> {
     c.controls
@@ -324,6 +402,44 @@ mod tests {
     use throttlewatch_core::logfmt::{LimitAbove, Record, Start, Throttle};
 
     use super::*;
+
+    #[test]
+    fn processes_are_drawn_as_a_tree() {
+        let p = |pid, ppid: Option<u32>, main| crate::model::ProcessFreezes {
+            pid,
+            ppid,
+            main,
+            ..Default::default()
+        };
+        // 10 the main process, 11 and 12 its children, 13 a grandchild,
+        // 20 one whose parent is outside the container; 30 and 31 each
+        // other's parent (pid reuse).
+        let list = vec![
+            p(13, Some(12), false),
+            p(20, Some(1), false),
+            p(12, Some(10), false),
+            p(10, Some(1), true),
+            p(11, Some(10), false),
+            p(30, Some(31), false),
+            p(31, Some(30), false),
+        ];
+        let tree: Vec<(usize, u32)> = process_tree(&list)
+            .into_iter()
+            .map(|(d, p)| (d, p.pid))
+            .collect();
+        assert_eq!(
+            tree,
+            vec![
+                (0, 10),
+                (1, 11),
+                (1, 12),
+                (2, 13),
+                (0, 20),
+                (0, 30),
+                (0, 31)
+            ]
+        );
+    }
 
     fn freeze(by: u64, frozen_ns: u64) -> Record {
         Record::Throttle(Throttle {

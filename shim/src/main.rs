@@ -3,6 +3,7 @@
 
 mod console;
 mod drain;
+mod error;
 mod info;
 mod metrics;
 mod metrics_v2;

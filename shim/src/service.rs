@@ -43,6 +43,11 @@ pub const GROUP_ANNOTATIONS: [&str; 3] = [
 type BoxError = Box<dyn std::error::Error>;
 
 /// How long the daemon waits, after Shutdown, for other requests to be answered.
+/// The ttrpc worker pool of each connection (see `serve`).
+pub(crate) const POOL_MIN: usize = 1;
+pub(crate) const POOL_DEFAULT: usize = 2;
+pub(crate) const POOL_MAX: usize = 4;
+
 const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The flags, as the runc shim's `-help` lists them (Go's flag package: on
@@ -396,18 +401,7 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
             m,
         );
     }
-    // One idle worker per connection: a busy one makes the pool start
-    // another, and a worker finding one idle already exits. Wait, which
-    // blocks until the process exits, runs on a thread of its own
-    // (crate::drain: the pool can be left with no idle worker for as long
-    // as its busy ones are busy).
-    // `start` insists on min < default < max, so the checks are skipped.
-    let mut server = Server::new()
-        .set_thread_count_min(1)
-        .set_thread_count_default(1)
-        .set_thread_count_max(1)
-        .add_listener(listener.into_raw_fd())?
-        .register_service(in_flight.wrap(methods));
+    let mut server = ttrpc_server(listener.into_raw_fd(), in_flight.wrap(methods))?;
     server.start_listen()?;
     signal_started();
     info!("serving {} for {}", flags.socket, flags.id);
@@ -424,11 +418,36 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// The shim's ttrpc server on `fd`. Per connection, one idle worker at
+/// least and [`POOL_MAX`] at most: a busy worker makes the pool start more,
+/// and a finishing worker leaves only when that many are idle. With a
+/// ceiling of one, a worker leaving while another took a request left none
+/// idle and none coming (ttrpc 0.10's sync server does not check the
+/// leaving worker's decrement against the minimum), and every request then
+/// queued behind the busy one (`pool_tests`). Above one, the count a leaver
+/// hides is never the last idle worker. Wait, which blocks until the process
+/// exits, runs on a thread of its own (crate::drain).
+pub(crate) fn ttrpc_server(
+    fd: std::os::fd::RawFd,
+    methods: crate::drain::Methods,
+) -> ttrpc::Result<Server> {
+    Ok(Server::new()
+        .set_thread_count_min(POOL_MIN)
+        .set_thread_count_default(POOL_DEFAULT)
+        .set_thread_count_max(POOL_MAX)
+        .add_listener(fd)?
+        .register_service(methods))
+}
+
 /// `start` reads our stdout until it closes: point it at stderr (/dev/null).
 fn signal_started() {
     // SAFETY: dup2 of the standard descriptors.
     unsafe { libc::dup2(libc::STDERR_FILENO, libc::STDOUT_FILENO) };
 }
+
+#[cfg(test)]
+#[path = "pool_tests.rs"]
+mod pool_tests;
 
 #[cfg(test)]
 mod tests {

@@ -13,13 +13,13 @@ use containerd_shim::protos::events::task::{
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::{Message, MessageField};
 use containerd_shim::protos::topics;
-use containerd_shim::protos::ttrpc::{self, Code};
 use containerd_shim::{ExitSignal, Task, TtrpcContext, TtrpcResult};
 use log::{info, warn};
 use throttlewatch_core::config::{BadConfig, Config, FailMode};
 use throttlewatch_lifecycle::held_burst::{derive_for_bundle, HeldBurst};
 use throttlewatch_lifecycle::{ContainerKey, Scope};
 
+use crate::error::Error;
 use crate::metrics::metrics_any;
 use crate::runc::Runc;
 use crate::state::{
@@ -40,44 +40,12 @@ pub struct TaskService {
 /// The name on the shim's lines in hook.log.
 pub(crate) const SHIM_NAME: &str = "containerd-shim-throttlewatch-v2";
 
-fn err(code: Code, msg: impl ToString) -> ttrpc::Error {
-    ttrpc::Error::RpcStatus(ttrpc::get_status(code, msg))
-}
-
 impl TaskService {
     /// A container of this shim keyed by (scope, id): the scope of the runc
     /// root it uses, which is that of its containerd namespace.
     pub(crate) fn key(&self, id: &str) -> ContainerKey {
         ContainerKey::new(id, Scope::of_runc_root(&self.runc.root, Path::new("/")))
     }
-}
-
-/// A container this shim does not hold, in the runc shim's words
-/// (service.go getContainer).
-fn not_found() -> ttrpc::Error {
-    err(Code::NOT_FOUND, "container not created")
-}
-
-/// A failed `runc kill` as the runc shim reports it (process/utils.go
-/// checkKillError).
-fn check_kill_error(e: String) -> ttrpc::Error {
-    let lower = e.to_lowercase();
-    if lower.contains("os: process already finished")
-        || e.contains("container not running")
-        || lower.contains("no such process")
-    {
-        err(Code::NOT_FOUND, "process already finished: not found")
-    } else if e.contains("does not exist") {
-        err(Code::NOT_FOUND, "no such container: not found")
-    } else {
-        err(Code::UNKNOWN, format!("unknown error after kill: {e}"))
-    }
-}
-
-/// An exec process the container does not hold, in the runc shim's words
-/// (runc/container.go Process).
-fn exec_not_found(exec_id: &str) -> ttrpc::Error {
-    err(Code::NOT_FOUND, format!("process does not exist {exec_id}"))
 }
 
 impl TaskService {
@@ -195,10 +163,9 @@ impl Task for TaskService {
     ) -> TtrpcResult<api::CreateTaskResponse> {
         let bundle = PathBuf::from(&req.bundle);
         if self.lock().containers.contains_key(&req.id) {
-            return Err(err(
-                Code::ALREADY_EXISTS,
-                format!("container {} already exists", req.id),
-            ));
+            return Err(
+                Error::AlreadyExists(format!("container {} already exists", req.id)).into(),
+            );
         }
         let mounted = mount_rootfs(&bundle, &req.rootfs)?;
         let created_ns = throttlewatch_core::logfmt::now_unix_ns();
@@ -210,7 +177,7 @@ impl Task for TaskService {
                 req.terminal,
                 |stdio, console| self.runc.create(&req.id, &bundle, stdio, console),
             )
-            .map_err(|e| err(Code::INTERNAL, e))?;
+            .map_err(Error::Internal)?;
             if let Some(spec) = spec {
                 if let Err(e) = self.on_created(&req.id, &bundle, pid, &spec, created_ns) {
                     // Fail-closed: what runc made goes, as a failed hook's would.
@@ -266,12 +233,14 @@ impl Task for TaskService {
 
     fn exec(&self, _ctx: &TtrpcContext, req: api::ExecProcessRequest) -> TtrpcResult<api::Empty> {
         let mut st = self.lock();
-        let c = st.containers.get_mut(&req.id).ok_or_else(not_found)?;
+        let c = st
+            .containers
+            .get_mut(&req.id)
+            .ok_or(Error::ContainerNotFound)?;
         if c.execs.contains_key(&req.exec_id) {
-            return Err(err(
-                Code::ALREADY_EXISTS,
-                format!("exec {} already exists", req.exec_id),
-            ));
+            return Err(
+                Error::AlreadyExists(format!("exec {} already exists", req.exec_id)).into(),
+            );
         }
         let spec = req
             .spec
@@ -303,22 +272,22 @@ impl Task for TaskService {
         // After init exited only `Kill(all)` still reaches runc (`runc kill
         // --all` signals what is left in the cgroup), as with the runc shim.
         if p.status == Status::STOPPED && !(req.all && req.exec_id.is_empty()) {
-            return Err(err(Code::NOT_FOUND, "process already finished: not found"));
+            return Err(Error::NotFound("process already finished: not found".into()).into());
         }
         if req.exec_id.is_empty() {
             self.runc
                 .kill(&req.id, req.signal, req.all)
-                .map_err(check_kill_error)?;
+                .map_err(Error::of_kill)?;
         } else if p.pid == 0 {
             // Never started (or its start failed): the runc shim's exec kill.
-            return Err(err(
-                Code::FAILED_PRECONDITION,
-                "process not created: failed precondition",
-            ));
+            return Err(Error::FailedPrecondition(
+                "process not created: failed precondition".into(),
+            )
+            .into());
         } else {
             // SAFETY: plain kill(2) of a pid this shim reaps.
             if unsafe { libc::kill(p.pid as i32, req.signal as i32) } != 0 {
-                return Err(err(Code::NOT_FOUND, std::io::Error::last_os_error()));
+                return Err(Error::NotFound(std::io::Error::last_os_error().to_string()).into());
             }
         }
         Ok(api::Empty::new())
@@ -330,22 +299,16 @@ impl Task for TaskService {
         req: api::DeleteRequest,
     ) -> TtrpcResult<api::DeleteResponse> {
         if req.exec_id.is_empty() {
-            self.delete_init(req.id)
+            Ok(self.delete_init(req.id)?)
         } else {
-            self.delete_exec(&req.id, &req.exec_id)
+            Ok(self.delete_exec(&req.id, &req.exec_id)?)
         }
     }
 
     fn wait(&self, _ctx: &TtrpcContext, req: api::WaitRequest) -> TtrpcResult<api::WaitResponse> {
         let mut st = self.lock();
         loop {
-            let c = st.containers.get(&req.id).ok_or_else(not_found)?;
-            let p = if req.exec_id.is_empty() {
-                Some(&c.init)
-            } else {
-                c.execs.get(&req.exec_id)
-            };
-            let p = p.ok_or_else(|| exec_not_found(&req.exec_id))?;
+            let (_, p) = lookup(&st, &req.id, &req.exec_id)?;
             if p.status == Status::STOPPED {
                 return Ok(api::WaitResponse {
                     exit_status: p.exit_status,
@@ -371,13 +334,7 @@ impl Task for TaskService {
         req: api::StateRequest,
     ) -> TtrpcResult<api::StateResponse> {
         let st = self.lock();
-        let c = st.containers.get(&req.id).ok_or_else(not_found)?;
-        let p = if req.exec_id.is_empty() {
-            Some(&c.init)
-        } else {
-            c.execs.get(&req.exec_id)
-        };
-        let p = p.ok_or_else(|| exec_not_found(&req.exec_id))?;
+        let (c, p) = lookup(&st, &req.id, &req.exec_id)?;
         Ok(api::StateResponse {
             id: if req.exec_id.is_empty() {
                 req.id.clone()
@@ -399,7 +356,7 @@ impl Task for TaskService {
 
     fn pids(&self, _ctx: &TtrpcContext, req: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
         self.process(&req.id, "")?;
-        let pids = self.runc.ps(&req.id).map_err(|e| err(Code::INTERNAL, e))?;
+        let pids = self.runc.ps(&req.id).map_err(Error::Internal)?;
         let processes = pids
             .into_iter()
             .map(|pid| containerd_shim::protos::types::task::ProcessInfo {
@@ -439,20 +396,20 @@ impl Task for TaskService {
             if let Err(e) = h.restore(&self.cfg, &mut |w: &str| warn!("{w}")) {
                 warn!("{e}");
                 if res.is_ok() && self.cfg.fail_mode == FailMode::Closed {
-                    return Err(err(Code::INTERNAL, e));
+                    return Err(Error::Internal(e).into());
                 }
             }
         }
-        res.map_err(|e| err(Code::INTERNAL, e))?;
+        res.map_err(Error::Internal)?;
         Ok(api::Empty::new())
     }
 
     fn pause(&self, _ctx: &TtrpcContext, req: api::PauseRequest) -> TtrpcResult<api::Empty> {
-        self.set_paused(req.id, true)
+        Ok(self.set_paused(req.id, true)?)
     }
 
     fn resume(&self, _ctx: &TtrpcContext, req: api::ResumeRequest) -> TtrpcResult<api::Empty> {
-        self.set_paused(req.id, false)
+        Ok(self.set_paused(req.id, false)?)
     }
 
     fn stats(
@@ -462,7 +419,7 @@ impl Task for TaskService {
     ) -> TtrpcResult<api::StatsResponse> {
         let (status, dirs) = {
             let st = self.lock();
-            let c = st.containers.get(&req.id).ok_or_else(not_found)?;
+            let c = st.containers.get(&req.id).ok_or(Error::ContainerNotFound)?;
             (c.init.status, c.cgroups.clone())
         };
         // From the cgroup, as the runc shim does (runc events has neither
@@ -471,17 +428,14 @@ impl Task for TaskService {
         let stats: Any = match dirs.metrics_any() {
             Some(any) => any,
             None if status == Status::STOPPED => {
-                return Err(err(Code::NOT_FOUND, "cgroup does not exist: not found"))
+                return Err(Error::NotFound("cgroup does not exist: not found".into()).into())
             }
             None => {
-                let data = self
-                    .runc
-                    .stats(&req.id)
-                    .map_err(|e| err(Code::INTERNAL, e))?;
+                let data = self.runc.stats(&req.id).map_err(Error::Internal)?;
                 metrics_any(&data, dirs.v2)
             }
         }
-        .map_err(|e| err(Code::INTERNAL, e))?;
+        .map_err(Error::Internal)?;
         Ok(api::StatsResponse {
             stats: MessageField::some(stats),
             ..Default::default()
@@ -535,7 +489,7 @@ impl Task for TaskService {
         let p = self.process(&req.id, &req.exec_id)?;
         if let Some(io) = p.io {
             io.resize(req.width, req.height)
-                .map_err(|e| err(Code::INTERNAL, format!("resize pty: {e}")))?;
+                .map_err(|e| Error::Internal(format!("resize pty: {e}")))?;
         }
         Ok(api::Empty::new())
     }
@@ -543,7 +497,7 @@ impl Task for TaskService {
 
 impl TaskService {
     /// Freeze or thaw a running container (runc pause / resume), and say so.
-    fn set_paused(&self, id: String, pause: bool) -> TtrpcResult<api::Empty> {
+    fn set_paused(&self, id: String, pause: bool) -> crate::error::Result<api::Empty> {
         let (from, to) = if pause {
             (Status::RUNNING, Status::PAUSED)
         } else {
@@ -551,14 +505,13 @@ impl TaskService {
         };
         let p = self.process(&id, "")?;
         if p.status != from {
-            return Err(err(
-                Code::FAILED_PRECONDITION,
-                format!("container {id} is {:?}, not {from:?}", p.status),
-            ));
+            return Err(Error::FailedPrecondition(format!(
+                "container {id} is {:?}, not {from:?}",
+                p.status
+            ))
+            .into());
         }
-        self.runc
-            .pause(&id, pause)
-            .map_err(|e| err(Code::INTERNAL, e))?;
+        self.runc.pause(&id, pause).map_err(Error::Internal)?;
         if let Some(c) = self.lock().containers.get_mut(&id) {
             if c.init.status == from {
                 c.init.status = to;
@@ -580,15 +533,24 @@ impl TaskService {
         Ok(api::Empty::new())
     }
 
-    fn process(&self, id: &str, exec_id: &str) -> TtrpcResult<Process> {
-        let st = self.lock();
-        let c = st.containers.get(id).ok_or_else(not_found)?;
-        if exec_id.is_empty() {
-            return Ok(c.init.clone());
-        }
-        c.execs
-            .get(exec_id)
-            .cloned()
-            .ok_or_else(|| exec_not_found(exec_id))
+    /// A copy of the container's init (`exec_id` empty) or exec process.
+    fn process(&self, id: &str, exec_id: &str) -> crate::error::Result<Process> {
+        lookup(&self.lock(), id, exec_id).map(|(_, p)| p.clone())
     }
+}
+
+/// The container `id` and its init (`exec_id` empty) or exec process.
+fn lookup<'a>(
+    st: &'a State,
+    id: &str,
+    exec_id: &str,
+) -> crate::error::Result<(&'a Container, &'a Process)> {
+    let c = st.containers.get(id).ok_or(Error::ContainerNotFound)?;
+    let p = if exec_id.is_empty() {
+        Some(&c.init)
+    } else {
+        c.execs.get(exec_id)
+    };
+    let p = p.ok_or_else(|| Error::ExecNotFound(exec_id.into()))?;
+    Ok((c, p))
 }

@@ -6,8 +6,6 @@
 
 use std::path::Path;
 
-use containerd_shim::protos::ttrpc::Code;
-use containerd_shim::TtrpcResult;
 use log::{info, warn};
 use throttlewatch_core::config::{Config, FailMode};
 use throttlewatch_lifecycle::created::{on_prepared, prepare, Answer, Created};
@@ -16,7 +14,8 @@ use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
 use throttlewatch_lifecycle::{BundleSpec, HookStage, SpecFile};
 
-use super::{err, TaskService, SHIM_NAME};
+use super::{TaskService, SHIM_NAME};
+use crate::error::{Error, Result};
 
 impl TaskService {
     /// The throttlewatch spec modifiers on the bundle (fail-open unless
@@ -26,13 +25,12 @@ impl TaskService {
     /// Returns the typed spec for it, or None when nothing is to be done (a
     /// configuration that could not be used leaves the spec unchanged, or
     /// refuses the create when the file meant fail-closed; a pod sandbox).
-    pub(super) fn modify_spec(&self, id: &str, bundle: &Path) -> TtrpcResult<Option<BundleSpec>> {
+    pub(super) fn modify_spec(&self, id: &str, bundle: &Path) -> Result<Option<BundleSpec>> {
         match &self.bad_config {
             Some(bad) if bad.fail_mode == FailMode::Closed => {
-                return Err(err(
-                    Code::FAILED_PRECONDITION,
-                    format!("throttlewatch: {bad} (fail-closed: create refused)"),
-                ));
+                return Err(Error::FailedPrecondition(format!(
+                    "throttlewatch: {bad} (fail-closed: create refused)"
+                )));
             }
             Some(_) => return Ok(None),
             None => {}
@@ -60,8 +58,7 @@ impl TaskService {
                 }
                 Ok(spec)
             }
-            Err(e) if self.cfg.fail_mode == FailMode::Closed => Err(err(
-                Code::FAILED_PRECONDITION,
+            Err(e) if self.cfg.fail_mode == FailMode::Closed => Err(Error::FailedPrecondition(
                 format!("throttlewatch spec modifiers: {e}"),
             )),
             Err(e) => {
@@ -82,7 +79,7 @@ impl TaskService {
         pid: u32,
         spec: &BundleSpec,
         created_ns: u64,
-    ) -> TtrpcResult<()> {
+    ) -> Result<()> {
         let key = self.key(id);
         let mut rep = Reporter::new(&self.cfg, HookStage::CreateRuntime, SHIM_NAME);
         rep.set_container(id);
@@ -113,13 +110,10 @@ impl TaskService {
             rep.error(&format!("{e:#}"));
         }
         if rep.failed() && self.cfg.fail_mode == FailMode::Closed {
-            return Err(err(
-                Code::FAILED_PRECONDITION,
-                format!(
-                    "throttlewatch: container {id}: {} (fail-closed: create refused)",
-                    rep.lines.join("; ")
-                ),
-            ));
+            return Err(Error::FailedPrecondition(format!(
+                "throttlewatch: container {id}: {} (fail-closed: create refused)",
+                rep.lines.join("; ")
+            )));
         }
         Ok(())
     }

@@ -8,13 +8,12 @@ use containerd_shim::api::{self, Status};
 use containerd_shim::protos::events::task::{TaskDelete, TaskExecStarted, TaskStart};
 use containerd_shim::protos::protobuf::MessageField;
 use containerd_shim::protos::topics;
-use containerd_shim::protos::ttrpc::Code;
-use containerd_shim::TtrpcResult;
 use log::warn;
 use throttlewatch_lifecycle::agent_client::end_before_delete;
 use throttlewatch_lifecycle::pending;
 
-use super::{err, exec_not_found, not_found, TaskService, SHIM_NAME};
+use super::{TaskService, SHIM_NAME};
+use crate::error::{Error, Result};
 use crate::state::now;
 use crate::stdio::ProcIo;
 
@@ -22,11 +21,11 @@ use crate::stdio::ProcIo;
 pub(super) fn mount_rootfs(
     bundle: &Path,
     mounts: &[containerd_shim::protos::api::Mount],
-) -> TtrpcResult<bool> {
+) -> Result<bool> {
     let rootfs = bundle.join("rootfs");
     for m in mounts {
         containerd_shim::mount::mount_rootfs(Some(&m.type_), Some(&m.source), &m.options, &rootfs)
-            .map_err(|e| err(Code::INTERNAL, format!("mount rootfs: {e}")))?;
+            .map_err(|e| Error::Internal(format!("mount rootfs: {e}")))?;
     }
     Ok(!mounts.is_empty())
 }
@@ -39,9 +38,9 @@ pub(super) fn unmount_rootfs(bundle: &Path, mounted: bool) {
 
 /// The halves of `start` and `delete`: the container's init, or an exec.
 impl TaskService {
-    pub(super) fn start_init(&self, id: &str) -> TtrpcResult<u32> {
+    pub(super) fn start_init(&self, id: &str) -> Result<u32> {
         if !self.lock().containers.contains_key(id) {
-            return Err(not_found());
+            return Err(Error::ContainerNotFound);
         }
         // A register sent at create and not yet taken: wait for the watch.
         let config_path = throttlewatch_core::config::Config::env_path();
@@ -50,9 +49,9 @@ impl TaskService {
         {
             warn!("{msg}");
         }
-        self.runc.start(id).map_err(|e| err(Code::INTERNAL, e))?;
+        self.runc.start(id).map_err(Error::Internal)?;
         let mut st = self.lock();
-        let c = st.containers.get_mut(id).ok_or_else(not_found)?;
+        let c = st.containers.get_mut(id).ok_or(Error::ContainerNotFound)?;
         if c.init.status == Status::CREATED {
             c.init.status = Status::RUNNING;
         }
@@ -67,14 +66,14 @@ impl TaskService {
         Ok(pid)
     }
 
-    pub(super) fn start_exec(&self, id: &str, exec_id: &str) -> TtrpcResult<u32> {
+    pub(super) fn start_exec(&self, id: &str, exec_id: &str) -> Result<u32> {
         let (bundle, p) = {
             let st = self.lock();
-            let c = st.containers.get(id).ok_or_else(not_found)?;
+            let c = st.containers.get(id).ok_or(Error::ContainerNotFound)?;
             let p = c
                 .execs
                 .get(exec_id)
-                .ok_or_else(|| exec_not_found(exec_id))?;
+                .ok_or_else(|| Error::ExecNotFound(exec_id.into()))?;
             (c.bundle.clone(), p.clone())
         };
         let launched = ProcIo::launch(
@@ -101,7 +100,7 @@ impl TaskService {
                     x.start_failed = true;
                 }
                 self.state.1.notify_all();
-                return Err(err(Code::UNKNOWN, e));
+                return Err(Error::Unknown(e));
             }
         };
         if let Some(e) = self
@@ -125,18 +124,17 @@ impl TaskService {
         Ok(pid)
     }
 
-    pub(super) fn delete_exec(&self, id: &str, exec_id: &str) -> TtrpcResult<api::DeleteResponse> {
+    pub(super) fn delete_exec(&self, id: &str, exec_id: &str) -> Result<api::DeleteResponse> {
         let mut st = self.lock();
-        let c = st.containers.get_mut(id).ok_or_else(not_found)?;
+        let c = st.containers.get_mut(id).ok_or(Error::ContainerNotFound)?;
         let p = c
             .execs
             .get(exec_id)
-            .ok_or_else(|| exec_not_found(exec_id))?;
+            .ok_or_else(|| Error::ExecNotFound(exec_id.into()))?;
         if p.status == Status::RUNNING {
-            return Err(err(
-                Code::FAILED_PRECONDITION,
-                format!("exec {exec_id} is still running"),
-            ));
+            return Err(Error::FailedPrecondition(format!(
+                "exec {exec_id} is still running"
+            )));
         }
         let p = c.execs.remove(exec_id).unwrap_or_default();
         Ok(api::DeleteResponse {
@@ -147,10 +145,10 @@ impl TaskService {
         })
     }
 
-    pub(super) fn delete_init(&self, id: String) -> TtrpcResult<api::DeleteResponse> {
+    pub(super) fn delete_init(&self, id: String) -> Result<api::DeleteResponse> {
         let (bundle, mounted, exit_code) = {
             let st = self.lock();
-            let c = st.containers.get(&id).ok_or_else(not_found)?;
+            let c = st.containers.get(&id).ok_or(Error::ContainerNotFound)?;
             let code = (c.init.status == Status::STOPPED).then_some(c.init.exit_status as i32);
             (c.bundle.clone(), c.mounted_rootfs, code)
         };
@@ -165,14 +163,18 @@ impl TaskService {
         if let Err(w) = end_before_delete(&self.cfg, &key, exit_code) {
             warn!("{id}: {w}");
         }
-        self.runc.delete(&id).map_err(|e| err(Code::INTERNAL, e))?;
+        self.runc.delete(&id).map_err(Error::Internal)?;
         if mounted {
             let rootfs = bundle.join("rootfs");
             if let Err(e) = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0) {
                 warn!("{id}: unmount rootfs: {e}");
             }
         }
-        let c = self.lock().containers.remove(&id).ok_or_else(not_found)?;
+        let c = self
+            .lock()
+            .containers
+            .remove(&id)
+            .ok_or(Error::ContainerNotFound)?;
         let p = c.init;
         let at = p.exited_at.clone().unwrap_or_else(now);
         let ev = TaskDelete {

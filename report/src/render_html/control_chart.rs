@@ -287,6 +287,17 @@ mod tests {
         assert!(s.contains("PSI some 97%, idle 1%"), "{s}");
         assert!(s.contains("throttled 30ms in 50ms (2 episodes)"), "{s}");
         assert!(s.contains("<td class=\"l\">container_end</td>"), "{s}");
+        // The header's line: 0.5 CPUs at the start, 1.5 at most, 0.5 at the end.
+        let c = crate::summary::LimitChanges::of(&list).unwrap();
+        assert_eq!(
+            (c.changes, c.start_cpus, c.peak_cpus, c.end_cpus),
+            (4, 0.5, 1.5, 0.5)
+        );
+        assert!(
+            c.to_string().starts_with("the controller changed the limit 4 times: 0.50 CPUs at the start, 1.50 at most, 0.50 at the end"),
+            "{c}"
+        );
+        assert_eq!(crate::summary::LimitChanges::of(&[]), None);
         // Nothing without changes.
         let mut empty = String::new();
         controls(&mut empty, 0, &[], 1);
