@@ -4,18 +4,33 @@
 //! `throttlewatch run` and `throttlewatch watch` embed the same engine that
 //! the node daemon (`throttlewatch agent`) runs.
 
-pub mod cli;
-pub mod commands;
-pub mod control;
-pub mod daemon;
-pub mod install;
-pub mod pipeline;
-pub mod signals;
+#![warn(unreachable_pub)]
 
-// The parts by their own names, as the rest of the crate and `main.rs` use them.
-pub use commands::{burn, configcheck, demo, live, privileges, run, topology, watch};
-pub use daemon::{logdir, metrics, socket, state};
-pub use pipeline::{
+pub mod cli;
+mod commands;
+mod control;
+mod daemon;
+mod install;
+mod pipeline;
+mod signals;
+
+// What `main.rs` (and the tests' `tw-burn`) call; everything else is the
+// crate's own (`pub(crate)`).
+pub use commands::burn::burn;
+pub use commands::configcheck::check as config_check;
+pub use commands::demo::demo;
+pub use commands::privileges::check as check_privileges;
+pub use commands::run::run;
+pub use commands::topology::topology;
+pub use commands::watch::watch;
+pub use daemon::{detach as detach_daemon, run as run_daemon};
+pub use install::restart::Restart;
+pub use install::{install, uninstall, Options as InstallOptions};
+
+// The parts by their own names, as the rest of the crate uses them.
+pub(crate) use commands::{burn, live, run};
+pub(crate) use daemon::{logdir, metrics, socket, state};
+pub(crate) use pipeline::{
     budget, clock, coldstart, engine, freezes, histograms, kernel_counters, labels, output,
     placement, procinfo, reading, records, runq, session, spec, threadcpu,
 };

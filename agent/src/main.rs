@@ -29,7 +29,7 @@ fn main() {
 fn dispatch(cli: &Cli) -> Result<i32, CliError> {
     // `config check` reports a bad file itself instead of failing to load it.
     if let Command::Config(ConfigCommand::Check { file }) = &cli.command {
-        return throttlewatch::configcheck::check(file.as_deref().or(cli.config.as_deref()));
+        return throttlewatch::config_check(file.as_deref().or(cli.config.as_deref()));
     }
     let cfg = throttlewatch_qos::config_check::load(cli.config.as_deref())
         .map_err(|e| CliError::usage(e.to_string()))?;
@@ -41,22 +41,22 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
         _ => None,
     };
     if let Some(what) = needs_probe {
-        throttlewatch::privileges::check(what).map_err(CliError::usage)?;
+        throttlewatch::check_privileges(what).map_err(CliError::usage)?;
     }
     match &cli.command {
-        Command::Run(a) => throttlewatch::run::run(&cfg, a),
-        Command::Watch(a) => throttlewatch::watch::watch(&cfg, a),
-        Command::Demo(a) => throttlewatch::demo::demo(&cfg, a),
-        Command::Burn(a) => throttlewatch::burn::burn(a),
-        Command::Agent(a) if a.detach => throttlewatch::daemon::detach(&cfg, cli.config.as_deref()),
-        Command::Agent(_) => throttlewatch::daemon::run(&cfg),
+        Command::Run(a) => throttlewatch::run(&cfg, a),
+        Command::Watch(a) => throttlewatch::watch(&cfg, a),
+        Command::Demo(a) => throttlewatch::demo(&cfg, a),
+        Command::Burn(a) => throttlewatch::burn(a),
+        Command::Agent(a) if a.detach => throttlewatch::detach_daemon(&cfg, cli.config.as_deref()),
+        Command::Agent(_) => throttlewatch::run_daemon(&cfg),
         Command::Report(a) => throttlewatch_report::run(a, &cfg.log_dir)
             .map(|()| 0)
             .map_err(|e| CliError::fail(e.to_string())),
-        Command::Topology(a) => throttlewatch::topology::topology(&cfg, a),
+        Command::Topology(a) => throttlewatch::topology(&cfg, a),
         Command::Install(a) => {
             let o = install_options(cli, &cfg, a.dry_run, &a.etc_root, &a.bin_dir, &a.restart)?;
-            throttlewatch::install::install(&a.engine, &o)
+            throttlewatch::install(&a.engine, &o)
         }
         Command::Uninstall(a) => {
             let o = install_options(
@@ -67,10 +67,10 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
                 Path::new("/"),
                 &a.restart,
             )?;
-            throttlewatch::install::uninstall(&a.engine, &o)
+            throttlewatch::uninstall(&a.engine, &o)
         }
         Command::Config(ConfigCommand::Check { file }) => {
-            throttlewatch::configcheck::check(file.as_deref().or(cli.config.as_deref()))
+            throttlewatch::config_check(file.as_deref().or(cli.config.as_deref()))
         }
     }
 }
@@ -82,10 +82,10 @@ fn install_options(
     root: &Path,
     bin_dir: &Path,
     restart: &str,
-) -> Result<throttlewatch::install::Options, CliError> {
-    let mut o = throttlewatch::install::Options::new(root, bin_dir);
+) -> Result<throttlewatch::InstallOptions, CliError> {
+    let mut o = throttlewatch::InstallOptions::new(root, bin_dir);
     o.dry_run = dry_run;
-    o.restart = throttlewatch::install::restart::Restart::parse(restart)?;
+    o.restart = throttlewatch::Restart::parse(restart)?;
     o.hook_config = cli
         .config
         .as_deref()

@@ -9,7 +9,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// Install the handlers (idempotent).
-pub fn install() {
+pub(crate) fn install() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         unsafe {
@@ -22,7 +22,7 @@ pub fn install() {
 }
 
 /// The last terminating signal received, if any.
-pub fn received() -> Option<i32> {
+pub(crate) fn received() -> Option<i32> {
     match RECEIVED.load(Ordering::SeqCst) {
         0 => None,
         s => Some(s),

@@ -117,12 +117,12 @@ fn a_steady_overload_gets_a_limit_not_a_burst() {
     // The page draws them as a tree: the workers one level under the main
     // process (or under the process that started them).
     let page = d.0.join("before.html");
-    let out = Command::new(bin("throttlewatch"))
+    let rendered = Command::new(bin("throttlewatch"))
         .args(["report", log.to_str().unwrap(), "--html"])
         .arg(&page)
         .output()
         .unwrap();
-    assert_ok(&out);
+    assert_ok(&rendered);
     let html = std::fs::read_to_string(&page).unwrap();
     let table = html
         .split("<h3>Processes</h3>")

@@ -42,12 +42,12 @@ pub const GROUP_ANNOTATIONS: [&str; 3] = [
 
 type BoxError = Box<dyn std::error::Error>;
 
-/// How long the daemon waits, after Shutdown, for other requests to be answered.
-/// The ttrpc worker pool of each connection (see `serve`).
+/// The ttrpc worker pool of each connection (see [`ttrpc_server`]).
 pub(crate) const POOL_MIN: usize = 1;
 pub(crate) const POOL_DEFAULT: usize = 2;
-pub(crate) const POOL_MAX: usize = 4;
+pub(crate) const POOL_MAX: usize = 64;
 
+/// How long the daemon waits, after Shutdown, for other requests to be answered.
 const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The flags, as the runc shim's `-help` lists them (Go's flag package: on
@@ -418,15 +418,23 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The shim's ttrpc server on `fd`. Per connection, one idle worker at
-/// least and [`POOL_MAX`] at most: a busy worker makes the pool start more,
-/// and a finishing worker leaves only when that many are idle. With a
-/// ceiling of one, a worker leaving while another took a request left none
-/// idle and none coming (ttrpc 0.10's sync server does not check the
-/// leaving worker's decrement against the minimum), and every request then
-/// queued behind the busy one (`pool_tests`). Above one, the count a leaver
-/// hides is never the last idle worker. Wait, which blocks until the process
-/// exits, runs on a thread of its own (crate::drain).
+/// The shim's ttrpc server on `fd`, its worker pool per connection at
+/// least [`POOL_MIN`] idle, [`POOL_DEFAULT`] at first, and a worker leaving
+/// only when more than [`POOL_MAX`] are idle.
+///
+/// ttrpc 0.10's sync pool counts idle workers with an atomic that a worker
+/// bumps before it checks the ceiling and takes back before it leaves; a
+/// request taken in that window sees the leaver as idle and starts no
+/// replacement. With a ceiling of one, two workers leaving at once left a
+/// connection with no worker at all: every later request on it (containerd's
+/// State, Kill, Delete) went unanswered for good. Seen on loaded machines:
+/// CI's critest on containerd 2.3 (StopPodSandbox: "failed to get task ...
+/// context deadline exceeded", the run past its 300 s) and a local loaded
+/// run on 1.6, where gdb showed the second connection's reader, writer and
+/// controller threads and no worker. With a ceiling of 64 a worker leaves
+/// only after a burst of that many requests, so the window is never
+/// entered in practice; idle workers cost a stack each. `Wait`, which blocks
+/// until the process exits, runs on a thread of its own (crate::drain).
 pub(crate) fn ttrpc_server(
     fd: std::os::fd::RawFd,
     methods: crate::drain::Methods,

@@ -15,7 +15,7 @@ use crate::CliError;
 
 /// Where each thread runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pin {
+pub(crate) enum Pin {
     /// Thread i on CPU i mod the CPU count.
     Spread,
     /// All on CPU 0.
@@ -25,7 +25,7 @@ pub enum Pin {
 
 /// What each thread does, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Workload {
+pub(crate) struct Workload {
     pub threads: usize,
     pub duration: Duration,
     pub pin: Pin,
@@ -35,12 +35,12 @@ pub struct Workload {
 }
 
 /// The most threads one burn starts (a typo must not fork-bomb the node).
-pub const MAX_THREADS: usize = 4096;
+pub(crate) const MAX_THREADS: usize = 4096;
 /// The longest a burn runs: a week.
-pub const MAX_MS: u64 = 7 * 24 * 3600 * 1000;
+pub(crate) const MAX_MS: u64 = 7 * 24 * 3600 * 1000;
 
 impl Workload {
-    pub fn from_args(a: &BurnArgs) -> Result<Workload, CliError> {
+    pub(crate) fn from_args(a: &BurnArgs) -> Result<Workload, CliError> {
         if !(1..=MAX_THREADS).contains(&a.threads) {
             return Err(CliError::usage(format!(
                 "--threads: invalid value {}: accepted 1 to {MAX_THREADS}",
@@ -141,7 +141,7 @@ fn work(w: &Workload, deadline: Instant) {
 
 /// Run the workload to its end; the tids line goes to `out` once all run.
 /// Returns the CPU time its threads used.
-pub fn run_workload(w: &Workload, out: &mut impl Write) -> std::io::Result<Duration> {
+pub(crate) fn run_workload(w: &Workload, out: &mut impl Write) -> std::io::Result<Duration> {
     let ncpu = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);

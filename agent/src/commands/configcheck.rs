@@ -41,7 +41,7 @@ fn keys(list: impl Iterator<Item = Key>) -> String {
 }
 
 /// What the configuration does, one line per concern.
-pub fn describe(cfg: &Config) -> String {
+pub(crate) fn describe(cfg: &Config) -> String {
     let p = Policy::for_config(cfg);
     let annotations = keys(Key::ALL.into_iter().filter(|k| p.allows(*k)));
     let env = keys(

@@ -17,7 +17,7 @@ use crate::cli::{DemoArgs, RunArgs};
 use crate::{burn, run, CliError};
 
 /// Exit status when the demo ran but was not throttled.
-pub const EXIT_NOT_THROTTLED: i32 = 3;
+pub(crate) const EXIT_NOT_THROTTLED: i32 = 3;
 /// How long the threads run unlimited to measure what the machine gives them.
 const CALIBRATION: Duration = Duration::from_millis(400);
 /// The smallest limit the demo sets: 5 ms of quota per 100 ms period.
@@ -25,13 +25,13 @@ const MIN_CPUS: f64 = 0.05;
 
 /// Validated options.
 #[derive(Debug, Clone, PartialEq)]
-pub struct DemoOptions {
+pub(crate) struct DemoOptions {
     pub threads: usize,
     pub duration: Duration,
     pub share: f64,
 }
 
-pub fn plan(a: &DemoArgs) -> Result<DemoOptions, CliError> {
+pub(crate) fn plan(a: &DemoArgs) -> Result<DemoOptions, CliError> {
     if !(1..=burn::MAX_THREADS).contains(&a.threads) {
         return Err(CliError::usage(format!(
             "--threads: invalid value {}: accepted 1 to {}",
@@ -67,7 +67,7 @@ pub fn plan(a: &DemoArgs) -> Result<DemoOptions, CliError> {
 
 /// The limit for threads that got `got_cpus` unlimited: `share` of it (of
 /// the threads' count at most), rounded down to 0.05 CPU, at least 0.05.
-pub fn limit_for(got_cpus: f64, share: f64, threads: usize) -> f64 {
+pub(crate) fn limit_for(got_cpus: f64, share: f64, threads: usize) -> f64 {
     let want = got_cpus.min(threads as f64) * share;
     ((want * 20.0).floor() / 20.0).max(MIN_CPUS)
 }
@@ -128,7 +128,7 @@ fn load_average() -> String {
 }
 
 /// Why a demo that ran was not throttled, in one line; None when it was.
-pub fn not_throttled_reason(end: &End, cpus: f64, load: &str) -> Option<String> {
+pub(crate) fn not_throttled_reason(end: &End, cpus: f64, load: &str) -> Option<String> {
     if end.kernel_throttled_ns > 0 || end.probe_throttled_ns > 0 {
         return None;
     }

@@ -13,14 +13,14 @@ use crate::engine::Engine;
 use crate::output::Output;
 use crate::reading::Due;
 
-pub struct LivePrinter {
+pub(crate) struct LivePrinter {
     pub json: bool,
     pub quiet: bool,
     started_unix_ns: u64,
 }
 
 impl LivePrinter {
-    pub fn new(json: bool, quiet: bool) -> LivePrinter {
+    pub(crate) fn new(json: bool, quiet: bool) -> LivePrinter {
         LivePrinter {
             json,
             quiet,
@@ -29,7 +29,7 @@ impl LivePrinter {
     }
 
     /// Print what the terminal shows of a poll's outputs: the freezes that were logged.
-    pub fn outputs(&self, outputs: &[Output]) {
+    pub(crate) fn outputs(&self, outputs: &[Output]) {
         for o in outputs {
             if let Output::Freeze {
                 container,
@@ -42,7 +42,7 @@ impl LivePrinter {
         }
     }
 
-    pub fn freeze(&self, container: &str, t: &Throttle) {
+    pub(crate) fn freeze(&self, container: &str, t: &Throttle) {
         if self.quiet {
             return;
         }
@@ -70,7 +70,7 @@ impl LivePrinter {
         }
     }
 
-    pub fn summary(&self, what: &str, end: &End, log: &std::path::Path) {
+    pub(crate) fn summary(&self, what: &str, end: &End, log: &std::path::Path) {
         let mut err = std::io::stderr().lock();
         if self.json {
             let mut v = serde_json::to_value(end).unwrap_or_default();
@@ -131,7 +131,7 @@ impl LivePrinter {
 
 /// The loop body `run` and `watch` share: drain the ring buffer onto the
 /// terminal, snapshot and flush the logs on schedule, sleep until the next poll.
-pub struct LiveLoop {
+pub(crate) struct LiveLoop {
     pub printer: LivePrinter,
     snap_every: std::time::Duration,
     last_snap: std::time::Instant,
@@ -139,7 +139,10 @@ pub struct LiveLoop {
 }
 
 impl LiveLoop {
-    pub fn new(cfg: &throttlewatch_core::config::Config, out: &crate::cli::OutputArgs) -> LiveLoop {
+    pub(crate) fn new(
+        cfg: &throttlewatch_core::config::Config,
+        out: &crate::cli::OutputArgs,
+    ) -> LiveLoop {
         LiveLoop {
             printer: LivePrinter::new(out.json, out.quiet),
             snap_every: std::time::Duration::from_secs(cfg.snapshot_interval_s.max(1)),
@@ -149,7 +152,7 @@ impl LiveLoop {
     }
 
     /// One poll: the events, and the snapshot when it is due.
-    pub fn poll(&mut self, engine: &mut Engine) {
+    pub(crate) fn poll(&mut self, engine: &mut Engine) {
         let due = if self.last_snap.elapsed() >= self.snap_every {
             self.last_snap = std::time::Instant::now();
             Due::Snapshot
@@ -159,12 +162,12 @@ impl LiveLoop {
         self.printer.outputs(&engine.poll(due));
     }
 
-    pub fn sleep(&self) {
+    pub(crate) fn sleep(&self) {
         std::thread::sleep(self.poll);
     }
 
     /// The last snapshot, the end of the watch, and its summary on the terminal.
-    pub fn finish(
+    pub(crate) fn finish(
         &self,
         engine: &mut Engine,
         id: u64,

@@ -2,11 +2,11 @@
 //! its live view), `demo` and its workload `burn`, `topology`, `config
 //! check`, and the privilege check they share.
 
-pub mod burn;
-pub mod configcheck;
-pub mod demo;
-pub mod live;
-pub mod privileges;
-pub mod run;
-pub mod topology;
-pub mod watch;
+pub(crate) mod burn;
+pub(crate) mod configcheck;
+pub(crate) mod demo;
+pub(crate) mod live;
+pub(crate) mod privileges;
+pub(crate) mod run;
+pub(crate) mod topology;
+pub(crate) mod watch;

@@ -16,7 +16,7 @@ fn effective_caps(status: &str) -> Option<u64> {
 }
 
 /// The capabilities loading the probe needs that `cap_eff` lacks, by name.
-pub fn missing(cap_eff: u64) -> Vec<&'static str> {
+pub(crate) fn missing(cap_eff: u64) -> Vec<&'static str> {
     [
         (CAP_BPF, "CAP_BPF"),
         (CAP_PERFMON, "CAP_PERFMON"),

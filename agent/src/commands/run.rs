@@ -22,7 +22,7 @@ use crate::{signals, CliError};
 
 /// Limits asked for on the command line, validated.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct RunLimits {
+pub(crate) struct RunLimits {
     pub quota_us: Option<u64>,
     pub period_us: u64,
     pub burst_us: Option<u64>,
@@ -35,7 +35,10 @@ fn us(d: Duration) -> u64 {
 
 /// Validate --cpus/--quota/--period/--burst/--cpuset against each other and
 /// the CPUs available (`available`: the root cpuset's CPUs).
-pub fn parse_limits(a: &RunArgs, available: Option<&CpuList>) -> Result<RunLimits, CliError> {
+pub(crate) fn parse_limits(
+    a: &RunArgs,
+    available: Option<&CpuList>,
+) -> Result<RunLimits, CliError> {
     let period_us = parse_period(a)?;
     let quota_us = parse_quota(a, period_us)?;
     Ok(RunLimits {
@@ -47,7 +50,7 @@ pub fn parse_limits(a: &RunArgs, available: Option<&CpuList>) -> Result<RunLimit
 }
 
 /// A limit the command can never reach: more CPUs than it may run on.
-pub fn limit_above_cpus(l: &RunLimits, available: Option<&CpuList>) -> Option<String> {
+pub(crate) fn limit_above_cpus(l: &RunLimits, available: Option<&CpuList>) -> Option<String> {
     let q = l.quota_us?;
     let cpus = l.cpuset.as_ref().or(available)?;
     let limit = q as f64 / l.period_us.max(1) as f64;
@@ -134,7 +137,7 @@ fn parse_cpuset(a: &RunArgs, available: Option<&CpuList>) -> Result<Option<CpuLi
 }
 
 /// Find the program like execvp would; a clear error if it is not there.
-pub fn resolve_program(prog: &str) -> Result<PathBuf, CliError> {
+pub(crate) fn resolve_program(prog: &str) -> Result<PathBuf, CliError> {
     let exec_ok = |p: &Path| {
         let c = CString::new(p.as_os_str().as_encoded_bytes()).ok();
         // SAFETY: access(2) with a valid C string.
@@ -157,7 +160,7 @@ pub fn resolve_program(prog: &str) -> Result<PathBuf, CliError> {
         .ok_or_else(|| CliError::usage(format!("command not found: {prog:?} (searched PATH)")))
 }
 
-pub fn threshold_ns(out: &OutputArgs, cfg: &Config) -> Result<u64, CliError> {
+pub(crate) fn threshold_ns(out: &OutputArgs, cfg: &Config) -> Result<u64, CliError> {
     match &out.threshold {
         Some(t) => Ok(parse_duration("--threshold", t)
             .map_err(|e| CliError::usage(e.to_string()))?
@@ -167,7 +170,11 @@ pub fn threshold_ns(out: &OutputArgs, cfg: &Config) -> Result<u64, CliError> {
 }
 
 /// Where the log goes; checks the directory before anything is created.
-pub fn log_path(out: &OutputArgs, cfg: &Config, default_name: &str) -> Result<PathBuf, CliError> {
+pub(crate) fn log_path(
+    out: &OutputArgs,
+    cfg: &Config,
+    default_name: &str,
+) -> Result<PathBuf, CliError> {
     let p = match &out.log {
         Some(p) => p.clone(),
         None => {
@@ -255,7 +262,7 @@ pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
 
 /// `run`, returning the command's exit status and the log's `end` record
 /// (none when the command never ran).
-pub fn run_to_end(
+pub(crate) fn run_to_end(
     cfg: &Config,
     a: &RunArgs,
 ) -> Result<(i32, Option<throttlewatch_core::logfmt::End>), CliError> {

@@ -19,7 +19,7 @@ use crate::spec::SessionSpec;
 use crate::{signals, CliError};
 
 /// Resolve --cgroup/--pid to an existing cpu cgroup.
-pub fn target(h: &Hierarchies, a: &WatchArgs) -> Result<CpuCgroup, CliError> {
+pub(crate) fn target(h: &Hierarchies, a: &WatchArgs) -> Result<CpuCgroup, CliError> {
     if let Some(pid) = &a.pid {
         let n: u32 = pid.trim().parse().ok().filter(|p| *p > 0).ok_or_else(|| {
             CliError::usage(format!(

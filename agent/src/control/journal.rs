@@ -12,7 +12,7 @@ use throttlewatch_core::state_dir::{self, WriteOptions};
 use throttlewatch_core::ContainerKey;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Journalled {
+pub(crate) struct Journalled {
     /// The cgroup it was for (a new container with the same key is another one).
     pub cgroup_id: u64,
     pub original: Bandwidth,
@@ -26,24 +26,24 @@ pub struct Journalled {
 /// A pod cgroup's quota as it was before the controller raised it with
 /// its container's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JournalledPod {
+pub(crate) struct JournalledPod {
     pub cgroup_path: String,
     pub original_quota_us: u64,
     pub period_us: u64,
 }
 
-pub struct Journal {
+pub(crate) struct Journal {
     layout: state_dir::StateDir,
 }
 
 impl Journal {
-    pub fn new(root: &Path) -> Journal {
+    pub(crate) fn new(root: &Path) -> Journal {
         Journal {
             layout: state_dir::StateDir::new(root),
         }
     }
 
-    pub fn save(&self, key: &ContainerKey, j: &Journalled) {
+    pub(crate) fn save(&self, key: &ContainerKey, j: &Journalled) {
         let r = state_dir::StateDir::create_dir(&self.layout.control_dir()).and_then(|_| {
             let bytes = serde_json::to_vec(j)?;
             state_dir::write_atomic(&self.layout.control_file(key), &bytes, &WriteOptions::STATE)
@@ -53,12 +53,12 @@ impl Journal {
         }
     }
 
-    pub fn load(&self, key: &ContainerKey) -> Option<Journalled> {
+    pub(crate) fn load(&self, key: &ContainerKey) -> Option<Journalled> {
         let data = std::fs::read(self.layout.control_file(key)).ok()?;
         serde_json::from_slice(&data).ok()
     }
 
-    pub fn remove(&self, key: &ContainerKey) {
+    pub(crate) fn remove(&self, key: &ContainerKey) {
         let _ = std::fs::remove_file(self.layout.control_file(key));
     }
 }

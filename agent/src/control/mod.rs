@@ -10,9 +10,9 @@
 //! controller did not write are an operator's update: they win and become
 //! the new originals.
 
-pub mod journal;
-pub mod node;
-pub mod policy;
+pub(crate) mod journal;
+pub(crate) mod node;
+pub(crate) mod policy;
 
 use std::collections::HashMap;
 
@@ -33,7 +33,7 @@ use policy::{Interval, Policy, Settings};
 
 /// Why the originals go back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Release {
+pub(crate) enum Release {
     ContainerEnd,
     AgentStop,
 }
@@ -51,7 +51,7 @@ impl Release {
 /// (`qos.request.cpu_control`, which a class preset fills and the node's
 /// policy may have refused) where the hook sent one, else the annotation
 /// itself (a registration without the hook's QoS summary).
-pub fn requested(r: &Register) -> bool {
+pub(crate) fn requested(r: &Register) -> bool {
     if let Some(req) = r.qos.as_ref().and_then(|q| q.get("request")) {
         return req.get("cpu_control").and_then(|v| v.as_str()) == Some("auto");
     }
@@ -63,7 +63,7 @@ pub fn requested(r: &Register) -> bool {
 
 /// The bandwidth in the cgroup; None without a quota or when unreadable.
 /// Without a burst file, burst reads 0 and is never written.
-pub fn read_bandwidth(cg: &CpuCgroup) -> Option<(Bandwidth, bool)> {
+pub(crate) fn read_bandwidth(cg: &CpuCgroup) -> Option<(Bandwidth, bool)> {
     let l = cg.bandwidth().ok()?;
     Some((
         Bandwidth {
@@ -78,7 +78,7 @@ pub fn read_bandwidth(cg: &CpuCgroup) -> Option<(Bandwidth, bool)> {
 /// Write `after` over `before`: the quota (and period) only when they
 /// change, then the burst (the cgroup crate clears burst before a quota
 /// write, since the kernel refuses a burst above the quota).
-pub fn write_bandwidth(
+pub(crate) fn write_bandwidth(
     cg: &CpuCgroup,
     before: Bandwidth,
     after: Bandwidth,
@@ -99,7 +99,11 @@ pub fn write_bandwidth(
 /// with the burst at 0 (the cgroup crate clears the burst before a quota
 /// write). An agent killed between two of those file writes finds one of
 /// them at its restart, and must know it for its own.
-pub fn states_between(before: Bandwidth, after: Bandwidth, has_burst: bool) -> Vec<Bandwidth> {
+pub(crate) fn states_between(
+    before: Bandwidth,
+    after: Bandwidth,
+    has_burst: bool,
+) -> Vec<Bandwidth> {
     let mut v = vec![before];
     let quota_changed = (before.quota_us, before.period_us) != (after.quota_us, after.period_us);
     if has_burst && quota_changed {
@@ -231,7 +235,7 @@ struct Controlled {
 }
 
 /// Every controlled container of the agent.
-pub struct Controls {
+pub(crate) struct Controls {
     settings: Option<Settings>,
     groups: HashMap<u64, Controlled>,
     node: NodeSignal,
@@ -239,7 +243,7 @@ pub struct Controls {
 }
 
 impl Controls {
-    pub fn new(cfg: &ControlConfig, state_dir: &std::path::Path) -> Controls {
+    pub(crate) fn new(cfg: &ControlConfig, state_dir: &std::path::Path) -> Controls {
         Controls {
             settings: cfg.enabled.then(|| Settings::from_config(cfg)),
             groups: HashMap::new(),
@@ -251,7 +255,7 @@ impl Controls {
     /// A container just watched (registered, or resumed after a restart):
     /// put back what a previous agent left, then control it if it asked
     /// and the node allows. Returns the records for its log.
-    pub fn attach(
+    pub(crate) fn attach(
         &mut self,
         id: u64,
         key: &ContainerKey,
@@ -352,7 +356,7 @@ impl Controls {
 
     /// One poll: every controlled container's interval, its decision, the
     /// write and its `control` record. Returns the outputs for the metrics.
-    pub fn poll(&mut self, engine: &mut Engine) -> Vec<Output> {
+    pub(crate) fn poll(&mut self, engine: &mut Engine) -> Vec<Output> {
         if self.groups.is_empty() {
             return vec![];
         }
@@ -452,7 +456,7 @@ impl Controls {
 
     /// Stop controlling: the originals back where the cgroup still holds
     /// what the controller wrote (an operator's later value stays).
-    pub fn release(&mut self, id: u64, why: Release) -> Option<Control> {
+    pub(crate) fn release(&mut self, id: u64, why: Release) -> Option<Control> {
         let mut g = self.groups.remove(&id)?;
         // The container gone (its runtime removed the cgroup), or its values
         // an operator's (or the original): the pod's raise, if any, goes
@@ -512,11 +516,11 @@ impl Controls {
     }
 
     /// A container that ended while no agent ran: nothing to restore.
-    pub fn forget(&self, key: &ContainerKey) {
+    pub(crate) fn forget(&self, key: &ContainerKey) {
         self.journal.remove(key);
     }
 
-    pub fn ids(&self) -> Vec<u64> {
+    pub(crate) fn ids(&self) -> Vec<u64> {
         self.groups.keys().copied().collect()
     }
 }

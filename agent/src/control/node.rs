@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use super::policy::Pressure;
 
 const PROC_STAT: &str = "/proc/stat";
-pub const EVERY: Duration = Duration::from_millis(500);
+pub(crate) const EVERY: Duration = Duration::from_millis(500);
 
 /// `some … total=…` of a PSI file: the cumulative stall, µs.
-pub fn parse_psi_some_total(text: &str) -> Option<u64> {
+pub(crate) fn parse_psi_some_total(text: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("some "))?;
     line.split_whitespace()
         .find_map(|f| f.strip_prefix("total="))?
@@ -28,7 +28,7 @@ pub fn parse_psi_some_total(text: &str) -> Option<u64> {
 }
 
 /// (idle + iowait, total) jiffies of the `cpu ` line of /proc/stat.
-pub fn parse_stat_idle(text: &str) -> Option<(u64, u64)> {
+pub(crate) fn parse_stat_idle(text: &str) -> Option<(u64, u64)> {
     let v: Vec<u64> = text
         .lines()
         .next()?
@@ -42,12 +42,12 @@ pub fn parse_stat_idle(text: &str) -> Option<(u64, u64)> {
 }
 
 /// The share of `wall` that `stall` covers, percent, at most 100.
-pub fn share_percent(stall_us: u64, wall: Duration) -> Option<f64> {
+pub(crate) fn share_percent(stall_us: u64, wall: Duration) -> Option<f64> {
     let wall_us = wall.as_micros() as f64;
     (wall_us > 0.0).then(|| (stall_us as f64 * 100.0 / wall_us).min(100.0))
 }
 
-pub struct NodeSignal {
+pub(crate) struct NodeSignal {
     psi_file: PathBuf,
     last: Option<Instant>,
     pressure: Pressure,
@@ -56,7 +56,7 @@ pub struct NodeSignal {
 }
 
 impl NodeSignal {
-    pub fn new(psi_file: impl Into<PathBuf>) -> NodeSignal {
+    pub(crate) fn new(psi_file: impl Into<PathBuf>) -> NodeSignal {
         NodeSignal {
             psi_file: psi_file.into(),
             last: None,
@@ -66,7 +66,7 @@ impl NodeSignal {
         }
     }
 
-    pub fn read(&mut self) -> Pressure {
+    pub(crate) fn read(&mut self) -> Pressure {
         if self.last.is_some_and(|t| t.elapsed() < EVERY) {
             return self.pressure;
         }

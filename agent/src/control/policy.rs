@@ -13,7 +13,7 @@ use throttlewatch_core::logfmt::control::{Bandwidth, ControlSignal};
 
 /// The node's bounds, from `[control]`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub burst_ceiling_percent: u32,
     pub quota_ceiling_percent: u32,
     pub step_percent: u32,
@@ -25,7 +25,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_config(c: &ControlConfig) -> Settings {
+    pub(crate) fn from_config(c: &ControlConfig) -> Settings {
         Settings {
             burst_ceiling_percent: c.burst_ceiling_percent.min(100),
             quota_ceiling_percent: c.quota_ceiling_percent.max(100),
@@ -47,7 +47,7 @@ impl Default for Settings {
 
 /// The node's CPU pressure over the guard's last window (see `node.rs`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Pressure {
+pub(crate) struct Pressure {
     /// Share of the window in which some task waited (PSI `some`), percent.
     pub psi_some_percent: Option<f64>,
     pub idle_percent: Option<f64>,
@@ -59,7 +59,7 @@ impl Pressure {
     /// With PSI, idle must be low too: a throttled task counts as waiting
     /// in PSI, so a container held at its quota would otherwise trip the
     /// guard by itself while CPUs idle.
-    pub fn is_high(&self, s: &Settings) -> bool {
+    pub(crate) fn is_high(&self, s: &Settings) -> bool {
         let psi = self
             .psi_some_percent
             .filter(|_| s.pressure_psi < 100.0)
@@ -77,7 +77,7 @@ impl Pressure {
 
 /// One interval as the probe saw it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Interval {
+pub(crate) struct Interval {
     /// CLOCK_MONOTONIC at its end.
     pub now_ns: u64,
     pub length_ns: u64,
@@ -110,14 +110,14 @@ impl Interval {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
+pub(crate) enum Cause {
     Throttled,
     Calm,
     NodePressure,
 }
 
 impl Cause {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Cause::Throttled => "throttled",
             Cause::Calm => "calm",
@@ -128,7 +128,7 @@ impl Cause {
 
 /// One decision: the values to write and why.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Change {
+pub(crate) struct Change {
     pub before: Bandwidth,
     pub after: Bandwidth,
     pub cause: Cause,
@@ -136,7 +136,7 @@ pub struct Change {
 }
 
 impl Change {
-    pub fn action(&self) -> &'static str {
+    pub(crate) fn action(&self) -> &'static str {
         if self.after.quota_us + self.after.burst_us > self.before.quota_us + self.before.burst_us {
             "raise"
         } else {
@@ -146,7 +146,7 @@ impl Change {
 }
 
 #[derive(Debug, Clone)]
-pub struct Policy {
+pub(crate) struct Policy {
     s: Settings,
     original: Bandwidth,
     current: Bandwidth,
@@ -166,10 +166,10 @@ pub struct Policy {
 }
 
 /// The most a calm wait grows by premature step downs.
-pub const CALM_BACKOFF_MAX: u64 = 16;
+pub(crate) const CALM_BACKOFF_MAX: u64 = 16;
 
 impl Policy {
-    pub fn new(s: Settings, original: Bandwidth, now_ns: u64) -> Policy {
+    pub(crate) fn new(s: Settings, original: Bandwidth, now_ns: u64) -> Policy {
         Policy {
             original,
             current: original,
@@ -183,20 +183,21 @@ impl Policy {
     }
 
     /// The calm now needed before a step down.
-    pub fn calm_now_ns(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn calm_now_ns(&self) -> u64 {
         self.calm_now_ns
     }
 
-    pub fn original(&self) -> Bandwidth {
+    pub(crate) fn original(&self) -> Bandwidth {
         self.original
     }
 
-    pub fn current(&self) -> Bandwidth {
+    pub(crate) fn current(&self) -> Bandwidth {
         self.current
     }
 
     /// Highest quota and burst.
-    pub fn ceilings(&self) -> (u64, u64) {
+    pub(crate) fn ceilings(&self) -> (u64, u64) {
         let o = self.original;
         let quota = (o.quota_us * self.s.quota_ceiling_percent as u64 / 100).max(o.quota_us);
         let burst = (o.quota_us * self.s.burst_ceiling_percent as u64 / 100).max(o.burst_us);
@@ -210,7 +211,7 @@ impl Policy {
 
     /// Decide on one interval; the change is taken as written (the caller
     /// writes it, or calls [`Policy::undo`] if the write failed).
-    pub fn step(&mut self, iv: &Interval, p: &Pressure) -> Option<Change> {
+    pub(crate) fn step(&mut self, iv: &Interval, p: &Pressure) -> Option<Change> {
         let since_change = self
             .last_change_ns
             .map_or(u64::MAX, |t| iv.now_ns.saturating_sub(t));
@@ -332,7 +333,7 @@ impl Policy {
 
     /// The peak use per period, while fresh: seen (or 80 % of it) within
     /// two calm waits.
-    pub fn peak_us(&self, now_ns: u64) -> u64 {
+    pub(crate) fn peak_us(&self, now_ns: u64) -> u64 {
         self.peak
             .filter(|(at, _)| now_ns.saturating_sub(*at) <= 2 * self.calm_now_ns)
             .map_or(0, |(_, us)| us)
@@ -354,7 +355,7 @@ impl Policy {
     }
 
     /// A change the kernel refused: the values stay what they were.
-    pub fn undo(&mut self, c: &Change) {
+    pub(crate) fn undo(&mut self, c: &Change) {
         self.current = c.before;
     }
 
@@ -365,7 +366,7 @@ impl Policy {
     /// `Update`: both hold the burst across runc's update) leaves the
     /// burst the controller raised its own, to hand back, not a new
     /// original.
-    pub fn adopt(&mut self, read: Bandwidth, now_ns: u64) {
+    pub(crate) fn adopt(&mut self, read: Bandwidth, now_ns: u64) {
         let (c, o) = (self.current, self.original);
         let quota_changed = (read.quota_us, read.period_us) != (c.quota_us, c.period_us);
         let (quota_us, period_us) = match quota_changed {

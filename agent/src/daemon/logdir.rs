@@ -19,10 +19,10 @@ use throttlewatch_core::logfmt::rotate::{open_append, rotate_parts};
 use throttlewatch_core::logfmt::Rotation;
 
 /// The agent's output when it runs detached (`agent --detach`, the hook).
-pub const AGENT_LOG: &str = "agent.log";
+pub(crate) const AGENT_LOG: &str = "agent.log";
 
 /// A log without its `end` that nothing wrote for this long is closed.
-pub const ABANDONED_AFTER: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const ABANDONED_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// Rotated parts with no current part (a rotation in progress) count as
 /// closed only after this long.
@@ -40,7 +40,7 @@ struct LogSet {
 
 /// What one sweep did.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     pub before: u64,
     pub after: u64,
     /// The logs removed (their current part's name), oldest first.
@@ -49,7 +49,7 @@ pub struct Sweep {
 
 impl Sweep {
     /// One line for agent.log.
-    pub fn describe(&self, dir: &Path, max: u64) -> String {
+    pub(crate) fn describe(&self, dir: &Path, max: u64) -> String {
         let mut names = self.removed.iter().take(10).cloned().collect::<Vec<_>>();
         if self.removed.len() > 10 {
             names.push(format!("and {} more", self.removed.len() - 10));
@@ -104,7 +104,7 @@ fn ends_with_end(path: &Path) -> bool {
 /// Remove closed logs, oldest first, while `dir` holds more than `max`
 /// bytes. `open`: the file names of the logs being written. None when the
 /// directory is within the cap.
-pub fn sweep(
+pub(crate) fn sweep(
     dir: &Path,
     max: u64,
     open: &HashSet<OsString>,
@@ -171,7 +171,7 @@ pub fn sweep(
 /// Rotate `<dir>/agent.log` when it is this process's stderr and has
 /// passed the size: the file is cut into parts and stdout/stderr move to
 /// a fresh `agent.log`. True when it rotated.
-pub fn rotate_agent_log(dir: &Path, rot: Rotation) -> std::io::Result<bool> {
+pub(crate) fn rotate_agent_log(dir: &Path, rot: Rotation) -> std::io::Result<bool> {
     let path = dir.join(AGENT_LOG);
     let Ok(on_disk) = path.symlink_metadata() else {
         return Ok(false);

@@ -19,26 +19,26 @@ use std::sync::atomic::AtomicU64;
 use throttlewatch_bpf::runq::RUNQ_SLOTS;
 
 use crate::histograms::Log2Histogram;
-pub use crate::labels::{ContainerLabels, LabelValue};
+pub(crate) use crate::labels::{ContainerLabels, LabelValue};
 use crate::output::Output;
 
 /// Node-wide failed map inserts, by the map that was full.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MapLabels {
+pub(crate) struct MapLabels {
     pub map: LabelValue,
 }
 
 /// A container's preemptions by who preempted it: `same` (its own threads),
 /// `other` (another container's), `host` (anything else).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PreemptLabels {
+pub(crate) struct PreemptLabels {
     pub by: LabelValue,
     #[prometheus(flatten)]
     pub container: ContainerLabels,
 }
 
 impl PreemptLabels {
-    pub fn new(container: &ContainerLabels, by: &str) -> PreemptLabels {
+    pub(crate) fn new(container: &ContainerLabels, by: &str) -> PreemptLabels {
         PreemptLabels {
             container: container.clone(),
             by: by.into(),
@@ -50,14 +50,14 @@ impl PreemptLabels {
 /// diagnosis, docs/report.md): `own_limit`, `ancestor_limit` (a pod's or a
 /// parent's quota froze it), `own_threads`, `other_containers`, `host`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WaitLabels {
+pub(crate) struct WaitLabels {
     pub cause: LabelValue,
     #[prometheus(flatten)]
     pub container: ContainerLabels,
 }
 
 impl WaitLabels {
-    pub fn new(container: &ContainerLabels, cause: &str) -> WaitLabels {
+    pub(crate) fn new(container: &ContainerLabels, cause: &str) -> WaitLabels {
         WaitLabels {
             container: container.clone(),
             cause: cause.into(),
@@ -65,7 +65,7 @@ impl WaitLabels {
     }
 }
 
-pub const WAIT_CAUSES: [&str; 5] = [
+pub(crate) const WAIT_CAUSES: [&str; 5] = [
     "own_limit",
     "ancestor_limit",
     "own_threads",
@@ -76,17 +76,17 @@ pub const WAIT_CAUSES: [&str; 5] = [
 /// Cold starts are aggregated per namespace and class: one observation per
 /// container would be 6 stages × 14 series that nobody reads alone.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StageLabels {
+pub(crate) struct StageLabels {
     pub namespace: LabelValue,
     pub qos_class: LabelValue,
     pub stage: LabelValue,
 }
 
-pub const PREEMPTORS: [&str; 3] = ["same", "other", "host"];
+pub(crate) const PREEMPTORS: [&str; 3] = ["same", "other", "host"];
 
 type FCounter = Family<ContainerLabels, Counter<f64, AtomicU64>>;
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     pub registry: Registry,
     /// Per-thread freezes, one observation per throttle event.
     pub freeze_seconds: Family<ContainerLabels, Log2Histogram>,
@@ -141,7 +141,7 @@ fn reg<M: prometheus_client::registry::Metric + Default + Clone>(
 
 impl Metrics {
     /// Registration order is the exposition order.
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         let mut r = Registry::with_prefix("throttlewatch");
         let cold_start_seconds = Family::<StageLabels, Histogram>::new_with_constructor(
             cold_start_histogram as fn() -> Histogram,
@@ -174,7 +174,7 @@ impl Metrics {
     }
 
     /// The one way metrics are fed: what the engine's poll returned.
-    pub fn observe(&self, o: &Output) {
+    pub(crate) fn observe(&self, o: &Output) {
         match o {
             Output::Freeze {
                 container,
@@ -249,7 +249,7 @@ impl Metrics {
     }
 
     /// Remove a container's series now.
-    pub fn forget(&self, l: &ContainerLabels) {
+    pub(crate) fn forget(&self, l: &ContainerLabels) {
         for f in [
             &self.throttled_seconds,
             &self.kernel_throttled_seconds,
@@ -274,7 +274,7 @@ impl Metrics {
 
     /// A container ended: its series stay `grace` longer (so a scrape sees
     /// the last increments), then [`Metrics::sweep`] removes them.
-    pub fn retire(&self, l: &ContainerLabels, grace: Duration, now: Instant) {
+    pub(crate) fn retire(&self, l: &ContainerLabels, grace: Duration, now: Instant) {
         if grace.is_zero() {
             self.forget(l);
             return;
@@ -285,14 +285,14 @@ impl Metrics {
     }
 
     /// A container watched again (a restarted agent resuming it) keeps its series.
-    pub fn keep(&self, l: &ContainerLabels) {
+    pub(crate) fn keep(&self, l: &ContainerLabels) {
         if let Ok(mut r) = self.retiring.lock() {
             r.remove(l);
         }
     }
 
     /// Remove the series whose grace period is over; returns how many containers.
-    pub fn sweep(&self, now: Instant) -> usize {
+    pub(crate) fn sweep(&self, now: Instant) -> usize {
         let due: Vec<ContainerLabels> = match self.retiring.lock() {
             Ok(mut r) => {
                 let due: Vec<_> = r
@@ -383,7 +383,7 @@ impl Metrics {
         }
     }
 
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         self.sample_node();
         let mut s = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
@@ -430,10 +430,13 @@ impl Default for Metrics {
 }
 
 /// The most of a request the metrics server reads (line and headers).
-pub const MAX_REQUEST_BYTES: u64 = 8 * 1024;
+pub(crate) const MAX_REQUEST_BYTES: u64 = 8 * 1024;
 
 /// Serve GET /metrics on `addr` in a background thread.
-pub fn serve(addr: &str, metrics: Arc<Mutex<Metrics>>) -> std::io::Result<std::net::SocketAddr> {
+pub(crate) fn serve(
+    addr: &str,
+    metrics: Arc<Mutex<Metrics>>,
+) -> std::io::Result<std::net::SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
     std::thread::Builder::new().name("metrics".into()).spawn(move || {

@@ -22,11 +22,11 @@ use crate::socket::{bind, raise_nofile_limit, Server};
 use crate::state::{ContainersDir, Persisted};
 use crate::{signals, CliError};
 
-pub mod logdir;
-pub mod metrics;
+pub(crate) mod logdir;
+pub(crate) mod metrics;
 mod register;
-pub mod socket;
-pub mod state;
+pub(crate) mod socket;
+pub(crate) mod state;
 use register::RegisterInFlight;
 
 /// Start an agent in the background and wait until it answers.

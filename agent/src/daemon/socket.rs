@@ -18,18 +18,18 @@ use throttlewatch_core::protocol::{Request, Response, MAX_REQUEST_BYTES};
 
 use crate::CliError;
 
-pub type Job = (Request, Responder);
+pub(crate) type Job = (Request, Responder);
 
 /// Where the event loop's answer to one request goes: written on the
 /// connection by the event loop itself. Dropped unanswered (the agent
 /// stopping), the connection closes: the client sees EOF.
-pub struct Responder {
+pub(crate) struct Responder {
     conn: UnixStream,
     _slot: Slot,
 }
 
 impl Responder {
-    pub fn send(self, resp: Response) {
+    pub(crate) fn send(self, resp: Response) {
         // Read non-blocking; the answer is written blocking, bounded by
         // reply's write timeout.
         let _ = self.conn.set_nonblocking(false);
@@ -47,7 +47,7 @@ impl Drop for Slot {
     }
 }
 
-pub fn bind(socket: &Path) -> Result<UnixListener, CliError> {
+pub(crate) fn bind(socket: &Path) -> Result<UnixListener, CliError> {
     let err = |e: std::io::Error| CliError::fail(format!("{}: {e}", socket.display()));
     if let Some(dir) = socket.parent() {
         crate::daemon::mkdir(dir, 0o700)?;
@@ -75,7 +75,7 @@ pub fn bind(socket: &Path) -> Result<UnixListener, CliError> {
 
 /// Connections served at once (being read, or waiting for the event loop's
 /// answer); past it a client is answered "busy" at once.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 
 /// How long a connection may take to send its request line.
 const READ_TIMEOUT: Duration = Duration::from_secs(1);
@@ -91,7 +91,7 @@ struct PartialRequest {
 /// The socket as the event loop serves it: a client that connects and
 /// sends nothing (a hook stopped mid-request) holds only its slot until its
 /// deadline, never the others. Requests are handled one at a time.
-pub struct Server {
+pub(crate) struct Server {
     l: UnixListener,
     active: Arc<AtomicUsize>,
     reading: Vec<PartialRequest>,
@@ -99,7 +99,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(l: UnixListener) -> std::io::Result<Server> {
+    pub(crate) fn new(l: UnixListener) -> std::io::Result<Server> {
         l.set_nonblocking(true)?;
         Ok(Server {
             l,
@@ -111,7 +111,7 @@ impl Server {
 
     /// Wait up to `timeout` for the socket; returns the requests completed
     /// meanwhile (none: the timeout, a signal, or only partial reads).
-    pub fn wait(&mut self, timeout: Duration) -> Vec<Job> {
+    pub(crate) fn wait(&mut self, timeout: Duration) -> Vec<Job> {
         let now = Instant::now();
         // Past their deadline: answered as a read that timed out.
         self.reading.retain(|r| {
@@ -221,7 +221,7 @@ fn pollfd(fd: i32) -> libc::pollfd {
 /// The accepted connection, or None after a pause: at the descriptor limit
 /// (EMFILE, ENFILE) `accept` fails at once for as long as the pending
 /// connection waits, and retrying at once spins a CPU at 100 %.
-pub fn accepted<S>(r: std::io::Result<S>, what: &str) -> Option<S> {
+pub(crate) fn accepted<S>(r: std::io::Result<S>, what: &str) -> Option<S> {
     match r {
         Ok(s) => Some(s),
         Err(e) => {
@@ -240,7 +240,7 @@ pub fn accepted<S>(r: std::io::Result<S>, what: &str) -> Option<S> {
 /// Raise the soft limit on open files to the hard limit: every watched
 /// container holds its log open (systemd's LimitNOFILE sets the hard one).
 /// Returns the limit in force.
-pub fn raise_nofile_limit() -> u64 {
+pub(crate) fn raise_nofile_limit() -> u64 {
     let mut l = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -263,7 +263,7 @@ pub fn raise_nofile_limit() -> u64 {
     l.rlim_cur
 }
 
-pub fn reply(conn: &UnixStream, resp: &Response) {
+pub(crate) fn reply(conn: &UnixStream, resp: &Response) {
     let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
     let mut w = conn;
     let mut out = serde_json::to_vec(resp).unwrap_or_default();

@@ -11,7 +11,7 @@ use throttlewatch_core::ContainerKey;
 use crate::spec::Baseline;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Persisted {
+pub(crate) struct Persisted {
     pub register: Register,
     pub log_path: PathBuf,
     pub cgroup_id: u64,
@@ -19,13 +19,13 @@ pub struct Persisted {
 }
 
 /// `<state_dir>/containers/` (the layout is `throttlewatch_core::state_dir`'s).
-pub struct ContainersDir {
+pub(crate) struct ContainersDir {
     layout: state_dir::StateDir,
     dir: PathBuf,
 }
 
 impl ContainersDir {
-    pub fn open(root: &Path) -> std::io::Result<ContainersDir> {
+    pub(crate) fn open(root: &Path) -> std::io::Result<ContainersDir> {
         let layout = state_dir::StateDir::new(root);
         let dir = layout.containers_dir();
         state_dir::StateDir::create_dir(&dir)?;
@@ -38,16 +38,16 @@ impl ContainersDir {
 
     /// Write atomically, 0600. No fsync: the state lives on /run (tmpfs)
     /// and matters only while the node is up.
-    pub fn save(&self, p: &Persisted) -> std::io::Result<()> {
+    pub(crate) fn save(&self, p: &Persisted) -> std::io::Result<()> {
         let path = self.path(&p.register.key());
         state_dir::write_atomic(&path, &serde_json::to_vec(p)?, &WriteOptions::STATE)
     }
 
-    pub fn remove(&self, key: &ContainerKey) {
+    pub(crate) fn remove(&self, key: &ContainerKey) {
         let _ = std::fs::remove_file(self.path(key));
     }
 
-    pub fn load_all(&self) -> Vec<Persisted> {
+    pub(crate) fn load_all(&self) -> Vec<Persisted> {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return vec![];
         };

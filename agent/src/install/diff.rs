@@ -1,7 +1,7 @@
 //! The unified diff that `install`/`uninstall` print (and `--dry-run` shows).
 
 /// A unified diff (3 lines of context) from an LCS of the lines.
-pub fn unified_diff(old: &str, new: &str, path: &str) -> String {
+pub(crate) fn unified_diff(old: &str, new: &str, path: &str) -> String {
     let (a, b): (Vec<&str>, Vec<&str>) = (old.lines().collect(), new.lines().collect());
     let mut lcs = vec![vec![0usize; b.len() + 1]; a.len() + 1];
     for i in (0..a.len()).rev() {

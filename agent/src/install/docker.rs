@@ -11,9 +11,9 @@ use super::{under_root, Edit, InstallPlan, RUNTIME_NAME};
 use crate::CliError;
 
 /// dockerd's configuration file (as dockerd sees it).
-pub const DAEMON_JSON: &str = "/etc/docker/daemon.json";
+pub(crate) const DAEMON_JSON: &str = "/etc/docker/daemon.json";
 /// The runc-compatible wrapper dockerd runs as our runtime.
-pub const RUNTIME_BINARY: &str = "throttlewatch-runtime";
+pub(crate) const RUNTIME_BINARY: &str = "throttlewatch-runtime";
 
 fn usage(path: &Path, problem: impl std::fmt::Display) -> CliError {
     CliError::usage(format!("{}: {problem}", path.display()))
@@ -46,7 +46,7 @@ fn ours(runtime_path: &str) -> Value {
 
 /// `old` (daemon.json's text, "" when missing) with our runtime added.
 /// Deterministic: uninstall recognises an unchanged file by recomputing it.
-pub fn add_runtime(old: &str, runtime_path: &str) -> Option<String> {
+pub(crate) fn add_runtime(old: &str, runtime_path: &str) -> Option<String> {
     let mut doc: Value = if old.trim().is_empty() {
         serde_json::json!({})
     } else {
@@ -152,7 +152,7 @@ fn cut_candidates(text: &str, entry: &str) -> Vec<(usize, usize)> {
 /// `text` without our runtime (and without a "runtimes" left empty that the
 /// original lacked). The text install inserted is cut out when that parses
 /// to the expected document; otherwise the document is written out again.
-pub fn remove_runtime(text: &str, original: Option<&str>) -> Option<String> {
+pub(crate) fn remove_runtime(text: &str, original: Option<&str>) -> Option<String> {
     let mut doc: Value = serde_json::from_str(text).ok()?;
     let obj = doc.as_object_mut()?;
     let runtimes = obj.get_mut("runtimes")?.as_object_mut()?;
@@ -188,7 +188,7 @@ fn runtime_path(bin_dir: &Path) -> String {
 const THEN: &str = "reload dockerd (SIGHUP or `systemctl reload docker`), then `docker run --runtime throttlewatch …`";
 
 /// What `throttlewatch install docker` does under `root`.
-pub fn install_plan(root: &Path, bin_dir: &Path) -> Result<InstallPlan, CliError> {
+pub(crate) fn install_plan(root: &Path, bin_dir: &Path) -> Result<InstallPlan, CliError> {
     let target: PathBuf = under_root(root, Path::new(DAEMON_JSON));
     let old = read_optional(&target)?;
     let doc = parse(&target, old.as_deref().unwrap_or(""))?;
@@ -226,7 +226,7 @@ pub fn install_plan(root: &Path, bin_dir: &Path) -> Result<InstallPlan, CliError
 }
 
 /// What `throttlewatch uninstall docker` does under `root`.
-pub fn uninstall_plan(root: &Path) -> Result<InstallPlan, CliError> {
+pub(crate) fn uninstall_plan(root: &Path) -> Result<InstallPlan, CliError> {
     let target: PathBuf = under_root(root, Path::new(DAEMON_JSON));
     let mut plan = InstallPlan {
         then: "reload dockerd (SIGHUP or `systemctl reload docker`); when daemon.json is left without \

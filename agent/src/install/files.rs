@@ -11,12 +11,12 @@ use crate::CliError;
 
 /// The backup of `path`, beside it: `config.toml` → `config.toml.throttlewatch-backup`.
 /// The name ends in neither `.toml` nor `.json`, so no `*.toml` import picks it up.
-pub const BACKUP_SUFFIX: &str = ".throttlewatch-backup";
+pub(crate) const BACKUP_SUFFIX: &str = ".throttlewatch-backup";
 
 /// Mode of a file the installer creates (containerd's and docker's own default).
-pub const NEW_FILE_MODE: u32 = 0o644;
+pub(crate) const NEW_FILE_MODE: u32 = 0o644;
 
-pub fn backup_of(path: &Path) -> PathBuf {
+pub(crate) fn backup_of(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(BACKUP_SUFFIX);
     path.with_file_name(name)
@@ -27,7 +27,7 @@ fn io_err(path: &Path, e: std::io::Error) -> CliError {
 }
 
 /// The text of `path`, `None` when it does not exist. Not UTF-8 is bad input.
-pub fn read_optional(path: &Path) -> Result<Option<String>, CliError> {
+pub(crate) fn read_optional(path: &Path) -> Result<Option<String>, CliError> {
     match std::fs::read(path) {
         Ok(bytes) => String::from_utf8(bytes).map(Some).map_err(|_| {
             CliError::usage(format!(
@@ -58,11 +58,6 @@ fn resolved(path: &Path) -> PathBuf {
         }
         _ => path.to_path_buf(),
     }
-}
-
-/// Write `text` to `path` atomically with `mode` (temp file + fsync + rename).
-pub fn write_atomic(path: &Path, text: &str, mode: u32) -> Result<(), CliError> {
-    write_as(path, text, (mode, None))
 }
 
 /// `write_atomic`, the new file also given `owner` (uid, gid) when known:
@@ -96,12 +91,12 @@ fn same_as(path: &Path) -> Result<(u32, Option<(u32, u32)>), CliError> {
 
 /// Replace `path` (through a symbolic link) with `text`, keeping its mode
 /// and owner (0644 when it is new).
-pub fn replace(path: &Path, text: &str) -> Result<(), CliError> {
+pub(crate) fn replace(path: &Path, text: &str) -> Result<(), CliError> {
     write_as(&resolved(path), text, same_as(path)?)
 }
 
 /// Copy `path` (whose text is `text`) to its backup, with the same mode and owner.
-pub fn back_up(path: &Path, text: &str) -> Result<PathBuf, CliError> {
+pub(crate) fn back_up(path: &Path, text: &str) -> Result<PathBuf, CliError> {
     let b = backup_of(path);
     write_as(&b, text, same_as(path)?)?;
     Ok(b)
@@ -109,11 +104,11 @@ pub fn back_up(path: &Path, text: &str) -> Result<PathBuf, CliError> {
 
 /// Move `from` over `to` (through a symbolic link at `to`; one rename: the
 /// bytes and mode of `from` survive).
-pub fn rename(from: &Path, to: &Path) -> Result<(), CliError> {
+pub(crate) fn rename(from: &Path, to: &Path) -> Result<(), CliError> {
     std::fs::rename(from, resolved(to)).map_err(|e| io_err(to, e))
 }
 
-pub fn remove(path: &Path) -> Result<(), CliError> {
+pub(crate) fn remove(path: &Path) -> Result<(), CliError> {
     std::fs::remove_file(path).map_err(|e| io_err(path, e))
 }
 

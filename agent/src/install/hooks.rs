@@ -22,31 +22,31 @@ use super::{under_root, Edit, InstallPlan};
 use crate::CliError;
 
 /// The hook binary the files run.
-pub const HOOK_BINARY: &str = "throttlewatch-hook";
+pub(crate) const HOOK_BINARY: &str = "throttlewatch-hook";
 /// Where Podman (as root) reads hook files with the highest precedence
 /// (after /usr/share/containers/oci/hooks.d, which a same-named file here masks).
-pub const PODMAN_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
+pub(crate) const PODMAN_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
 /// CRI-O's compiled-in `hooks_dir` (containers/common `hooks.DefaultDir`),
 /// used when its configuration sets none.
-pub const CRIO_DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
+pub(crate) const CRIO_DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
 /// CRI-O's configuration file and drop-in directory.
-pub const CRIO_CONF: &str = "/etc/crio/crio.conf";
-pub const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
+pub(crate) const CRIO_CONF: &str = "/etc/crio/crio.conf";
+pub(crate) const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
 /// The annotation match of `when`: any key under our prefix, any value.
-pub const WHEN_KEY: &str = r"^throttlewatch\.io/";
-pub const WHEN_VALUE: &str = ".*";
+pub(crate) const WHEN_KEY: &str = r"^throttlewatch\.io/";
+pub(crate) const WHEN_VALUE: &str = ".*";
 /// The stages we hook, each with its own file.
-pub const STAGES: [&str; 2] = ["createRuntime", "poststop"];
+pub(crate) const STAGES: [&str; 2] = ["createRuntime", "poststop"];
 
 /// The engines that read OCI hook files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HookEngine {
+pub(crate) enum HookEngine {
     Podman,
     Crio,
 }
 
 impl HookEngine {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             HookEngine::Podman => "podman",
             HookEngine::Crio => "crio",
@@ -56,7 +56,7 @@ impl HookEngine {
 
 /// What the hook files say beyond the fixed parts.
 #[derive(Debug, Clone)]
-pub struct HookSettings {
+pub(crate) struct HookSettings {
     /// Directory of `throttlewatch-hook` on the host.
     pub bin_dir: PathBuf,
     /// `--config FILE` for the hook (the `--config` install was given).
@@ -66,7 +66,7 @@ pub struct HookSettings {
 }
 
 /// The file name for `stage`: `throttlewatch-createRuntime.json`.
-pub fn file_name(stage: &str) -> String {
+pub(crate) fn file_name(stage: &str) -> String {
     format!("throttlewatch-{stage}.json")
 }
 
@@ -92,7 +92,7 @@ struct When<'a> {
 }
 
 /// The JSON text of the hook file for `stage`.
-pub fn hook_file(stage: &str, s: &HookSettings) -> String {
+pub(crate) fn hook_file(stage: &str, s: &HookSettings) -> String {
     let mut args = vec![HOOK_BINARY.to_string(), stage.to_string()];
     if let Some(c) = &s.config {
         args.push("--config".into());
@@ -122,7 +122,7 @@ fn is_ours(text: &str) -> bool {
 }
 
 /// The hooks directory `engine` reads (as the engine sees it).
-pub fn hooks_dir(engine: HookEngine, root: &Path) -> Result<PathBuf, CliError> {
+pub(crate) fn hooks_dir(engine: HookEngine, root: &Path) -> Result<PathBuf, CliError> {
     match engine {
         HookEngine::Podman => Ok(PathBuf::from(PODMAN_HOOKS_DIR)),
         HookEngine::Crio => crio_hooks_dir(root),
@@ -197,7 +197,7 @@ fn then(engine: HookEngine, dir: &Path) -> String {
 }
 
 /// What `throttlewatch install podman|crio` does under `root`.
-pub fn install_plan(
+pub(crate) fn install_plan(
     engine: HookEngine,
     root: &Path,
     s: &HookSettings,
@@ -248,7 +248,7 @@ pub fn install_plan(
 
 /// What `throttlewatch uninstall podman|crio` does under `root`: our two
 /// files removed, nothing else.
-pub fn uninstall_plan(engine: HookEngine, root: &Path) -> Result<InstallPlan, CliError> {
+pub(crate) fn uninstall_plan(engine: HookEngine, root: &Path) -> Result<InstallPlan, CliError> {
     let dir = hooks_dir(engine, root)?;
     let host_dir = under_root(root, &dir);
     let mut plan = InstallPlan {

@@ -11,25 +11,25 @@
 //! unexpected shape, an unknown engine) is refused before anything is
 //! written: exit 2 with the file, the problem and what is accepted.
 
-pub mod containerd;
-pub mod diff;
-pub mod docker;
-pub mod files;
-pub mod hooks;
-pub mod restart;
+pub(crate) mod containerd;
+pub(crate) mod diff;
+pub(crate) mod docker;
+pub(crate) mod files;
+pub(crate) mod hooks;
+pub(crate) mod restart;
 
 use std::path::{Path, PathBuf};
 
 use crate::CliError;
 
-pub use diff::unified_diff;
+pub(crate) use diff::unified_diff;
 
 /// The runtime (containerd handler, docker runtime) name we add.
-pub const RUNTIME_NAME: &str = "throttlewatch";
+pub(crate) const RUNTIME_NAME: &str = "throttlewatch";
 
 /// One change to one file.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Edit {
+pub(crate) enum Edit {
     /// Write `after` to `path`; with `backup`, the old text (`before`) is
     /// first copied to the backup.
     Write {
@@ -105,7 +105,7 @@ impl Edit {
 
 /// What install or uninstall will do.
 #[derive(Debug, Default)]
-pub struct InstallPlan {
+pub(crate) struct InstallPlan {
     pub edits: Vec<Edit>,
     /// Said before the diffs (which file is edited and why, what is kept).
     pub notes: Vec<String>,
@@ -117,7 +117,7 @@ pub struct InstallPlan {
 
 impl InstallPlan {
     /// Print the plan; write it unless `dry_run`. Exit status 0.
-    pub fn carry_out(&self, dry_run: bool) -> Result<i32, CliError> {
+    pub(crate) fn carry_out(&self, dry_run: bool) -> Result<i32, CliError> {
         for n in &self.notes {
             println!("{n}");
         }
@@ -147,7 +147,7 @@ impl InstallPlan {
 
 /// The engines we configure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ContainerEngine {
+pub(crate) enum ContainerEngine {
     Containerd,
     Docker,
     Podman,
@@ -155,9 +155,9 @@ pub enum ContainerEngine {
 }
 
 impl ContainerEngine {
-    pub const ACCEPTED: &'static str = "containerd, docker, podman, crio";
+    pub(crate) const ACCEPTED: &'static str = "containerd, docker, podman, crio";
 
-    pub fn parse(s: &str, command: &str) -> Result<ContainerEngine, CliError> {
+    pub(crate) fn parse(s: &str, command: &str) -> Result<ContainerEngine, CliError> {
         match s {
             "containerd" => Ok(ContainerEngine::Containerd),
             "docker" => Ok(ContainerEngine::Docker),
@@ -170,7 +170,7 @@ impl ContainerEngine {
         }
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ContainerEngine::Containerd => "containerd",
             ContainerEngine::Docker => "docker",
@@ -267,7 +267,7 @@ pub fn uninstall(engine: &str, o: &Options) -> Result<i32, CliError> {
 }
 
 /// `abs` (a path as the engine sees it) under `root`.
-pub fn under_root(root: &Path, abs: &Path) -> PathBuf {
+pub(crate) fn under_root(root: &Path, abs: &Path) -> PathBuf {
     root.join(abs.strip_prefix("/").unwrap_or(abs))
 }
 
@@ -276,7 +276,7 @@ pub fn under_root(root: &Path, abs: &Path) -> PathBuf {
 pub(crate) mod test_support {
     use super::*;
 
-    pub fn install(
+    pub(crate) fn install(
         engine: &str,
         dry_run: bool,
         root: &Path,
@@ -287,7 +287,7 @@ pub(crate) mod test_support {
         super::install(engine, &o)
     }
 
-    pub fn uninstall(engine: &str, dry_run: bool, root: &Path) -> Result<i32, CliError> {
+    pub(crate) fn uninstall(engine: &str, dry_run: bool, root: &Path) -> Result<i32, CliError> {
         let mut o = Options::new(root, Path::new("/usr/local/bin"));
         o.dry_run = dry_run;
         super::uninstall(engine, &o)

@@ -30,7 +30,7 @@ pub enum Restart {
     Systemd,
 }
 
-pub const ACCEPTED: &str = "none, signal or systemd";
+pub(crate) const ACCEPTED: &str = "none, signal or systemd";
 
 impl Restart {
     pub fn parse(s: &str) -> Result<Restart, CliError> {
@@ -46,7 +46,7 @@ impl Restart {
 }
 
 /// What `mode` does for `engine`, or why it is refused (checked before anything is written).
-pub fn action(engine: ContainerEngine, mode: Restart) -> Result<Option<Action>, CliError> {
+pub(crate) fn action(engine: ContainerEngine, mode: Restart) -> Result<Option<Action>, CliError> {
     let refuse = |why: &str| {
         Err(CliError::usage(format!(
             "--restart {} for {}: {why}",
@@ -90,7 +90,7 @@ pub fn action(engine: ContainerEngine, mode: Restart) -> Result<Option<Action>, 
 
 /// A way to make the engine load its configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// `systemctl ARGS` (in a chroot to the root when it is not `/`).
     Systemctl(&'static [&'static str]),
     /// SIGHUP to the PID in the first existing pidfile, if its command is `comm`.
@@ -102,7 +102,7 @@ pub enum Action {
 
 impl Action {
     /// The command line `Systemctl` runs under `root`.
-    pub fn command(&self, root: &Path) -> Option<Vec<String>> {
+    pub(crate) fn command(&self, root: &Path) -> Option<Vec<String>> {
         let Action::Systemctl(args) = self else {
             return None;
         };
@@ -117,7 +117,7 @@ impl Action {
     }
 
     /// Carry it out; returns what was done, for the user.
-    pub fn run(&self, root: &Path) -> Result<String, CliError> {
+    pub(crate) fn run(&self, root: &Path) -> Result<String, CliError> {
         match self {
             Action::Systemctl(_) => {
                 let c = self.command(root).expect("systemctl");

@@ -14,7 +14,7 @@ use throttlewatch_core::logfmt::{Rotation, Throttle, ThrottleSummary};
 
 /// The limits of one container's log.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LogLimits {
+pub(crate) struct LogLimits {
     /// Bytes per second of records; 0: no budget (every freeze a record).
     pub bytes_per_s: u64,
     pub burst_bytes: u64,
@@ -24,7 +24,7 @@ pub struct LogLimits {
 }
 
 impl LogLimits {
-    pub fn from_config(cfg: &Config) -> LogLimits {
+    pub(crate) fn from_config(cfg: &Config) -> LogLimits {
         LogLimits {
             bytes_per_s: cfg.log_budget_bytes_per_s,
             burst_bytes: cfg.log_budget_burst_bytes,
@@ -39,7 +39,7 @@ const NS_PER_S: i128 = 1_000_000_000;
 /// Bytes that refill at `rate` per second up to `burst`; kept in byte·ns so
 /// that refills of a few nanoseconds are not lost to rounding.
 #[derive(Debug, Clone)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     rate: i128,
     cap: i128,
     tokens: i128,
@@ -48,7 +48,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket at `now_ns` (CLOCK_MONOTONIC).
-    pub fn new(bytes_per_s: u64, burst_bytes: u64, now_ns: u64) -> TokenBucket {
+    pub(crate) fn new(bytes_per_s: u64, burst_bytes: u64, now_ns: u64) -> TokenBucket {
         let cap = burst_bytes as i128 * NS_PER_S;
         TokenBucket {
             rate: bytes_per_s as i128,
@@ -60,7 +60,7 @@ impl TokenBucket {
 
     /// Bytes in the bucket at `now_ns` (negative: charged past empty).
     /// A time before the last one (events of another CPU) refills nothing.
-    pub fn available(&mut self, now_ns: u64) -> i64 {
+    pub(crate) fn available(&mut self, now_ns: u64) -> i64 {
         if now_ns > self.last_ns {
             let add = self.rate * (now_ns - self.last_ns) as i128;
             self.tokens = (self.tokens + add).min(self.cap);
@@ -70,7 +70,7 @@ impl TokenBucket {
     }
 
     /// Take `bytes` (written already: the bucket may go below empty).
-    pub fn charge(&mut self, bytes: usize) {
+    pub(crate) fn charge(&mut self, bytes: usize) {
         self.tokens -= bytes as i128 * NS_PER_S;
     }
 }
@@ -87,11 +87,11 @@ struct Folded {
 }
 
 /// The summary of the threads the budget left no line for.
-pub const OTHER_THREADS: &str = "(other threads)";
+pub(crate) const OTHER_THREADS: &str = "(other threads)";
 
 /// The budget of one log and the freezes it folded.
 #[derive(Debug)]
-pub struct LogBudget {
+pub(crate) struct LogBudget {
     bucket: Option<TokenBucket>,
     /// Bytes `throttle` records leave in the bucket for the summaries.
     reserve: i64,
@@ -102,7 +102,7 @@ pub struct LogBudget {
 }
 
 impl LogBudget {
-    pub fn new(limits: &LogLimits, now_ns: u64, now_unix_ns: u64) -> LogBudget {
+    pub(crate) fn new(limits: &LogLimits, now_ns: u64, now_unix_ns: u64) -> LogBudget {
         let bucket = (limits.bytes_per_s > 0)
             .then(|| TokenBucket::new(limits.bytes_per_s, limits.burst_bytes, now_ns));
         LogBudget {
@@ -116,7 +116,7 @@ impl LogBudget {
 
     /// Whether a `throttle` record may be written at `now_ns`; if not, the
     /// caller folds it.
-    pub fn admits(&mut self, now_ns: u64) -> bool {
+    pub(crate) fn admits(&mut self, now_ns: u64) -> bool {
         let reserve = self.reserve;
         self.bucket
             .as_mut()
@@ -124,14 +124,14 @@ impl LogBudget {
     }
 
     /// Bytes written (any record: they all come out of the same budget).
-    pub fn charge(&mut self, bytes: usize) {
+    pub(crate) fn charge(&mut self, bytes: usize) {
         if let Some(b) = self.bucket.as_mut() {
             b.charge(bytes);
         }
     }
 
     /// A freeze the budget did not take as a record.
-    pub fn fold(&mut self, t: &Throttle) {
+    pub(crate) fn fold(&mut self, t: &Throttle) {
         self.folded_total += 1;
         let f = self.folded.entry(t.tid).or_default();
         if f.comm != t.comm {
@@ -147,7 +147,7 @@ impl LogBudget {
     /// End the interval: hand `write` the summaries of the folded freezes,
     /// most frozen thread first, while the bucket has bytes, then one for
     /// the rest. `write` returns the bytes it wrote.
-    pub fn summaries(
+    pub(crate) fn summaries(
         &mut self,
         now_ns: u64,
         now_unix_ns: u64,

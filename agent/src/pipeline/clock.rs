@@ -1,7 +1,7 @@
 //! BPF timestamps are CLOCK_MONOTONIC; logs speak wall-clock time.
 
 #[derive(Debug, Clone, Copy)]
-pub struct Clock {
+pub(crate) struct Clock {
     /// realtime - monotonic, nanoseconds.
     offset: i128,
 }
@@ -17,17 +17,17 @@ fn now(clock: libc::clockid_t) -> i128 {
 }
 
 impl Clock {
-    pub fn new() -> Clock {
+    pub(crate) fn new() -> Clock {
         Clock {
             offset: now(libc::CLOCK_REALTIME) - now(libc::CLOCK_MONOTONIC),
         }
     }
 
-    pub fn monotonic_ns() -> u64 {
+    pub(crate) fn monotonic_ns() -> u64 {
         now(libc::CLOCK_MONOTONIC) as u64
     }
 
-    pub fn to_unix_ns(&self, mono_ns: u64) -> u64 {
+    pub(crate) fn to_unix_ns(&self, mono_ns: u64) -> u64 {
         (mono_ns as i128 + self.offset).max(0) as u64
     }
 }

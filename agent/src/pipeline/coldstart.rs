@@ -16,13 +16,13 @@ use crate::clock::Clock;
 
 /// CPU that completes a cold start unless the container's
 /// `throttlewatch.io/cold-start-cpu` annotation says otherwise.
-pub const DEFAULT_CPU_TARGET: Duration = Duration::from_millis(10);
+pub(crate) const DEFAULT_CPU_TARGET: Duration = Duration::from_millis(10);
 /// A cold start not complete after this long is written as it is.
-pub const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
+pub(crate) const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
 
 /// The stages of a cold start, in the order of the record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     /// The runtime wrapper's `create` (stamped into the spec).
     Create,
     /// The container's init process was created.
@@ -39,7 +39,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 6] = [
+    pub(crate) const ALL: [Stage; 6] = [
         Stage::Create,
         Stage::Init,
         Stage::Hook,
@@ -49,7 +49,7 @@ impl Stage {
     ];
 
     /// The name in the log's `stages` and the metrics' `kind` label.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Stage::Create => "create",
             Stage::Init => "init",
@@ -84,7 +84,7 @@ impl Timeline {
 
 /// What is known before the kernel reports anything.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct ColdStartSpec {
+pub(crate) struct ColdStartSpec {
     pub created_unix_ns: Option<u64>,
     pub hook_unix_ns: Option<u64>,
     /// The container's init (the OCI state's pid): its creation comes from
@@ -94,7 +94,7 @@ pub struct ColdStartSpec {
 }
 
 #[derive(Debug, Clone)]
-pub struct ColdStartTracker {
+pub(crate) struct ColdStartTracker {
     spec: ColdStartSpec,
     at: Timeline,
     pid: Option<u32>,
@@ -105,7 +105,7 @@ pub struct ColdStartTracker {
 }
 
 impl ColdStartTracker {
-    pub fn new(spec: ColdStartSpec, armed_mono: u64) -> ColdStartTracker {
+    pub(crate) fn new(spec: ColdStartSpec, armed_mono: u64) -> ColdStartTracker {
         let mut at = Timeline::default();
         at.set(Stage::Create, spec.created_unix_ns);
         at.set(Stage::Init, spec.init_pid.and_then(proc_start_unix_ns));
@@ -122,7 +122,7 @@ impl ColdStartTracker {
     }
 
     /// Account a kernel stage; returns the record when the timeline is complete.
-    pub fn on_event(&mut self, ev: &ColdStartEvent, clock: &Clock) -> Option<ColdStart> {
+    pub(crate) fn on_event(&mut self, ev: &ColdStartEvent, clock: &Clock) -> Option<ColdStart> {
         if self.written {
             return None;
         }
@@ -154,19 +154,19 @@ impl ColdStartTracker {
     /// The kernel's split so far of a cold start still pending (up to its
     /// threads' last change of state): written with the record when
     /// watching ends first.
-    pub fn progress(&mut self, split: Option<throttlewatch_bpf::ColdStartSplit>) {
+    pub(crate) fn progress(&mut self, split: Option<throttlewatch_bpf::ColdStartSplit>) {
         if !self.written && self.at.get(Stage::Cpu).is_none() {
             self.split = split.map(split_of).or(self.split);
         }
     }
 
     /// Whether it is time to give up waiting for the kernel stages.
-    pub fn expired(&self, mono_ns: u64) -> bool {
+    pub(crate) fn expired(&self, mono_ns: u64) -> bool {
         !self.written && mono_ns.saturating_sub(self.armed_mono) > GIVE_UP_AFTER.as_nanos() as u64
     }
 
     /// The record as it stands (watching ends, or give up); None once written.
-    pub fn finish(&mut self, why: &str) -> Option<ColdStart> {
+    pub(crate) fn finish(&mut self, why: &str) -> Option<ColdStart> {
         if self.written {
             return None;
         }
@@ -210,7 +210,7 @@ fn split_of(s: throttlewatch_bpf::ColdStartSplit) -> ColdStartSplit {
 
 /// A process's creation from /proc/<pid>/stat (clock ticks since boot) as
 /// Unix ns; resolution one tick (10 ms at USER_HZ 100).
-pub fn proc_start_unix_ns(pid: u32) -> Option<u64> {
+pub(crate) fn proc_start_unix_ns(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = stat.rsplit_once(')')?.1;
     // Fields after the comm start at field 3 (state); starttime is field 22.

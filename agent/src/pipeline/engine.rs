@@ -18,7 +18,7 @@ use crate::spec::SessionSpec;
 use throttlewatch_core::timing::Phases;
 
 /// Probe options from the configuration.
-pub fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
+pub(crate) fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
     ProbeOptions {
         ringbuf_bytes: cfg.ring_buffer_kib.saturating_mul(1024),
         max_watched: cfg.max_containers.max(1),
@@ -26,7 +26,7 @@ pub fn probe_options(cfg: &throttlewatch_core::config::Config) -> ProbeOptions {
     }
 }
 
-pub struct Engine {
+pub(crate) struct Engine {
     probe: ThrottleProbe,
     facts: ProbeFacts,
     sessions: HashMap<u64, Session>,
@@ -41,7 +41,7 @@ pub struct Engine {
 }
 
 /// A session that ended: its `end` record (written) and the last outputs.
-pub struct Finished {
+pub(crate) struct Finished {
     pub end: End,
     pub spec: SessionSpec,
     /// Everything the final drain and the end produced, for every session.
@@ -49,7 +49,7 @@ pub struct Finished {
 }
 
 impl Engine {
-    pub fn load(opts: &ProbeOptions) -> Result<Engine, ProbeError> {
+    pub(crate) fn load(opts: &ProbeOptions) -> Result<Engine, ProbeError> {
         let probe = ThrottleProbe::load(opts)?;
         let facts = ProbeFacts {
             model: probe.model(),
@@ -67,13 +67,13 @@ impl Engine {
         })
     }
 
-    pub fn probe(&self) -> &ThrottleProbe {
+    pub(crate) fn probe(&self) -> &ThrottleProbe {
         &self.probe
     }
 
     /// Start watching a container: open its log, then add its cgroup to the
     /// watch map. Returns the cgroup id.
-    pub fn watch(&mut self, spec: SessionSpec, cgroup: CpuCgroup) -> anyhow::Result<u64> {
+    pub(crate) fn watch(&mut self, spec: SessionSpec, cgroup: CpuCgroup) -> anyhow::Result<u64> {
         let p = self.begin_watch(
             spec,
             cgroup,
@@ -86,7 +86,7 @@ impl Engine {
     /// (its freezes are counted from here on), then the baselines, no log yet.
     /// Finish with [`Engine::complete_watch`] before the next poll (events
     /// drained without a session are not kept).
-    pub fn begin_watch(
+    pub(crate) fn begin_watch(
         &mut self,
         spec: SessionSpec,
         cgroup: CpuCgroup,
@@ -135,7 +135,7 @@ impl Engine {
 
     /// The log half of [`Engine::watch`]: the log opened with its `start`
     /// (or `resume`) record. On failure the cgroup leaves the watch map.
-    pub fn complete_watch(&mut self, p: SessionDraft) -> anyhow::Result<u64> {
+    pub(crate) fn complete_watch(&mut self, p: SessionDraft) -> anyhow::Result<u64> {
         let id = p.cgroup_id();
         self.pending.remove(&id);
         match p.open() {
@@ -153,7 +153,7 @@ impl Engine {
 
     /// Drain the kernel's events into the sessions; from `Due::Tick` on,
     /// every session also reads the totals.
-    pub fn poll(&mut self, due: Due) -> Vec<Output> {
+    pub(crate) fn poll(&mut self, due: Due) -> Vec<Output> {
         let mut readings: HashMap<u64, Reading> = HashMap::new();
         for ev in self.probe.poll() {
             let id = ev.cgroup_id();
@@ -196,33 +196,33 @@ impl Engine {
 
     /// Drain and flush the logs without ending sessions (agent stopping
     /// while containers run); the totals are read for the last persist.
-    pub fn suspend(&mut self) {
+    pub(crate) fn suspend(&mut self) {
         self.poll(Due::Tick);
         for s in self.sessions.values_mut() {
             s.suspend();
         }
     }
 
-    pub fn session(&self, id: u64) -> Option<&Session> {
+    pub(crate) fn session(&self, id: u64) -> Option<&Session> {
         self.sessions.get(&id)
     }
 
-    pub fn session_mut(&mut self, id: u64) -> Option<&mut Session> {
+    pub(crate) fn session_mut(&mut self, id: u64) -> Option<&mut Session> {
         self.sessions.get_mut(&id)
     }
 
-    pub fn sessions(&self) -> impl Iterator<Item = (&u64, &Session)> {
+    pub(crate) fn sessions(&self) -> impl Iterator<Item = (&u64, &Session)> {
         self.sessions.iter()
     }
 
     /// Containers watched: sessions and those between `begin_watch` and
     /// `complete_watch` (in the kernel's watch map already).
-    pub fn watching(&self) -> usize {
+    pub(crate) fn watching(&self) -> usize {
         self.sessions.len() + self.pending.len()
     }
 
     /// The session of a container, by (scope, id).
-    pub fn find(&self, key: &ContainerKey) -> Option<u64> {
+    pub(crate) fn find(&self, key: &ContainerKey) -> Option<u64> {
         self.sessions
             .iter()
             .find(|(_, s)| s.spec.key() == *key)
@@ -230,7 +230,7 @@ impl Engine {
     }
 
     /// Stop watching: final drain, `end` record, log closed, watch-map entry removed.
-    pub fn finish(
+    pub(crate) fn finish(
         &mut self,
         id: u64,
         reason: EndReason,

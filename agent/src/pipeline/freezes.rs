@@ -7,7 +7,7 @@ use throttlewatch_bpf::FreezeEvent;
 use throttlewatch_core::logfmt::ThreadSummary;
 
 /// How many threads the `end` record lists.
-pub const TOP_THREADS: usize = 10;
+pub(crate) const TOP_THREADS: usize = 10;
 
 #[derive(Debug, Clone, Default)]
 struct ThreadAgg {
@@ -18,7 +18,7 @@ struct ThreadAgg {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct FreezeTally {
+pub(crate) struct FreezeTally {
     threads: HashMap<u32, ThreadAgg>,
     pub freezes: u64,
     pub frozen_ns: u64,
@@ -28,7 +28,7 @@ pub struct FreezeTally {
 
 impl FreezeTally {
     /// Count one freeze; true when it is at or above `threshold_ns` (a record is due).
-    pub fn add(&mut self, ev: &FreezeEvent, threshold_ns: u64) -> bool {
+    pub(crate) fn add(&mut self, ev: &FreezeEvent, threshold_ns: u64) -> bool {
         let ns = ev.frozen_ns();
         self.freezes += 1;
         self.frozen_ns += ns;
@@ -46,17 +46,17 @@ impl FreezeTally {
         true
     }
 
-    pub fn threads(&self) -> u64 {
+    pub(crate) fn threads(&self) -> u64 {
         self.threads.len() as u64
     }
 
     /// One thread's frozen time summed (0 when never frozen).
-    pub fn frozen_of(&self, tid: u32) -> u64 {
+    pub(crate) fn frozen_of(&self, tid: u32) -> u64 {
         self.threads.get(&tid).map_or(0, |t| t.total_ns)
     }
 
     /// The threads with the most frozen time (ties: lower tid first).
-    pub fn top(&self) -> Vec<ThreadSummary> {
+    pub(crate) fn top(&self) -> Vec<ThreadSummary> {
         let mut top: Vec<ThreadSummary> = self
             .threads
             .iter()

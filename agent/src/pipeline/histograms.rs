@@ -23,16 +23,17 @@ use throttlewatch_bpf::runq::RUNQ_SLOTS;
 /// 2^13 ns = 8.192 µs … 2^30 ns = 1.074 s (18 bounds, factor 2 apart), the
 /// 10 µs … 1 s range the dashboard resolves. Waits under 8.192 µs are in the
 /// first bucket, over 1.074 s only in `+Inf`.
-pub const FIRST_BOUND_LOG2: usize = 13;
-pub const LAST_BOUND_LOG2: usize = 30;
+pub(crate) const FIRST_BOUND_LOG2: usize = 13;
+pub(crate) const LAST_BOUND_LOG2: usize = 30;
 
 /// The finite `le` bounds in seconds.
-pub fn bounds_seconds() -> impl Iterator<Item = f64> {
+#[cfg(test)]
+pub(crate) fn bounds_seconds() -> impl Iterator<Item = f64> {
     (FIRST_BOUND_LOG2..=LAST_BOUND_LOG2).map(|k| (1u64 << k) as f64 / 1e9)
 }
 
 /// The log2 slot of a duration, as the BPF side computes it (`log2_slot`).
-pub fn slot_of(ns: u64) -> usize {
+pub(crate) fn slot_of(ns: u64) -> usize {
     let s = if ns == 0 { 0 } else { ns.ilog2() as usize };
     s.min(RUNQ_SLOTS - 1)
 }
@@ -54,13 +55,13 @@ impl Default for Inner {
 
 /// A cumulative histogram fed with nanoseconds, exported in seconds.
 #[derive(Debug, Clone, Default)]
-pub struct Log2Histogram {
+pub(crate) struct Log2Histogram {
     inner: Arc<Mutex<Inner>>,
 }
 
 impl Log2Histogram {
     /// One value (a freeze).
-    pub fn observe_ns(&self, ns: u64) {
+    pub(crate) fn observe_ns(&self, ns: u64) {
         let mut i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         i.slots[slot_of(ns)] += 1;
         i.sum_ns = i.sum_ns.saturating_add(ns);
@@ -68,7 +69,7 @@ impl Log2Histogram {
 
     /// The kernel's slot counts of an interval and the exact total of the
     /// same waits.
-    pub fn add_slots(&self, slots: &[u64; RUNQ_SLOTS], sum_ns: u64) {
+    pub(crate) fn add_slots(&self, slots: &[u64; RUNQ_SLOTS], sum_ns: u64) {
         let mut i = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for (a, b) in i.slots.iter_mut().zip(slots) {
             *a += *b;
@@ -78,7 +79,7 @@ impl Log2Histogram {
 
     /// (sum in seconds, count, per-bucket counts, not cumulative, the last
     /// one `+Inf` as prometheus-client writes it: `f64::MAX`).
-    pub fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
+    pub(crate) fn snapshot(&self) -> (f64, u64, Vec<(f64, u64)>) {
         let i = *self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::with_capacity(LAST_BOUND_LOG2 - FIRST_BOUND_LOG2 + 2);
         // le = 2^FIRST: every slot below it.

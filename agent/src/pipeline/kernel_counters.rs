@@ -8,7 +8,7 @@ use crate::spec::Baseline;
 
 /// Which kernel counter the episode total is compared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KernelSource {
+pub(crate) enum KernelSource {
     /// The group holds the quota itself: `cpu.stat` throttled time.
     CpuStat,
     /// The throttling comes from an ancestor: `cpu.stat.local`.
@@ -19,7 +19,7 @@ pub enum KernelSource {
 }
 
 impl KernelSource {
-    pub fn as_str(&self) -> &'static str {
+    pub(crate) fn as_str(&self) -> &'static str {
         match self {
             KernelSource::CpuStat => "cpu.stat",
             KernelSource::CpuStatLocal => "cpu.stat.local",
@@ -30,14 +30,14 @@ impl KernelSource {
 
 /// One read of a cgroup's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct CgroupReading {
+pub(crate) struct CgroupReading {
     /// None when `cpu.stat` could not be read (the cgroup is going away).
     pub stat: Option<CpuStat>,
     pub local: Option<CpuStat>,
 }
 
 impl CgroupReading {
-    pub fn read(g: &CpuCgroup) -> CgroupReading {
+    pub(crate) fn read(g: &CpuCgroup) -> CgroupReading {
         CgroupReading {
             stat: g.cpu_stat().ok(),
             local: g.cpu_stat_local().ok().flatten(),
@@ -46,7 +46,7 @@ impl CgroupReading {
 
     /// The group's `cpu.stat` as the kernel's own struct held it when its
     /// last task exited (the probe keeps it): for a cgroup already removed.
-    pub fn at_exit(b: throttlewatch_bpf::ExitBandwidth) -> CgroupReading {
+    pub(crate) fn at_exit(b: throttlewatch_bpf::ExitBandwidth) -> CgroupReading {
         CgroupReading {
             stat: Some(CpuStat {
                 nr_periods: b.nr_periods,
@@ -62,7 +62,7 @@ impl CgroupReading {
 
 /// The counters a session's totals are compared with, from its start.
 #[derive(Debug, Clone)]
-pub struct KernelCounters {
+pub(crate) struct KernelCounters {
     source: KernelSource,
     base: CpuStat,
     base_local: Option<CpuStat>,
@@ -74,7 +74,7 @@ pub struct KernelCounters {
 impl KernelCounters {
     /// `own_quota`: the group has a quota of its own. `now`: read just
     /// before; `resume`: the baseline of a log that continues.
-    pub fn open(
+    pub(crate) fn open(
         g: &CpuCgroup,
         own_quota: bool,
         now: &CgroupReading,
@@ -106,7 +106,7 @@ impl KernelCounters {
     }
 
     /// The kernel's throttled time since the start.
-    pub fn throttled_ns(&self, now: &CgroupReading) -> u64 {
+    pub(crate) fn throttled_ns(&self, now: &CgroupReading) -> u64 {
         match (self.source, now.local, self.base_local) {
             (KernelSource::CpuStatLocal, Some(l), Some(b)) => l.since(&b).throttled_ns,
             (KernelSource::Ancestor, _, _) => {
@@ -119,7 +119,7 @@ impl KernelCounters {
 
     /// The group's own throttled time since the start (an ancestor's quota
     /// aside): what passed unwatched when a log resumes.
-    pub fn own_throttled_ns(&self, now: &CgroupReading) -> u64 {
+    pub(crate) fn own_throttled_ns(&self, now: &CgroupReading) -> u64 {
         match (self.source, now.local, self.base_local) {
             (KernelSource::CpuStatLocal, Some(l), Some(b)) => l.since(&b).throttled_ns,
             _ => now.stat.unwrap_or_default().since(&self.base).throttled_ns,
@@ -127,12 +127,12 @@ impl KernelCounters {
     }
 
     /// The `cpu.stat` deltas since the start (periods, bursts).
-    pub fn delta(&self, now: &CgroupReading) -> CpuStat {
+    pub(crate) fn delta(&self, now: &CgroupReading) -> CpuStat {
         now.stat.unwrap_or(self.base).since(&self.base)
     }
 
     /// The source as reported: `cpu.stat.local` only where it was there at the start.
-    pub fn source(&self) -> KernelSource {
+    pub(crate) fn source(&self) -> KernelSource {
         if self.source == KernelSource::CpuStatLocal && self.base_local.is_none() {
             KernelSource::CpuStat
         } else {
@@ -141,11 +141,11 @@ impl KernelCounters {
     }
 
     /// Whether the group holds its own quota (the fentry view sees it).
-    pub fn own_quota(&self) -> bool {
+    pub(crate) fn own_quota(&self) -> bool {
         self.source == KernelSource::CpuStat
     }
 
-    pub fn base(&self) -> (CpuStat, Option<CpuStat>) {
+    pub(crate) fn base(&self) -> (CpuStat, Option<CpuStat>) {
         (self.base, self.base_local)
     }
 }
@@ -174,7 +174,7 @@ fn quota_ancestor(g: &CpuCgroup) -> Option<CpuCgroup> {
 
 /// OOM kills in a container's memory cgroup, from the kernel's own count.
 #[derive(Debug, Clone)]
-pub struct OomKills {
+pub(crate) struct OomKills {
     dir: std::path::PathBuf,
     mode: throttlewatch_cgroup::CgroupMode,
     at_start: u64,
@@ -183,7 +183,7 @@ pub struct OomKills {
 
 impl OomKills {
     /// The memory cgroup of the container's init process, where it has one.
-    pub fn of(pid: Option<u32>) -> Option<OomKills> {
+    pub(crate) fn of(pid: Option<u32>) -> Option<OomKills> {
         let (dir, mode) = throttlewatch_cgroup::memory_dir_of(pid?)?;
         let n = throttlewatch_cgroup::oom_kills(&dir, mode)?;
         Some(OomKills {
@@ -195,14 +195,14 @@ impl OomKills {
     }
 
     /// Re-read the count while the cgroup is there.
-    pub fn refresh(&mut self) {
+    pub(crate) fn refresh(&mut self) {
         if let Some(n) = throttlewatch_cgroup::oom_kills(&self.dir, self.mode) {
             self.latest = n;
         }
     }
 
     /// Kills since watching began: now, else as last read.
-    pub fn since_start(&self) -> u64 {
+    pub(crate) fn since_start(&self) -> u64 {
         throttlewatch_cgroup::oom_kills(&self.dir, self.mode)
             .unwrap_or(self.latest)
             .saturating_sub(self.at_start)

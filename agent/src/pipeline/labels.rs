@@ -7,7 +7,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use throttlewatch_qos::{Key, QosClass};
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ContainerLabels {
+pub(crate) struct ContainerLabels {
     pub container_id: LabelValue,
     /// The id space (`ns-<containerd namespace>`, `root-<name>-<hash>`;
     /// empty for runc's default root): the same id in two scopes is two
@@ -29,10 +29,10 @@ pub struct ContainerLabels {
 /// and OpenMetrics alike); other characters pass as they are (the agent
 /// decodes requests lossily, so the value is valid UTF-8).
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
-pub struct LabelValue(pub String);
+pub(crate) struct LabelValue(pub String);
 
 impl LabelValue {
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -87,7 +87,11 @@ const CONTAINER_KEYS: [&str; 2] = [
 ];
 
 impl ContainerLabels {
-    pub fn new(id: &str, name: &str, annotations: &BTreeMap<String, String>) -> ContainerLabels {
+    pub(crate) fn new(
+        id: &str,
+        name: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> ContainerLabels {
         let pick = |keys: &[&str]| {
             LabelValue(
                 keys.iter()
@@ -114,7 +118,7 @@ impl ContainerLabels {
     /// The class the hook resolved (its `qos` summary: `request.qos_class`,
     /// from either the annotation or the environment channel) wins over
     /// the annotation read here.
-    pub fn with_qos_summary(mut self, qos: Option<&serde_json::Value>) -> ContainerLabels {
+    pub(crate) fn with_qos_summary(mut self, qos: Option<&serde_json::Value>) -> ContainerLabels {
         if let Some(c) = qos
             .and_then(|q| q["request"]["qos_class"].as_str())
             .and_then(qos_class_name)
@@ -125,7 +129,10 @@ impl ContainerLabels {
     }
 
     /// The registration's id space, as the `scope` label.
-    pub fn with_scope(mut self, scope: Option<&throttlewatch_core::Scope>) -> ContainerLabels {
+    pub(crate) fn with_scope(
+        mut self,
+        scope: Option<&throttlewatch_core::Scope>,
+    ) -> ContainerLabels {
         if let Some(s) = scope {
             self.scope = s.as_str().into();
         }
@@ -133,12 +140,12 @@ impl ContainerLabels {
     }
 
     /// A container outside Kubernetes (`run`, `watch`): an id and a name only.
-    pub fn plain(id: &str, name: &str) -> ContainerLabels {
+    pub(crate) fn plain(id: &str, name: &str) -> ContainerLabels {
         ContainerLabels::new(id, name, &BTreeMap::new())
     }
 
     /// The label subset written into the log's `start` record.
-    pub fn as_map(&self) -> BTreeMap<String, String> {
+    pub(crate) fn as_map(&self) -> BTreeMap<String, String> {
         [
             ("k8s_namespace", &self.namespace),
             ("k8s_pod", &self.pod),

@@ -5,20 +5,20 @@
 //! coldstart, threadcpu), and the typed fan-out to the log, the metrics and
 //! the live view (output).
 
-pub mod budget;
-pub mod clock;
-pub mod coldstart;
-pub mod engine;
-pub mod freezes;
-pub mod histograms;
-pub mod kernel_counters;
-pub mod labels;
-pub mod output;
-pub mod placement;
-pub mod procinfo;
-pub mod reading;
-pub mod records;
-pub mod runq;
-pub mod session;
-pub mod spec;
-pub mod threadcpu;
+pub(crate) mod budget;
+pub(crate) mod clock;
+pub(crate) mod coldstart;
+pub(crate) mod engine;
+pub(crate) mod freezes;
+pub(crate) mod histograms;
+pub(crate) mod kernel_counters;
+pub(crate) mod labels;
+pub(crate) mod output;
+pub(crate) mod placement;
+pub(crate) mod procinfo;
+pub(crate) mod reading;
+pub(crate) mod records;
+pub(crate) mod runq;
+pub(crate) mod session;
+pub(crate) mod spec;
+pub(crate) mod threadcpu;

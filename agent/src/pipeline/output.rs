@@ -10,7 +10,7 @@ use throttlewatch_core::logfmt::{ColdStart, Runq, Throttle};
 use crate::labels::ContainerLabels;
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Output {
+pub(crate) enum Output {
     /// A freeze, with the `throttle` record written for it (None: under the
     /// threshold, or folded into a `throttle_summary` past the log budget).
     Freeze {

@@ -18,7 +18,7 @@ fn machine() -> Option<&'static Topology> {
 }
 
 /// The `start` record's `topology` for a container whose process is `pid`.
-pub fn start_topology(pid: Option<u32>) -> Option<StartTopology> {
+pub(crate) fn start_topology(pid: Option<u32>) -> Option<StartTopology> {
     let topo = machine().filter(|t| worth_a_record(t))?;
     // Read only where it is used (the container's GPUs).
     let env = pid.map(process_env).unwrap_or_default();
@@ -32,7 +32,7 @@ fn worth_a_record(topo: &Topology) -> bool {
 }
 
 /// `env`: the container process's environment (NVIDIA_VISIBLE_DEVICES).
-pub fn from_topology(topo: &Topology, env: &[String]) -> Option<StartTopology> {
+pub(crate) fn from_topology(topo: &Topology, env: &[String]) -> Option<StartTopology> {
     if !worth_a_record(topo) {
         return None;
     }

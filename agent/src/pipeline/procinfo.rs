@@ -10,9 +10,9 @@ use std::path::Path;
 use throttlewatch_core::logfmt::Process;
 
 /// Bytes of the command line kept.
-pub const CMDLINE_MAX: usize = 256;
+pub(crate) const CMDLINE_MAX: usize = 256;
 
-pub fn read(proc: &Path, pid: u32, cmdline: bool) -> Process {
+pub(crate) fn read(proc: &Path, pid: u32, cmdline: bool) -> Process {
     let dir = proc.join(pid.to_string());
     Process {
         pid,

@@ -8,7 +8,7 @@ use crate::clock::Clock;
 
 /// How much a poll does, each step including the ones before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Due {
+pub(crate) enum Due {
     /// Drain the kernel's events into the logs (every poll interval).
     Events,
     /// Also read the totals: metrics counters, logs flushed (every second).
@@ -19,7 +19,7 @@ pub enum Due {
 
 /// The probe's cumulative totals for one watched cgroup at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ProbeTotals {
+pub(crate) struct ProbeTotals {
     /// (cgroup, CPU) throttle episodes, from the kernel map.
     pub episodes: EpisodeTotals,
     /// The same from the optional fentry view, where loaded.
@@ -36,7 +36,7 @@ pub struct ProbeTotals {
 
 impl ProbeTotals {
     /// `map_full`: read once per poll for every session ([`map_full`]).
-    pub fn read(probe: &ThrottleProbe, cgroup_id: u64, map_full: MapFull) -> ProbeTotals {
+    pub(crate) fn read(probe: &ThrottleProbe, cgroup_id: u64, map_full: MapFull) -> ProbeTotals {
         ProbeTotals {
             episodes: probe.episode_totals(cgroup_id),
             fentry: probe.fentry_totals(cgroup_id),
@@ -49,7 +49,7 @@ impl ProbeTotals {
 }
 
 /// The probe's failed-insert counts (three per-CPU map lookups).
-pub fn map_full(probe: &ThrottleProbe) -> MapFull {
+pub(crate) fn map_full(probe: &ThrottleProbe) -> MapFull {
     let c = probe.map_full();
     MapFull {
         episodes: c.episodes,
@@ -60,7 +60,7 @@ pub fn map_full(probe: &ThrottleProbe) -> MapFull {
 
 /// One poll's reading for one session.
 #[derive(Debug, Clone, Default)]
-pub struct Reading {
+pub(crate) struct Reading {
     /// Freeze and cold-start events of its cgroup, in the kernel's order.
     pub events: Vec<Event>,
     /// Present from `Due::Tick` on.

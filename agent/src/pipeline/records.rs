@@ -86,7 +86,7 @@ pub(crate) fn resume_record(
 }
 
 /// The running kernel's release, read once (every `start` record has it).
-pub fn kernel_release() -> String {
+pub(crate) fn kernel_release() -> String {
     static RELEASE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     RELEASE
         .get_or_init(|| {

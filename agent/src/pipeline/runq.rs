@@ -7,7 +7,7 @@ use throttlewatch_bpf::RunqTotals;
 use throttlewatch_core::logfmt::Runq;
 
 #[derive(Debug, Clone, Default)]
-pub struct RunqTracker {
+pub(crate) struct RunqTracker {
     base: RunqTotals,
     last: RunqTotals,
     started_mono: u64,
@@ -16,7 +16,7 @@ pub struct RunqTracker {
 
 /// The record for what happened between `base` and `now`; `max` is the
 /// longest wait of that span as the kernel reports it.
-pub fn record(now: &RunqTotals, base: &RunqTotals, interval_ns: u64, max: u64) -> Runq {
+pub(crate) fn record(now: &RunqTotals, base: &RunqTotals, interval_ns: u64, max: u64) -> Runq {
     let d = now.since(base);
     let max = if d.count == 0 { 0 } else { max };
     Runq {
@@ -36,7 +36,7 @@ pub fn record(now: &RunqTotals, base: &RunqTotals, interval_ns: u64, max: u64) -
 impl RunqTracker {
     /// `now`: the kernel totals when watching starts (a histogram created
     /// at watch time is zero, a resumed one is not).
-    pub fn new(now: RunqTotals, mono_ns: u64) -> RunqTracker {
+    pub(crate) fn new(now: RunqTotals, mono_ns: u64) -> RunqTracker {
         RunqTracker {
             base: now,
             last: now,
@@ -47,12 +47,12 @@ impl RunqTracker {
 
     /// The kernel's log2 slot counts since the last interval (call before
     /// [`RunqTracker::interval`] closes it).
-    pub fn slots_since_last(&self, now: &RunqTotals) -> [u64; RUNQ_SLOTS] {
+    pub(crate) fn slots_since_last(&self, now: &RunqTotals) -> [u64; RUNQ_SLOTS] {
         now.since(&self.last).slots
     }
 
     /// The `runq` record of the interval that ends now.
-    pub fn interval(&mut self, now: RunqTotals, mono_ns: u64) -> Runq {
+    pub(crate) fn interval(&mut self, now: RunqTotals, mono_ns: u64) -> Runq {
         let r = record(
             &now,
             &self.last,
@@ -65,7 +65,7 @@ impl RunqTracker {
     }
 
     /// Over the whole watch (for `end`).
-    pub fn total(&self, now: RunqTotals, mono_ns: u64) -> Runq {
+    pub(crate) fn total(&self, now: RunqTotals, mono_ns: u64) -> Runq {
         record(
             &now,
             &self.base,

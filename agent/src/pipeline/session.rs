@@ -24,7 +24,7 @@ use crate::threadcpu::ThreadCpuTally;
 
 /// What the log's `start` and `resume` records say about the probe.
 #[derive(Debug, Clone)]
-pub struct ProbeFacts {
+pub(crate) struct ProbeFacts {
     pub model: ThrottleModel,
     /// "tp_btf", "raw_tp", with "+fentry" when the fentry view loaded.
     pub description: String,
@@ -33,7 +33,7 @@ pub struct ProbeFacts {
 }
 
 /// How a session begins, from the engine.
-pub struct Opening<'a> {
+pub(crate) struct Opening<'a> {
     pub facts: &'a ProbeFacts,
     /// The probe follows the container's cold start.
     pub cold_start_armed: bool,
@@ -42,7 +42,7 @@ pub struct Opening<'a> {
 /// The cold start's note when watching ends before it is complete.
 const COLD_START_CUT_SHORT: &str = "watching ended before the entrypoint had its CPU target";
 
-pub struct Session {
+pub(crate) struct Session {
     pub spec: SessionSpec,
     pub cgroup: CpuCgroup,
     pub cgroup_id: u64,
@@ -81,7 +81,7 @@ pub struct Session {
 /// yet: the engine puts the cgroup in the watch map in between, so that the
 /// agent can answer the hook before the log, the `start` record (with its
 /// topology) and the state file are written.
-pub struct SessionDraft {
+pub(crate) struct SessionDraft {
     spec: SessionSpec,
     cgroup: CpuCgroup,
     cgroup_id: u64,
@@ -97,16 +97,12 @@ pub struct SessionDraft {
 }
 
 impl SessionDraft {
-    pub fn cgroup_id(&self) -> u64 {
+    pub(crate) fn cgroup_id(&self) -> u64 {
         self.cgroup_id
     }
 
-    pub fn spec(&self) -> &SessionSpec {
-        &self.spec
-    }
-
     /// Open the log and write `start` (or `resume`).
-    pub fn open(self) -> io::Result<Session> {
+    pub(crate) fn open(self) -> io::Result<Session> {
         let mut p = self;
         p.cgroup.read_cpuset(&mut p.limits);
         let record = match &p.spec.resume {
@@ -172,18 +168,6 @@ impl SessionDraft {
 }
 
 impl Session {
-    /// Take the kernel baseline, open the log and write `start` (or
-    /// `resume`), for a cgroup in the watch map since the probe's `totals`
-    /// were read.
-    pub fn open(
-        spec: SessionSpec,
-        cgroup: CpuCgroup,
-        o: Opening<'_>,
-        totals: ProbeTotals,
-    ) -> io::Result<Session> {
-        Session::prepare(spec, cgroup, o, || Ok(totals))?.open()
-    }
-
     /// Read the cgroup's limits, have `watch` put the cgroup in the watch
     /// map and read the probe's totals, then take the kernel's baseline
     /// right after them. Nothing is written: the log opens with
@@ -194,7 +178,7 @@ impl Session {
     /// VM lane's emulated CPU the two were 10-50 ms apart, and one restart
     /// in five lost a timer run's unthrottles (~190 ms, 1-2 % of the
     /// container's throttled time) from `probe + unwatched`.
-    pub fn prepare(
+    pub(crate) fn prepare(
         spec: SessionSpec,
         cgroup: CpuCgroup,
         o: Opening<'_>,
@@ -241,7 +225,7 @@ impl Session {
     }
 
     /// Take one reading: write its records, push what happened onto `out`.
-    pub fn feed(&mut self, r: Reading, clock: &Clock, out: &mut Vec<Output>) {
+    pub(crate) fn feed(&mut self, r: Reading, clock: &Clock, out: &mut Vec<Output>) {
         for ev in r.events {
             match ev {
                 Event::Freeze(f) => self.on_freeze(&f, clock, out),
@@ -271,7 +255,7 @@ impl Session {
     /// and sync. `totals`: the probe's, read after the last drain.
     /// `at_exit`: the kernel's counters at the group's last task exit, for a
     /// cgroup removed before its `cpu.stat` could be read.
-    pub fn finish(
+    pub(crate) fn finish(
         mut self,
         totals: ProbeTotals,
         at_exit: Option<throttlewatch_bpf::ExitBandwidth>,
@@ -378,7 +362,7 @@ impl Session {
 
     /// The state to persist so a restarted agent can resume this session
     /// (as of the last reading with totals).
-    pub fn baseline(&self) -> Baseline {
+    pub(crate) fn baseline(&self) -> Baseline {
         let (stat, local) = self.kernel.base();
         Baseline {
             stat,
@@ -393,7 +377,7 @@ impl Session {
     }
 
     /// A change of the dynamic CPU controller (`crate::control`).
-    pub fn write_control(&mut self, rec: logfmt::Control) {
+    pub(crate) fn write_control(&mut self, rec: logfmt::Control) {
         self.write(Record::Control(rec));
     }
 
@@ -428,7 +412,7 @@ impl Session {
 
     /// A pending cold start's split so far (the kernel's), for the record
     /// written when watching ends before its CPU target.
-    pub fn cold_start_progress(&mut self, split: Option<throttlewatch_bpf::ColdStartSplit>) {
+    pub(crate) fn cold_start_progress(&mut self, split: Option<throttlewatch_bpf::ColdStartSplit>) {
         if let Some(t) = self.cold.as_mut() {
             t.progress(split);
         }
@@ -550,7 +534,7 @@ impl Session {
 
     /// Before the agent stops while the container runs: the folded freezes
     /// go to the log (the restarted agent counts from the persisted totals).
-    pub fn suspend(&mut self) {
+    pub(crate) fn suspend(&mut self) {
         self.write_summaries();
         if let Err(e) = self.log.flush() {
             self.say_unwritten(&e);

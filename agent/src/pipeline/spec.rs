@@ -14,7 +14,7 @@ use crate::labels::ContainerLabels;
 
 /// What is known about a container when watching starts.
 #[derive(Debug, Clone, Default)]
-pub struct SessionSpec {
+pub(crate) struct SessionSpec {
     /// Its id and names: the log's `start` record, the metrics' labels.
     pub labels: Arc<ContainerLabels>,
     pub pid: Option<u32>,
@@ -34,12 +34,12 @@ pub struct SessionSpec {
 }
 
 impl SessionSpec {
-    pub fn container_id(&self) -> &str {
+    pub(crate) fn container_id(&self) -> &str {
         self.labels.container_id.as_str()
     }
 
     /// (scope, id): the scope is the registration's (None for `run`/`watch`).
-    pub fn key(&self) -> ContainerKey {
+    pub(crate) fn key(&self) -> ContainerKey {
         ContainerKey::new(
             self.container_id(),
             self.register.as_ref().and_then(|r| r.scope.clone()),
@@ -49,7 +49,7 @@ impl SessionSpec {
 
 /// What a session needs to survive an agent restart (persisted by the agent).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Baseline {
+pub(crate) struct Baseline {
     pub stat: CpuStat,
     pub local: Option<CpuStat>,
     pub started_unix_ns: u64,
@@ -65,7 +65,7 @@ pub struct Baseline {
 impl Baseline {
     /// The `end` of a container that went away while no agent ran: what
     /// was counted up to the last persist; its cgroup is gone, so no kernel view.
-    pub fn ended_while_agent_down(&self) -> End {
+    pub(crate) fn ended_while_agent_down(&self) -> End {
         End {
             reason: EndReason::EndedWhileAgentDown.as_str().into(),
             probe_throttled_ns: self.probe_ns,

@@ -18,7 +18,7 @@ use throttlewatch_cgroup::CpuCgroup;
 use throttlewatch_core::logfmt::{ThreadCpu, ThreadCpuFigures};
 
 /// How many threads by CPU time `thread_cpu.top` lists (besides the most frozen).
-pub const TOP_BY_CPU: usize = 10;
+pub(crate) const TOP_BY_CPU: usize = 10;
 /// Exited threads kept one by one; past it the half with the least CPU is
 /// folded into the totals (memory stays flat under thread churn).
 const KEEP_EXITED: usize = 4096;
@@ -31,14 +31,14 @@ struct Sched {
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct ThreadCpuTally {
+pub(crate) struct ThreadCpuTally {
     exited: HashMap<u32, Sched>,
     /// Exited threads no longer kept one by one: count, CPU, run delay.
     folded: (u64, u64, u64),
 }
 
 impl ThreadCpuTally {
-    pub fn on_exit(&mut self, ev: &ThreadCpuEvent) {
+    pub(crate) fn on_exit(&mut self, ev: &ThreadCpuEvent) {
         self.exited.insert(
             ev.tid,
             Sched {
@@ -62,7 +62,7 @@ impl ThreadCpuTally {
     /// The figures of the exited threads and of those alive in `cgroup` now;
     /// `frozen(tid)` is a thread's frozen time, `most_frozen` the tids the
     /// `end` record lists by frozen time (listed here too).
-    pub fn summary(
+    pub(crate) fn summary(
         &self,
         cgroup: &CpuCgroup,
         frozen: impl Fn(u32) -> u64,

@@ -15,7 +15,7 @@ struct Args {
 
 fn main() {
     let a = Args::parse();
-    match throttlewatch::burn::burn(&a.burn) {
+    match throttlewatch::burn(&a.burn) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("tw-burn: {}", e.message);

@@ -18,13 +18,13 @@ const ACCEPTED_VERSIONS: &str =
     2.3+; both plugin \"io.containerd.cri.v1.runtime\")";
 
 /// One file of containerd's configuration, in the order containerd loads it.
-pub struct ConfigFile {
+pub(super) struct ConfigFile {
     pub host: PathBuf,
     pub text: Option<String>,
     pub doc: DocumentMut,
 }
 
-pub fn usage(path: &Path, problem: impl std::fmt::Display) -> CliError {
+pub(super) fn usage(path: &Path, problem: impl std::fmt::Display) -> CliError {
     CliError::usage(format!("{}: {problem}", path.display()))
 }
 
@@ -38,7 +38,7 @@ fn parse(path: &Path, text: &str) -> Result<DocumentMut, CliError> {
 }
 
 /// A TOML error on one line: "line L, column C: message".
-pub fn one_line(text: &str, e: &toml_edit::TomlError) -> String {
+pub(super) fn one_line(text: &str, e: &toml_edit::TomlError) -> String {
     let at = e.span().map_or(0, |s| s.start).min(text.len());
     let line = text[..at].matches('\n').count() + 1;
     let column = text[..at]
@@ -52,7 +52,7 @@ pub fn one_line(text: &str, e: &toml_edit::TomlError) -> String {
 
 /// The files containerd reads: the main file (which may be missing), then
 /// its imports breadth first, each file once, globs sorted (containerd's `LoadConfig`).
-pub fn load_chain(root: &Path) -> Result<Vec<ConfigFile>, CliError> {
+pub(super) fn load_chain(root: &Path) -> Result<Vec<ConfigFile>, CliError> {
     let mut out: Vec<ConfigFile> = Vec::new();
     let mut pending = VecDeque::from([PathBuf::from(MAIN)]);
     let mut seen = HashSet::new();
@@ -134,7 +134,7 @@ fn resolve_import(root: &Path, parent: &Path, import: &str) -> Vec<PathBuf> {
 }
 
 /// filepath.Match's `*` and `?` within one path component.
-pub fn glob_match(pattern: &str, name: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
     fn go(p: &[u8], s: &[u8]) -> bool {
         match p.split_first() {
             None => s.is_empty(),
@@ -148,13 +148,13 @@ pub fn glob_match(pattern: &str, name: &str) -> bool {
 
 /// Which CRI plugin table to edit, from the configuration's version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CriTable {
+pub(crate) struct CriTable {
     pub plugin: &'static str,
     /// No file sets `version` and none has plugins: we add `version = 2`.
     pub add_version: bool,
 }
 
-pub fn target(chain: &[ConfigFile]) -> Result<CriTable, CliError> {
+pub(super) fn target(chain: &[ConfigFile]) -> Result<CriTable, CliError> {
     let mut version = (0, &chain[0].host);
     for f in chain {
         if let Some(item) = f.doc.get("version") {

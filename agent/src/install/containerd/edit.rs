@@ -6,12 +6,12 @@ use toml_edit::{value, Array, DocumentMut, Item, Table};
 use super::{CriTable, ANNOTATIONS, DEFAULT_RUNTIME, RUNC_TYPE, RUNTIME_TYPE};
 use crate::install::RUNTIME_NAME;
 
-pub fn runtimes_path(plugin: &str) -> [&str; 4] {
+pub(super) fn runtimes_path(plugin: &str) -> [&str; 4] {
     ["plugins", plugin, "containerd", "runtimes"]
 }
 
 /// The table at `keys` (`Ok(None)`: absent). Anything but a `[table]` on the way is an unexpected shape.
-pub fn lookup<'a>(doc: &'a DocumentMut, keys: &[&str]) -> Result<Option<&'a Table>, String> {
+pub(super) fn lookup<'a>(doc: &'a DocumentMut, keys: &[&str]) -> Result<Option<&'a Table>, String> {
     let mut t = doc.as_table();
     for (n, k) in keys.iter().enumerate() {
         match t.get(k) {
@@ -117,7 +117,7 @@ fn sibling_indent(runtimes: &Table) -> String {
         .unwrap_or_default()
 }
 
-pub fn is_ours(item: &Item) -> bool {
+pub(super) fn is_ours(item: &Item) -> bool {
     let has = |k: &str| {
         item.get(k)
             .and_then(Item::as_array)
@@ -129,7 +129,7 @@ pub fn is_ours(item: &Item) -> bool {
 }
 
 /// A drop-in of an older throttlewatch install: a CRI table with nothing but our runtime.
-pub fn is_legacy_dropin(doc: &DocumentMut, plugin: &str) -> bool {
+pub(super) fn is_legacy_dropin(doc: &DocumentMut, plugin: &str) -> bool {
     let only = |t: &Table, k: &str| t.len() == 1 && t.contains_key(k);
     let top_ok = doc.iter().all(|(k, _)| k == "version" || k == "plugins");
     top_ok
@@ -154,7 +154,7 @@ pub fn is_legacy_dropin(doc: &DocumentMut, plugin: &str) -> bool {
 /// `text` with our runtime added to its CRI table (and `runc`, when the file
 /// had no runtimes table). Deterministic: uninstall recognises an unchanged
 /// file by recomputing this from the backup.
-pub fn add_runtime(text: &str, target: CriTable) -> Result<String, String> {
+pub(crate) fn add_runtime(text: &str, target: CriTable) -> Result<String, String> {
     let plugin = target.plugin;
     let mut doc: DocumentMut = text.parse().map_err(|e| format!("not TOML: {e}"))?;
     if target.add_version {
@@ -207,7 +207,7 @@ fn verify(old: &str, new: &str, plugin: &str) -> Result<(), String> {
 /// `text` without our runtime (`None`: it has none). With the pre-install
 /// `original`, also what install added around it and the original lacks:
 /// the default `runc` it wrote (if unchanged), tables left empty, `version`.
-pub fn remove_runtime(
+pub(crate) fn remove_runtime(
     text: &str,
     plugin: &str,
     original: Option<&str>,

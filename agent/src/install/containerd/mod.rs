@@ -21,31 +21,33 @@ use std::path::Path;
 use super::files::{backup_of, read_optional};
 use super::{Edit, InstallPlan, RUNTIME_NAME};
 use crate::CliError;
-pub use chain::{glob_match, CriTable};
+#[cfg(test)]
+use chain::glob_match;
+pub(crate) use chain::CriTable;
 use chain::{load_chain, target, usage};
-pub use edit::{add_runtime, remove_runtime};
+pub(crate) use edit::{add_runtime, remove_runtime};
 use edit::{is_legacy_dropin, is_ours, lookup, runtimes_path};
 
 /// containerd's main configuration file (as containerd sees it).
-pub const MAIN: &str = "/etc/containerd/config.toml";
+pub(crate) const MAIN: &str = "/etc/containerd/config.toml";
 /// The CRI plugin of config version 2 (containerd 1.5–1.7).
-pub const PLUGIN_V2: &str = "io.containerd.grpc.v1.cri";
+pub(crate) const PLUGIN_V2: &str = "io.containerd.grpc.v1.cri";
 /// The CRI runtime plugin of config versions 3 and 4 (containerd 2.x).
-pub const PLUGIN_V3: &str = "io.containerd.cri.v1.runtime";
+pub(crate) const PLUGIN_V3: &str = "io.containerd.cri.v1.runtime";
 /// Served by `containerd-shim-throttlewatch-v2` from containerd's PATH.
-pub const RUNTIME_TYPE: &str = "io.containerd.throttlewatch.v2";
+pub(crate) const RUNTIME_TYPE: &str = "io.containerd.throttlewatch.v2";
 /// containerd's own runc shim: the `runc` we add when we create the runtimes table.
-pub const RUNC_TYPE: &str = "io.containerd.runc.v2";
+pub(crate) const RUNC_TYPE: &str = "io.containerd.runc.v2";
 /// The annotations the CRI plugin passes from pods and containers to the OCI spec.
-pub const ANNOTATIONS: &str = "throttlewatch.io/*";
+pub(crate) const ANNOTATIONS: &str = "throttlewatch.io/*";
 /// containerd's `default_runtime_name` when the file does not set one.
-pub const DEFAULT_RUNTIME: &str = "runc";
+pub(crate) const DEFAULT_RUNTIME: &str = "runc";
 
 const THEN: &str = "restart containerd (`systemctl restart containerd`) to load the change; \
                     pods select the runtime with `runtimeClassName: throttlewatch` (configs/runtimeclass.yaml)";
 
 /// What `throttlewatch install containerd` does under `root`.
-pub fn install_plan(root: &Path) -> Result<InstallPlan, CliError> {
+pub(crate) fn install_plan(root: &Path) -> Result<InstallPlan, CliError> {
     let chain = load_chain(root)?;
     let target = target(&chain)?;
     let plugin = target.plugin;
@@ -134,7 +136,7 @@ pub fn install_plan(root: &Path) -> Result<InstallPlan, CliError> {
 }
 
 /// What `throttlewatch uninstall containerd` does under `root`.
-pub fn uninstall_plan(root: &Path) -> Result<InstallPlan, CliError> {
+pub(crate) fn uninstall_plan(root: &Path) -> Result<InstallPlan, CliError> {
     let chain = load_chain(root)?;
     let target = target(&chain)?;
     let plugin = target.plugin;
