@@ -43,7 +43,7 @@ const SLOWER_FACTOR: f64 = 1.5;
 /// How often specs that came out differently run again, and the most that
 /// do (more than a few is no chance).
 const RERUNS: u32 = 2;
-const RERUN_MAX: usize = 6;
+const RERUN_MAX: usize = 12;
 const SLOWER_SLACK: f64 = 2.0;
 /// CNI plugins from Debian's `containernetworking-plugins`.
 const CNI_BIN: &str = "/usr/lib/cni";

@@ -31,6 +31,13 @@ pub enum Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// What runc answered, as the runc shim passes it on (an internal error).
+impl From<crate::runc::RuncError> for Error {
+    fn from(e: crate::runc::RuncError) -> Error {
+        Error::Internal(e.to_string())
+    }
+}
+
 impl Error {
     pub fn code(&self) -> Code {
         match self {
@@ -46,7 +53,8 @@ impl Error {
 
     /// A failed `runc kill`, as the runc shim reports it (process/utils.go
     /// checkKillError).
-    pub fn of_kill(e: String) -> Error {
+    pub fn of_kill(e: crate::runc::RuncError) -> Error {
+        let e = e.to_string();
         let lower = e.to_lowercase();
         if lower.contains("os: process already finished")
             || e.contains("container not running")
@@ -71,6 +79,10 @@ impl From<Error> for ttrpc::Error {
 mod tests {
     use super::*;
 
+    fn failed(s: &str) -> crate::runc::RuncError {
+        crate::runc::RuncError::Failed(s.into())
+    }
+
     fn status(e: Error) -> (Code, String) {
         match ttrpc::Error::from(e) {
             ttrpc::Error::RpcStatus(s) => (s.code(), s.message().to_string()),
@@ -89,18 +101,18 @@ mod tests {
             (Code::NOT_FOUND, "process does not exist e1".into())
         );
         assert_eq!(
-            status(Error::of_kill("container not running".into())),
+            status(Error::of_kill(failed("container not running"))),
             (
                 Code::NOT_FOUND,
                 "process already finished: not found".into()
             )
         );
         assert_eq!(
-            status(Error::of_kill("container \"x\" does not exist".into())),
+            status(Error::of_kill(failed("container \"x\" does not exist"))),
             (Code::NOT_FOUND, "no such container: not found".into())
         );
         assert_eq!(
-            status(Error::of_kill("permission denied".into())),
+            status(Error::of_kill(failed("permission denied"))),
             (
                 Code::UNKNOWN,
                 "unknown error after kill: permission denied".into()

@@ -24,6 +24,33 @@ pub fn runc_binary(cfg: &throttlewatch_core::config::Config) -> String {
     }
 }
 
+/// A runc invocation that failed, worded as go-runc and the runc shim word it.
+#[derive(Debug, thiserror::Error)]
+pub enum RuncError {
+    #[error("{binary}: {source}")]
+    Spawn {
+        binary: String,
+        source: std::io::Error,
+    },
+    /// runc's last logged error, else its exit status and stderr.
+    #[error("{0}")]
+    Failed(String),
+    /// `runc create` or `runc exec` failed (process/init.go runtimeError).
+    #[error("OCI runtime {op} failed: {source}")]
+    Oci {
+        op: &'static str,
+        source: Box<RuncError>,
+    },
+    /// A file runc writes or reads for us (pid file, process spec).
+    #[error("{}: {msg}", path.display())]
+    File { path: PathBuf, msg: String },
+    /// What runc printed could not be read.
+    #[error("runc output: {0}")]
+    Output(String),
+}
+
+type Result<T> = std::result::Result<T, RuncError>;
+
 #[derive(Debug, Clone)]
 pub struct Runc {
     pub binary: String,
@@ -49,8 +76,8 @@ impl Runc {
         input: Option<&[u8]>,
         stdio: Option<Stdio3>,
         log: Option<&Path>,
-    ) -> Result<Vec<u8>, String> {
-        let sub = monitor_subscribe(Topic::Pid).map_err(|e| e.to_string())?;
+    ) -> Result<Vec<u8>> {
+        let sub = monitor_subscribe(Topic::Pid).map_err(|e| RuncError::Failed(e.to_string()))?;
         match stdio {
             Some(s) => cmd.stdin(s.stdin).stdout(s.stdout).stderr(s.stderr),
             None => cmd
@@ -62,7 +89,10 @@ impl Runc {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),
         };
-        let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", self.binary))?;
+        let mut child = cmd.spawn().map_err(|source| RuncError::Spawn {
+            binary: self.binary.clone(),
+            source,
+        })?;
         if let (Some(input), Some(mut w)) = (input, child.stdin.take()) {
             let _ = w.write_all(input);
         }
@@ -80,10 +110,12 @@ impl Runc {
         }
         // As the runc shim words it (process/init.go runtimeError): runc's
         // last logged error when there is one, else what failed.
-        Err(log.and_then(last_log_error).unwrap_or_else(|| {
-            let msg = String::from_utf8_lossy(&err);
-            format!("{} exited with {code}: {}", self.binary, msg.trim())
-        }))
+        Err(RuncError::Failed(
+            log.and_then(last_log_error).unwrap_or_else(|| {
+                let msg = String::from_utf8_lossy(&err);
+                format!("{} exited with {code}: {}", self.binary, msg.trim())
+            }),
+        ))
     }
 
     /// `console`: the console socket of a process with a terminal.
@@ -93,7 +125,7 @@ impl Runc {
         bundle: &Path,
         stdio: Stdio3,
         console: Option<&Path>,
-    ) -> Result<u32, String> {
+    ) -> Result<u32> {
         let log = bundle.join("log.json");
         let pid_file = bundle.join("init.pid");
         let mut cmd = self.command(Some(&log));
@@ -107,11 +139,14 @@ impl Runc {
         }
         cmd.arg(id);
         self.run(cmd, None, Some(stdio), Some(&log))
-            .map_err(|e| format!("OCI runtime create failed: {e}"))?;
+            .map_err(|e| RuncError::Oci {
+                op: "create",
+                source: Box::new(e),
+            })?;
         read_pid(&pid_file)
     }
 
-    pub fn start(&self, id: &str) -> Result<(), String> {
+    pub fn start(&self, id: &str) -> Result<()> {
         let mut cmd = self.command(None);
         cmd.args(["start", id]);
         self.run(cmd, None, None, None).map(drop)
@@ -126,10 +161,13 @@ impl Runc {
         process_json: &[u8],
         stdio: Stdio3,
         console: Option<&Path>,
-    ) -> Result<u32, String> {
+    ) -> Result<u32> {
         let spec = bundle.join(format!("{exec_id}.json"));
         let pid_file = bundle.join(format!("{exec_id}.pid"));
-        std::fs::write(&spec, process_json).map_err(|e| format!("{}: {e}", spec.display()))?;
+        std::fs::write(&spec, process_json).map_err(|e| RuncError::File {
+            path: spec.clone(),
+            msg: e.to_string(),
+        })?;
         let log = bundle.join("log.json");
         let mut cmd = self.command(Some(&log));
         cmd.args(["exec", "--detach", "--process"])
@@ -142,14 +180,17 @@ impl Runc {
         cmd.arg(id);
         let r = self
             .run(cmd, None, Some(stdio), Some(&log))
-            .map_err(|e| format!("OCI runtime exec failed: {e}"))
+            .map_err(|e| RuncError::Oci {
+                op: "exec",
+                source: Box::new(e),
+            })
             .and_then(|_| read_pid(&pid_file));
         let _ = std::fs::remove_file(&spec);
         let _ = std::fs::remove_file(&pid_file);
         r
     }
 
-    pub fn kill(&self, id: &str, signal: u32, all: bool) -> Result<(), String> {
+    pub fn kill(&self, id: &str, signal: u32, all: bool) -> Result<()> {
         let mut cmd = self.command(None);
         cmd.arg("kill");
         if all {
@@ -160,53 +201,62 @@ impl Runc {
     }
 
     /// `runc delete --force`; a container runc no longer knows is not an error.
-    pub fn delete(&self, id: &str) -> Result<(), String> {
+    pub fn delete(&self, id: &str) -> Result<()> {
         let mut cmd = self.command(None);
         cmd.args(["delete", "--force", id]);
         match self.run(cmd, None, None, None) {
-            Err(e) if e.contains("does not exist") || e.contains("not exist") => Ok(()),
+            Err(RuncError::Failed(e))
+                if e.contains("does not exist") || e.contains("not exist") =>
+            {
+                Ok(())
+            }
             r => r.map(drop),
         }
     }
 
-    pub fn ps(&self, id: &str) -> Result<Vec<u32>, String> {
+    pub fn ps(&self, id: &str) -> Result<Vec<u32>> {
         let mut cmd = self.command(None);
         cmd.args(["ps", "--format", "json", id]);
         let out = self.run(cmd, None, None, None)?;
         serde_json::from_slice::<Option<Vec<u32>>>(&out)
             .map(|v| v.unwrap_or_default())
-            .map_err(|e| e.to_string())
+            .map_err(|e| RuncError::Output(e.to_string()))
     }
 
     /// `runc pause` / `runc resume` (the cgroup freezer).
-    pub fn pause(&self, id: &str, pause: bool) -> Result<(), String> {
+    pub fn pause(&self, id: &str, pause: bool) -> Result<()> {
         let mut cmd = self.command(None);
         cmd.args([if pause { "pause" } else { "resume" }, id]);
         self.run(cmd, None, None, None).map(drop)
     }
 
     /// `runc update --resources -` with the LinuxResources JSON containerd sent.
-    pub fn update(&self, id: &str, resources_json: &[u8]) -> Result<(), String> {
+    pub fn update(&self, id: &str, resources_json: &[u8]) -> Result<()> {
         let mut cmd = self.command(None);
         cmd.args(["update", "--resources", "-", id]);
         self.run(cmd, Some(resources_json), None, None).map(drop)
     }
 
     /// One `runc events --stats` sample (the `data` object).
-    pub fn stats(&self, id: &str) -> Result<serde_json::Value, String> {
+    pub fn stats(&self, id: &str) -> Result<serde_json::Value> {
         let mut cmd = self.command(None);
         cmd.args(["events", "--stats", id]);
         let out = self.run(cmd, None, None, None)?;
-        let v: serde_json::Value = serde_json::from_slice(&out).map_err(|e| e.to_string())?;
+        let v: serde_json::Value =
+            serde_json::from_slice(&out).map_err(|e| RuncError::Output(e.to_string()))?;
         Ok(v["data"].clone())
     }
 }
 
-fn read_pid(path: &Path) -> Result<u32, String> {
-    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn read_pid(path: &Path) -> Result<u32> {
+    let file = |msg: String| RuncError::File {
+        path: path.to_path_buf(),
+        msg,
+    };
+    let s = std::fs::read_to_string(path).map_err(|e| file(e.to_string()))?;
     s.trim()
         .parse()
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e: std::num::ParseIntError| file(e.to_string()))
 }
 
 /// The last `error` message in runc's JSON log, as " (msg)".

@@ -175,7 +175,11 @@ impl Task for TaskService {
                 &req.stdout,
                 &req.stderr,
                 req.terminal,
-                |stdio, console| self.runc.create(&req.id, &bundle, stdio, console),
+                |stdio, console| {
+                    self.runc
+                        .create(&req.id, &bundle, stdio, console)
+                        .map_err(|e| e.to_string())
+                },
             )
             .map_err(Error::Internal)?;
             if let Some(spec) = spec {
@@ -356,7 +360,7 @@ impl Task for TaskService {
 
     fn pids(&self, _ctx: &TtrpcContext, req: api::PidsRequest) -> TtrpcResult<api::PidsResponse> {
         self.process(&req.id, "")?;
-        let pids = self.runc.ps(&req.id).map_err(Error::Internal)?;
+        let pids = self.runc.ps(&req.id).map_err(Error::from)?;
         let processes = pids
             .into_iter()
             .map(|pid| containerd_shim::protos::types::task::ProcessInfo {
@@ -400,7 +404,7 @@ impl Task for TaskService {
                 }
             }
         }
-        res.map_err(Error::Internal)?;
+        res.map_err(Error::from)?;
         Ok(api::Empty::new())
     }
 
@@ -431,7 +435,7 @@ impl Task for TaskService {
                 return Err(Error::NotFound("cgroup does not exist: not found".into()).into())
             }
             None => {
-                let data = self.runc.stats(&req.id).map_err(Error::Internal)?;
+                let data = self.runc.stats(&req.id).map_err(Error::from)?;
                 metrics_any(&data, dirs.v2)
             }
         }
@@ -511,7 +515,7 @@ impl TaskService {
             ))
             .into());
         }
-        self.runc.pause(&id, pause).map_err(Error::Internal)?;
+        self.runc.pause(&id, pause)?;
         if let Some(c) = self.lock().containers.get_mut(&id) {
             if c.init.status == from {
                 c.init.status = to;

@@ -49,7 +49,7 @@ impl TaskService {
         {
             warn!("{msg}");
         }
-        self.runc.start(id).map_err(Error::Internal)?;
+        self.runc.start(id)?;
         let mut st = self.lock();
         let c = st.containers.get_mut(id).ok_or(Error::ContainerNotFound)?;
         if c.init.status == Status::CREATED {
@@ -84,6 +84,7 @@ impl TaskService {
             |stdio, console| {
                 self.runc
                     .exec(id, &bundle, exec_id, &p.spec, stdio, console)
+                    .map_err(|e| e.to_string())
             },
         );
         let (pid, io) = match launched {
@@ -163,7 +164,7 @@ impl TaskService {
         if let Err(w) = end_before_delete(&self.cfg, &key, exit_code) {
             warn!("{id}: {w}");
         }
-        self.runc.delete(&id).map_err(Error::Internal)?;
+        self.runc.delete(&id)?;
         if mounted {
             let rootfs = bundle.join("rootfs");
             if let Err(e) = containerd_shim::mount::umount_recursive(rootfs.to_str(), 0) {
