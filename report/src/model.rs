@@ -231,6 +231,15 @@ impl Container {
         Some((ts + p + p / 2 - phase) / p)
     }
 
+    /// The index of the CFS period `ts` falls in (that of the refill that
+    /// ends it, as [`Self::period_index`] numbers a freeze by its thaw).
+    pub fn period_containing(&self, ts: u64) -> Option<u64> {
+        let p = self.period_ns();
+        let phase = self.thaw_phase?;
+        let into = (ts + p - phase % p) % p;
+        self.period_index(ts + p - into)
+    }
+
     /// Throttled periods in order, each capped at what the CPUs can hold.
     pub fn throttled_periods(&self) -> Vec<(u64, PeriodThrottle)> {
         let p = self.period_ns();

@@ -57,6 +57,93 @@ pub struct Model {
     pub bw: Bandwidth,
     pub cpus: f64,
     pub observed_ns: u64,
+    /// Which part of the log the demand came from, when not all of it (the
+    /// controller changed the limit): said with each recommendation.
+    pub span: Option<String>,
+}
+
+/// The fewest throttled periods under the controller's last limit that the
+/// model is built from instead of the whole log.
+const MIN_SPAN_PERIODS: usize = 10;
+
+/// The periods the demand is rebuilt from and the bandwidth they ran under
+/// (quota, burst in µs): the start's over the whole log; when the
+/// controller changed the limit, the periods since its last change under
+/// the limit it set, when at least [`MIN_SPAN_PERIODS`] of them were
+/// throttled; else those before its first change, under the start's. A
+/// replay over periods that ran under another quota would take their
+/// throttling for that quota's.
+struct Span {
+    from: u64,
+    to: u64,
+    quota_us: u64,
+    burst_us: u64,
+    note: Option<String>,
+}
+
+fn span(
+    c: &Container,
+    start: &throttlewatch_core::logfmt::Start,
+    periods: &[(u64, PeriodThrottle)],
+) -> Option<Span> {
+    let whole = Span {
+        from: 0,
+        to: u64::MAX,
+        quota_us: start.quota_us?,
+        burst_us: start.burst_us.unwrap_or(0),
+        note: None,
+    };
+    let (Some((first_ts, first)), Some((last_ts, last))) = (c.controls.first(), c.controls.last())
+    else {
+        return Some(whole);
+    };
+    let same_period = c
+        .controls
+        .iter()
+        .all(|(_, x)| x.after.period_us == start.period_us);
+    // The period a change came in ran under both limits: left out.
+    let at = |ts: &u64| c.period_containing(*ts);
+    let throttled = |from: u64, to: u64| {
+        periods
+            .iter()
+            .filter(|(k, _)| *k >= from && *k < to)
+            .count()
+    };
+    let cpus = |q: u64| q as f64 / start.period_us.max(1) as f64;
+    if let (true, Some(from)) = (same_period, at(last_ts)) {
+        let n = throttled(from + 1, u64::MAX);
+        if n >= MIN_SPAN_PERIODS && last.after.quota_us > 0 {
+            return Some(Span {
+                from: from + 1,
+                to: u64::MAX,
+                quota_us: last.after.quota_us,
+                burst_us: last.after.burst_us,
+                note: Some(format!(
+                    "computed over the {n} throttled periods after the controller's last change, under the limit it set ({:.2} CPUs)",
+                    cpus(last.after.quota_us)
+                )),
+            });
+        }
+    }
+    if let Some(to) = at(first_ts).filter(|_| first.before.quota_us > 0) {
+        let n = throttled(0, to);
+        if n > 0 {
+            return Some(Span {
+                from: 0,
+                to,
+                quota_us: first.before.quota_us,
+                burst_us: first.before.burst_us,
+                note: Some(format!(
+                    "computed over the {n} throttled periods before the controller first changed the limit ({:.2} CPUs then)",
+                    cpus(first.before.quota_us)
+                )),
+            });
+        }
+    }
+    Some(Span {
+        note: Some("the controller changed the limit during the log: computed over the whole log under the limit at the start".into()),
+        ..whole
+    })
 }
 
 /// Rebuild the demand: per-period throttled spans from the records, scaled so
@@ -64,20 +151,35 @@ pub struct Model {
 /// lost events are in the kernel's figure, not in the records).
 pub fn model(c: &Container) -> Option<Model> {
     let start = c.start.as_ref()?;
-    let quota_ns = start.quota_us? * 1000;
     let period_ns = c.period_ns();
-    let periods = c.throttled_periods();
-    let (first, last) = (periods.first()?.0, periods.last()?.0);
-    let recorded: u64 = periods.iter().map(|(_, p)| p.throttled_ns).sum();
-    let observed = c.kernel_throttled_ns().unwrap_or(recorded);
-    let scale = if recorded > 0 && observed > 0 {
-        observed as f64 / recorded as f64
+    let all = c.throttled_periods();
+    let recorded: u64 = all.iter().map(|(_, p)| p.throttled_ns).sum();
+    let kernel = c.kernel_throttled_ns().unwrap_or(recorded);
+    let scale = if recorded > 0 && kernel > 0 {
+        kernel as f64 / recorded as f64
     } else {
         1.0
     };
-    // Through the log's end: whether the last throttled period was followed
-    // by one without throttling matters (replay.rs).
-    let last = last.max(c.period_index(c.last_ts).unwrap_or(last));
+    let span = span(c, start, &all)?;
+    let quota_ns = span.quota_us * 1000;
+    let periods: Vec<(u64, PeriodThrottle)> = all
+        .into_iter()
+        .filter(|(k, _)| *k >= span.from && *k < span.to)
+        .collect();
+    let (first, last) = (periods.first()?.0, periods.last()?.0);
+    let observed = if span.note.is_some() && (span.from > 0 || span.to < u64::MAX) {
+        (periods.iter().map(|(_, p)| p.throttled_ns).sum::<u64>() as f64 * scale) as u64
+    } else {
+        kernel
+    };
+    // Through the span's end (the log's, or the controller's first
+    // change): whether the last throttled period was followed by one
+    // without throttling matters (replay.rs).
+    let end = c
+        .period_index(c.last_ts)
+        .unwrap_or(last)
+        .min(span.to.saturating_sub(1));
+    let last = last.max(end);
     let mut t = vec![None; (last - first + 1) as usize];
     for (k, p) in &periods {
         t[(k - first) as usize] = Some(PeriodThrottle {
@@ -97,10 +199,11 @@ pub fn model(c: &Container) -> Option<Model> {
         bw: Bandwidth {
             quota_ns,
             period_ns,
-            burst_ns: start.burst_us.unwrap_or(0) * 1000,
+            burst_ns: span.burst_us * 1000,
         },
         cpus,
         observed_ns: observed,
+        span: span.note,
     })
 }
 
@@ -117,13 +220,19 @@ pub fn recommend(c: &Container) -> Vec<Recommendation> {
         out.extend(contention(c, &d));
     }
     if let Some(m) = model(c) {
+        let said = |mut r: Recommendation| {
+            if let Some(n) = &m.span {
+                r.reason = format!("{}; {n}", r.reason);
+            }
+            r
+        };
         // Under contention a limit still removes the freezes where they are
         // a large part (the advice says it leaves the wait); a burst never
         // helps there: the quota left unused was CPU the group could not get.
         let limits = d.share_of(crate::diagnosis::LIMITS);
         if m.observed_ns > 0 && (!contended || limits >= 0.25) {
             if d.shape == Shape::Bursts && !contended {
-                out.extend(burst(&m));
+                out.extend(burst(&m).map(said));
             }
             out.extend(quota(c, &m).map(|mut q| {
                 if contended {
@@ -133,7 +242,7 @@ pub fn recommend(c: &Container) -> Vec<Recommendation> {
                         limits * 100.0
                     );
                 }
-                q
+                said(q)
             }));
         }
     }
@@ -457,6 +566,97 @@ impl WhatIf {
 mod tests {
     use super::*;
     use throttlewatch_core::logfmt::{Record, Start, Throttle};
+
+    /// A steady overload under 0.5 CPUs: four threads frozen 50 ms in every
+    /// period; the controller raises the quota to 1 CPU before period
+    /// `change` (0: never), and `after` periods follow under it.
+    fn controlled(change: u64, after: u64) -> Container {
+        use throttlewatch_core::logfmt::control::{Bandwidth as Bw, Control};
+        let ms = 1_000_000u64;
+        let mut c = Container::default();
+        c.add(
+            0,
+            Record::Start(Start {
+                period_us: 100_000,
+                quota_us: Some(50_000),
+                ..Default::default()
+            }),
+        );
+        let n = if change == 0 { 40 } else { change + after };
+        for k in 0..n {
+            let frozen = if change > 0 && k >= change {
+                20 * ms
+            } else {
+                50 * ms
+            };
+            for cpu in 0..2 {
+                c.add(
+                    k * 100 * ms,
+                    Record::Throttle(Throttle {
+                        tid: cpu + 1,
+                        cpu,
+                        start_ns: k * 100 * ms + (100 * ms - frozen),
+                        frozen_ns: frozen,
+                        ..Default::default()
+                    }),
+                );
+            }
+            if change > 0 && k + 1 == change {
+                let bw = |q| Bw {
+                    quota_us: q,
+                    period_us: 100_000,
+                    burst_us: 0,
+                };
+                c.add(
+                    k * 100 * ms + 10 * ms,
+                    Record::Control(Control {
+                        action: "raise".into(),
+                        cause: "throttled".into(),
+                        before: bw(50_000),
+                        after: bw(100_000),
+                        original: bw(50_000),
+                        ..Default::default()
+                    }),
+                );
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn under_the_controller_the_model_uses_the_limit_it_set() {
+        let m = model(&controlled(0, 0)).unwrap();
+        assert_eq!((m.bw.quota_ns, m.span.as_deref()), (50_000_000, None));
+        // 20 periods under the raised quota: those, under 1 CPU.
+        let m = model(&controlled(20, 20)).unwrap();
+        assert_eq!(m.bw.quota_ns, 100_000_000);
+        let note = m.span.clone().unwrap();
+        assert!(
+            note.contains("after the controller's last change") && note.contains("1.00 CPUs"),
+            "{note}"
+        );
+        // Their throttling only: 19-20 periods of 2 x 20 ms, not the 50 ms
+        // ones before.
+        assert!(
+            (700_000_000..=800_000_000).contains(&m.observed_ns),
+            "{}",
+            m.observed_ns
+        );
+        // Too few periods after the change: those before it, under 0.5 CPUs.
+        let m = model(&controlled(20, 3)).unwrap();
+        assert_eq!(m.bw.quota_ns, 50_000_000);
+        assert!(m
+            .span
+            .unwrap()
+            .contains("before the controller first changed the limit"));
+        // The recommendations say which part of the log they stand on.
+        let r = recommend(&controlled(20, 20));
+        assert!(
+            r.iter()
+                .any(|x| x.reason.contains("after the controller's last change")),
+            "{r:?}"
+        );
+    }
 
     #[test]
     fn a_noisy_log_gets_a_threshold_and_a_quiet_one_none() {
