@@ -104,6 +104,13 @@ impl StateDir {
         self.pending_dir().join(key.file_stem())
     }
 
+    /// `key`'s register was taken (or will never be): its `pending/<key>`
+    /// record goes. The agent's half of the create protocol
+    /// (`throttlewatch_lifecycle::create_marks`).
+    pub fn clear_pending(&self, key: &ContainerKey) {
+        let _ = std::fs::remove_file(self.pending_file(key));
+    }
+
     /// `pids/<pid>`: where the low-level runtime run by wrapper process
     /// `pid` writes its container's init pid.
     pub fn create_pid_file(&self, pid: u32) -> PathBuf {

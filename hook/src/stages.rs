@@ -8,8 +8,8 @@ use throttlewatch_lifecycle::created::{self, Created};
 use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
 use throttlewatch_lifecycle::{
-    burst_record, scope, unwatched, AgentClient, AgentError, BundleSpec, ContainerKey, EndReason,
-    OciState, StateDir,
+    burst_record, create_marks::CreateMarks, scope, AgentClient, AgentError, BundleSpec,
+    ContainerKey, EndReason, OciState, StateDir,
 };
 use throttlewatch_qos::ExclusiveAllocator;
 
@@ -67,7 +67,7 @@ fn on_create(
 /// an error; one it was never told about (marked unwatched) is not asked.
 fn on_poststop(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
     let state = StateDir::new(&cfg.state_dir);
-    if !unwatched::take(&state, key) {
+    if !CreateMarks::new(&cfg.state_dir, key).take_refusal() {
         unregister(cfg, rep, key);
     }
     let cpusets = state.cpusets_dir();

@@ -15,12 +15,11 @@ use throttlewatch_core::protocol::Register;
 
 use crate::agent_client::EarlyConnection;
 use crate::burst_record::BurstRecord;
+use crate::create_marks::CreateMarks;
 use crate::qos::{self, QosOutcome, Requested, Target};
 use crate::report::Reporter;
 use crate::timing::Phases;
-use crate::{
-    agent_start, burst_record, pending, unwatched, AgentClient, BundleSpec, ContainerKey, StateDir,
-};
+use crate::{agent_start, burst_record, pending, AgentClient, BundleSpec, ContainerKey, StateDir};
 
 /// A container created and not yet started.
 pub struct Created<'a> {
@@ -153,18 +152,18 @@ fn send_register(
     // below: `start` (maybe already running: the wrapper's helper) waits on it.
     let mut recorded = None;
     if answer == Answer::AtStart && !reg.wait_for_log {
-        let state = StateDir::new(&cfg.state_dir);
-        unwatched::clear(&state, c.key);
+        let marks = CreateMarks::new(&cfg.state_dir, c.key);
+        marks.watched();
         // Recorded before the send: the agent removes it once watched.
         let record = pending::PendingRegister {
             socket: pending::socket_id(&cfg.socket),
             register: reg.clone(),
         };
-        if let Err(e) = pending::mark(&state, c.key, &record) {
+        if let Err(e) = marks.sent(&record) {
             rep.warn(&format!(
                 "cannot record the register of {} in {}: {e}; waiting for the answer",
                 c.key,
-                state.pending_dir().display()
+                marks.state().pending_dir().display()
             ));
         } else {
             match AgentClient::of(cfg).register_unanswered(&reg, early) {
@@ -175,11 +174,11 @@ fn send_register(
                 // No agent: the waiting path starts one (start_agent) or says
                 // why not; the record stays until it is done.
                 Err(e) if e.is_no_listener() => {
-                    recorded = Some(state);
+                    recorded = Some(marks);
                     early = None;
                 }
                 Err(e) => {
-                    pending::clear(&state, c.key);
+                    marks.taken();
                     rep.error(&format!("{e}; cannot register container {:?}", c.key.id));
                     mark_unwatched(cfg, rep, c.key);
                     return;
@@ -188,11 +187,11 @@ fn send_register(
         }
     }
     let done = agent_start::register(cfg, config_path, &reg, early);
-    if let Some(state) = recorded {
-        pending::clear(&state, c.key); // the agent took it, or it failed (below)
+    if let Some(marks) = recorded {
+        marks.taken(); // the agent took it, or it failed (below)
     }
     match done {
-        Ok(_) => unwatched::clear(&StateDir::new(&cfg.state_dir), c.key),
+        Ok(_) => CreateMarks::new(&cfg.state_dir, c.key).watched(),
         Err(e) => {
             rep.error(&e);
             mark_unwatched(cfg, rep, c.key);
@@ -202,7 +201,7 @@ fn send_register(
 }
 
 fn mark_unwatched(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
-    if let Err(e) = unwatched::mark(&StateDir::new(&cfg.state_dir), key) {
+    if let Err(e) = CreateMarks::new(&cfg.state_dir, key).refused() {
         rep.warn(&format!(
             "cannot mark {key} unwatched in {}: {e} (poststop will ask the agent)",
             cfg.state_dir.display()

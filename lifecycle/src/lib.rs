@@ -29,6 +29,7 @@ pub mod arena;
 pub mod binaries;
 pub mod bundle_spec;
 pub mod burst_record;
+pub mod create_marks;
 pub mod created;
 pub mod held_burst;
 pub mod modifiers;
@@ -42,7 +43,7 @@ pub mod spec_file;
 pub mod stage;
 pub mod timefmt;
 pub use throttlewatch_core::timing;
-pub mod unwatched;
+mod unwatched;
 
 pub use agent_client::{AgentClient, AgentError, Unregistered};
 pub use bundle_spec::BundleSpec;

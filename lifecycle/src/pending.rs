@@ -56,7 +56,11 @@ pub fn socket_id(socket: &Path) -> Option<String> {
 
 /// Record that `key`'s register is about to be sent to the agent on the
 /// socket [`socket_id`] names.
-pub fn mark(state: &StateDir, key: &ContainerKey, p: &PendingRegister) -> std::io::Result<()> {
+pub(crate) fn mark(
+    state: &StateDir,
+    key: &ContainerKey,
+    p: &PendingRegister,
+) -> std::io::Result<()> {
     StateDir::create_dir(&state.pending_dir())?;
     let bytes = serde_json::to_vec(p)?;
     write_atomic(&state.pending_file(key), &bytes, &WriteOptions::STATE)
@@ -65,7 +69,7 @@ pub fn mark(state: &StateDir, key: &ContainerKey, p: &PendingRegister) -> std::i
 /// Record that `key`'s register will be sent once the runtime has created
 /// it: an empty record (0600, never through a symlink), for `start` to
 /// wait on until [`mark`] replaces it with the register.
-pub fn mark_creating(state: &StateDir, key: &ContainerKey) -> std::io::Result<()> {
+pub(crate) fn mark_creating(state: &StateDir, key: &ContainerKey) -> std::io::Result<()> {
     let open = || {
         OpenOptions::new()
             .write(true)
@@ -98,7 +102,7 @@ pub enum Pending {
 /// `key`'s pending register, if there is one. A record that does not
 /// parse counts as [`Pending::Creating`] (records are written whole, by
 /// rename; an empty one is the mark).
-pub fn read(state: &StateDir, key: &ContainerKey) -> Option<Pending> {
+pub(crate) fn read(state: &StateDir, key: &ContainerKey) -> Option<Pending> {
     let bytes = std::fs::read(state.pending_file(key)).ok()?;
     Some(match serde_json::from_slice(&bytes) {
         Ok(p) => Pending::Sent(Box::new(p)),
@@ -108,7 +112,7 @@ pub fn read(state: &StateDir, key: &ContainerKey) -> Option<Pending> {
 
 /// Remove `key`'s record if it is still the mark of [`mark_creating`]
 /// (the register was never sent); a sent one is left for `start`.
-pub fn clear_if_creating(state: &StateDir, key: &ContainerKey) {
+pub(crate) fn clear_if_creating(state: &StateDir, key: &ContainerKey) {
     let p = state.pending_file(key);
     if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file() && m.len() == 0) {
         let _ = std::fs::remove_file(&p);
@@ -117,7 +121,7 @@ pub fn clear_if_creating(state: &StateDir, key: &ContainerKey) {
 
 /// The agent has taken the register (or the container is gone): the
 /// record is removed.
-pub fn clear(state: &StateDir, key: &ContainerKey) {
+pub(crate) fn clear(state: &StateDir, key: &ContainerKey) {
     let _ = std::fs::remove_file(state.pending_file(key));
 }
 
@@ -176,7 +180,7 @@ pub fn wait_watched(
 /// pending register of `key` (see the module), sending it again when its
 /// agent is gone or silent. When the container starts unwatched, the
 /// reason is said in hook.log (by `name`) and returned.
-pub fn before_start(
+pub(crate) fn before_start(
     cfg: &Config,
     config_path: Option<&Path>,
     key: &ContainerKey,

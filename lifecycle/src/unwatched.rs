@@ -9,17 +9,17 @@ use throttlewatch_core::state_dir::StateDir;
 use throttlewatch_core::ContainerKey;
 
 /// Mark `id` as never registered (0600 in a 0700 directory).
-pub fn mark(state: &StateDir, key: &ContainerKey) -> std::io::Result<()> {
+pub(crate) fn mark(state: &StateDir, key: &ContainerKey) -> std::io::Result<()> {
     state.mark_unwatched(key)
 }
 
 /// Whether `id` was marked; the mark is removed.
-pub fn take(state: &StateDir, key: &ContainerKey) -> bool {
+pub(crate) fn take(state: &StateDir, key: &ContainerKey) -> bool {
     std::fs::remove_file(state.unwatched_file(key)).is_ok()
 }
 
 /// A successful register clears a stale mark (an id reused after a crash).
-pub fn clear(state: &StateDir, key: &ContainerKey) {
+pub(crate) fn clear(state: &StateDir, key: &ContainerKey) {
     let _ = std::fs::remove_file(state.unwatched_file(key));
 }
 

@@ -1,7 +1,7 @@
 //! `create` with no hook and no work of ours on the start path. The wrapper
 //! edits the spec (our poststop hook, cpuset resources, the create stamp; no
 //! createRuntime hook), marks the container pending
-//! (`throttlewatch_lifecycle::pending::mark_creating`), starts a helper
+//! (`CreateMarks::creating`, lifecycle/src/create_marks.rs), starts a helper
 //! (`crate::spawn`: a child sharing the wrapper's memory, which the exec
 //! then leaves to it) and execs the low-level runtime's `create` in its own
 //! place: the caller waits for the runtime it asked for and nothing else,
@@ -35,13 +35,13 @@ use std::time::Duration;
 
 use throttlewatch_core::config::Config;
 use throttlewatch_core::ContainerKey;
+use throttlewatch_lifecycle::create_marks::CreateMarks;
 use throttlewatch_lifecycle::created::{on_prepared, prepare, read_pid_file, Answer, Created};
 use throttlewatch_lifecycle::modifiers::{
     apply_modifiers, default_hook_path, is_pod_sandbox_spec, ModifyContext,
 };
 use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
-use throttlewatch_lifecycle::{pending, unwatched};
 use throttlewatch_lifecycle::{HookStage, SpecFile, StateDir};
 
 use crate::args::RuncArgs;
@@ -105,11 +105,12 @@ pub fn create(
     let stale = file_id(&pid_file);
     // A mark left by an earlier container of this id (restarted) must not
     // make this one's `start` skip the wait.
-    unwatched::clear(&state, &key);
-    if let Err(e) = pending::mark_creating(&state, &key) {
+    let marks = CreateMarks::new(&cfg.state_dir, &key);
+    marks.watched();
+    if let Err(e) = marks.creating() {
         log.error(&format!(
             "cannot mark {key} pending in {}: {e}; the container is created and not watched",
-            state.pending_dir().display()
+            marks.state().pending_dir().display()
         ));
         return Next(argv);
     }
@@ -118,7 +119,7 @@ pub fn create(
         log.error(&format!(
             "cannot remove the start ticket of an earlier {key}: {e}; the container is created and not watched"
         ));
-        pending::clear(&state, &key);
+        marks.taken();
         return Next(argv);
     }
     t.mark("mark");
@@ -144,7 +145,7 @@ pub fn create(
         // and clears the mark.
         |e| log.error(&format!("cannot exec {}: {e}", runtime.display())),
     );
-    pending::clear(&state, &key);
+    marks.taken();
     log.error(&format!(
         "cannot start the create helper: {e}; the container is created and not watched"
     ));
@@ -232,14 +233,14 @@ impl Helper<'_> {
         detach();
         let mut t = Phases::start(NAME);
         t.name(&format!("{NAME} created"));
-        let state = StateDir::new(&self.cfg.state_dir);
+        let marks = CreateMarks::new(&self.cfg.state_dir, self.key);
         let mut rep = Reporter::new(self.cfg, HookStage::CreateRuntime, NAME);
         rep.set_container(&self.key.id);
         // What `start` needs: it then loads no configuration.
         let ticket = crate::ticket::Ticket {
             config: self.config_path.map(Path::to_path_buf),
             runtime: self.runtime.to_path_buf(),
-            pending: state.pending_file(self.key),
+            pending: marks.state().pending_file(self.key),
         };
         let ticketed = crate::ticket::write(self.key, &ticket)
             .map_err(|e| {
@@ -254,7 +255,7 @@ impl Helper<'_> {
             Ok(spec) => spec,
             Err(e) => {
                 rep.error(&format!("{e}; the container is not watched"));
-                pending::clear_if_creating(&state, self.key);
+                marks.abandoned();
                 return;
             }
         };
@@ -277,7 +278,7 @@ impl Helper<'_> {
         }
         let (Some(pid), Some(prepared)) = (pid, prepared) else {
             // Not created (the runtime said why), or a pod sandbox.
-            pending::clear_if_creating(&state, self.key);
+            marks.abandoned();
             t.finish();
             return;
         };
@@ -309,7 +310,7 @@ impl Helper<'_> {
             rep.error(&format!("{e:#}; the container is not watched"));
         }
         // Never sent: `start` need not wait for it.
-        pending::clear_if_creating(&state, self.key);
+        marks.abandoned();
         t.finish();
         // The caller is starting the container now: the exit, which frees
         // the address space the wrapper left here, waits until that is

@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use throttlewatch_core::config::Config;
-use throttlewatch_lifecycle::{agent_client, pending, StateDir};
+use throttlewatch_lifecycle::agent_client;
+use throttlewatch_lifecycle::create_marks::CreateMarks;
 
 use crate::args::RuncArgs;
 use crate::lowlevel;
@@ -24,7 +25,7 @@ pub fn end_before_delete(
         return;
     };
     // Created and never started: its register is no longer awaited.
-    pending::clear(&StateDir::new(&cfg.state_dir), &key);
+    CreateMarks::new(&cfg.state_dir, &key).taken();
     if let Err(e) = ticket::remove(&key, config_path) {
         log.warning(&format!("cannot remove the start ticket of {key}: {e}"));
     }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use throttlewatch_core::config::Config;
-use throttlewatch_lifecycle::pending;
+use throttlewatch_lifecycle::create_marks::CreateMarks;
 
 use crate::args::RuncArgs;
 use crate::runlog::{RuncLog, NAME};
@@ -56,7 +56,7 @@ pub fn wait_for_watch(args: &RuncArgs, cfg: &Config, config_path: Option<&Path>,
     let Some(key) = args.container_key() else {
         return;
     };
-    if let Some(msg) = pending::before_start(cfg, config_path, &key, NAME) {
+    if let Some(msg) = CreateMarks::new(&cfg.state_dir, &key).before_start(cfg, config_path, NAME) {
         log.warning(&msg);
     }
 }

@@ -13,7 +13,7 @@
 //! the agent has taken it, as it usually has by then — execs the runtime the
 //! ticket names. A pending register, a missing or unreadable ticket, or one
 //! written for another configuration file sends `start` the whole way
-//! (configuration, `pending::before_start`), which waits for the watch as
+//! (configuration, `CreateMarks::before_start`), which waits for the watch as
 //! before: the ticket can make `start` faster, never let it skip the wait.
 //!
 //! Tickets live in [`DIR`], not in the configured `state_dir`: `start`

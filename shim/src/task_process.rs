@@ -10,7 +10,7 @@ use containerd_shim::protos::protobuf::MessageField;
 use containerd_shim::protos::topics;
 use log::warn;
 use throttlewatch_lifecycle::agent_client::end_before_delete;
-use throttlewatch_lifecycle::pending;
+use throttlewatch_lifecycle::create_marks::CreateMarks;
 
 use super::{TaskService, SHIM_NAME};
 use crate::error::{Error, Result};
@@ -44,9 +44,11 @@ impl TaskService {
         }
         // A register sent at create and not yet taken: wait for the watch.
         let config_path = throttlewatch_core::config::Config::env_path();
-        if let Some(msg) =
-            pending::before_start(&self.cfg, config_path.as_deref(), &self.key(id), SHIM_NAME)
-        {
+        if let Some(msg) = CreateMarks::new(&self.cfg.state_dir, &self.key(id)).before_start(
+            &self.cfg,
+            config_path.as_deref(),
+            SHIM_NAME,
+        ) {
             warn!("{msg}");
         }
         self.runc.start(id)?;
@@ -155,10 +157,7 @@ impl TaskService {
         };
         // Created and never started: its register is no longer awaited.
         let key = self.key(&id);
-        pending::clear(
-            &throttlewatch_lifecycle::StateDir::new(&self.cfg.state_dir),
-            &key,
-        );
+        CreateMarks::new(&self.cfg.state_dir, &key).taken();
         // The log's `end` record while cpu.stat still exists (runc delete
         // removes the cgroup before its poststop hook runs).
         if let Err(w) = end_before_delete(&self.cfg, &key, exit_code) {

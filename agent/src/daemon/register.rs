@@ -137,10 +137,10 @@ impl Agent {
     }
 
     /// The register of `key` is taken: its `pending/<key>` record, if the
-    /// client left one (`throttlewatch_lifecycle::pending`), is removed.
+    /// client left one, is removed (the agent's transition of
+    /// `throttlewatch_lifecycle::create_marks`).
     fn taken(&self, key: &throttlewatch_core::ContainerKey) {
-        let state = throttlewatch_core::StateDir::new(&self.cfg.state_dir);
-        let _ = std::fs::remove_file(state.pending_file(key));
+        throttlewatch_core::StateDir::new(&self.cfg.state_dir).clear_pending(key);
     }
 
     /// The log, `start` record and state file of every register answered
