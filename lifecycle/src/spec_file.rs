@@ -50,7 +50,7 @@ pub enum SpecError {
     Modifier {
         path: PathBuf,
         modifier: &'static str,
-        why: String,
+        why: crate::modifiers::FieldError,
     },
     #[error("cannot write {}: {source}", path.display())]
     Write {

@@ -13,12 +13,15 @@ use serde_json::{json, Value};
 use throttlewatch_core::CpuList;
 use throttlewatch_qos::{plan, CpusetTarget, PlanInput, Topology};
 
-use super::json::object_path;
+use super::json::{object_path, FieldError};
 use super::ModifyContext;
 use crate::bundle_spec::BundleSpec;
 use crate::qos::DEFAULT_PERIOD_US;
 
-pub fn cpuset_resources(spec: &mut Value, ctx: &ModifyContext) -> Result<Option<String>, String> {
+pub fn cpuset_resources(
+    spec: &mut Value,
+    ctx: &ModifyContext,
+) -> Result<Option<String>, FieldError> {
     // An unreadable shape (e.g. a number for `annotations`) is the runtime's
     // to report; QoS then does nothing here.
     let Ok(bundle) = BundleSpec::from_value(spec) else {

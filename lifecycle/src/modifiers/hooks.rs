@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
-use super::json::{kind, object_at};
+use super::json::{object_at, FieldError};
 use super::ModifyContext;
 use crate::binaries::HOOK_BINARY;
 use crate::stage::HookStage;
@@ -45,7 +45,7 @@ fn ensure_hook(
     ctx: &ModifyContext,
     stage: HookStage,
     want: bool,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, FieldError> {
     if !want && spec.pointer(&format!("/hooks/{stage}")).is_none() {
         return Ok(None);
     }
@@ -55,10 +55,10 @@ fn ensure_hook(
     if list.is_null() {
         *list = json!([]);
     }
-    let k = kind(list);
-    let list = list
-        .as_array_mut()
-        .ok_or_else(|| format!("\"{field}\" is {k}; expected an array of hooks"))?;
+    if !list.is_array() {
+        return Err(FieldError::kind(&field, list, "an array of hooks"));
+    }
+    let list = list.as_array_mut().expect("checked");
     let ours: Vec<usize> = (0..list.len())
         .filter(|i| is_our_hook(&list[*i], ctx))
         .collect();
@@ -89,10 +89,13 @@ fn ensure_hook(
 pub fn add_create_runtime_hook(
     spec: &mut Value,
     ctx: &ModifyContext,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, FieldError> {
     ensure_hook(spec, ctx, HookStage::CreateRuntime, ctx.create_runtime_hook)
 }
 
-pub fn add_poststop_hook(spec: &mut Value, ctx: &ModifyContext) -> Result<Option<String>, String> {
+pub fn add_poststop_hook(
+    spec: &mut Value,
+    ctx: &ModifyContext,
+) -> Result<Option<String>, FieldError> {
     ensure_hook(spec, ctx, HookStage::Poststop, true)
 }

@@ -19,6 +19,7 @@ use throttlewatch_core::config::Config;
 use crate::binaries::{beside_me_or_in_path, HOOK_BINARY};
 use crate::bundle_spec::is_pod_sandbox;
 use crate::spec_file::{SpecError, SpecFile};
+pub use json::FieldError;
 
 pub use cpuset::cpuset_resources;
 pub use hooks::{add_create_runtime_hook, add_poststop_hook, CREATED_FLAG};
@@ -64,7 +65,7 @@ impl ModifyContext {
 
 /// One edit: returns a description when it changed the spec; the error
 /// names the field and what was expected.
-pub type SpecModifier = fn(&mut Value, &ModifyContext) -> Result<Option<String>, String>;
+pub type SpecModifier = fn(&mut Value, &ModifyContext) -> Result<Option<String>, FieldError>;
 
 /// The modifiers, in order.
 pub const MODIFIERS: [(&str, SpecModifier); 3] = [
@@ -104,7 +105,7 @@ pub fn apply_modifiers(file: &mut SpecFile, ctx: &ModifyContext) -> Result<Vec<S
 pub fn apply_to_value(
     spec: &mut Value,
     ctx: &ModifyContext,
-) -> Result<Vec<String>, (&'static str, String)> {
+) -> Result<Vec<String>, (&'static str, FieldError)> {
     if is_pod_sandbox_spec(spec) {
         return Ok(vec![]); // the pause container stays as the CRI made it
     }
