@@ -29,37 +29,50 @@ pub struct OciState {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// The state the runtime gave the hook on stdin, refused: what was wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("stdin: cannot read the OCI state: {0}")]
+    Read(std::io::Error),
+    #[error("stdin: OCI state is over {MAX_STATE_BYTES} bytes")]
+    TooLong,
+    #[error("stdin: expected the OCI state JSON ({{\"ociVersion\",\"id\",\"pid\",\"bundle\",...}}) from the runtime, got {shown:?}: {source}")]
+    Json {
+        shown: String,
+        source: serde_json::Error,
+    },
+    #[error("stdin: OCI state has an empty \"id\"")]
+    EmptyId,
+    #[error("stdin: OCI state \"bundle\" {0:?} is not an absolute path")]
+    RelativeBundle(std::path::PathBuf),
+}
+
 impl OciState {
     /// Read and parse the state; the error says what was expected and shows
     /// the beginning of what came.
-    pub fn read(mut input: impl Read) -> Result<OciState, String> {
+    pub fn read(mut input: impl Read) -> Result<OciState, StateError> {
         let mut buf = Vec::new();
         input
             .by_ref()
             .take(MAX_STATE_BYTES + 1)
             .read_to_end(&mut buf)
-            .map_err(|e| format!("stdin: cannot read the OCI state: {e}"))?;
+            .map_err(StateError::Read)?;
         if buf.len() as u64 > MAX_STATE_BYTES {
-            return Err(format!("stdin: OCI state is over {MAX_STATE_BYTES} bytes"));
+            return Err(StateError::TooLong);
         }
         Self::parse(&buf)
     }
 
-    pub fn parse(buf: &[u8]) -> Result<OciState, String> {
-        let st: OciState = serde_json::from_slice(buf).map_err(|e| {
-            let shown: String = String::from_utf8_lossy(buf).chars().take(60).collect();
-            format!(
-                "stdin: expected the OCI state JSON ({{\"ociVersion\",\"id\",\"pid\",\"bundle\",...}}) from the runtime, got {shown:?}: {e}"
-            )
+    pub fn parse(buf: &[u8]) -> Result<OciState, StateError> {
+        let st: OciState = serde_json::from_slice(buf).map_err(|e| StateError::Json {
+            shown: String::from_utf8_lossy(buf).chars().take(60).collect(),
+            source: e,
         })?;
         if st.id.is_empty() {
-            return Err("stdin: OCI state has an empty \"id\"".into());
+            return Err(StateError::EmptyId);
         }
         if !st.bundle.is_absolute() {
-            return Err(format!(
-                "stdin: OCI state \"bundle\" {:?} is not an absolute path",
-                st.bundle
-            ));
+            return Err(StateError::RelativeBundle(st.bundle));
         }
         Ok(st)
     }
@@ -95,15 +108,22 @@ mod tests {
 
     #[test]
     fn garbage_is_a_clear_error() {
-        let e = OciState::parse(b"hello there").unwrap_err();
+        let e = OciState::parse(b"hello there").unwrap_err().to_string();
         assert!(
             e.starts_with("stdin: expected the OCI state JSON") && e.contains("hello there"),
             "{e}"
         );
-        assert!(OciState::parse(b"").unwrap_err().contains("OCI state"));
-        let e = OciState::parse(br#"{"id":"c","bundle":"rel"}"#).unwrap_err();
+        assert!(OciState::parse(b"")
+            .unwrap_err()
+            .to_string()
+            .contains("OCI state"));
+        let e = OciState::parse(br#"{"id":"c","bundle":"rel"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"rel\"") && e.contains("absolute"), "{e}");
-        let e = OciState::parse(br#"{"id":"","bundle":"/b"}"#).unwrap_err();
+        let e = OciState::parse(br#"{"id":"","bundle":"/b"}"#)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("empty"), "{e}");
     }
 }
