@@ -192,6 +192,26 @@ pub fn fail_mode_meant(text: &str) -> FailMode {
 const MIN_LOG_BYTES: u64 = 4096;
 const MAX_LOG_KEEP: u32 = 100;
 
+/// A configuration value out of range: the field, its value and what is
+/// accepted ("log_keep = 500: expected 0 to 100 parts").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} = {value}: expected {accepted}")]
+pub struct BadValue {
+    pub field: String,
+    pub value: String,
+    pub accepted: String,
+}
+
+impl BadValue {
+    pub fn new(field: &str, value: impl ToString, accepted: &str) -> BadValue {
+        BadValue {
+            field: field.into(),
+            value: value.to_string(),
+            accepted: accepted.into(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config {path}: {source}")]
@@ -215,20 +235,18 @@ impl Config {
                 message: e.to_string(),
             }
         })?;
-        c.check_log_limits().map_err(|message| ConfigError::Parse {
+        let bad = |b: BadValue| ConfigError::Parse {
             path: path.into(),
-            message,
-        })?;
-        c.control.check().map_err(|message| ConfigError::Parse {
-            path: path.into(),
-            message,
-        })?;
+            message: b.to_string(),
+        };
+        c.check_log_limits().map_err(bad)?;
+        c.control.check().map_err(bad)?;
         Ok(c)
     }
 
     /// The log limits in range, or what is wrong with one (field, value, accepted).
-    fn check_log_limits(&self) -> Result<(), String> {
-        let bad = |k: &str, v: u64, want: &str| Err(format!("{k} = {v}: expected {want}"));
+    fn check_log_limits(&self) -> Result<(), BadValue> {
+        let bad = |k: &str, v: u64, want: &str| Err(BadValue::new(k, v, want));
         if self.log_max_bytes != 0 && self.log_max_bytes < MIN_LOG_BYTES {
             return bad(
                 "log_max_bytes",

@@ -58,9 +58,14 @@ impl Default for ControlConfig {
 
 impl ControlConfig {
     /// Every value in range, or the field, its value and what is accepted.
-    pub fn check(&self) -> Result<(), String> {
-        let bad =
-            |k: &str, v: String, want: &str| Err(format!("[control] {k} = {v}: expected {want}"));
+    pub fn check(&self) -> Result<(), crate::config::BadValue> {
+        let bad = |k: &str, v: String, want: &str| {
+            Err(crate::config::BadValue::new(
+                &format!("[control] {k}"),
+                v,
+                want,
+            ))
+        };
         if !(1..=100).contains(&self.burst_ceiling_percent) {
             return bad(
                 "burst_ceiling_percent",
@@ -133,6 +138,11 @@ mod tests {
             ..Default::default()
         };
         let e = c.check().unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("[control] quota_ceiling_percent", "50")
+        );
+        let e = e.to_string();
         assert!(
             e.contains("quota_ceiling_percent = 50") && e.contains("100 to 1000"),
             "{e}"
@@ -144,12 +154,13 @@ mod tests {
         assert!(c
             .check()
             .unwrap_err()
+            .to_string()
             .contains("burst_ceiling_percent = 150"));
         let c = ControlConfig {
             pressure_psi_file: "pressure/cpu".into(),
             ..Default::default()
         };
-        let e = c.check().unwrap_err();
+        let e = c.check().unwrap_err().to_string();
         assert!(
             e.contains("pressure_psi_file = \"pressure/cpu\"") && e.contains("absolute"),
             "{e}"
