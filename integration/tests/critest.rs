@@ -40,11 +40,11 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 /// ones); a spec stuck in a timeout (a 300 s StopPodSandbox, say) is far
 /// beyond it.
 const SLOWER_FACTOR: f64 = 1.5;
+const SLOWER_SLACK: f64 = 2.0;
 /// How often specs that came out differently run again, and the most that
-/// do (more than a few is no chance).
+/// do (more than a dozen is no chance).
 const RERUNS: u32 = 2;
 const RERUN_MAX: usize = 12;
-const SLOWER_SLACK: f64 = 2.0;
 /// CNI plugins from Debian's `containernetworking-plugins`.
 const CNI_BIN: &str = "/usr/lib/cni";
 

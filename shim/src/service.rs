@@ -429,9 +429,9 @@ fn serve(flags: &Flags) -> Result<(), BoxError> {
 /// connection with no worker at all: every later request on it (containerd's
 /// State, Kill, Delete) went unanswered for good. Seen on loaded machines:
 /// CI's critest on containerd 2.3 (StopPodSandbox: "failed to get task ...
-/// context deadline exceeded", the run past its 300 s) and a local loaded
-/// run on 1.6, where gdb showed the second connection's reader, writer and
-/// controller threads and no worker. With a ceiling of 64 a worker leaves
+/// context deadline exceeded", the run past its 300 s) and two local loaded
+/// runs (1.6, 2.3); gdb of the hung 2.3 shim showed its second connection's
+/// reader, writer and controller threads and no worker. With a ceiling of 64 a worker leaves
 /// only after a burst of that many requests, so the window is never
 /// entered in practice; idle workers cost a stack each. `Wait`, which blocks
 /// until the process exits, runs on a thread of its own (crate::drain).
