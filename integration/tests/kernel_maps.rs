@@ -54,7 +54,22 @@ fn end_of_watch(episodes_env: Option<&str>) -> Value {
 #[test]
 fn a_full_episodes_map_is_counted_in_end() {
     let _l = cpu_lock();
-    let end = end_of_watch(Some("1"));
+    // Two CPUs must be throttled at once; with other work on the machine
+    // the two threads may not run side by side for a whole watch (seen:
+    // one episode per period). Up to three watches.
+    let mut end = end_of_watch(Some("1"));
+    for attempt in 2..=3 {
+        if end["map_full"]["episodes"].as_u64() > Some(0) {
+            break;
+        }
+        eprintln!(
+            "watch {}: {} episodes in {} throttled periods, none while another was open; again",
+            attempt - 1,
+            end["probe_episodes"],
+            end["nr_throttled"]
+        );
+        end = end_of_watch(Some("1"));
+    }
     eprintln!("one-entry episodes map: {}", end["map_full"]);
     assert!(
         end["nr_throttled"].as_u64().unwrap() > 0,
