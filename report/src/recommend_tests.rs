@@ -1,0 +1,129 @@
+//! Unit tests of recommend.rs (the threshold, the model under the controller).
+use super::*;
+use throttlewatch_core::logfmt::{Record, Start, Throttle};
+
+/// A steady overload under 0.5 CPUs: four threads frozen 50 ms in every
+/// period; the controller raises the quota to 1 CPU before period
+/// `change` (0: never), and `after` periods follow under it.
+fn controlled(change: u64, after: u64) -> Container {
+    use throttlewatch_core::logfmt::control::{Bandwidth as Bw, Control};
+    let ms = 1_000_000u64;
+    let mut c = Container::default();
+    c.add(
+        0,
+        Record::Start(Start {
+            period_us: 100_000,
+            quota_us: Some(50_000),
+            ..Default::default()
+        }),
+    );
+    let n = if change == 0 { 40 } else { change + after };
+    for k in 0..n {
+        let frozen = if change > 0 && k >= change {
+            20 * ms
+        } else {
+            50 * ms
+        };
+        for cpu in 0..2 {
+            c.add(
+                k * 100 * ms,
+                Record::Throttle(Throttle {
+                    tid: cpu + 1,
+                    cpu,
+                    start_ns: k * 100 * ms + (100 * ms - frozen),
+                    frozen_ns: frozen,
+                    ..Default::default()
+                }),
+            );
+        }
+        if change > 0 && k + 1 == change {
+            let bw = |q| Bw {
+                quota_us: q,
+                period_us: 100_000,
+                burst_us: 0,
+            };
+            c.add(
+                k * 100 * ms + 10 * ms,
+                Record::Control(Control {
+                    action: "raise".into(),
+                    cause: "throttled".into(),
+                    before: bw(50_000),
+                    after: bw(100_000),
+                    original: bw(50_000),
+                    ..Default::default()
+                }),
+            );
+        }
+    }
+    c
+}
+
+#[test]
+fn under_the_controller_the_model_uses_the_limit_it_set() {
+    let m = model(&controlled(0, 0)).unwrap();
+    assert_eq!((m.bw.quota_ns, m.span.as_deref()), (50_000_000, None));
+    // 20 periods under the raised quota: those, under 1 CPU.
+    let m = model(&controlled(20, 20)).unwrap();
+    assert_eq!(m.bw.quota_ns, 100_000_000);
+    let note = m.span.clone().unwrap();
+    assert!(
+        note.contains("after the controller's last change") && note.contains("1.00 CPUs"),
+        "{note}"
+    );
+    // Their throttling only: 19-20 periods of 2 x 20 ms, not the 50 ms
+    // ones before.
+    assert!(
+        (700_000_000..=800_000_000).contains(&m.observed_ns),
+        "{}",
+        m.observed_ns
+    );
+    // Too few periods after the change: those before it, under 0.5 CPUs.
+    let m = model(&controlled(20, 3)).unwrap();
+    assert_eq!(m.bw.quota_ns, 50_000_000);
+    assert!(m
+        .span
+        .unwrap()
+        .contains("before the controller first changed the limit"));
+    // The recommendations say which part of the log they stand on.
+    let r = recommend(&controlled(20, 20));
+    assert!(
+        r.iter()
+            .any(|x| x.reason.contains("after the controller's last change")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_noisy_log_gets_a_threshold_and_a_quiet_one_none() {
+    let mut c = Container::default();
+    c.add(
+        0,
+        Record::Start(Start {
+            period_us: 100_000,
+            ..Default::default()
+        }),
+    );
+    // 100 001 freezes: 95 % of 50 µs, 5 % of 5 ms.
+    for i in 0..100_001u64 {
+        let frozen_ns = if i % 20 == 0 { 5_000_000 } else { 50_000 };
+        c.add(
+            0,
+            Record::Throttle(Throttle {
+                tid: 1,
+                start_ns: i * 1_000_000,
+                frozen_ns,
+                ..Default::default()
+            }),
+        );
+    }
+    let r = threshold(&c).expect("a threshold for 100 001 records");
+    assert_eq!(r.key, "throttlewatch.io/threshold");
+    // The p90 is the short freezes' (clamped to at least 100 µs).
+    assert_eq!(r.value, "100us", "{r:?}");
+    c.start.as_mut().unwrap().threshold_ns = 1_000_000;
+    assert!(
+        threshold(&c).is_none(),
+        "a threshold of 1 ms is already set"
+    );
+    assert!(threshold(&Container::default()).is_none());
+}
