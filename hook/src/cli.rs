@@ -15,6 +15,22 @@ pub struct HookArgs {
     pub created_ns: Option<u64>,
 }
 
+/// A command line the hook cannot run with: each names the argument, the
+/// value and what is accepted, then the usage line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgsError {
+    #[error("--config needs a file; {USAGE}")]
+    ConfigMissing,
+    #[error("{CREATED_FLAG}: invalid value {0:?}: expected a Unix time in nanoseconds; {USAGE}")]
+    CreatedNs(Option<String>),
+    #[error("stage {0:?}: expected {accepted}; {USAGE}", accepted = HookStage::ACCEPTED)]
+    Stage(String),
+    #[error("unexpected argument {0:?}; {USAGE}")]
+    Unexpected(String),
+    #[error("no stage given; {USAGE}")]
+    NoStage,
+}
+
 pub const USAGE: &str = "usage: throttlewatch-hook createRuntime|prestart|poststop [--config FILE] [--created-unix-ns N] (OCI state JSON on stdin)";
 
 /// What `-h`/`--help` prints (on stdout, exit 0).
@@ -41,7 +57,7 @@ pub fn wants_help(args: &[OsString]) -> bool {
 }
 
 impl HookArgs {
-    pub fn parse(args: &[OsString]) -> Result<HookArgs, String> {
+    pub fn parse(args: &[OsString]) -> Result<HookArgs, ArgsError> {
         let mut stage = None;
         let mut config = None;
         let mut created_ns = None;
@@ -49,26 +65,24 @@ impl HookArgs {
         while let Some(a) = it.next() {
             let s = a.to_string_lossy();
             if s == "--config" {
-                let v = it
-                    .next()
-                    .ok_or_else(|| format!("--config needs a file; {USAGE}"))?;
+                let v = it.next().ok_or(ArgsError::ConfigMissing)?;
                 config = Some(PathBuf::from(v));
             } else if let Some(v) = s.strip_prefix("--config=") {
                 config = Some(PathBuf::from(v));
             } else if s == CREATED_FLAG {
                 let v = it.next().map(|v| v.to_string_lossy().into_owned());
-                created_ns = Some(v.as_deref().and_then(|v| v.parse().ok()).ok_or_else(|| {
-                    format!("{CREATED_FLAG}: invalid value {v:?}: expected a Unix time in nanoseconds; {USAGE}")
-                })?);
+                created_ns = Some(
+                    v.as_deref()
+                        .and_then(|v| v.parse().ok())
+                        .ok_or(ArgsError::CreatedNs(v))?,
+                );
             } else if stage.is_none() && !s.starts_with('-') {
-                stage = Some(HookStage::parse(&s).ok_or_else(|| {
-                    format!("stage {s:?}: expected {}; {USAGE}", HookStage::ACCEPTED)
-                })?);
+                stage = Some(HookStage::parse(&s).ok_or_else(|| ArgsError::Stage(s.to_string()))?);
             } else {
-                return Err(format!("unexpected argument {s:?}; {USAGE}"));
+                return Err(ArgsError::Unexpected(s.to_string()));
             }
         }
-        let stage = stage.ok_or_else(|| format!("no stage given; {USAGE}"))?;
+        let stage = stage.ok_or(ArgsError::NoStage)?;
         Ok(HookArgs {
             stage,
             config,
@@ -83,6 +97,7 @@ mod tests {
 
     fn p(a: &[&str]) -> Result<HookArgs, String> {
         HookArgs::parse(&a.iter().map(OsString::from).collect::<Vec<_>>())
+            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -13,9 +13,23 @@ use throttlewatch_lifecycle::OciState;
 /// Searched in PATH, in order, when the configuration names none.
 pub const DEFAULT_RUNTIMES: [&str; 2] = ["runc", "crun"];
 
+/// Why no low-level runtime can be used; each names the `runtime` value
+/// and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error("runtime = {name:?} is this wrapper ({}); name the low-level runtime", path.display())]
+    IsThisWrapper { name: String, path: PathBuf },
+    #[error("runtime = {0:?}: no such executable (a path, or a name in PATH)")]
+    NotFound(String),
+    #[error(
+        "no low-level runtime: neither runc nor crun is in PATH (set runtime in the configuration)"
+    )]
+    NoneInPath,
+}
+
 /// `runtime` from the configuration (a path, or a name looked up in PATH),
 /// else the first of runc, crun in PATH. Never this wrapper itself.
-pub fn resolve(cfg: &Config) -> Result<PathBuf, String> {
+pub fn resolve(cfg: &Config) -> Result<PathBuf, ResolveError> {
     // The same file: device and inode (through symlinks and hard links),
     // two stat calls where canonicalize costs a readlink per component.
     let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
@@ -29,22 +43,18 @@ pub fn resolve(cfg: &Config) -> Result<PathBuf, String> {
         };
         return match p {
             Some(p) if not_me(&p) => Ok(p),
-            Some(p) => Err(format!(
-                "runtime = {:?} is this wrapper ({}); name the low-level runtime",
-                cfg.runtime,
-                p.display()
-            )),
-            None => Err(format!(
-                "runtime = {:?}: no such executable (a path, or a name in PATH)",
-                cfg.runtime
-            )),
+            Some(path) => Err(ResolveError::IsThisWrapper {
+                name: cfg.runtime.clone(),
+                path,
+            }),
+            None => Err(ResolveError::NotFound(cfg.runtime.clone())),
         };
     }
     DEFAULT_RUNTIMES
         .iter()
         .filter_map(|n| find_in_path(n))
         .find(|p| not_me(p))
-        .ok_or_else(|| "no low-level runtime: neither runc nor crun is in PATH (set runtime in the configuration)".into())
+        .ok_or(ResolveError::NoneInPath)
 }
 
 /// Replace this process with the runtime; returns only on failure.
@@ -87,7 +97,7 @@ mod tests {
             runtime: "/nonexistent/runc".into(),
             ..Config::default()
         };
-        let e = resolve(&cfg).unwrap_err();
+        let e = resolve(&cfg).unwrap_err().to_string();
         assert!(
             e.contains("/nonexistent/runc") && e.contains("no such executable"),
             "{e}"
@@ -111,7 +121,7 @@ mod tests {
                 runtime: p.to_string_lossy().into_owned(),
                 ..Config::default()
             };
-            let e = resolve(&cfg).unwrap_err();
+            let e = resolve(&cfg).unwrap_err().to_string();
             assert!(e.contains("is this wrapper"), "{e}");
         }
     }

@@ -53,7 +53,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
     let runtime = match lowlevel::resolve(&cfg) {
         Ok(r) => r,
         Err(e) => {
-            log.error(&e);
+            log.error(&e.to_string());
             return 1;
         }
     };
