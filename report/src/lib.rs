@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-pub use reader::ReadError;
+pub use reader::{LineError, ReadError};
 
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {

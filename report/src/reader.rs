@@ -30,10 +30,31 @@ pub enum ReadError {
     Malformed {
         path: PathBuf,
         line: u64,
-        problem: String,
+        problem: LineError,
     },
     #[error("{0}")]
     NotFound(String),
+}
+
+/// Why one line of a log cannot be read; each names the field, the value
+/// and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    /// serde_json's message with the field and column (`describe`).
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("a `{ty}` record that schema version {SCHEMA_VERSION} cannot read: {detail}")]
+    Unreadable { ty: String, detail: String },
+    #[error("no `v` (schema version) field")]
+    NoVersion,
+    #[error("`v` is 0: schema versions start at 1")]
+    ZeroVersion,
+    #[error("schema version {0} is newer than this reader's ({SCHEMA_VERSION}); use a newer throttlewatch")]
+    NewerVersion(u64),
+    #[error("no `type` field (accepted: {RECORD_TYPES})")]
+    NoType,
+    #[error("unknown record type `{0}` (accepted: {RECORD_TYPES})")]
+    UnknownType(String),
 }
 
 /// One container's log: its parts, oldest first.
@@ -358,7 +379,7 @@ fn trim(b: &[u8]) -> &[u8] {
 }
 
 /// One line: `Ok(Some((v, ts, record)))`, or the problem in words.
-fn parse_line(text: &[u8]) -> Result<Option<(u64, u64, Record)>, String> {
+fn parse_line(text: &[u8]) -> Result<Option<(u64, u64, Record)>, LineError> {
     if memfind(text, THROTTLE_TAG) {
         if let Ok(t) = serde_json::from_slice::<ThrottleLine>(text) {
             let v = check_version(text)?;
@@ -366,28 +387,25 @@ fn parse_line(text: &[u8]) -> Result<Option<(u64, u64, Record)>, String> {
         }
     }
     let head: Head =
-        serde_json::from_slice(text).map_err(|e| format!("not JSON: {}", describe(text, &e)))?;
+        serde_json::from_slice(text).map_err(|e| LineError::NotJson(describe(text, &e)))?;
     check_head(&head)?;
-    let line: Line = serde_json::from_slice(text).map_err(|e| {
-        format!(
-            "a `{}` record that schema version {SCHEMA_VERSION} cannot read: {}",
-            head.ty.as_deref().unwrap_or(""),
-            describe(text, &e)
-        )
+    let line: Line = serde_json::from_slice(text).map_err(|e| LineError::Unreadable {
+        ty: head.ty.as_deref().unwrap_or("").to_string(),
+        detail: describe(text, &e),
     })?;
     Ok(Some((line.v as u64, line.ts, line.record)))
 }
 
 /// The version of a line already known to be a well-formed throttle record.
 /// Checked only where the writer put `"v":1` first; otherwise read the head.
-fn check_version(text: &[u8]) -> Result<u64, String> {
+fn check_version(text: &[u8]) -> Result<u64, LineError> {
     const V1: &[u8] = b"{\"v\":1,";
     const _: () = assert!(SCHEMA_VERSION == 1, "update V1");
     if text.starts_with(V1) {
         return Ok(SCHEMA_VERSION as u64);
     }
     let head: Head =
-        serde_json::from_slice(text).map_err(|e| format!("not JSON: {}", describe(text, &e)))?;
+        serde_json::from_slice(text).map_err(|e| LineError::NotJson(describe(text, &e)))?;
     check_head(&head)?;
     Ok(head.v.unwrap_or(0))
 }
@@ -411,22 +429,18 @@ fn describe(text: &[u8], e: &serde_json::Error) -> String {
     }
 }
 
-fn check_head(head: &Head) -> Result<(), String> {
+fn check_head(head: &Head) -> Result<(), LineError> {
     match head.v {
-        None => return Err("no `v` (schema version) field".into()),
-        Some(0) => return Err("`v` is 0: schema versions start at 1".into()),
-        Some(v) if v > SCHEMA_VERSION as u64 => {
-            return Err(format!(
-                "schema version {v} is newer than this reader's ({SCHEMA_VERSION}); use a newer throttlewatch"
-            ))
-        }
+        None => return Err(LineError::NoVersion),
+        Some(0) => return Err(LineError::ZeroVersion),
+        Some(v) if v > SCHEMA_VERSION as u64 => return Err(LineError::NewerVersion(v)),
         Some(_) => {}
     }
     match head.ty.as_deref() {
-        None => Err(format!("no `type` field (accepted: {RECORD_TYPES})")),
-        Some(t) if !RECORD_TYPES.split(", ").any(|k| k == t) => Err(format!(
-            "unknown record type `{t}` (accepted: {RECORD_TYPES})"
-        )),
+        None => Err(LineError::NoType),
+        Some(t) if !RECORD_TYPES.split(", ").any(|k| k == t) => {
+            Err(LineError::UnknownType(t.to_string()))
+        }
         Some(_) => Ok(()),
     }
 }
