@@ -20,22 +20,33 @@ use crate::service::RUNTIME_ID;
 pub const FEATURES_TYPE_URL: &str =
     "types.containerd.io/opencontainers/runtime-spec/1/features/Features";
 
+/// Why `-info` could not answer, in the runc shim's words.
+#[derive(Debug, thiserror::Error)]
+pub enum InfoError {
+    #[error("failed to read runtime options: {0}")]
+    ReadStdin(std::io::Error),
+    #[error("failed to read runtime options (a protobuf Any on stdin): {0}")]
+    Options(containerd_shim::protos::protobuf::Error),
+    #[error("failed to marshal runtime info: {0}")]
+    Marshal(containerd_shim::protos::protobuf::Error),
+    #[error("failed to write runtime info: {0}")]
+    WriteStdout(std::io::Error),
+}
+
 /// Read the options from stdin, print the `RuntimeInfo` on stdout.
-pub fn main(runtime: &str) -> Result<(), String> {
+pub fn main(runtime: &str) -> Result<(), InfoError> {
     let mut opts = Vec::new();
     std::io::stdin()
         .read_to_end(&mut opts)
-        .map_err(|e| format!("failed to read runtime options: {e}"))?;
+        .map_err(InfoError::ReadStdin)?;
     let info = runtime_info(&opts, runtime)?;
-    let bytes = info
-        .write_to_bytes()
-        .map_err(|e| format!("failed to marshal runtime info: {e}"))?;
+    let bytes = info.write_to_bytes().map_err(InfoError::Marshal)?;
     std::io::stdout()
         .write_all(&bytes)
-        .map_err(|e| format!("failed to write runtime info: {e}"))
+        .map_err(InfoError::WriteStdout)
 }
 
-pub fn runtime_info(opts: &[u8], runtime: &str) -> Result<RuntimeInfo, String> {
+pub fn runtime_info(opts: &[u8], runtime: &str) -> Result<RuntimeInfo, InfoError> {
     let mut info = RuntimeInfo::new();
     info.name = RUNTIME_ID.to_string();
     let mut v = RuntimeVersion::new();
@@ -45,9 +56,7 @@ pub fn runtime_info(opts: &[u8], runtime: &str) -> Result<RuntimeInfo, String> {
         .to_string();
     info.version = MessageField::some(v);
     if !opts.is_empty() {
-        let any = Any::parse_from_bytes(opts).map_err(|e| {
-            format!("failed to read runtime options (a protobuf Any on stdin): {e}")
-        })?;
+        let any = Any::parse_from_bytes(opts).map_err(InfoError::Options)?;
         info.options = MessageField::some(any);
     }
     // Like the runc shim: a runtime without `features` gives no Features.
@@ -117,7 +126,9 @@ mod tests {
         assert_eq!(info.name, RUNTIME_ID);
         assert_eq!(info.options.as_ref().unwrap().type_url, any.type_url);
         assert!(info.features.is_none(), "no runtime, no features");
-        let e = runtime_info(&[0xff, 0xff], "/nonexistent").unwrap_err();
+        let e = runtime_info(&[0xff, 0xff], "/nonexistent")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("runtime options"), "{e}");
     }
 }
