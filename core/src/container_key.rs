@@ -36,9 +36,14 @@ pub const SCOPE_SEPARATOR: char = '@';
 #[serde(try_from = "String", into = "String")]
 pub struct Scope(String);
 
+/// A scope a client gave that is not one: the value and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("scope {0:?}: expected 1 to {MAX_SCOPE_BYTES} bytes of [A-Za-z0-9._-], not starting with '.' (e.g. \"ns-k8s.io\", \"root-moby-1a2b3c4d\")")]
+pub struct BadScope(pub String);
+
 impl Scope {
     /// Check a scope given by a client.
-    pub fn parse(s: &str) -> Result<Scope, String> {
+    pub fn parse(s: &str) -> Result<Scope, BadScope> {
         let ok = !s.is_empty()
             && s.len() <= MAX_SCOPE_BYTES
             && !s.starts_with('.')
@@ -46,9 +51,7 @@ impl Scope {
         if ok {
             Ok(Scope(s.to_string()))
         } else {
-            Err(format!(
-                "scope {s:?}: expected 1 to {MAX_SCOPE_BYTES} bytes of [A-Za-z0-9._-], not starting with '.' (e.g. \"ns-k8s.io\", \"root-moby-1a2b3c4d\")"
-            ))
+            Err(BadScope(s.to_string()))
         }
     }
 
@@ -97,8 +100,8 @@ impl Scope {
 }
 
 impl TryFrom<String> for Scope {
-    type Error = String;
-    fn try_from(s: String) -> Result<Scope, String> {
+    type Error = BadScope;
+    fn try_from(s: String) -> Result<Scope, BadScope> {
         Scope::parse(&s)
     }
 }
@@ -263,7 +266,7 @@ mod tests {
     #[test]
     fn bad_scopes_are_refused_naming_what_is_accepted() {
         for bad in ["", "../x", "a/b", ".hidden", &"x".repeat(97)] {
-            let e = Scope::parse(bad).unwrap_err();
+            let e = Scope::parse(bad).unwrap_err().to_string();
             assert!(e.contains("[A-Za-z0-9._-]"), "{e}");
         }
         let e = serde_json::from_str::<Scope>("\"a b\"").unwrap_err();

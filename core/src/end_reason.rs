@@ -59,16 +59,18 @@ impl fmt::Display for EndReason {
     }
 }
 
+/// A string that names no end reason; the message lists the accepted ones.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("end reason {0:?}: expected one of {known}", known = EndReason::ALL.map(|r| r.as_str()).join(", "))]
+pub struct UnknownEndReason(pub String);
+
 impl FromStr for EndReason {
-    type Err = String;
-    fn from_str(s: &str) -> Result<EndReason, String> {
+    type Err = UnknownEndReason;
+    fn from_str(s: &str) -> Result<EndReason, UnknownEndReason> {
         EndReason::ALL
             .into_iter()
             .find(|r| r.as_str() == s)
-            .ok_or_else(|| {
-                let known: Vec<_> = EndReason::ALL.iter().map(|r| r.as_str()).collect();
-                format!("end reason {s:?}: expected one of {}", known.join(", "))
-            })
+            .ok_or_else(|| UnknownEndReason(s.to_string()))
     }
 }
 
@@ -84,7 +86,7 @@ mod tests {
             assert_eq!(serde_json::from_str::<EndReason>(&json).unwrap(), r);
             assert_eq!(r.as_str().parse::<EndReason>().unwrap(), r);
         }
-        let e = "stopped".parse::<EndReason>().unwrap_err();
+        let e = "stopped".parse::<EndReason>().unwrap_err().to_string();
         assert!(
             e.contains("\"stopped\"") && e.contains("cgroup-removed"),
             "{e}"

@@ -17,7 +17,7 @@ pub mod state_dir;
 pub mod timing;
 pub mod units;
 
-pub use container_key::{ContainerKey, Scope};
+pub use container_key::{BadScope, ContainerKey, Scope};
 pub use cpulist::CpuList;
 pub use end_reason::EndReason;
 pub use state_dir::StateDir;
