@@ -35,19 +35,33 @@ fn describe_path(explicit: Option<&Path>) -> String {
         .unwrap_or_else(|| crate::config::DEFAULT_PATH.to_string())
 }
 
+/// A `[qos]` key list that names something other than a key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyListError {
+    #[error("[qos] {field}: {name:?} is not a key; known: {known}", known = known_keys())]
+    NotAKey { field: &'static str, name: String },
+    #[error("[qos] env_keys: {0:?} cannot come from the environment (cpusets are honoured from annotations only)")]
+    AnnotationOnly(String),
+}
+
+fn known_keys() -> String {
+    Key::ALL
+        .iter()
+        .map(|k| k.name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Every name in `[qos] allowed_keys` and `env_keys` is a key; `env_keys`
 /// names no cpuset key (those are honoured from annotations only).
-pub fn check(cfg: &Config) -> Result<(), String> {
-    let known = || {
-        Key::ALL
-            .iter()
-            .map(|k| k.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let key = |field: &str, name: &str| {
-        Key::from_name(name.strip_prefix(PREFIX).unwrap_or(name))
-            .ok_or_else(|| format!("[qos] {field}: {name:?} is not a key; known: {}", known()))
+pub fn check(cfg: &Config) -> Result<(), KeyListError> {
+    let key = |field: &'static str, name: &str| {
+        Key::from_name(name.strip_prefix(PREFIX).unwrap_or(name)).ok_or_else(|| {
+            KeyListError::NotAKey {
+                field,
+                name: name.to_string(),
+            }
+        })
     };
     for n in cfg.qos.allowed_keys.iter().flatten() {
         key("allowed_keys", n)?;
@@ -55,9 +69,7 @@ pub fn check(cfg: &Config) -> Result<(), String> {
     for n in &cfg.qos.env_keys {
         let k = key("env_keys", n)?;
         if ANNOTATION_ONLY.contains(&k) {
-            return Err(format!(
-                "[qos] env_keys: {n:?} cannot come from the environment (cpusets are honoured from annotations only)"
-            ));
+            return Err(KeyListError::AnnotationOnly(n.clone()));
         }
     }
     Ok(())
@@ -69,7 +81,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, String> {
         let c = Config::parse(Path::new("t.toml"), text).map_err(|e| e.to_string())?;
-        check(&c)?;
+        check(&c).map_err(|e| e.to_string())?;
         Ok(c)
     }
 
