@@ -41,7 +41,7 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
         _ => None,
     };
     if let Some(what) = needs_probe {
-        throttlewatch::check_privileges(what).map_err(CliError::usage)?;
+        throttlewatch::check_privileges(what).map_err(|e| CliError::usage(e.to_string()))?;
     }
     match &cli.command {
         Command::Run(a) => throttlewatch::run(&cfg, a),

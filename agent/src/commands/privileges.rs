@@ -28,8 +28,17 @@ pub(crate) fn missing(cap_eff: u64) -> Vec<&'static str> {
     .collect()
 }
 
-/// `Err(one line)` when this process cannot load the probe.
-pub fn check(what: &str) -> Result<(), String> {
+/// This process cannot load the probe: what needs it and the capabilities
+/// it lacks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} loads eBPF programs and needs root (or CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN); this process lacks {}", lacking.join(", "))]
+pub struct MissingPrivileges {
+    pub what: String,
+    pub lacking: Vec<&'static str>,
+}
+
+/// `Err` when this process cannot load the probe.
+pub fn check(what: &str) -> Result<(), MissingPrivileges> {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let Some(eff) = effective_caps(&status) else {
         return Ok(()); // no procfs: let the load itself say what is wrong
@@ -38,11 +47,10 @@ pub fn check(what: &str) -> Result<(), String> {
     if lacking.is_empty() {
         return Ok(());
     }
-    Err(format!(
-        "{what} loads eBPF programs and needs root (or CAP_BPF + CAP_PERFMON + CAP_SYS_ADMIN); \
-         this process lacks {}",
-        lacking.join(", ")
-    ))
+    Err(MissingPrivileges {
+        what: what.to_string(),
+        lacking,
+    })
 }
 
 #[cfg(test)]

@@ -6,24 +6,51 @@ use toml_edit::{value, Array, DocumentMut, Item, Table};
 use super::{CriTable, ANNOTATIONS, DEFAULT_RUNTIME, RUNC_TYPE, RUNTIME_TYPE};
 use crate::install::RUNTIME_NAME;
 
+/// Why a containerd configuration cannot take (or give back) our runtime:
+/// each names the table or value and what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum EditError {
+    #[error("not TOML: {0}")]
+    NotToml(String),
+    #[error("{path} is {found}, not a table; accepted: [{path}] as a table section")]
+    NotATable { path: String, found: &'static str },
+    #[error("{0} already has a runtime {RUNTIME_NAME}")]
+    AlreadyThere(String),
+    #[error("default_runtime_name = {default:?} names no runtime in {path} (it has {names:?}): containerd's CRI plugin does not load like this; accepted: a default_runtime_name that is one of the runtimes")]
+    NoDefault {
+        default: String,
+        path: String,
+        names: Vec<String>,
+    },
+    #[error("our runtime is missing after the edit")]
+    MissingAfterEdit,
+    #[error("internal error: the edit would change more than the runtime throttlewatch; nothing written")]
+    ChangesMore,
+}
+
+fn not_toml(e: impl std::fmt::Display) -> EditError {
+    EditError::NotToml(e.to_string())
+}
+
 pub(super) fn runtimes_path(plugin: &str) -> [&str; 4] {
     ["plugins", plugin, "containerd", "runtimes"]
 }
 
 /// The table at `keys` (`Ok(None)`: absent). Anything but a `[table]` on the way is an unexpected shape.
-pub(super) fn lookup<'a>(doc: &'a DocumentMut, keys: &[&str]) -> Result<Option<&'a Table>, String> {
+pub(super) fn lookup<'a>(
+    doc: &'a DocumentMut,
+    keys: &[&str],
+) -> Result<Option<&'a Table>, EditError> {
     let mut t = doc.as_table();
     for (n, k) in keys.iter().enumerate() {
         match t.get(k) {
             None => return Ok(None),
             Some(Item::Table(next)) => t = next,
             Some(other) => {
-                return Err(format!(
-                    "{} is {}, not a table; accepted: [{}] as a table section",
-                    dotted(&keys[..=n]),
-                    other.type_name(),
-                    dotted(&keys[..=n])
-                ))
+                return Err(EditError::NotATable {
+                    path: dotted(&keys[..=n]),
+                    found: other.type_name(),
+                })
             }
         }
     }
@@ -44,7 +71,10 @@ fn dotted(keys: &[&str]) -> String {
 }
 
 /// The table at `keys`, created (implicit: no empty headers) where missing.
-fn lookup_or_create<'a>(doc: &'a mut DocumentMut, keys: &[&str]) -> Result<&'a mut Table, String> {
+fn lookup_or_create<'a>(
+    doc: &'a mut DocumentMut,
+    keys: &[&str],
+) -> Result<&'a mut Table, EditError> {
     let mut t = doc.as_table_mut();
     for (n, k) in keys.iter().enumerate() {
         let item = t.entry(k).or_insert_with(|| {
@@ -53,12 +83,9 @@ fn lookup_or_create<'a>(doc: &'a mut DocumentMut, keys: &[&str]) -> Result<&'a m
             Item::Table(new)
         });
         let type_name = item.type_name();
-        t = item.as_table_mut().ok_or_else(|| {
-            format!(
-                "{} is {type_name}, not a table; accepted: [{}] as a table section",
-                dotted(&keys[..=n]),
-                dotted(&keys[..=n])
-            )
+        t = item.as_table_mut().ok_or_else(|| EditError::NotATable {
+            path: dotted(&keys[..=n]),
+            found: type_name,
         })?;
     }
     Ok(t)
@@ -154,19 +181,16 @@ pub(super) fn is_legacy_dropin(doc: &DocumentMut, plugin: &str) -> bool {
 /// `text` with our runtime added to its CRI table (and `runc`, when the file
 /// had no runtimes table). Deterministic: uninstall recognises an unchanged
 /// file by recomputing this from the backup.
-pub(crate) fn add_runtime(text: &str, target: CriTable) -> Result<String, String> {
+pub(crate) fn add_runtime(text: &str, target: CriTable) -> Result<String, EditError> {
     let plugin = target.plugin;
-    let mut doc: DocumentMut = text.parse().map_err(|e| format!("not TOML: {e}"))?;
+    let mut doc: DocumentMut = text.parse().map_err(not_toml)?;
     if target.add_version {
         doc.insert("version", value(2));
     }
     let had_runtimes = lookup(&doc, &runtimes_path(plugin))?.is_some();
     let runtimes = lookup_or_create(&mut doc, &runtimes_path(plugin))?;
     if runtimes.contains_key(RUNTIME_NAME) {
-        return Err(format!(
-            "{} already has a runtime {RUNTIME_NAME}",
-            dotted(&runtimes_path(plugin))
-        ));
+        return Err(EditError::AlreadyThere(dotted(&runtimes_path(plugin))));
     }
     let indent = sibling_indent(runtimes);
     if !had_runtimes {
@@ -181,11 +205,11 @@ pub(crate) fn add_runtime(text: &str, target: CriTable) -> Result<String, String
         .filter(|s| !s.is_empty())
         .unwrap_or(DEFAULT_RUNTIME);
     if !names.iter().any(|n| n == default) {
-        return Err(format!(
-            "default_runtime_name = {default:?} names no runtime in {} (it has {names:?}): containerd's CRI \
-             plugin does not load like this; accepted: a default_runtime_name that is one of the runtimes",
-            dotted(&runtimes_path(plugin))
-        ));
+        return Err(EditError::NoDefault {
+            default: default.to_string(),
+            path: dotted(&runtimes_path(plugin)),
+            names,
+        });
     }
     let out = doc.to_string();
     verify(text, &out, plugin)?;
@@ -193,13 +217,12 @@ pub(crate) fn add_runtime(text: &str, target: CriTable) -> Result<String, String
 }
 
 /// The edit added our runtime and nothing else (parsed, our entries taken out again, equal to the original).
-fn verify(old: &str, new: &str, plugin: &str) -> Result<(), String> {
-    let back =
-        remove_runtime(new, plugin, Some(old))?.ok_or("our runtime is missing after the edit")?;
-    let a: toml::Table = toml::from_str(old).map_err(|e| e.to_string())?;
-    let b: toml::Table = toml::from_str(&back).map_err(|e| e.to_string())?;
+fn verify(old: &str, new: &str, plugin: &str) -> Result<(), EditError> {
+    let back = remove_runtime(new, plugin, Some(old))?.ok_or(EditError::MissingAfterEdit)?;
+    let a: toml::Table = toml::from_str(old).map_err(not_toml)?;
+    let b: toml::Table = toml::from_str(&back).map_err(not_toml)?;
     if a != b {
-        return Err("internal error: the edit would change more than the runtime throttlewatch; nothing written".into());
+        return Err(EditError::ChangesMore);
     }
     Ok(())
 }
@@ -211,12 +234,12 @@ pub(crate) fn remove_runtime(
     text: &str,
     plugin: &str,
     original: Option<&str>,
-) -> Result<Option<String>, String> {
-    let mut doc: DocumentMut = text.parse().map_err(|e| format!("not TOML: {e}"))?;
+) -> Result<Option<String>, EditError> {
+    let mut doc: DocumentMut = text.parse().map_err(not_toml)?;
     let orig = original
         .map(|o| o.parse::<DocumentMut>())
         .transpose()
-        .map_err(|e| format!("not TOML: {e}"))?;
+        .map_err(not_toml)?;
     let path = runtimes_path(plugin);
     let Some(runtimes) = lookup(&doc, &path)?
         .is_some()
