@@ -67,7 +67,12 @@ fn raised_updated_adopted(g: &CpuCgroup, log: &dyn Fn() -> PathBuf, update: &dyn
     assert_eq!(start["qos"]["request"]["cpu_control"], "auto", "{start}");
     let before = g.limits().unwrap();
     update();
-    wait_until("the update adopted", Duration::from_secs(10), || {
+    // Generous: with the other stack's test beside it on two CPUs, the
+    // adoption after docker's update (dockerd, containerd, the runc shim,
+    // the wrapper, then the controller's poll) did not come within 10 s
+    // once in a whole-suite run (alone: 2 of 2 in 13 s); what is asserted
+    // is what was adopted.
+    wait_until("the update adopted", Duration::from_secs(30), || {
         adopted(&log()).is_some()
     });
     let a = adopted(&log()).unwrap();
