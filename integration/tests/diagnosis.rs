@@ -153,23 +153,28 @@ fn a_steady_overload_gets_a_limit_not_a_burst() {
         ((v * 10.0).round() - v * 10.0).abs() < 1e-9 && (v < 1.0 || (v * 2.0).fract() == 0.0),
         "{cpus}"
     );
-    // The same run again gets the same kind of advice and a limit at most
-    // one step away (a person's steps: halves of a CPU here). The same
-    // value every time is not reached yet: 1.5 and 2 CPUs both came out of
-    // identical runs (issue 33's note).
+    // The same run again beside an unlimited busy loop (nice 0; the
+    // pipeline runs at -20 and is still frozen by its limit most of the
+    // time, but its threads often share one CPU) gets the same advice: the
+    // limit is sized for the demand with CPUs to itself, not for what the
+    // neighbour left it (before that, such a run was advised 1 CPU where
+    // the quiet one got 2).
+    let hog = Hogs::start(1, 0);
     let (log_again, _, _) = run(&d, "again", &["--cpus", "0.5"], &args, -20);
+    drop(hog);
     let again = report_json(&log_again, &[])["containers"][0].clone();
-    let limit = |r: &Value| -> f64 { rec(r, "quota")["value"].as_str().unwrap().parse().unwrap() };
+    show("steady beside a busy loop", &again);
+    let limit = |r: &Value| -> String { rec(r, "quota")["value"].as_str().unwrap().to_string() };
     eprintln!(
-        "steady: identical runs advise --cpus {} and {}",
+        "steady: alone and beside a busy loop, the runs advise --cpus {} and {}",
         limit(&r),
         limit(&again)
     );
-    assert!(
-        (limit(&again) - limit(&r)).abs() <= 0.5 + 1e-9,
-        "identical runs, advice a step apart at most: {} vs {}",
+    assert_eq!(
+        limit(&again),
         limit(&r),
-        limit(&again)
+        "the same limit alone and beside other work: {:#}",
+        again["recommendations"]
     );
     assert_eq!(again["diagnosis"]["cause"], r["diagnosis"]["cause"]);
     let (_, measured, out2) = run(&d, "after", &["--cpus", &cpus], &args, -20);
@@ -229,17 +234,16 @@ fn bursts_after_idle_time_get_a_burst() {
     );
 }
 
-/// `n` unlimited busy loops beside the test (nice 0, the pipeline at 10:
-/// it gets some CPU, never none); killed on drop.
+/// `n` unlimited busy loops beside the test at `nice`; killed on drop.
 struct Hogs(Vec<Child>);
 
 impl Hogs {
-    fn start(n: usize) -> Hogs {
+    fn start(n: usize, nice: i32) -> Hogs {
         Hogs(
             (0..n)
                 .map(|_| {
                     Command::new("nice")
-                        .args(["-n", "0", "sh", "-c", "while :; do :; done"])
+                        .args(["-n", &nice.to_string(), "sh", "-c", "while :; do :; done"])
                         .spawn()
                         .unwrap()
                 })
@@ -262,7 +266,8 @@ fn host_contention_is_named_and_no_limit_is_prescribed() {
     let _l = cpu_lock();
     let d = Scratch::new("diag-contention");
     let args = ["4", "4", "steady", "20"];
-    let hogs = Hogs::start(3);
+    // Three at nice 0, the pipeline at 10: it gets some CPU, never none.
+    let hogs = Hogs::start(3, 0);
     // A limit of 1.5 CPUs the pipeline cannot reach: the hogs hold the CPUs.
     let (log, observed, out) = run(&d, "before", &["--cpus", "1.5"], &args, 10);
     let (log2, observed2, out2) = run(&d, "raised", &["--cpus", "2"], &args, 10);

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::diagnosis::{diagnose, Diagnosis, Shape, CONTENTION};
 use crate::heatmap::short;
 use crate::model::{Container, PeriodThrottle};
-use crate::replay::{demand, replay, Bandwidth, PeriodDemand};
+use crate::replay::{demand, replay, Bandwidth, Competition, PeriodDemand};
 
 /// One piece of advice.
 #[derive(Debug, Clone, Serialize)]
@@ -53,7 +53,12 @@ impl Effect {
 
 /// The demand rebuilt from the log, and what the replay needs.
 pub struct Model {
+    /// Under this run's competition for the CPUs: what the same conditions
+    /// would see (the burst, `--what-if`).
     pub demand: Vec<PeriodDemand>,
+    /// As if the group had the CPUs it was frozen on to itself: what a
+    /// limit is sized for, the same on a quiet and a busy host.
+    pub demand_alone: Vec<PeriodDemand>,
     pub bw: Bandwidth,
     pub cpus: f64,
     pub observed_ns: u64,
@@ -195,7 +200,8 @@ pub fn model(c: &Container) -> Option<Model> {
         .filter(|n| *n > 0.0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
     Some(Model {
-        demand: demand(&t, quota_ns, period_ns),
+        demand: demand(&t, quota_ns, period_ns, Competition::AsObserved),
+        demand_alone: demand(&t, quota_ns, period_ns, Competition::Alone { cpus }),
         bw: Bandwidth {
             quota_ns,
             period_ns,
@@ -308,41 +314,15 @@ fn quota(c: &Container, m: &Model) -> Option<Recommendation> {
     let runnable = periods.iter().map(|(_, p)| p.threads).max()? as f64;
     let cpus_now = m.bw.quota_ns as f64 / m.bw.period_ns as f64;
     let limit_max = runnable.min(m.cpus).max(cpus_now);
-    let at = |cpus: f64| {
-        replay(
-            &m.demand,
-            Bandwidth {
-                quota_ns: (cpus * m.bw.period_ns as f64) as u64,
-                ..m.bw
-            },
-            m.cpus,
-        )
-    };
-    let observed = m.observed_ns as f64;
-    // The smallest limit that removes 90 % of the throttling, in steps a
-    // person writes: tenths of a CPU below 1, halves to 4, whole CPUs above.
-    let step = |l: f64| {
-        if l < 1.0 - 1e-9 {
-            0.1
-        } else if l < 4.0 - 1e-9 {
-            0.5
-        } else {
-            1.0
-        }
-    };
-    let up = |l: f64| {
-        let s = step(l);
-        (((l + 1e-9) / s).floor() * s + s).max(l + 1e-9)
-    };
-    let round = |l: f64| (l * 10.0).round() / 10.0;
-    let mut l = round(up(cpus_now));
-    while l < limit_max && at(l) > 0.1 * observed {
-        l = round(up(l));
-    }
-    let l = l.min(limit_max);
+    // Sized for the demand with the CPUs to itself: the same advice on a
+    // quiet host and beside other work (beside it, the group got less of
+    // its CPUs and so seemed to need less).
+    let l = smallest_limit(m, &m.demand_alone, cpus_now, limit_max);
     if l <= cpus_now + 1e-9 {
         return None;
     }
+    let at = |cpus: f64| replay(&m.demand_alone, limit_bw(m, cpus), m.cpus);
+    let under_load = smallest_limit(m, &m.demand, cpus_now, limit_max);
     let predicted = at(l);
     let frozen_per_period = periods.iter().map(|(_, p)| p.throttled_ns).sum::<u64>() as f64
         / periods.len().max(1) as f64;
@@ -383,15 +363,58 @@ fn quota(c: &Container, m: &Model) -> Option<Recommendation> {
             workers,
             if workers > 1.0 { "s" } else { "" },
             trim_float(l)
-        ),
+        ) + &if under_load + 1e-9 < l {
+            format!(
+                "; sized as if it had CPUs to itself (as many as it had runnable threads, at most those it may use): beside this run's other work it got less of them, and {} CPU{} would do while that work runs",
+                trim_float(under_load),
+                if under_load > 1.0 + 1e-9 { "s" } else { "" }
+            )
+        } else {
+            String::new()
+        },
         observed_throttled_ns: m.observed_ns,
         predicted_throttled_ns: Some(predicted as u64),
-        covers: COVERS_THROTTLED,
+        covers: COVERS_LIMIT,
         predicted_effect: None,
     })
 }
 
+fn limit_bw(m: &Model, cpus: f64) -> Bandwidth {
+    Bandwidth {
+        quota_ns: (cpus * m.bw.period_ns as f64) as u64,
+        ..m.bw
+    }
+}
+
+/// The smallest limit whose replay of `demand` removes 90 % of the observed
+/// throttling, in steps a person writes: tenths of a CPU below 1, halves to
+/// 4, whole CPUs above; at most `limit_max`.
+fn smallest_limit(m: &Model, demand: &[PeriodDemand], cpus_now: f64, limit_max: f64) -> f64 {
+    let observed = m.observed_ns as f64;
+    let step = |l: f64| {
+        if l < 1.0 - 1e-9 {
+            0.1
+        } else if l < 4.0 - 1e-9 {
+            0.5
+        } else {
+            1.0
+        }
+    };
+    let up = |l: f64| {
+        let s = step(l);
+        (((l + 1e-9) / s).floor() * s + s).max(l + 1e-9)
+    };
+    let round = |l: f64| (l * 10.0).round() / 10.0;
+    let mut l = round(up(cpus_now));
+    while l < limit_max && replay(demand, limit_bw(m, l), m.cpus) > 0.1 * observed {
+        l = round(up(l));
+    }
+    l.min(limit_max)
+}
+
 pub const COVERS_THROTTLED: &str = "the kernel's throttled time only, replayed from this log's periods (docs/report.md: it errs high for spikes after idle periods); not run-queue wait, not step time";
+
+pub const COVERS_LIMIT: &str = "the kernel's throttled time only, replayed from this log's periods as if the group had CPUs to itself (the same advice on a quiet and a busy host; docs/report.md); not run-queue wait, not step time";
 
 /// Waiting for CPUs others hold: more quota will not help.
 fn contention(c: &Container, d: &Diagnosis) -> Option<Recommendation> {

@@ -127,3 +127,61 @@ fn a_noisy_log_gets_a_threshold_and_a_quiet_one_none() {
     );
     assert!(threshold(&Container::default()).is_none());
 }
+
+/// Four CPU-bound threads under 0.5 CPUs on two CPUs, 30 periods: alone
+/// they spend the quota in 25 ms on both CPUs and are frozen the other
+/// 75 ms on each; beside a heavier neighbour they all sit on one CPU and
+/// spend it over 50 ms there, frozen 50 ms on that one CPU.
+fn overloaded(contended: bool) -> Container {
+    let ms = 1_000_000u64;
+    let mut c = Container::default();
+    c.add(
+        0,
+        Record::Start(Start {
+            period_us: 100_000,
+            quota_us: Some(50_000),
+            cpus: Some("0-1".into()),
+            ..Default::default()
+        }),
+    );
+    for k in 0..30u64 {
+        let frozen = if contended { 50 * ms } else { 75 * ms };
+        for tid in 1..=4u32 {
+            let cpu = if contended { 0 } else { tid % 2 };
+            c.add(
+                k * 100 * ms,
+                Record::Throttle(Throttle {
+                    tid,
+                    cpu,
+                    start_ns: k * 100 * ms + (100 * ms - frozen),
+                    frozen_ns: frozen,
+                    ..Default::default()
+                }),
+            );
+        }
+    }
+    c
+}
+
+#[test]
+fn a_limit_is_sized_the_same_beside_other_work() {
+    let limit = |c: &Container| {
+        let m = model(c).unwrap();
+        quota(c, &m).map(|r| (r.value, r.reason))
+    };
+    let (quiet, why) = limit(&overloaded(false)).unwrap();
+    let (busy, busy_why) = limit(&overloaded(true)).unwrap();
+    assert_eq!(quiet, "2", "{why}");
+    assert_eq!(busy, "2", "{busy_why}");
+    // The busy log says what would do under its load (one CPU's worth was
+    // all it got), the quiet one has nothing to add.
+    assert!(
+        busy_why.contains("1 CPU would do while that work runs"),
+        "{busy_why}"
+    );
+    assert!(!why.contains("would do while"), "{why}");
+    // Under this run's conditions (the what-if's model) one CPU is enough.
+    let c = overloaded(true);
+    let m = model(&c).unwrap();
+    assert_eq!(smallest_limit(&m, &m.demand, 0.5, 2.0), 1.0);
+}

@@ -35,11 +35,28 @@ pub struct Bandwidth {
     pub burst_ns: u64,
 }
 
+/// Whose CPU time the demand is rebuilt under.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Competition {
+    /// As the log saw it: a group busy all period got the share of its CPUs
+    /// it was given (the others ran the rest), and would have done that
+    /// share of the work in its throttled time. The prediction for this
+    /// run's conditions.
+    AsObserved,
+    /// As if the group had CPUs to itself: a group busy all period would
+    /// have run all period on as many of the `cpus` it may use as it had
+    /// threads frozen (they were runnable; beside other work they may all
+    /// have been frozen on one CPU). What it needs on a quiet host, the
+    /// same whatever else ran beside this run.
+    Alone { cpus: f64 },
+}
+
 /// The longest run of throttled periods taken for one spike (docs/report.md).
 const SPIKE_RUN: usize = 3;
 
 /// Rebuild per-period demand from each period's throttling (`None`: a
-/// period without throttling), observed under `quota_ns`.
+/// period without throttling), observed under `quota_ns`, counting the
+/// CPUs others held as `competition` says.
 ///
 /// A throttled period used its quota. Its CPUs ran the group until the quota
 /// was spent and were throttled for the rest: `cpus x period - throttled` of
@@ -59,9 +76,10 @@ pub fn demand(
     periods: &[Option<PeriodThrottle>],
     quota_ns: u64,
     period_ns: u64,
+    competition: Competition,
 ) -> Vec<PeriodDemand> {
     let q = quota_ns as f64;
-    let mut unmet = unmet_estimates(periods, q, period_ns);
+    let mut unmet = unmet_estimates(periods, q, period_ns, competition);
     let backlog = bound_spike_backlogs(periods, q, &mut unmet);
     build(periods, q, &unmet, &backlog)
 }
@@ -69,7 +87,12 @@ pub fn demand(
 /// Each throttled period's work left over, before the spikes' bound: the
 /// share of the throttled time the group would have run, at most one quota
 /// when the next period was not throttled.
-fn unmet_estimates(periods: &[Option<PeriodThrottle>], q: f64, period_ns: u64) -> Vec<f64> {
+fn unmet_estimates(
+    periods: &[Option<PeriodThrottle>],
+    q: f64,
+    period_ns: u64,
+    competition: Competition,
+) -> Vec<f64> {
     (0..periods.len())
         .map(|k| {
             let Some(p) = periods[k] else { return 0.0 };
@@ -87,8 +110,14 @@ fn unmet_estimates(periods: &[Option<PeriodThrottle>], q: f64, period_ns: u64) -
             } else {
                 periods[k - 1].is_some()
             };
-            let share = if busy { (q / ran).min(1.0) } else { 1.0 };
-            let u = share * t;
+            let u = match competition {
+                Competition::AsObserved if busy => (q / ran).min(1.0) * t,
+                Competition::Alone { cpus } if busy => {
+                    let could = (p.threads as f64).min(cpus).max(p.cpus as f64);
+                    (could * period_ns as f64 - q).max(t)
+                }
+                _ => t,
+            };
             if next_throttled {
                 u
             } else {
@@ -240,7 +269,7 @@ mod tests {
         // 10ms quota on 2 CPUs shared half with others: the quota lasts 10ms of
         // wall time, 180ms throttled; with 30ms it lasts 30ms: 140ms.
         let t = vec![thr(180, 2); 10];
-        let d = demand(&t, 10_000_000, P);
+        let d = demand(&t, 10_000_000, P, Competition::AsObserved);
         assert!((replay(&d, bw(10, 0), 2.0) - 1.8e9).abs() < 1e3);
         let more = replay(&d, bw(30, 0), 2.0);
         assert!((more - 1.4e9).abs() < 1e3, "{more}");
@@ -250,7 +279,7 @@ mod tests {
     fn replaying_the_observed_settings_gives_the_observed_time() {
         // Busy on 2 CPUs under 50ms: 150ms throttled every period.
         let t = vec![thr(150, 2); 10];
-        let d = demand(&t, 50_000_000, P);
+        let d = demand(&t, 50_000_000, P, Competition::AsObserved);
         assert!((replay(&d, bw(50, 0), 2.0) - 1.5e9).abs() < 1e3);
         // 1.5 CPUs: 50ms each period; 2 CPUs: none. Burst cannot help a busy group.
         assert!((replay(&d, bw(150, 0), 2.0) - 0.5e9).abs() < 1e3);
@@ -265,7 +294,7 @@ mod tests {
         for k in (3..40).step_by(4) {
             t[k] = thr(80, 1);
         }
-        let d = demand(&t, 20_000_000, P);
+        let d = demand(&t, 20_000_000, P, Competition::AsObserved);
         let observed = replay(&d, bw(20, 0), 2.0);
         assert!((observed - 10.0 * 80e6).abs() < 1e3, "{observed}");
         // The leftover is at most one quota (the next period was not throttled):
@@ -283,7 +312,7 @@ mod tests {
         // quota the kernel's bucket starts at quota + burst: no throttling.
         let mut t = vec![None; 8];
         t[0] = thr(80, 1);
-        let d = demand(&t, 20_000_000, P);
+        let d = demand(&t, 20_000_000, P, Competition::AsObserved);
         assert!((replay(&d, bw(20, 0), 2.0) - 80e6).abs() < 1e3);
         assert!(replay(&d, bw(20, 20), 2.0) < 1e3);
     }
@@ -298,7 +327,7 @@ mod tests {
         let mut t = vec![None; 12];
         t[4] = thr(80, 1);
         t[5] = thr(80, 1);
-        let d = demand(&t, 20_000_000, P);
+        let d = demand(&t, 20_000_000, P, Competition::AsObserved);
         assert!((replay(&d, bw(20, 0), 1.0) - 160e6).abs() < 1e3);
         let burst = replay(&d, bw(20, 20), 1.0);
         assert!(burst <= 40e6 + 1e3, "{burst}");
@@ -310,7 +339,7 @@ mod tests {
             .collect();
         busy.insert(0, None);
         busy.push(None);
-        let d = demand(&busy, 5_000_000, P);
+        let d = demand(&busy, 5_000_000, P, Competition::AsObserved);
         assert!(d[1..25].iter().all(|p| p.carried_ns == 0.0), "{d:?}");
     }
 
@@ -324,7 +353,7 @@ mod tests {
         for k in (2..12).step_by(4) {
             t[k] = thr(10, 1);
         }
-        let d = demand(&t, 20_000_000, P);
+        let d = demand(&t, 20_000_000, P, Competition::AsObserved);
         assert!((replay(&d, bw(20, 0), 2.0) - 30e6).abs() < 1e3);
         let small = replay(&d, bw(20, 5), 2.0);
         assert!((small - 15e6).abs() < 1e3, "{small}");
