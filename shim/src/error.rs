@@ -38,6 +38,20 @@ impl From<crate::runc::RuncError> for Error {
     }
 }
 
+/// A task's init that could not be started (`Create`): an internal error.
+impl From<crate::stdio::LaunchError> for Error {
+    fn from(e: crate::stdio::LaunchError) -> Error {
+        Error::Internal(e.to_string())
+    }
+}
+
+/// Metrics that could not be encoded (`Stats`): an internal error.
+impl From<crate::metrics::MarshalError> for Error {
+    fn from(e: crate::metrics::MarshalError) -> Error {
+        Error::Internal(e.to_string())
+    }
+}
+
 impl Error {
     pub fn code(&self) -> Code {
         match self {
@@ -66,6 +80,12 @@ impl Error {
         } else {
             Error::Unknown(format!("unknown error after kill: {e}"))
         }
+    }
+
+    /// An exec that could not be started (`Start` of an exec): an unknown
+    /// error, as the runc shim's exec start answers.
+    pub fn of_exec_start(e: crate::stdio::LaunchError) -> Error {
+        Error::Unknown(e.to_string())
     }
 }
 
@@ -126,6 +146,15 @@ mod tests {
                 Code::FAILED_PRECONDITION,
                 "process not created: failed precondition".into()
             )
+        );
+        let launch = || crate::stdio::LaunchError::Runc(failed("exec failed"));
+        assert_eq!(
+            status(Error::from(launch())),
+            (Code::INTERNAL, "exec failed".into())
+        );
+        assert_eq!(
+            status(Error::of_exec_start(launch())),
+            (Code::UNKNOWN, "exec failed".into())
         );
         assert_eq!(status(Error::Internal("x".into())).0, Code::INTERNAL);
         assert_eq!(

@@ -130,10 +130,15 @@ pub fn metrics(data: &Value) -> Metrics {
     }
 }
 
+/// Metrics that protobuf could not encode for their `Any`.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct MarshalError(#[from] containerd_shim::protos::protobuf::Error);
+
 /// `m` in an `Any` as containerd's typeurl.MarshalAny wraps it: the
 /// message's full name as the type URL, no prefix.
-pub fn to_any(type_url: &str, m: &impl Message) -> Result<Any, String> {
-    let value = m.write_to_bytes().map_err(|e| e.to_string())?;
+pub fn to_any(type_url: &str, m: &impl Message) -> Result<Any, MarshalError> {
+    let value = m.write_to_bytes()?;
     Ok(Any {
         type_url: type_url.into(),
         value,
@@ -143,7 +148,7 @@ pub fn to_any(type_url: &str, m: &impl Message) -> Result<Any, String> {
 
 /// `runc events --stats` figures (the fallback when the cgroup is unknown)
 /// in the type of the node's cgroup version.
-pub fn metrics_any(data: &Value, v2: bool) -> Result<Any, String> {
+pub fn metrics_any(data: &Value, v2: bool) -> Result<Any, MarshalError> {
     match v2 {
         true => to_any(
             crate::metrics_v2::METRICS_TYPE_URL,
@@ -189,7 +194,7 @@ impl CgroupDirs {
 
     /// The task's metrics as the runc shim answers `Stats` on this cgroup
     /// version, in their `Any`; None when the cgroup is unknown or gone.
-    pub fn metrics_any(&self) -> Option<Result<Any, String>> {
+    pub fn metrics_any(&self) -> Option<Result<Any, MarshalError>> {
         let acct = self.cpuacct.as_deref()?;
         if !acct.exists() {
             return None;

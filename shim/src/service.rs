@@ -158,11 +158,26 @@ fn socket_path(address: &str) -> &str {
     address.strip_prefix("unix://").unwrap_or(address)
 }
 
+/// Why `start` cannot use the bootstrap params on its stdin.
+#[derive(Debug, thiserror::Error)]
+enum BootstrapError {
+    /// The params are for another shim instance than the flags name.
+    #[error("bootstrap params for {namespace}/{instance_id} do not match command line arguments {flag_namespace}/{flag_id}")]
+    Mismatch {
+        namespace: String,
+        instance_id: String,
+        flag_namespace: String,
+        flag_id: String,
+    },
+    #[error("bootstrap params carry no containerd TTRPC address")]
+    NoTtrpcAddress,
+}
+
 /// What `start` was told: containerd 2.3's bootstrap protocol
 /// (`BootstrapParams` on stdin, for this id and namespace: containerd's
 /// docs/runtime-v2.md), else the flags and environment of older ones (whose
 /// stdin is the runtime options).
-fn start_opts(flags: &Flags, stdin: &[u8]) -> Result<(StartOpts, bool), String> {
+fn start_opts(flags: &Flags, stdin: &[u8]) -> Result<(StartOpts, bool), BootstrapError> {
     let legacy = StartOpts {
         id: flags.id.clone(),
         publish_binary: flags.publish_binary.clone(),
@@ -188,10 +203,12 @@ fn start_opts(flags: &Flags, stdin: &[u8]) -> Result<(StartOpts, bool), String> 
         return Ok((legacy, false));
     };
     if p.instance_id != flags.id || p.namespace != flags.namespace {
-        return Err(format!(
-            "bootstrap params for {}/{} do not match command line arguments {}/{}",
-            p.namespace, p.instance_id, flags.namespace, flags.id
-        ));
+        return Err(BootstrapError::Mismatch {
+            namespace: p.namespace,
+            instance_id: p.instance_id,
+            flag_namespace: flags.namespace.clone(),
+            flag_id: flags.id.clone(),
+        });
     }
     let or = |a: &str, b: &str| {
         if a.is_empty() {
@@ -209,7 +226,7 @@ fn start_opts(flags: &Flags, stdin: &[u8]) -> Result<(StartOpts, bool), String> 
         ..legacy
     };
     if opts.ttrpc_address.is_empty() {
-        return Err("bootstrap params carry no containerd TTRPC address".into());
+        return Err(BootstrapError::NoTtrpcAddress);
     }
     Ok((opts, true))
 }
@@ -512,7 +529,18 @@ mod bootstrap_tests {
             ..p.clone()
         };
         let e = start_opts(&flags(), &other.write_to_bytes().unwrap()).unwrap_err();
-        assert!(e.contains("do not match"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "bootstrap params for k8s.io/c2 do not match command line arguments k8s.io/c1"
+        );
+        let none = BootstrapParams {
+            containerd_ttrpc_address: String::new(),
+            ..p.clone()
+        };
+        if std::env::var_os("TTRPC_ADDRESS").is_none() {
+            let e = start_opts(&flags(), &none.write_to_bytes().unwrap()).unwrap_err();
+            assert!(matches!(e, BootstrapError::NoTtrpcAddress), "{e:?}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::stdio::ProcIo;
 
 /// (topic, event) for the publisher thread.
 pub type Event = (&'static str, Any);
-pub type Shared = Arc<(Mutex<State>, Condvar)>;
+pub type Shared = Arc<(Mutex<ShimState>, Condvar)>;
 
 /// An event as containerd's `Any` (type URL `containerd.events.<Name>`),
 /// built without protobuf reflection: the reflection tables of the event
@@ -44,8 +44,10 @@ pub fn go_zero_time() -> Timestamp {
     }
 }
 
+/// One process of a task as the shim tracks it: the container's init or
+/// one of its execs.
 #[derive(Debug, Clone, Default)]
-pub struct Process {
+pub struct ShimProcess {
     pub pid: u32,
     pub status: Status,
     pub exit_status: u32,
@@ -63,19 +65,23 @@ pub struct Process {
     pub start_failed: bool,
 }
 
+/// One container's task as the shim tracks it: its bundle, its init and
+/// exec processes, its cgroup.
 #[derive(Debug)]
-pub struct Container {
+pub struct TaskEntry {
     pub bundle: PathBuf,
     pub mounted_rootfs: bool,
-    pub init: Process,
-    pub execs: HashMap<String, Process>,
+    pub init: ShimProcess,
+    pub execs: HashMap<String, ShimProcess>,
     /// Where its cgroup is (for `Stats` once init exited).
     pub cgroups: crate::metrics::CgroupDirs,
 }
 
+/// Everything the shim's Task service knows: its tasks by container id,
+/// and exits not yet matched to one of their processes.
 #[derive(Default)]
-pub struct State {
-    pub containers: HashMap<String, Container>,
+pub struct ShimState {
+    pub containers: HashMap<String, TaskEntry>,
     /// Exits of pids not (yet) known: an exec can exit before its pid file is read.
     pub unclaimed: VecDeque<(u32, u32, Timestamp)>,
 }

@@ -18,6 +18,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::console::{Console, ConsoleSocket};
+use crate::runc::RuncError;
 
 /// How long runc may take to send the pty master after `create`/`exec` returned.
 const CONSOLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -118,6 +119,29 @@ pub fn open_output(path: &str) -> std::io::Result<File> {
     Ok(f)
 }
 
+/// Why a process could not be started with its stdio: the step that failed
+/// and what the system (or runc) answered.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("open stdio: {0}")]
+    Stdio(std::io::Error),
+    #[error("open stdin: {0}")]
+    Stdin(std::io::Error),
+    #[error("open stdout: {0}")]
+    Stdout(std::io::Error),
+    #[error("console socket: {0}")]
+    ConsoleSocket(std::io::Error),
+    #[error("open /dev/null: {0}")]
+    DevNull(std::io::Error),
+    #[error("receive the pty master from runc: {0}")]
+    PtyMaster(std::io::Error),
+    #[error("console copy: {0}")]
+    ConsoleCopy(std::io::Error),
+    /// `runc create` or `runc exec` itself failed.
+    #[error(transparent)]
+    Runc(#[from] RuncError),
+}
+
 /// What the shim holds of a running process's IO; dropped with the process.
 #[derive(Debug, Default)]
 pub struct ProcIo {
@@ -133,11 +157,11 @@ impl ProcIo {
         stdout: &str,
         stderr: &str,
         terminal: bool,
-        run: impl FnOnce(Stdio3, Option<&Path>) -> Result<u32, String>,
-    ) -> Result<(u32, ProcIo), String> {
+        run: impl FnOnce(Stdio3, Option<&Path>) -> Result<u32, RuncError>,
+    ) -> Result<(u32, ProcIo), LaunchError> {
         if !terminal {
             let (stdio, keeper) =
-                Stdio3::open(stdin, stdout, stderr).map_err(|e| format!("open stdio: {e}"))?;
+                Stdio3::open(stdin, stdout, stderr).map_err(LaunchError::Stdio)?;
             let pid = run(stdio, None)?;
             return Ok((
                 pid,
@@ -148,17 +172,16 @@ impl ProcIo {
             ));
         }
         // Open the fifos first: a failure then leaves no process behind.
-        let (input, keeper) = open_input(stdin).map_err(|e| format!("open stdin: {e}"))?;
-        let output = open_output(stdout).map_err(|e| format!("open stdout: {e}"))?;
-        let socket = ConsoleSocket::new().map_err(|e| format!("console socket: {e}"))?;
-        let stdio = Stdio3::null().map_err(|e| format!("open /dev/null: {e}"))?;
+        let (input, keeper) = open_input(stdin).map_err(LaunchError::Stdin)?;
+        let output = open_output(stdout).map_err(LaunchError::Stdout)?;
+        let socket = ConsoleSocket::new().map_err(LaunchError::ConsoleSocket)?;
+        let stdio = Stdio3::null().map_err(LaunchError::DevNull)?;
         let pid = run(stdio, Some(socket.path()))?;
         let master = socket
             .receive(CONSOLE_TIMEOUT)
-            .map_err(|e| format!("receive the pty master from runc: {e}"))?;
+            .map_err(LaunchError::PtyMaster)?;
         let input = if stdin.is_empty() { None } else { Some(input) };
-        let console =
-            Console::start(master, input, output).map_err(|e| format!("console copy: {e}"))?;
+        let console = Console::start(master, input, output).map_err(LaunchError::ConsoleCopy)?;
         Ok((
             pid,
             ProcIo {
@@ -240,6 +263,10 @@ mod tests {
         let e = open_input("/nonexistent/stdin").unwrap_err();
         assert!(e.to_string().contains("/nonexistent/stdin"), "{e}");
         let e = ProcIo::launch("", "/nonexistent/out", "", true, |_, _| Ok(1)).unwrap_err();
-        assert!(e.contains("open stdout"), "{e}");
+        assert!(matches!(e, LaunchError::Stdout(_)), "{e:?}");
+        assert!(
+            e.to_string().starts_with("open stdout: /nonexistent/out: "),
+            "{e}"
+        );
     }
 }

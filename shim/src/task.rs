@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::metrics::metrics_any;
 use crate::runc::Runc;
 use crate::state::{
-    apply_exit, event, go_zero_time, on_exit, Container, Event, Process, Shared, State,
+    apply_exit, event, go_zero_time, on_exit, Event, Shared, ShimProcess, ShimState, TaskEntry,
 };
 use crate::stdio::ProcIo;
 
@@ -80,7 +80,7 @@ impl TaskService {
         self
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, ShimState> {
         self.state.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -175,13 +175,8 @@ impl Task for TaskService {
                 &req.stdout,
                 &req.stderr,
                 req.terminal,
-                |stdio, console| {
-                    self.runc
-                        .create(&req.id, &bundle, stdio, console)
-                        .map_err(|e| e.to_string())
-                },
-            )
-            .map_err(Error::Internal)?;
+                |stdio, console| self.runc.create(&req.id, &bundle, stdio, console),
+            )?;
             if let Some(spec) = spec {
                 if let Err(e) = self.on_created(&req.id, &bundle, pid, &spec, created_ns) {
                     // Fail-closed: what runc made goes, as a failed hook's would.
@@ -192,7 +187,7 @@ impl Task for TaskService {
             Ok((pid, io))
         });
         let (pid, io) = created.inspect_err(|_| unmount_rootfs(&bundle, mounted))?;
-        let init = Process {
+        let init = ShimProcess {
             pid,
             status: Status::CREATED,
             stdin: req.stdin.clone(),
@@ -202,7 +197,7 @@ impl Task for TaskService {
             io: Some(Arc::new(io)),
             ..Default::default()
         };
-        let c = Container {
+        let c = TaskEntry {
             bundle,
             mounted_rootfs: mounted,
             init,
@@ -251,7 +246,7 @@ impl Task for TaskService {
             .as_ref()
             .map(|a| a.value.clone())
             .unwrap_or_default();
-        let p = Process {
+        let p = ShimProcess {
             status: Status::CREATED,
             stdin: req.stdin,
             stdout: req.stdout,
@@ -439,7 +434,7 @@ impl Task for TaskService {
                 metrics_any(&data, dirs.v2)
             }
         }
-        .map_err(Error::Internal)?;
+        .map_err(Error::from)?;
         Ok(api::StatsResponse {
             stats: MessageField::some(stats),
             ..Default::default()
@@ -538,17 +533,17 @@ impl TaskService {
     }
 
     /// A copy of the container's init (`exec_id` empty) or exec process.
-    fn process(&self, id: &str, exec_id: &str) -> crate::error::Result<Process> {
+    fn process(&self, id: &str, exec_id: &str) -> crate::error::Result<ShimProcess> {
         lookup(&self.lock(), id, exec_id).map(|(_, p)| p.clone())
     }
 }
 
 /// The container `id` and its init (`exec_id` empty) or exec process.
 fn lookup<'a>(
-    st: &'a State,
+    st: &'a ShimState,
     id: &str,
     exec_id: &str,
-) -> crate::error::Result<(&'a Container, &'a Process)> {
+) -> crate::error::Result<(&'a TaskEntry, &'a ShimProcess)> {
     let c = st.containers.get(id).ok_or(Error::ContainerNotFound)?;
     let p = if exec_id.is_empty() {
         Some(&c.init)

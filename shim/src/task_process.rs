@@ -86,7 +86,6 @@ impl TaskService {
             |stdio, console| {
                 self.runc
                     .exec(id, &bundle, exec_id, &p.spec, stdio, console)
-                    .map_err(|e| e.to_string())
             },
         );
         let (pid, io) = match launched {
@@ -103,7 +102,7 @@ impl TaskService {
                     x.start_failed = true;
                 }
                 self.state.1.notify_all();
-                return Err(Error::Unknown(e));
+                return Err(Error::of_exec_start(e));
             }
         };
         if let Some(e) = self

@@ -36,6 +36,33 @@ pub(super) struct RegisterInFlight {
     wants_control: bool,
 }
 
+/// Why a container could not be registered; the text is the answer's error.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RegisterError {
+    #[error("container_id {0:?}: expected 1 to 1024 bytes without NUL")]
+    ContainerId(String),
+    #[error("cgroup_path {path:?}: {source}")]
+    Cgroup {
+        path: String,
+        source: throttlewatch_cgroup::CgroupError,
+    },
+    /// The cgroup could not be put in the kernel's watch map or its
+    /// baselines read.
+    #[error(transparent)]
+    Watch(anyhow::Error),
+    /// As [`RegisterError::Watch`], when `max_containers` containers are
+    /// already watched (the kernel maps are sized from it).
+    #[error("{cause}: {watching} containers are watched, max_containers = {max} (the kernel maps are sized from it)")]
+    Full {
+        cause: anyhow::Error,
+        watching: usize,
+        max: u32,
+    },
+    /// The log or its `start` record could not be written.
+    #[error(transparent)]
+    Log(anyhow::Error),
+}
+
 pub(super) enum Begun {
     /// Already watched: the answer.
     Known(Response),
@@ -162,7 +189,7 @@ impl Agent {
         &mut self,
         r: Register,
         resume: Option<&Persisted>,
-    ) -> Result<Response, String> {
+    ) -> Result<Response, RegisterError> {
         let mut t = Phases::start("throttlewatch-agent register-sync");
         match self.begin_register(r, resume, &mut t)? {
             Begun::Known(resp) => Ok(resp),
@@ -183,13 +210,10 @@ impl Agent {
         r: Register,
         resume: Option<&Persisted>,
         t: &mut Phases,
-    ) -> Result<Begun, String> {
+    ) -> Result<Begun, RegisterError> {
         if r.container_id.is_empty() || r.container_id.len() > 1024 || r.container_id.contains('\0')
         {
-            return Err(format!(
-                "container_id {:?}: expected 1 to 1024 bytes without NUL",
-                r.container_id
-            ));
+            return Err(RegisterError::ContainerId(r.container_id));
         }
         let key = r.key();
         let known = self
@@ -209,8 +233,11 @@ impl Agent {
                 ..Response::ok()
             }));
         }
-        let g = CpuCgroup::open(&self.h, &r.cgroup_path)
-            .map_err(|e| format!("cgroup_path {:?}: {e}", r.cgroup_path))?;
+        let g =
+            CpuCgroup::open(&self.h, &r.cgroup_path).map_err(|source| RegisterError::Cgroup {
+                path: r.cgroup_path.clone(),
+                source,
+            })?;
         let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations)
             .with_qos_summary(r.qos.as_ref())
             .with_scope(r.scope.as_ref());
@@ -235,12 +262,16 @@ impl Agent {
         t.mark("cgroup");
         let watching = self.engine.watching();
         let max = self.cfg.max_containers;
-        let draft = self.engine.begin_watch(spec, g, t).map_err(|e| {
+        let draft = self.engine.begin_watch(spec, g, t).map_err(|cause| {
             // The kernel maps are sized from max_containers (E2BIG when full).
             if watching >= max as usize {
-                format!("{e}: {watching} containers are watched, max_containers = {max} (the kernel maps are sized from it)")
+                RegisterError::Full {
+                    cause,
+                    watching,
+                    max,
+                }
             } else {
-                e.to_string()
+                RegisterError::Watch(cause)
             }
         })?;
         Ok(Begun::InFlight(Box::new(RegisterInFlight {
@@ -257,11 +288,11 @@ impl Agent {
         &mut self,
         p: Box<RegisterInFlight>,
         t: &mut Phases,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, RegisterError> {
         let id = self
             .engine
             .complete_watch(p.draft)
-            .map_err(|e| e.to_string())?;
+            .map_err(RegisterError::Log)?;
         t.mark("log");
         let recs = self.controls.attach(
             id,
@@ -276,5 +307,29 @@ impl Agent {
         t.mark("state");
         self.count_watched();
         Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RegisterError;
+
+    #[test]
+    fn register_errors_read_as_the_answer_words_them() {
+        assert_eq!(
+            RegisterError::ContainerId("a\0b".into()).to_string(),
+            r#"container_id "a\0b": expected 1 to 1024 bytes without NUL"#
+        );
+        let full = RegisterError::Full {
+            cause: anyhow::anyhow!("watch map: E2BIG").context("watch"),
+            watching: 3,
+            max: 3,
+        };
+        assert_eq!(
+            full.to_string(),
+            "watch: 3 containers are watched, max_containers = 3 (the kernel maps are sized from it)"
+        );
+        let log = RegisterError::Log(anyhow::anyhow!("disk full").context("/x.log"));
+        assert_eq!(log.to_string(), "/x.log", "the outer message only");
     }
 }
