@@ -194,7 +194,7 @@ pub fn should_kill_all_on_exit(bundle: &std::path::Path) -> bool {
         return spec["linux"].is_null();
     };
     !ns.iter()
-        .any(|n| n["type"] == "pid" && n["path"].as_str().map_or(true, str::is_empty))
+        .any(|n| n["type"] == "pid" && n["path"].as_str().is_none_or(str::is_empty))
 }
 
 #[cfg(test)]

@@ -507,8 +507,7 @@ impl TaskService {
             return Err(Error::FailedPrecondition(format!(
                 "container {id} is {:?}, not {from:?}",
                 p.status
-            ))
-            .into());
+            )));
         }
         self.runc.pause(&id, pause)?;
         if let Some(c) = self.lock().containers.get_mut(&id) {
