@@ -4,11 +4,27 @@
 use throttlewatch_core::CpuList;
 
 use crate::exclusive::ExclusiveAllocator;
-use crate::gpu::container_gpus;
+use crate::gpu::{container_gpus, VISIBLE_DEVICES_ENV};
 use crate::keys::Key;
 use crate::plan::{cpus_for_quota, Plan, PlanInput};
 use crate::request::{CpusetTarget, QosRequest};
 use crate::topology::Topology;
+
+/// Why a target points at no CPUs of this machine.
+#[derive(Debug, thiserror::Error)]
+enum ChoiceError {
+    #[error("CPUs {missing} do not exist or are offline; this machine has CPUs {online}")]
+    CpusMissing { missing: CpuList, online: CpuList },
+    #[error("NUMA node {node} does not exist; this machine has nodes {nodes}")]
+    NoSuchNode { node: u32, nodes: CpuList },
+    #[error("NUMA node {0} has no CPUs (a memory-only node)")]
+    MemoryOnlyNode(u32),
+    #[error(
+        "gpu-local needs GPUs and the container has none (see {VISIBLE_DEVICES_ENV} or {gpus})",
+        gpus = Key::Gpus.annotation()
+    )]
+    NoGpus,
+}
 
 /// The CPUs a target points at before the parent and exclusivity are applied.
 struct Choice {
@@ -158,13 +174,13 @@ fn choose(
 }
 
 /// An explicit CPU list: all of it must exist.
-fn choose_list(l: &CpuList, topo: &Topology, p: &mut Plan) -> Result<Option<Choice>, String> {
+fn choose_list(l: &CpuList, topo: &Topology, p: &mut Plan) -> Result<Option<Choice>, ChoiceError> {
     let missing = l.difference(&topo.online);
     if !missing.is_empty() {
-        return Err(format!(
-            "CPUs {missing} do not exist or are offline; this machine has CPUs {}",
-            topo.online
-        ));
+        return Err(ChoiceError::CpusMissing {
+            missing,
+            online: topo.online.clone(),
+        });
     }
     p.notes.push(format!("cpuset {l}: as requested"));
     Ok(Some(Choice {
@@ -175,16 +191,16 @@ fn choose_list(l: &CpuList, topo: &Topology, p: &mut Plan) -> Result<Option<Choi
 }
 
 /// `numa:N`: the node's CPUs.
-fn choose_node(n: u32, topo: &Topology, p: &mut Plan) -> Result<Option<Choice>, String> {
+fn choose_node(n: u32, topo: &Topology, p: &mut Plan) -> Result<Option<Choice>, ChoiceError> {
     let Some(node) = topo.node(n) else {
-        return Err(format!(
-            "NUMA node {n} does not exist; this machine has nodes {}",
-            topo.node_ids()
-        ));
+        return Err(ChoiceError::NoSuchNode {
+            node: n,
+            nodes: topo.node_ids(),
+        });
     };
     let cpus = topo.node_cpus(node.id);
     if cpus.is_empty() {
-        return Err(format!("NUMA node {n} has no CPUs (a memory-only node)"));
+        return Err(ChoiceError::MemoryOnlyNode(n));
     }
     p.notes.push(format!("numa:{n}: CPUs {cpus}"));
     Ok(Some(Choice {
@@ -204,7 +220,7 @@ fn choose_near_gpus(
     held: &CpuList,
     env: &[String],
     p: &mut Plan,
-) -> Result<Option<Choice>, String> {
+) -> Result<Option<Choice>, ChoiceError> {
     let gpus = container_gpus(topo, req.gpus.as_ref(), env).unwrap_or_else(|r| {
         p.refused.push(r);
         Vec::new()
@@ -214,7 +230,7 @@ fn choose_near_gpus(
         return Ok(Some(gpu_local(topo, &gpus, p)));
     }
     if *target == CpusetTarget::GpuLocal {
-        return Err("gpu-local needs GPUs and the container has none (see NVIDIA_VISIBLE_DEVICES or throttlewatch.io/gpus)".into());
+        return Err(ChoiceError::NoGpus);
     }
     let Some(node) = best_node(topo, usable, held) else {
         return Ok(None);

@@ -2,6 +2,7 @@
 //! container sees (NVIDIA_VISIBLE_DEVICES or the `gpus` key).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::Path;
 
 use serde::Serialize;
@@ -144,17 +145,36 @@ pub fn container_gpus(
     Ok(out)
 }
 
-fn resolve(topo: &Topology, item: &str) -> Result<usize, String> {
-    let have = || match topo.gpus.len() {
-        0 => "this machine has no NVIDIA GPUs".to_string(),
-        1 => "this machine has GPU 0".to_string(),
-        n => format!("this machine has GPUs 0-{}", n - 1),
-    };
+/// Why a GPU the container names is not one of this machine's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum GpuError {
+    #[error("MIG device {0} cannot be mapped to its GPU; name the GPU by index or UUID")]
+    Mig(String),
+    #[error("no GPU has UUID {uuid}; {have}")]
+    NoSuchUuid { uuid: String, have: MachineGpus },
+    #[error("GPU {index} does not exist; {have}")]
+    NoSuchIndex { index: String, have: MachineGpus },
+}
+
+/// How many NVIDIA GPUs this machine has, in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MachineGpus(usize);
+
+impl fmt::Display for MachineGpus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            0 => f.write_str("this machine has no NVIDIA GPUs"),
+            1 => f.write_str("this machine has GPU 0"),
+            n => write!(f, "this machine has GPUs 0-{}", n - 1),
+        }
+    }
+}
+
+fn resolve(topo: &Topology, item: &str) -> Result<usize, GpuError> {
+    let have = MachineGpus(topo.gpus.len());
     let upper = item.to_ascii_uppercase();
     if upper.starts_with("MIG-") {
-        return Err(format!(
-            "MIG device {item} cannot be mapped to its GPU; name the GPU by index or UUID"
-        ));
+        return Err(GpuError::Mig(item.to_string()));
     }
     if upper.starts_with("GPU-") {
         return topo
@@ -166,12 +186,18 @@ fn resolve(topo: &Topology, item: &str) -> Result<usize, String> {
                     .is_some_and(|u| u.eq_ignore_ascii_case(item))
             })
             .map(|g| g.index)
-            .ok_or_else(|| format!("no GPU has UUID {item}; {}", have()));
+            .ok_or_else(|| GpuError::NoSuchUuid {
+                uuid: item.to_string(),
+                have,
+            });
     }
     let index = item.split(':').next().unwrap_or(item);
     match index.parse::<usize>() {
         Ok(i) if i < topo.gpus.len() => Ok(i),
-        _ => Err(format!("GPU {index} does not exist; {}", have())),
+        _ => Err(GpuError::NoSuchIndex {
+            index: index.to_string(),
+            have,
+        }),
     }
 }
 
@@ -243,6 +269,16 @@ mod tests {
             container_gpus(&t, Some(&sel), &env("0")).unwrap_err().key,
             "throttlewatch.io/gpus"
         );
+    }
+
+    #[test]
+    fn machine_gpus_in_words() {
+        assert_eq!(
+            MachineGpus(0).to_string(),
+            "this machine has no NVIDIA GPUs"
+        );
+        assert_eq!(MachineGpus(1).to_string(), "this machine has GPU 0");
+        assert_eq!(MachineGpus(8).to_string(), "this machine has GPUs 0-7");
     }
 
     #[test]

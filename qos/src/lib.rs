@@ -32,11 +32,11 @@ pub use exclusive::{AllocError, ExclusiveAllocator, Holding};
 pub use gpu::{container_gpus, Gpu};
 pub use keys::{Key, ENV_PREFIX, PREFIX};
 pub use plan::{plan, Plan, PlanInput};
-pub use policy::Policy;
+pub use policy::{Policy, PolicyError};
 pub use refusal::Refusal;
 pub use render::{render_plan, render_text};
 pub use request::{
     parse_request, BurstSpec, CpuControl, CpusetTarget, GpuSelection, Origin, QosClass, QosRequest,
 };
 pub use topology::{NumaNode, Topology, TopologyError};
-pub use values::GpuDevices;
+pub use values::{GpuDevices, ValueError};

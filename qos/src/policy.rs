@@ -31,6 +31,32 @@ pub struct Policy {
     pub min_threshold_us: u64,
 }
 
+/// What the policy does not let a container ask for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// A key outside `allowed_keys`.
+    #[error("not allowed by policy")]
+    NotAllowed,
+    /// A cpuset key from the environment ([`ANNOTATION_ONLY`]).
+    #[error(
+        "cpusets are honoured from annotations only (an image's ENV can set this variable); use the annotation {}",
+        .0.annotation()
+    )]
+    AnnotationOnly(Key),
+    /// A key outside `env_keys`, from the environment.
+    #[error(
+        "not honoured from the environment (an image's ENV can set it); use the annotation {}, or add {:?} to [qos] env_keys",
+        .0.annotation(),
+        .0.name()
+    )]
+    NotFromEnv(Key),
+    /// A threshold below the node's (`min_us`, µs).
+    #[error("below the node's threshold of {min_us}us: a container may raise its threshold, never lower it")]
+    BelowNodeThreshold { min_us: u64 },
+    #[error("exclusive cpusets are not allowed by policy")]
+    ExclusiveNotAllowed,
+}
+
 /// Keys honoured from annotations only: a cpuset reaches CPUs that other
 /// tenants may hold, and an image's `ENV` is written by whoever built it.
 pub use throttlewatch_core::keys::ANNOTATION_ONLY;
@@ -61,12 +87,9 @@ impl Policy {
     }
 
     /// Whether `key` may come from the environment; the reason when not.
-    pub fn env_allows(&self, key: Key) -> Result<(), String> {
+    pub fn env_allows(&self, key: Key) -> Result<(), PolicyError> {
         if ANNOTATION_ONLY.contains(&key) {
-            return Err(format!(
-                "cpusets are honoured from annotations only (an image's ENV can set this variable); use the annotation {}",
-                key.annotation()
-            ));
+            return Err(PolicyError::AnnotationOnly(key));
         }
         if self
             .env_keys
@@ -75,11 +98,7 @@ impl Policy {
         {
             return Ok(());
         }
-        Err(format!(
-            "not honoured from the environment (an image's ENV can set it); use the annotation {}, or add {:?} to [qos] env_keys",
-            key.annotation(),
-            key.name()
-        ))
+        Err(PolicyError::NotFromEnv(key))
     }
 
     pub fn allows(&self, key: Key) -> bool {
@@ -136,6 +155,29 @@ mod tests {
         assert!(p.allows(Key::Watch) && p.allows(Key::CpuBurst) && !p.allows(Key::Cpuset));
         assert_eq!(p.burst_cap_percent(), 100);
         assert_eq!(p.unknown_allowed_keys(), vec!["bogus".to_string()]);
+    }
+
+    #[test]
+    fn env_refusals_name_the_annotation() {
+        let p = Policy {
+            env_keys: vec!["throttlewatch.io/watch".into()],
+            ..Policy::default()
+        };
+        assert_eq!(p.env_allows(Key::Watch), Ok(()));
+        let e = p.env_allows(Key::Cpuset).unwrap_err();
+        assert_eq!(e, PolicyError::AnnotationOnly(Key::Cpuset));
+        assert!(
+            e.to_string()
+                .ends_with("use the annotation throttlewatch.io/cpuset"),
+            "{e}"
+        );
+        let e = p.env_allows(Key::CpuBurst).unwrap_err();
+        assert_eq!(e, PolicyError::NotFromEnv(Key::CpuBurst));
+        assert!(
+            e.to_string()
+                .ends_with("add \"cpu-burst\" to [qos] env_keys"),
+            "{e}"
+        );
     }
 
     #[test]

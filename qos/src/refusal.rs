@@ -25,11 +25,12 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    pub fn new(key: impl Into<String>, value: &str, reason: impl Into<String>) -> Refusal {
+    /// `reason` is rendered once, here: a typed error or the text itself.
+    pub fn new(key: impl Into<String>, value: &str, reason: impl fmt::Display) -> Refusal {
         Refusal {
             key: key.into(),
             value: shorten(value),
-            reason: reason.into(),
+            reason: reason.to_string(),
             setting: None,
         }
     }

@@ -8,9 +8,9 @@ use serde::{Serialize, Serializer};
 use throttlewatch_core::CpuList;
 
 use crate::keys::{Key, ENV_PREFIX, MAX_VALUE_BYTES, PREFIX};
-use crate::policy::Policy;
+use crate::policy::{Policy, PolicyError};
 use crate::refusal::Refusal;
-use crate::values::{self, GpuDevices};
+use crate::values::{self, GpuDevices, ValueError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -141,7 +141,7 @@ impl QosRequest {
     }
 
     /// A refusal naming the key and value the setting came from.
-    pub fn refusal(&self, key: Key, reason: impl Into<String>) -> Refusal {
+    pub fn refusal(&self, key: Key, reason: impl fmt::Display) -> Refusal {
         match self.origins.get(&key) {
             Some(o) => Refusal::new(o.key.clone(), &o.value, reason).about(key),
             None => Refusal::new(key.annotation(), "", reason).about(key),
@@ -180,7 +180,7 @@ pub fn parse_request(
     for (key, origin) in raw {
         let v = origin.value.as_str();
         let r = if !policy.allows(key) {
-            Err("not allowed by policy".to_string())
+            Err(PolicyError::NotAllowed.into())
         } else if v.len() > MAX_VALUE_BYTES {
             refused.push(Refusal::too_long(origin.key, v).about(key));
             continue;
@@ -259,49 +259,60 @@ struct Exclusive {
     explicit: Option<bool>,
 }
 
-/// One key's value into the request; the error is what is accepted.
+/// Why one key's value was refused: its form, or the policy.
+#[derive(Debug, thiserror::Error)]
+enum KeyRefused {
+    #[error(transparent)]
+    Value(#[from] ValueError),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+}
+
+/// One key's value into the request.
 fn parse_value(
     key: Key,
     origin: &Origin,
     policy: &Policy,
     req: &mut QosRequest,
     ex: &mut Exclusive,
-) -> Result<(), String> {
+) -> Result<(), KeyRefused> {
     let v = origin.value.as_str();
+    let not_accepted = || ValueError::NotAccepted(key);
     match key {
-        Key::Watch => values::parse_bool(key, v).map(|b| req.watch = Some(b)),
-        Key::Threshold => values::parse_bounded_duration(key, v).and_then(|d| {
-            if d < policy.min_threshold_us {
-                return Err(format!(
-                    "below the node's threshold of {}us: a container may raise its threshold, never lower it",
-                    policy.min_threshold_us
-                ));
-            }
-            req.threshold_us = Some(d);
-            Ok(())
-        }),
-        Key::CpuBurst => values::parse_burst(v, req.burst_cap_percent).map(|b| req.burst = Some(b)),
-        Key::QosClass => QosClass::parse(v)
-            .map(|c| req.qos_class = Some(c))
-            .ok_or_else(|| key.accepted().into()),
-        Key::Cpuset => values::parse_cpuset(v).map(|(t, x)| {
-            req.cpuset = Some(t);
-            ex.suffix = x;
-        }),
-        Key::CpusetExclusive => values::parse_bool(key, v).map(|b| ex.explicit = Some(b)),
-        Key::CpusetCpus => values::parse_count(v).map(|n| req.cpuset_cpus = Some(n)),
-        Key::Gpus => values::parse_gpus(v).map(|d| {
+        Key::Watch => req.watch = Some(values::parse_bool(key, v)?),
+        Key::Threshold => req.threshold_us = Some(parse_threshold(v, policy)?),
+        Key::CpuBurst => req.burst = Some(values::parse_burst(v, req.burst_cap_percent)?),
+        Key::QosClass => req.qos_class = Some(QosClass::parse(v).ok_or_else(not_accepted)?),
+        Key::Cpuset => {
+            let (target, suffix) = values::parse_cpuset(v)?;
+            req.cpuset = Some(target);
+            ex.suffix = suffix;
+        }
+        Key::CpusetExclusive => ex.explicit = Some(values::parse_bool(key, v)?),
+        Key::CpusetCpus => req.cpuset_cpus = Some(values::parse_count(v)?),
+        Key::Gpus => {
             req.gpus = Some(GpuSelection {
                 key: origin.key.clone(),
                 value: v.into(),
-                devices: d,
+                devices: values::parse_gpus(v)?,
             })
-        }),
-        Key::CpuControl => CpuControl::parse(v)
-            .map(|c| req.cpu_control = Some(c))
-            .ok_or_else(|| key.accepted().into()),
-        Key::CreatedUnixNs | Key::ColdStartCpu => Ok(()), // not QoS: never collected
+        }
+        Key::CpuControl => req.cpu_control = Some(CpuControl::parse(v).ok_or_else(not_accepted)?),
+        Key::CreatedUnixNs | Key::ColdStartCpu => {} // not QoS: never collected
     }
+    Ok(())
+}
+
+/// `threshold`: a duration, never below the node's.
+fn parse_threshold(v: &str, policy: &Policy) -> Result<u64, KeyRefused> {
+    let d = values::parse_bounded_duration(Key::Threshold, v)?;
+    if d < policy.min_threshold_us {
+        return Err(PolicyError::BelowNodeThreshold {
+            min_us: policy.min_threshold_us,
+        }
+        .into());
+    }
+    Ok(d)
 }
 
 /// `cpuset-exclusive`, when given, wins over the ",exclusive" suffix; the
@@ -319,7 +330,7 @@ fn settle_exclusive(
     };
     let exclusive = ex.explicit.unwrap_or(ex.suffix);
     if exclusive && !policy.allow_exclusive {
-        refused.push(req.refusal(key, "exclusive cpusets are not allowed by policy"));
+        refused.push(req.refusal(key, PolicyError::ExclusiveNotAllowed));
     } else {
         req.exclusive = exclusive;
     }

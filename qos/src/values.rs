@@ -1,5 +1,5 @@
-//! Parsers for the values of each key. Each returns the reason text of a
-//! refusal on error; the caller adds the key and the value.
+//! Parsers for the values of each key. Each returns a [`ValueError`] naming
+//! what is accepted; the caller adds the key and the value.
 
 use serde::Serialize;
 use throttlewatch_core::cpulist::MAX_ID;
@@ -11,90 +11,104 @@ use crate::request::{BurstSpec, CpusetTarget};
 
 pub const EXCLUSIVE_SUFFIX: &str = ",exclusive";
 
-pub fn parse_bool(key: Key, s: &str) -> Result<bool, String> {
+/// Why a value is not one its key accepts; the text says what is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// Not of the key's form.
+    #[error("{}", .0.accepted())]
+    NotAccepted(Key),
+    #[error("duration is above the maximum of 10s; {}", .0.accepted())]
+    AboveMaxDuration(Key),
+    /// A burst percentage above `cap` (the policy's when below 100).
+    #[error(
+        "expected a percentage of the quota from 0% to {cap}%{why}, a whole number such as 50%",
+        why = if *cap < 100 { " (policy maximum)" } else { "" }
+    )]
+    PercentOutOfRange { cap: u32 },
+    #[error("NUMA node {0} is above the kernel's limit of {max}", max = MAX_ID)]
+    NumaAboveLimit(u32),
+    #[error("the CPU list is empty; {accepted}", accepted = Key::Cpuset.accepted())]
+    EmptyCpuList,
+    /// One item of a GPU list.
+    #[error("{0:?} is neither a GPU index nor a UUID; {accepted}", accepted = Key::Gpus.accepted())]
+    NotAGpu(String),
+}
+
+pub fn parse_bool(key: Key, s: &str) -> Result<bool, ValueError> {
     match s.trim().to_ascii_lowercase().as_str() {
         "true" => Ok(true),
         "false" => Ok(false),
-        _ => Err(key.accepted().into()),
+        _ => Err(ValueError::NotAccepted(key)),
     }
 }
 
 /// A duration from 0 to [`MAX_DURATION`], in microseconds.
-pub fn parse_bounded_duration(key: Key, s: &str) -> Result<u64, String> {
-    let d = parse_duration(key.name(), s).map_err(|_| key.accepted().to_string())?;
+pub fn parse_bounded_duration(key: Key, s: &str) -> Result<u64, ValueError> {
+    let d = parse_duration(key.name(), s).map_err(|_| ValueError::NotAccepted(key))?;
     if d > MAX_DURATION {
-        return Err(format!(
-            "duration is above the maximum of 10s; {}",
-            key.accepted()
-        ));
+        return Err(ValueError::AboveMaxDuration(key));
     }
     Ok(d.as_micros() as u64)
 }
 
 /// "20ms", "20000" (microseconds) or "50%" (of the quota, at most `cap_percent`).
-pub fn parse_burst(s: &str, cap_percent: u32) -> Result<BurstSpec, String> {
+pub fn parse_burst(s: &str, cap_percent: u32) -> Result<BurstSpec, ValueError> {
     let t = s.trim();
-    if let Some(num) = t.strip_suffix('%') {
-        let range = || {
-            let why = if cap_percent < 100 {
-                " (policy maximum)"
-            } else {
-                ""
-            };
-            format!("expected a percentage of the quota from 0% to {cap_percent}%{why}, a whole number such as 50%")
-        };
-        let p: u64 = num.trim().parse().map_err(|_| range())?;
-        if p > cap_percent as u64 {
-            return Err(range());
-        }
-        return Ok(BurstSpec::Percent(p as u32));
+    let Some(num) = t.strip_suffix('%') else {
+        return parse_bounded_duration(Key::CpuBurst, t).map(BurstSpec::Micros);
+    };
+    match num.trim().parse::<u64>() {
+        Ok(p) if p <= cap_percent as u64 => Ok(BurstSpec::Percent(p as u32)),
+        _ => Err(ValueError::PercentOutOfRange { cap: cap_percent }),
     }
-    parse_bounded_duration(Key::CpuBurst, t).map(BurstSpec::Micros)
 }
 
 /// A cpuset target and whether the `,exclusive` suffix was present.
-pub fn parse_cpuset(s: &str) -> Result<(CpusetTarget, bool), String> {
+pub fn parse_cpuset(s: &str) -> Result<(CpusetTarget, bool), ValueError> {
     let t = s.trim();
     let (t, exclusive) = match t.strip_suffix(EXCLUSIVE_SUFFIX) {
         Some(rest) => (rest.trim(), true),
         None => (t, false),
     };
-    let accepted = || Key::Cpuset.accepted().to_string();
     let target = match t {
         "gpu-local" => CpusetTarget::GpuLocal,
         "auto" => CpusetTarget::Auto,
         _ => match t.strip_prefix("numa:") {
-            Some(n) => {
-                let n: u32 = n.trim().parse().map_err(|_| accepted())?;
-                if n > MAX_ID {
-                    return Err(format!(
-                        "NUMA node {n} is above the kernel's limit of {MAX_ID}"
-                    ));
-                }
-                CpusetTarget::Numa(n)
-            }
-            None => {
-                let list = CpuList::parse(Key::Cpuset.name(), t).map_err(|_| accepted())?;
-                if list.is_empty() {
-                    return Err(format!("the CPU list is empty; {}", accepted()));
-                }
-                CpusetTarget::List(list)
-            }
+            Some(n) => CpusetTarget::Numa(parse_node(n)?),
+            None => CpusetTarget::List(parse_cpu_list(t)?),
         },
     };
     Ok((target, exclusive))
 }
 
-/// `cpuset-cpus`: 1 ..= 4096 here; the plan checks it against the machine.
-pub fn parse_count(s: &str) -> Result<u32, String> {
-    let n: u64 = s
+/// The N of `numa:N`.
+fn parse_node(s: &str) -> Result<u32, ValueError> {
+    let n: u32 = s
         .trim()
         .parse()
-        .map_err(|_| Key::CpusetCpus.accepted().to_string())?;
-    if n == 0 || n > MAX_CPU_COUNT as u64 {
-        return Err(Key::CpusetCpus.accepted().into());
+        .map_err(|_| ValueError::NotAccepted(Key::Cpuset))?;
+    if n > MAX_ID {
+        return Err(ValueError::NumaAboveLimit(n));
     }
-    Ok(n as u32)
+    Ok(n)
+}
+
+/// An explicit, non-empty CPU list.
+fn parse_cpu_list(s: &str) -> Result<CpuList, ValueError> {
+    let list =
+        CpuList::parse(Key::Cpuset.name(), s).map_err(|_| ValueError::NotAccepted(Key::Cpuset))?;
+    if list.is_empty() {
+        return Err(ValueError::EmptyCpuList);
+    }
+    Ok(list)
+}
+
+/// `cpuset-cpus`: 1 ..= 4096 here; the plan checks it against the machine.
+pub fn parse_count(s: &str) -> Result<u32, ValueError> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n != 0 && n <= MAX_CPU_COUNT as u64 => Ok(n as u32),
+        _ => Err(ValueError::NotAccepted(Key::CpusetCpus)),
+    }
 }
 
 /// The GPUs a container sees, as NVIDIA_VISIBLE_DEVICES writes them.
@@ -107,7 +121,7 @@ pub enum GpuDevices {
     List(Vec<String>),
 }
 
-pub fn parse_gpus(s: &str) -> Result<GpuDevices, String> {
+pub fn parse_gpus(s: &str) -> Result<GpuDevices, ValueError> {
     let t = s.trim();
     match t.to_ascii_lowercase().as_str() {
         "all" => return Ok(GpuDevices::All),
@@ -117,10 +131,7 @@ pub fn parse_gpus(s: &str) -> Result<GpuDevices, String> {
     let mut out = Vec::new();
     for item in t.split(',').map(str::trim) {
         if !valid_gpu_item(item) {
-            return Err(format!(
-                "{item:?} is neither a GPU index nor a UUID; {}",
-                Key::Gpus.accepted()
-            ));
+            return Err(ValueError::NotAGpu(item.to_string()));
         }
         out.push(item.to_string());
     }
@@ -168,8 +179,11 @@ mod tests {
             assert!(parse_burst(bad, 100).is_err(), "{bad}");
         }
         let e = parse_burst("60%", 50).unwrap_err();
-        assert!(e.contains("0% to 50% (policy maximum)"), "{e}");
-        assert!(parse_burst("11s", 100).unwrap_err().contains("10s"));
+        assert_eq!(e, ValueError::PercentOutOfRange { cap: 50 });
+        assert!(e.to_string().contains("0% to 50% (policy maximum)"), "{e}");
+        let e = parse_burst("11s", 100).unwrap_err();
+        assert_eq!(e, ValueError::AboveMaxDuration(Key::CpuBurst));
+        assert!(e.to_string().contains("10s"), "{e}");
     }
 
     #[test]
