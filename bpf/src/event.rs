@@ -45,9 +45,10 @@ impl FreezeEvent {
     }
 }
 
-/// A cold-start stage of a watched cgroup's entrypoint.
+/// A cold-start stage of a watched cgroup's entrypoint, as the probe sees
+/// it (the log's stages, all six, are `throttlewatch_core::logfmt::ColdStartStage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ColdStartStage {
+pub enum ProbeStage {
     /// `sched_process_exec` of the first task in the cgroup after it was armed.
     Exec,
     /// The moment the entrypoint and the threads and processes it started
@@ -62,7 +63,7 @@ pub enum ColdStartStage {
 /// one was frozen by the quota; else one waited on a run-queue; else all
 /// were blocked). The four sum to the time to the target.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ColdStartSplit {
+pub struct ExecToCpu {
     pub running_ns: u64,
     pub runq_ns: u64,
     pub frozen_ns: u64,
@@ -72,7 +73,7 @@ pub struct ColdStartSplit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColdStartEvent {
     pub cgroup_id: u64,
-    pub stage: ColdStartStage,
+    pub stage: ProbeStage,
     pub tid: u32,
     pub tgid: u32,
     pub comm: String,
@@ -83,7 +84,7 @@ pub struct ColdStartEvent {
     pub ref_ns: u64,
     /// Cpu: the split of exec..at_ns (filled by `ThrottleProbe::poll` from
     /// the `coldstarts` map; None where it could not be read).
-    pub split: Option<ColdStartSplit>,
+    pub split: Option<ExecToCpu>,
 }
 
 /// What the scheduler counted for a thread of a watched cgroup that exited
@@ -166,8 +167,8 @@ impl Event {
             KIND_COLDSTART => {
                 let e: tw_coldstart_event = read_record(data)?;
                 let stage = match e.stage {
-                    1 => ColdStartStage::Exec,
-                    3 => ColdStartStage::Cpu,
+                    1 => ProbeStage::Exec,
+                    3 => ProbeStage::Cpu,
                     _ => return None,
                 };
                 Some(Event::ColdStart(ColdStartEvent {
@@ -297,7 +298,7 @@ mod tests {
         };
         assert_eq!(
             (c.stage, c.at_ns, c.ref_ns, c.comm.as_str()),
-            (ColdStartStage::Cpu, 3500, 1000, "worker")
+            (ProbeStage::Cpu, 3500, 1000, "worker")
         );
         assert_eq!(
             Event::decode(&cold_start(2)),

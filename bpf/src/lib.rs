@@ -20,9 +20,7 @@ pub mod probe;
 pub mod runq;
 mod task_iter;
 
-pub use event::{
-    ColdStartEvent, ColdStartSplit, ColdStartStage, Event, FreezeEvent, ThreadCpuEvent,
-};
+pub use event::{ColdStartEvent, Event, ExecToCpu, FreezeEvent, ProbeStage, ThreadCpuEvent};
 pub use probe::{
     EpisodeTotals, ExitBandwidth, MapFullCounts, ProbeError, ProbeKind, ProbeOptions,
     ThrottleModel, ThrottleProbe,

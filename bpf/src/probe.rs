@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer};
 
-use crate::event::{ColdStartStage, Event};
+use crate::event::{Event, ProbeStage};
 
 mod coldstart;
 use crate::load;
@@ -461,7 +461,7 @@ impl ThrottleProbe {
         let mut events = std::mem::take(&mut *self.queue.borrow_mut());
         for ev in events.iter_mut() {
             if let Event::ColdStart(c) = ev {
-                if c.stage == ColdStartStage::Cpu {
+                if c.stage == ProbeStage::Cpu {
                     c.split = self.cold_start_split(c.cgroup_id);
                 }
             }

@@ -26,7 +26,7 @@ pub const OFF_ROWS: usize = 20;
 const MAX_THREADS: usize = 4096;
 
 #[derive(Debug, Clone, Default)]
-pub struct Heatmaps {
+pub struct HeatmapBins {
     origin: u64,
     period: u64,
     bin_ns: u64,
@@ -62,10 +62,10 @@ impl Grid {
     }
 }
 
-impl Heatmaps {
-    pub fn new(origin: u64, period: u64) -> Heatmaps {
+impl HeatmapBins {
+    pub fn new(origin: u64, period: u64) -> HeatmapBins {
         let period = if period == 0 { 100_000_000 } else { period };
-        Heatmaps {
+        HeatmapBins {
             origin,
             period,
             bin_ns: period,
@@ -122,7 +122,7 @@ impl Heatmaps {
 
     pub fn add(&mut self, t: &Throttle) {
         if self.latency.is_empty() {
-            *self = Heatmaps::new(t.start_ns, 100_000_000);
+            *self = HeatmapBins::new(t.start_ns, 100_000_000);
         }
         let c = self.column(t.start_ns);
         let msb = 63 - t.frozen_ns.max(1).leading_zeros();
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn columns_double_and_keep_every_count() {
         let p = 100_000_000;
-        let mut h = Heatmaps::new(0, p);
+        let mut h = HeatmapBins::new(0, p);
         for i in 0..1000u64 {
             h.add(&freeze(1, i * p + 60_000_000, 40_000_000));
         }
@@ -327,7 +327,7 @@ mod tests {
     fn long_and_wrapping_freezes_cover_their_offsets() {
         let p = 100_000_000;
         let ms = 1_000_000;
-        let mut h = Heatmaps::new(0, p);
+        let mut h = HeatmapBins::new(0, p);
         // +90 ms for 130 ms: one whole period, then +90..+100 and +0..+20 (thaw at +20).
         h.add(&freeze(1, 90 * ms, 130 * ms));
         // +80..+100 (thaw at the refill: offset 0 stays where it is).
@@ -348,7 +348,7 @@ mod tests {
     fn offset_zero_is_the_refill() {
         let p = 100_000_000;
         // Freezes from 60ms to the period's end, with a phase of 7ms.
-        let mut h = Heatmaps::new(0, p);
+        let mut h = HeatmapBins::new(0, p);
         for i in 0..10u64 {
             h.add(&freeze(1, 7_000_000 + i * p + 60_000_000, 40_000_000));
         }

@@ -48,8 +48,8 @@ pub struct ReportArgs {
 pub enum ReportError {
     #[error(transparent)]
     Read(#[from] ReadError),
-    #[error("{0}")]
-    Usage(String),
+    #[error(transparent)]
+    WhatIf(#[from] recommend::WhatIfError),
     #[error("{path}: {source}")]
     Write {
         path: PathBuf,
@@ -133,8 +133,7 @@ pub fn run(args: &ReportArgs, log_dir: &Path) -> Result<(), ReportError> {
         .what_if
         .as_deref()
         .map(recommend::WhatIf::parse)
-        .transpose()
-        .map_err(ReportError::Usage)?;
+        .transpose()?;
     let srcs = reader::resolve(&args.logs, log_dir)?;
     let mut p = Progress::new();
     let mut reports = report_all(&srcs, |path, b, t| p.show(path, b, t))?;

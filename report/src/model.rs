@@ -9,7 +9,7 @@ use throttlewatch_core::logfmt::{
     ColdStart, CpuStatSnapshot, End, Record, Runq, Start, Throttle, ThrottleSummary,
 };
 
-use crate::heatmap::Heatmaps;
+use crate::heatmap::HeatmapBins;
 use crate::histogram::LogHistogram;
 
 /// Per-thread freeze figures.
@@ -97,7 +97,7 @@ pub struct Container {
     pub process_info: HashMap<u32, throttlewatch_core::logfmt::Process>,
     /// Frozen time by the cgroup whose quota froze it (`throttled_cgroup_id`).
     pub frozen_by_group: BTreeMap<u64, u64>,
-    pub heat: Heatmaps,
+    pub heat: HeatmapBins,
     /// period index -> CPU -> (first freeze start, last thaw), and its threads.
     periods: BTreeMap<u64, PeriodSpans>,
     /// Periods no longer open, 16 bytes each (memory grows with the log's duration, not its records).
@@ -122,7 +122,7 @@ impl Container {
             Record::Start(s) => {
                 if self.start.is_none() {
                     self.start_ts = Some(ts);
-                    self.heat = Heatmaps::new(ts, s.period_us * 1000);
+                    self.heat = HeatmapBins::new(ts, s.period_us * 1000);
                     self.start = Some(s);
                 }
             }
@@ -179,7 +179,7 @@ impl Container {
     fn add_throttle(&mut self, t: Throttle) {
         if self.start.is_none() && self.heat.is_empty() {
             // A log whose start part is gone (rotated away): time from the first freeze.
-            self.heat = Heatmaps::new(t.start_ns, 100_000_000);
+            self.heat = HeatmapBins::new(t.start_ns, 100_000_000);
         }
         self.freezes.add(t.frozen_ns);
         if t.queued {

@@ -6,7 +6,7 @@ use serde::Serialize;
 use crate::diagnosis::{diagnose, Diagnosis, Shape, CONTENTION};
 use crate::heatmap::short;
 use crate::model::{Container, PeriodThrottle};
-use crate::replay::{demand, replay, Bandwidth, Competition, PeriodDemand};
+use crate::replay::{demand, replay, Bucket, Competition, PeriodDemand};
 
 /// One piece of advice.
 #[derive(Debug, Clone, Serialize)]
@@ -59,7 +59,7 @@ pub struct Model {
     /// As if the group had the CPUs it was frozen on to itself: what a
     /// limit is sized for, the same on a quiet and a busy host.
     pub demand_alone: Vec<PeriodDemand>,
-    pub bw: Bandwidth,
+    pub bw: Bucket,
     pub cpus: f64,
     pub observed_ns: u64,
     /// Which part of the log the demand came from, when not all of it (the
@@ -202,7 +202,7 @@ pub fn model(c: &Container) -> Option<Model> {
     Some(Model {
         demand: demand(&t, quota_ns, period_ns, Competition::AsObserved),
         demand_alone: demand(&t, quota_ns, period_ns, Competition::Alone { cpus }),
-        bw: Bandwidth {
+        bw: Bucket {
             quota_ns,
             period_ns,
             burst_ns: span.burst_us * 1000,
@@ -263,7 +263,7 @@ fn burst(m: &Model) -> Option<Recommendation> {
     let at = |b: u64| {
         replay(
             &m.demand,
-            Bandwidth {
+            Bucket {
                 burst_ns: b,
                 ..m.bw
             },
@@ -379,8 +379,8 @@ fn quota(c: &Container, m: &Model) -> Option<Recommendation> {
     })
 }
 
-fn limit_bw(m: &Model, cpus: f64) -> Bandwidth {
-    Bandwidth {
+fn limit_bw(m: &Model, cpus: f64) -> Bucket {
+    Bucket {
         quota_ns: (cpus * m.bw.period_ns as f64) as u64,
         ..m.bw
     }
@@ -519,43 +519,60 @@ pub struct WhatIfResult {
 const WHAT_IF_ACCEPTED: &str =
     "comma-separated quota=DURATION, cpus=NUMBER, burst=DURATION (e.g. quota=30ms,burst=10ms)";
 
+/// A `--what-if` that does not parse: the whole value, the part at fault
+/// and what is accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WhatIfError {
+    #[error("--what-if {whole:?}: {part:?} is not KEY=VALUE; expected {WHAT_IF_ACCEPTED}")]
+    NotKeyValue { whole: String, part: String },
+    #[error("--what-if {whole:?}: give quota or cpus once, not both")]
+    QuotaTwice { whole: String },
+    #[error("--what-if {whole:?}: unknown key {key:?}; expected {WHAT_IF_ACCEPTED}")]
+    UnknownKey { whole: String, key: String },
+    #[error("--what-if {whole:?}: nothing to change; expected {WHAT_IF_ACCEPTED}")]
+    Nothing { whole: String },
+    /// A value's own error (`throttlewatch_core::units`): names the key,
+    /// the value and what is accepted.
+    #[error("--what-if: {0}")]
+    Value(String),
+}
+
 impl WhatIf {
-    pub fn parse(s: &str) -> Result<WhatIf, String> {
+    pub fn parse(s: &str) -> Result<WhatIf, WhatIfError> {
         use throttlewatch_core::units::{parse_cpus, parse_duration};
+        let whole = || s.to_string();
         let mut w = WhatIf::default();
         for kv in s.split(',').filter(|x| !x.is_empty()) {
-            let bad =
-                || format!("--what-if {s:?}: {kv:?} is not KEY=VALUE; expected {WHAT_IF_ACCEPTED}");
-            let (k, v) = kv.split_once('=').ok_or_else(bad)?;
+            let (k, v) = kv.split_once('=').ok_or_else(|| WhatIfError::NotKeyValue {
+                whole: whole(),
+                part: kv.to_string(),
+            })?;
             let dur = |f: &str| {
                 parse_duration(f, v)
                     .map(|d| d.as_nanos() as u64)
-                    .map_err(|e| format!("--what-if: {e}"))
+                    .map_err(|e| WhatIfError::Value(e.to_string()))
             };
             match k.trim() {
                 "quota" | "cpus" if w.quota.is_some() => {
-                    return Err(format!(
-                        "--what-if {s:?}: give quota or cpus once, not both"
-                    ))
+                    return Err(WhatIfError::QuotaTwice { whole: whole() })
                 }
                 "quota" => w.quota = Some(Quota::Ns(dur("quota")?)),
                 "burst" => w.burst_ns = Some(dur("burst")?),
                 "cpus" => {
                     w.quota = Some(Quota::Cpus(
-                        parse_cpus("cpus", v).map_err(|e| format!("--what-if: {e}"))?,
+                        parse_cpus("cpus", v).map_err(|e| WhatIfError::Value(e.to_string()))?,
                     ))
                 }
                 other => {
-                    return Err(format!(
-                        "--what-if {s:?}: unknown key {other:?}; expected {WHAT_IF_ACCEPTED}"
-                    ))
+                    return Err(WhatIfError::UnknownKey {
+                        whole: whole(),
+                        key: other.to_string(),
+                    })
                 }
             }
         }
         if w.quota.is_none() && w.burst_ns.is_none() {
-            return Err(format!(
-                "--what-if {s:?}: nothing to change; expected {WHAT_IF_ACCEPTED}"
-            ));
+            return Err(WhatIfError::Nothing { whole: whole() });
         }
         Ok(w)
     }
@@ -568,7 +585,7 @@ impl WhatIf {
         });
         let m = model(c);
         let predicted = m.as_ref().map(|m| {
-            let bw = Bandwidth {
+            let bw = Bucket {
                 quota_ns: quota_ns.unwrap_or(m.bw.quota_ns),
                 burst_ns: self.burst_ns.unwrap_or(m.bw.burst_ns),
                 ..m.bw

@@ -32,6 +32,8 @@ pub fn grid(g: &Grid, y_desc: &str) -> String {
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, (760, height)).into_drawing_area();
+        // Into a String: plotters' errors are its backends' I/O, which a
+        // String does not have; a chart it could not lay out stays empty.
         let _ = draw(&root, g, y_desc, cols, rows, bin_s);
         let _ = root.present();
     }
@@ -45,15 +47,14 @@ fn draw(
     cols: usize,
     rows: usize,
     bin_s: f64,
-) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
+) -> Result<(), DrawingAreaErrorKind<std::io::Error>> {
+    root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(root)
         .caption(&g.title, ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(36)
         .y_label_area_size(110)
-        .build_cartesian_2d(0f64..cols as f64 * bin_s, 0usize..rows)
-        .map_err(|e| e.to_string())?;
+        .build_cartesian_2d(0f64..cols as f64 * bin_s, 0usize..rows)?;
     let labels = g.row_labels.clone();
     chart
         .configure_mesh()
@@ -62,22 +63,19 @@ fn draw(
         .y_desc(y_desc)
         .y_labels(rows.min(20))
         .y_label_formatter(&move |y| labels.get(*y).cloned().unwrap_or_default())
-        .draw()
-        .map_err(|e| e.to_string())?;
+        .draw()?;
     let max = g.max();
-    chart
-        .draw_series(g.cells.iter().enumerate().flat_map(|(c, col)| {
-            col.iter()
-                .enumerate()
-                .filter(|(_, v)| **v > 0)
-                .map(move |(r, v)| {
-                    Rectangle::new(
-                        [(c as f64 * bin_s, r), ((c + 1) as f64 * bin_s, r + 1)],
-                        shade(*v, max).filled(),
-                    )
-                })
-        }))
-        .map_err(|e| e.to_string())?;
+    chart.draw_series(g.cells.iter().enumerate().flat_map(|(c, col)| {
+        col.iter()
+            .enumerate()
+            .filter(|(_, v)| **v > 0)
+            .map(move |(r, v)| {
+                Rectangle::new(
+                    [(c as f64 * bin_s, r), ((c + 1) as f64 * bin_s, r + 1)],
+                    shade(*v, max).filled(),
+                )
+            })
+    }))?;
     Ok(())
 }
 

@@ -27,9 +27,10 @@ pub struct PeriodDemand {
     pub span_per_unmet: f64,
 }
 
-/// What the replay needs to know of the group.
+/// The group's CFS bandwidth as the replay runs it: a bucket refilled by the
+/// quota each period and capped at quota + burst.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Bandwidth {
+pub struct Bucket {
     pub quota_ns: u64,
     pub period_ns: u64,
     pub burst_ns: u64,
@@ -217,7 +218,7 @@ fn build(
 
 /// The throttled time the demand would have met under `bw`, with at most
 /// `cpus` CPUs' worth of throttled time per period.
-pub fn replay(demand: &[PeriodDemand], bw: Bandwidth, cpus: f64) -> f64 {
+pub fn replay(demand: &[PeriodDemand], bw: Bucket, cpus: f64) -> f64 {
     let q = bw.quota_ns as f64;
     let cap = q + bw.burst_ns.min(bw.quota_ns) as f64;
     let per_period_max = cpus * bw.period_ns as f64;
@@ -248,8 +249,8 @@ mod tests {
 
     const P: u64 = 100_000_000;
 
-    fn bw(quota_ms: u64, burst_ms: u64) -> Bandwidth {
-        Bandwidth {
+    fn bw(quota_ms: u64, burst_ms: u64) -> Bucket {
+        Bucket {
             quota_ns: quota_ms * 1_000_000,
             period_ns: P,
             burst_ns: burst_ms * 1_000_000,

@@ -1,6 +1,6 @@
 //! The dynamic CPU controller (docs/control.md): for each container that
 //! asks for `cpu-control: auto` on a node whose `[control]` enables it,
-//! one [`policy::Policy`] fed with the probe's throttled time every poll.
+//! one [`policy::ControlPolicy`] fed with the probe's throttled time every poll.
 //!
 //! Writes go to the cgroup (v1 `cpu.cfs_quota_us`/`cpu.cfs_burst_us`, v2
 //! `cpu.max`/`cpu.max.burst`) through the cgroup crate. Before each write the
@@ -29,7 +29,7 @@ use crate::engine::Engine;
 use crate::output::Output;
 use journal::{Journal, Journalled};
 use node::NodeSignal;
-use policy::{Interval, Policy, Settings};
+use policy::{ControlPolicy, Interval, Settings};
 
 /// Why the originals go back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +224,7 @@ struct Controlled {
     key: ContainerKey,
     cgroup: CpuCgroup,
     pod: Option<PodQuota>,
-    policy: Policy,
+    policy: ControlPolicy,
     has_burst: bool,
     last: EpisodeTotals,
     last_mono: u64,
@@ -343,7 +343,7 @@ impl Controls {
                 key: key.clone(),
                 cgroup: cg.clone(),
                 pod: PodQuota::of(cg),
-                policy: Policy::new(s, now, mono_ns),
+                policy: ControlPolicy::new(s, now, mono_ns),
                 has_burst,
                 last: EpisodeTotals::default(),
                 last_mono: 0,

@@ -146,7 +146,7 @@ impl Change {
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct Policy {
+pub(crate) struct ControlPolicy {
     s: Settings,
     original: Bandwidth,
     current: Bandwidth,
@@ -168,9 +168,9 @@ pub(crate) struct Policy {
 /// The most a calm wait grows by premature step downs.
 pub(crate) const CALM_BACKOFF_MAX: u64 = 16;
 
-impl Policy {
-    pub(crate) fn new(s: Settings, original: Bandwidth, now_ns: u64) -> Policy {
-        Policy {
+impl ControlPolicy {
+    pub(crate) fn new(s: Settings, original: Bandwidth, now_ns: u64) -> ControlPolicy {
+        ControlPolicy {
             original,
             current: original,
             last_change_ns: None,
@@ -210,7 +210,7 @@ impl Policy {
     }
 
     /// Decide on one interval; the change is taken as written (the caller
-    /// writes it, or calls [`Policy::undo`] if the write failed).
+    /// writes it, or calls [`ControlPolicy::undo`] if the write failed).
     pub(crate) fn step(&mut self, iv: &Interval, p: &Pressure) -> Option<Change> {
         let since_change = self
             .last_change_ns

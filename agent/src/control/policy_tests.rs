@@ -28,7 +28,7 @@ fn calm() -> Pressure {
 }
 
 /// Throttled every 50 ms interval until nothing moves.
-fn saturate(p: &mut Policy, from_ms: u64) -> (Vec<Change>, u64) {
+fn saturate(p: &mut ControlPolicy, from_ms: u64) -> (Vec<Change>, u64) {
     let mut changes = vec![];
     let mut t = from_ms;
     for _ in 0..400 {
@@ -42,7 +42,7 @@ fn saturate(p: &mut Policy, from_ms: u64) -> (Vec<Change>, u64) {
 
 #[test]
 fn burst_first_then_quota_within_ceilings() {
-    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
     let first = p.step(&iv(50, 20), &calm()).unwrap();
     assert_eq!(first.cause, Cause::Throttled);
     assert_eq!(first.action(), "raise");
@@ -83,7 +83,7 @@ fn a_late_poll_steps_by_the_throttled_periods_not_the_interval() {
         ..iv(400, 0)
     };
     let step = |i: &Interval| {
-        let mut p = Policy::new(Settings::default(), orig(), 0);
+        let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
         p.step(i, &calm()).unwrap().after.burst_us
     };
     assert_eq!(
@@ -109,7 +109,7 @@ fn a_late_poll_steps_by_the_throttled_periods_not_the_interval() {
 /// two periods the group ran in, polled 400 ms late, is 60 ms per period.
 #[test]
 fn a_late_poll_keeps_the_peak_of_the_periods_the_group_ran_in() {
-    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
     p.step(
         &Interval {
             length_ns: 400 * MS,
@@ -124,7 +124,7 @@ fn a_late_poll_keeps_the_peak_of_the_periods_the_group_ran_in() {
 
 #[test]
 fn cooldown_spaces_raises() {
-    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
     assert!(p.step(&iv(50, 5), &calm()).is_some());
     assert!(
         p.step(&iv(100, 5), &calm()).is_none(),
@@ -135,7 +135,7 @@ fn cooldown_spaces_raises() {
 
 #[test]
 fn small_throttling_steps_by_the_minimum() {
-    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
     let c = p.step(&iv(50, 0), &calm());
     assert!(c.is_none(), "nothing throttled, nothing raised");
     let c = p
@@ -152,7 +152,7 @@ fn small_throttling_steps_by_the_minimum() {
 
 #[test]
 fn calm_steps_back_to_the_originals_never_below() {
-    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
     let (_, mut t) = saturate(&mut p, 0);
     let mut downs = vec![];
     for _ in 0..2000 {
@@ -184,7 +184,7 @@ fn calm_steps_back_to_the_originals_never_below() {
 
 #[test]
 fn node_pressure_stops_raises_and_steps_down_fast() {
-    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
     let (_, mut t) = saturate(&mut p, 0);
     let high = Pressure {
         psi_some_percent: Some(75.0),
@@ -263,7 +263,7 @@ fn an_original_burst_above_the_ceiling_is_kept_and_adopt_restarts() {
         burst_us: 20_000,
         ..orig()
     };
-    let mut p = Policy::new(s, o, 0);
+    let mut p = ControlPolicy::new(s, o, 0);
     assert_eq!(p.ceilings().1, 20_000);
     let c = p.step(&iv(50, 20), &calm()).unwrap();
     assert_eq!(c.after.burst_us, 20_000);
@@ -280,7 +280,7 @@ fn an_original_burst_above_the_ceiling_is_kept_and_adopt_restarts() {
 
 #[test]
 fn a_quota_only_update_leaves_the_raised_burst_to_hand_back() {
-    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
     // The first raise is the burst's.
     let c = p.step(&iv(50, 20), &calm()).unwrap();
     assert!(c.after.burst_us > 0 && c.after.quota_us == 50_000);
@@ -317,7 +317,7 @@ fn a_quota_only_update_leaves_the_raised_burst_to_hand_back() {
 /// throttles become rarer (2 s calm alone: one every ~4 s, for ever).
 #[test]
 fn a_premature_calm_step_down_backs_off() {
-    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
     let need = 60_000u64; // quota + burst the burst needs per period
     let mut throttled_bursts = vec![];
     let mut t = 0;
@@ -360,7 +360,7 @@ fn a_premature_calm_step_down_backs_off() {
 /// burst at least that; once the bursts stop it all goes back.
 #[test]
 fn calm_step_downs_stop_at_the_recent_peak_use() {
-    let mut p = Policy::new(Settings::default(), orig(), 0);
+    let mut p = ControlPolicy::new(Settings::default(), orig(), 0);
     let need_us = 65_000u64; // per 100 ms period, in the burst
     let mut t = 0;
     let mut throttled_bursts = vec![];

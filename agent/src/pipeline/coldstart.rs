@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use throttlewatch_bpf::{ColdStartEvent, ColdStartStage};
+use throttlewatch_bpf::{ColdStartEvent, ProbeStage};
 use throttlewatch_core::logfmt::{self, ColdStart, ColdStartSplit};
 
 use crate::clock::Clock;
@@ -61,10 +61,10 @@ impl Stage {
     }
 
     /// The stage a kernel event reports.
-    fn of_event(s: ColdStartStage) -> Stage {
+    fn of_event(s: ProbeStage) -> Stage {
         match s {
-            ColdStartStage::Exec => Stage::Exec,
-            ColdStartStage::Cpu => Stage::Cpu,
+            ProbeStage::Exec => Stage::Exec,
+            ProbeStage::Cpu => Stage::Cpu,
         }
     }
 }
@@ -154,7 +154,7 @@ impl ColdStartTracker {
     /// The kernel's split so far of a cold start still pending (up to its
     /// threads' last change of state): written with the record when
     /// watching ends first.
-    pub(crate) fn progress(&mut self, split: Option<throttlewatch_bpf::ColdStartSplit>) {
+    pub(crate) fn progress(&mut self, split: Option<throttlewatch_bpf::ExecToCpu>) {
         if !self.written && self.at.get(Stage::Cpu).is_none() {
             self.split = split.map(split_of).or(self.split);
         }
@@ -199,7 +199,7 @@ impl ColdStartTracker {
     }
 }
 
-fn split_of(s: throttlewatch_bpf::ColdStartSplit) -> ColdStartSplit {
+fn split_of(s: throttlewatch_bpf::ExecToCpu) -> ColdStartSplit {
     ColdStartSplit {
         running_ns: s.running_ns,
         runq_ns: s.runq_ns,
@@ -237,7 +237,7 @@ fn clock_ns(c: libc::clockid_t) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn ev(stage: ColdStartStage, at: u64) -> ColdStartEvent {
+    fn ev(stage: ProbeStage, at: u64) -> ColdStartEvent {
         ColdStartEvent {
             cgroup_id: 1,
             stage,
@@ -246,7 +246,7 @@ mod tests {
             comm: "app".into(),
             at_ns: at,
             ref_ns: 50,
-            split: (stage == ColdStartStage::Cpu).then_some(throttlewatch_bpf::ColdStartSplit {
+            split: (stage == ProbeStage::Cpu).then_some(throttlewatch_bpf::ExecToCpu {
                 running_ns: 120,
                 runq_ns: 30,
                 frozen_ns: 40,
@@ -266,8 +266,8 @@ mod tests {
             cpu_target_ns: 10,
         };
         let mut t = ColdStartTracker::new(spec, 0);
-        assert!(t.on_event(&ev(ColdStartStage::Exec, 100), &clock).is_none());
-        let r = t.on_event(&ev(ColdStartStage::Cpu, 300), &clock).unwrap();
+        assert!(t.on_event(&ev(ProbeStage::Exec, 100), &clock).is_none());
+        let r = t.on_event(&ev(ProbeStage::Cpu, 300), &clock).unwrap();
         assert!(r.complete && r.note.is_none());
         let names: Vec<&str> = r.stages.iter().map(|s| s.stage.as_str()).collect();
         assert_eq!(names, Stage::ALL.map(Stage::name));
@@ -301,8 +301,8 @@ mod tests {
             },
             0,
         );
-        assert!(t.on_event(&ev(ColdStartStage::Exec, 100), &clock).is_none());
-        let so_far = throttlewatch_bpf::ColdStartSplit {
+        assert!(t.on_event(&ev(ProbeStage::Exec, 100), &clock).is_none());
+        let so_far = throttlewatch_bpf::ExecToCpu {
             running_ns: 5,
             blocked_ns: 70,
             ..Default::default()

@@ -412,7 +412,7 @@ impl Session {
 
     /// A pending cold start's split so far (the kernel's), for the record
     /// written when watching ends before its CPU target.
-    pub(crate) fn cold_start_progress(&mut self, split: Option<throttlewatch_bpf::ColdStartSplit>) {
+    pub(crate) fn cold_start_progress(&mut self, split: Option<throttlewatch_bpf::ExecToCpu>) {
         if let Some(t) = self.cold.as_mut() {
             t.progress(split);
         }

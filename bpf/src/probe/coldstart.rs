@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use libbpf_rs::{MapCore, MapFlags};
 
 use super::{ProbeError, ThrottleProbe, COLDSTART_LOCK_BYTES};
-use crate::event::ColdStartSplit;
+use crate::event::ExecToCpu;
 use crate::skel::types::tw_coldstart;
 
 impl ThrottleProbe {
@@ -59,7 +59,7 @@ impl ThrottleProbe {
 
     /// The split of a cold start's time from the exec (final once its CPU
     /// stage was reported: the kernel no longer writes the entry).
-    pub fn cold_start_split(&self, cgroup_id: u64) -> Option<ColdStartSplit> {
+    pub fn cold_start_split(&self, cgroup_id: u64) -> Option<ExecToCpu> {
         let v = self
             .skel
             .maps
@@ -75,7 +75,7 @@ impl ThrottleProbe {
         if c.exec_ns == 0 {
             return None;
         }
-        Some(ColdStartSplit {
+        Some(ExecToCpu {
             running_ns: c.running_ns,
             runq_ns: c.queued_ns,
             frozen_ns: c.frozen_ns,
