@@ -38,7 +38,7 @@ pub(super) struct RegisterInFlight {
 
 /// Why a container could not be registered; the text is the answer's error.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum RegisterError {
+pub(super) enum RegisterRefused {
     #[error("container_id {0:?}: expected 1 to 1024 bytes without NUL")]
     ContainerId(String),
     #[error("cgroup_path {path:?}: {source}")]
@@ -50,7 +50,7 @@ pub(super) enum RegisterError {
     /// baselines read.
     #[error(transparent)]
     Watch(anyhow::Error),
-    /// As [`RegisterError::Watch`], when `max_containers` containers are
+    /// As [`RegisterRefused::Watch`], when `max_containers` containers are
     /// already watched (the kernel maps are sized from it).
     #[error("{cause}: {watching} containers are watched, max_containers = {max} (the kernel maps are sized from it)")]
     Full {
@@ -189,7 +189,7 @@ impl Agent {
         &mut self,
         r: Register,
         resume: Option<&Persisted>,
-    ) -> Result<Response, RegisterError> {
+    ) -> Result<Response, RegisterRefused> {
         let mut t = Phases::start("throttlewatch-agent register-sync");
         match self.begin_register(r, resume, &mut t)? {
             Begun::Known(resp) => Ok(resp),
@@ -210,10 +210,10 @@ impl Agent {
         r: Register,
         resume: Option<&Persisted>,
         t: &mut Phases,
-    ) -> Result<Begun, RegisterError> {
+    ) -> Result<Begun, RegisterRefused> {
         if r.container_id.is_empty() || r.container_id.len() > 1024 || r.container_id.contains('\0')
         {
-            return Err(RegisterError::ContainerId(r.container_id));
+            return Err(RegisterRefused::ContainerId(r.container_id));
         }
         let key = r.key();
         let known = self
@@ -234,7 +234,7 @@ impl Agent {
             }));
         }
         let g =
-            CpuCgroup::open(&self.h, &r.cgroup_path).map_err(|source| RegisterError::Cgroup {
+            CpuCgroup::open(&self.h, &r.cgroup_path).map_err(|source| RegisterRefused::Cgroup {
                 path: r.cgroup_path.clone(),
                 source,
             })?;
@@ -265,13 +265,13 @@ impl Agent {
         let draft = self.engine.begin_watch(spec, g, t).map_err(|cause| {
             // The kernel maps are sized from max_containers (E2BIG when full).
             if watching >= max as usize {
-                RegisterError::Full {
+                RegisterRefused::Full {
                     cause,
                     watching,
                     max,
                 }
             } else {
-                RegisterError::Watch(cause)
+                RegisterRefused::Watch(cause)
             }
         })?;
         Ok(Begun::InFlight(Box::new(RegisterInFlight {
@@ -288,11 +288,11 @@ impl Agent {
         &mut self,
         p: Box<RegisterInFlight>,
         t: &mut Phases,
-    ) -> Result<u64, RegisterError> {
+    ) -> Result<u64, RegisterRefused> {
         let id = self
             .engine
             .complete_watch(p.draft)
-            .map_err(RegisterError::Log)?;
+            .map_err(RegisterRefused::Log)?;
         t.mark("log");
         let recs = self.controls.attach(
             id,
@@ -312,15 +312,15 @@ impl Agent {
 
 #[cfg(test)]
 mod tests {
-    use super::RegisterError;
+    use super::RegisterRefused;
 
     #[test]
     fn register_errors_read_as_the_answer_words_them() {
         assert_eq!(
-            RegisterError::ContainerId("a\0b".into()).to_string(),
+            RegisterRefused::ContainerId("a\0b".into()).to_string(),
             r#"container_id "a\0b": expected 1 to 1024 bytes without NUL"#
         );
-        let full = RegisterError::Full {
+        let full = RegisterRefused::Full {
             cause: anyhow::anyhow!("watch map: E2BIG").context("watch"),
             watching: 3,
             max: 3,
@@ -329,7 +329,7 @@ mod tests {
             full.to_string(),
             "watch: 3 containers are watched, max_containers = 3 (the kernel maps are sized from it)"
         );
-        let log = RegisterError::Log(anyhow::anyhow!("disk full").context("/x.log"));
+        let log = RegisterRefused::Log(anyhow::anyhow!("disk full").context("/x.log"));
         assert_eq!(log.to_string(), "/x.log", "the outer message only");
     }
 }
