@@ -196,6 +196,20 @@ impl AgentClient {
     }
 }
 
+/// An `end` record the agent did not write at `delete`: a warning to log.
+#[derive(Debug, thiserror::Error)]
+pub enum EndBeforeDeleteError {
+    /// The agent answered and could not write it.
+    #[error("the agent could not end the log of {key}: {reason}")]
+    Refused { key: ContainerKey, reason: String },
+    /// No answer from the agent; poststop will ask again.
+    #[error("{source}; the end record of {key} is left to the poststop hook")]
+    Agent {
+        key: ContainerKey,
+        source: Box<AgentError>,
+    },
+}
+
 /// The front ends' `delete` (wrapper and shim). runc 1.1 removes the
 /// container's cgroup *before* it runs the poststop hooks, so by poststop
 /// `cpu.stat` is gone: the agent writes the `end` record first, while the
@@ -205,19 +219,20 @@ pub fn end_before_delete(
     cfg: &Config,
     key: &ContainerKey,
     exit_code: Option<i32>,
-) -> Result<(), String> {
+) -> Result<(), EndBeforeDeleteError> {
     if !cfg.socket.exists() {
         return Ok(());
     }
     match AgentClient::of(cfg).unregister(key, EndReason::Delete, exit_code) {
         Ok(_) => Ok(()),
-        Err(AgentError::Refused(r)) => Err(format!(
-            "the agent could not end the log of {key}: {}",
-            r.error.unwrap_or_default()
-        )),
-        Err(e) => Err(format!(
-            "{e}; the end record of {key} is left to the poststop hook"
-        )),
+        Err(AgentError::Refused(r)) => Err(EndBeforeDeleteError::Refused {
+            key: key.clone(),
+            reason: r.error.unwrap_or_default(),
+        }),
+        Err(source) => Err(EndBeforeDeleteError::Agent {
+            key: key.clone(),
+            source: source.into(),
+        }),
     }
 }
 
@@ -338,13 +353,12 @@ mod tests {
             socket: d.path().join("a.sock"),
             ..Config::default()
         };
-        assert_eq!(
-            end_before_delete(&cfg, &ContainerKey::new("c", None), None),
-            Ok(())
-        );
+        assert!(end_before_delete(&cfg, &ContainerKey::new("c", None), None).is_ok());
         let t = fake_agent(&cfg.socket, "{\"ok\":false,\"error\":\"disk full\"}\n");
-        let w = end_before_delete(&cfg, &ContainerKey::new("c", None), Some(1)).unwrap_err();
+        let w = end_before_delete(&cfg, &ContainerKey::new("c", None), Some(1))
+            .unwrap_err()
+            .to_string();
         assert!(t.join().unwrap().contains("\"reason\":\"delete\""));
-        assert!(w.contains("\"c\"") && w.contains("disk full"), "{w}");
+        assert_eq!(w, "the agent could not end the log of \"c\": disk full");
     }
 }

@@ -18,6 +18,43 @@ use crate::binaries::{beside_me_or_in_path, AGENT_BINARY};
 /// own `--detach` waits as long; loading the probe takes most of it).
 pub const START_WAIT: Duration = Duration::from_secs(10);
 
+/// A register that did not happen: one line for hook.log, naming the
+/// container and what was tried.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// The agent answered and refused the container.
+    #[error("the agent refused to register container {id:?}: {reason}")]
+    Refused { id: String, reason: String },
+    /// An agent is there but the exchange failed.
+    #[error("{source}; cannot register container {id:?}")]
+    Agent { id: String, source: Box<AgentError> },
+    /// No agent answers and the configuration does not start one.
+    #[error("{source}; start_agent = false, so container {id:?} starts without being watched")]
+    NotStarted { id: String, source: Box<AgentError> },
+    /// No agent answers and there is none to start.
+    #[error(transparent)]
+    NoBinary(#[from] NoAgentBinary),
+    /// Starting an agent failed and none answers.
+    #[error("{why}; {source}; container {id:?} is not watched")]
+    StartFailed {
+        id: String,
+        why: StartAgentError,
+        source: Box<AgentError>,
+    },
+    /// An agent was started but did not answer in time.
+    #[error(
+        "started {} but no agent answered on {} within {START_WAIT:?}: {source}; container {id:?} is not watched",
+        bin.display(),
+        socket.display()
+    )]
+    NoAnswer {
+        id: String,
+        bin: PathBuf,
+        socket: PathBuf,
+        source: Box<AgentError>,
+    },
+}
+
 /// Register, starting an agent first when none answers and `start_agent` is
 /// set. `early`: a connection opened before the QoS work (None: connect now).
 /// Returns the agent's answer (with the log path); the error is one line
@@ -27,20 +64,23 @@ pub fn register(
     config_path: Option<&Path>,
     reg: &Register,
     early: Option<EarlyConnection>,
-) -> Result<Response, String> {
+) -> Result<Response, RegisterError> {
     let client = AgentClient::of(cfg);
-    let id = &reg.container_id;
-    let sock = client.socket().display();
+    let id = || reg.container_id.clone();
     match client.register(reg, early) {
         Ok(r) => return Ok(r),
-        Err(AgentError::Refused(r)) => return Err(refused(id, r)),
-        Err(e) if !e.is_no_listener() => {
-            return Err(format!("{e}; cannot register container {id:?}"))
+        Err(AgentError::Refused(r)) => return Err(refused(id(), r)),
+        Err(source) if !source.is_no_listener() => {
+            return Err(RegisterError::Agent {
+                id: id(),
+                source: source.into(),
+            })
         }
-        Err(e) if !cfg.start_agent => {
-            return Err(format!(
-                "{e}; start_agent = false, so container {id:?} starts without being watched"
-            ))
+        Err(source) if !cfg.start_agent => {
+            return Err(RegisterError::NotStarted {
+                id: id(),
+                source: source.into(),
+            })
         }
         Err(_) => {}
     }
@@ -52,7 +92,7 @@ pub fn register(
     loop {
         let e = match client.register(reg, None) {
             Ok(r) => return Ok(r),
-            Err(AgentError::Refused(r)) => return Err(refused(id, r)),
+            Err(AgentError::Refused(r)) => return Err(refused(id(), r)),
             Err(e) => e,
         };
         let waiting = started.is_ok() || lock_holder(&StateDir::new(&cfg.state_dir)).is_some();
@@ -61,20 +101,26 @@ pub fn register(
             continue;
         }
         return Err(match started {
-            Err(why) => format!("{why}; {e}; container {id:?} is not watched"),
-            Ok(()) => format!(
-                "started {} but no agent answered on {sock} within {START_WAIT:?}: {e}; container {id:?} is not watched",
-                bin.display(),
-            ),
+            Err(why) => RegisterError::StartFailed {
+                id: id(),
+                why,
+                source: e.into(),
+            },
+            Ok(()) => RegisterError::NoAnswer {
+                id: id(),
+                bin,
+                socket: client.socket().to_path_buf(),
+                source: e.into(),
+            },
         });
     }
 }
 
-fn refused(id: &str, r: Response) -> String {
-    format!(
-        "the agent refused to register container {id:?}: {}",
-        r.error.unwrap_or_else(|| "no reason given".into())
-    )
+fn refused(id: String, r: Response) -> RegisterError {
+    RegisterError::Refused {
+        id,
+        reason: r.error.unwrap_or_else(|| "no reason given".into()),
+    }
 }
 
 /// The pid holding the agent's lock, from /proc/locks: read-only, so it
@@ -98,22 +144,49 @@ pub fn flock_holder(locks: &str, dev: u64, ino: u64) -> Option<u32> {
     })
 }
 
+/// No `agent_binary` configured and no agent executable found.
+#[derive(Debug, thiserror::Error)]
+#[error("no agent answers and no `{AGENT_BINARY}` binary was found next to the hook or in PATH (set agent_binary)")]
+pub struct NoAgentBinary;
+
 /// `agent_binary` when configured, else `throttlewatch` next to this
 /// executable, else in PATH.
-pub fn agent_binary(cfg: &Config) -> Result<PathBuf, String> {
+pub fn agent_binary(cfg: &Config) -> Result<PathBuf, NoAgentBinary> {
     if !cfg.agent_binary.is_empty() {
         return Ok(PathBuf::from(&cfg.agent_binary));
     }
-    beside_me_or_in_path(AGENT_BINARY).ok_or_else(|| {
-        format!("no agent answers and no `{AGENT_BINARY}` binary was found next to the hook or in PATH (set agent_binary)")
-    })
+    beside_me_or_in_path(AGENT_BINARY).ok_or(NoAgentBinary)
+}
+
+/// `<bin> agent --detach` that could not be run or did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartAgentError {
+    #[error("cannot start the agent {}: {source}", bin.display())]
+    Spawn {
+        bin: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("`{} agent --detach` failed: {status}", bin.display())]
+    Failed {
+        bin: PathBuf,
+        status: std::process::ExitStatus,
+    },
+    #[error("waiting for {}: {source}", bin.display())]
+    Wait {
+        bin: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// `throttlewatch agent --detach [--config FILE]`: the agent daemonizes (one
 /// per node, guarded by its lock) and its parent exits once the agent
 /// answers. Its stdio is /dev/null: the runtime waits for the hook's pipes
 /// to close.
-fn start_agent(bin: &Path, config_path: Option<&Path>, deadline: Instant) -> Result<(), String> {
+fn start_agent(
+    bin: &Path,
+    config_path: Option<&Path>,
+    deadline: Instant,
+) -> Result<(), StartAgentError> {
     let mut cmd = Command::new(bin);
     cmd.arg("agent").arg("--detach");
     if let Some(c) = config_path {
@@ -122,16 +195,27 @@ fn start_agent(bin: &Path, config_path: Option<&Path>, deadline: Instant) -> Res
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start the agent {}: {e}", bin.display()))?;
+    let mut child = cmd.spawn().map_err(|source| StartAgentError::Spawn {
+        bin: bin.to_path_buf(),
+        source,
+    })?;
     loop {
         match child.try_wait() {
-            Ok(Some(st)) if st.success() => return Ok(()),
-            Ok(Some(st)) => return Err(format!("`{} agent --detach` failed: {st}", bin.display())),
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => {
+                return Err(StartAgentError::Failed {
+                    bin: bin.to_path_buf(),
+                    status,
+                })
+            }
             Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
             Ok(None) => return Ok(()), // still starting; the retries decide
-            Err(e) => return Err(format!("waiting for {}: {e}", bin.display())),
+            Err(source) => {
+                return Err(StartAgentError::Wait {
+                    bin: bin.to_path_buf(),
+                    source,
+                })
+            }
         }
     }
 }
@@ -155,7 +239,9 @@ mod tests {
             start_agent: false,
             ..Config::default()
         };
-        let e = register(&cfg, None, &reg("c"), None).unwrap_err();
+        let e = register(&cfg, None, &reg("c"), None)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("no agent answers")
                 && e.contains("none.sock")
@@ -163,7 +249,9 @@ mod tests {
             "{e}"
         );
         let early = AgentClient::of(&cfg).connect_early();
-        let e = register(&cfg, None, &reg("c"), Some(early)).unwrap_err();
+        let e = register(&cfg, None, &reg("c"), Some(early))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("start_agent = false"), "{e}");
     }
 
@@ -176,8 +264,82 @@ mod tests {
             agent_binary: "/bin/false".into(),
             ..Config::default()
         };
-        let e = register(&cfg, None, &reg("c"), None).unwrap_err();
+        let e = register(&cfg, None, &reg("c"), None)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("/bin/false") && e.contains("failed"), "{e}");
+    }
+
+    #[test]
+    fn register_errors_read_as_one_line() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let none = || AgentError::NoListener {
+            socket: "/run/tw.sock".into(),
+            source: io(),
+        };
+        let e = none().to_string();
+        let id = || "c".to_string();
+        let cases = [
+            (
+                RegisterError::Refused {
+                    id: id(),
+                    reason: "no reason given".into(),
+                },
+                "the agent refused to register container \"c\": no reason given".to_string(),
+            ),
+            (
+                RegisterError::Agent {
+                    id: id(),
+                    source: none().into(),
+                },
+                format!("{e}; cannot register container \"c\""),
+            ),
+            (
+                RegisterError::NotStarted {
+                    id: id(),
+                    source: none().into(),
+                },
+                format!("{e}; start_agent = false, so container \"c\" starts without being watched"),
+            ),
+            (
+                RegisterError::from(NoAgentBinary),
+                "no agent answers and no `throttlewatch` binary was found next to the hook or in PATH (set agent_binary)".to_string(),
+            ),
+            (
+                RegisterError::StartFailed {
+                    id: id(),
+                    why: StartAgentError::Spawn {
+                        bin: "/x/throttlewatch".into(),
+                        source: io(),
+                    },
+                    source: none().into(),
+                },
+                format!(
+                    "cannot start the agent /x/throttlewatch: {}; {e}; container \"c\" is not watched",
+                    io()
+                ),
+            ),
+            (
+                RegisterError::NoAnswer {
+                    id: id(),
+                    bin: "/x/throttlewatch".into(),
+                    socket: "/run/tw.sock".into(),
+                    source: none().into(),
+                },
+                format!("started /x/throttlewatch but no agent answered on /run/tw.sock within 10s: {e}; container \"c\" is not watched"),
+            ),
+        ];
+        for (err, words) in cases {
+            assert_eq!(err.to_string(), words);
+        }
+        let wait = StartAgentError::Wait {
+            bin: "/x/throttlewatch".into(),
+            source: io(),
+        };
+        assert_eq!(
+            wait.to_string(),
+            format!("waiting for /x/throttlewatch: {}", io())
+        );
     }
 
     #[test]

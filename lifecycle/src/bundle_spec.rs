@@ -7,6 +7,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::Value;
+use throttlewatch_core::units::UnitError;
+use throttlewatch_core::CpuList;
 
 use crate::spec_file::{SpecError, SpecFile};
 
@@ -32,7 +34,7 @@ pub struct BundleSpec {
     #[serde(default)]
     pub annotations: BTreeMap<String, String>,
     #[serde(default)]
-    pub process: Option<Process>,
+    pub process: Option<SpecProcess>,
     #[serde(default)]
     pub linux: Option<Linux>,
     #[serde(default)]
@@ -48,7 +50,7 @@ impl BundleSpec {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            process: Some(Process {
+            process: Some(SpecProcess {
                 env: env.iter().map(|s| s.to_string()).collect(),
             }),
             ..Default::default()
@@ -56,8 +58,9 @@ impl BundleSpec {
     }
 }
 
+/// The spec's `process` section: the container's environment.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct Process {
+pub struct SpecProcess {
     #[serde(default)]
     pub env: Vec<String>,
 }
@@ -125,7 +128,7 @@ impl BundleSpec {
     /// `linux.resources.cpu.cpus` when set and not empty: the orchestrator's
     /// cpuset, which QoS may narrow but never widen or replace. A value that
     /// is not a CPU list is an error naming it.
-    pub fn orchestrator_cpus(&self) -> Result<Option<throttlewatch_core::CpuList>, String> {
+    pub fn orchestrator_cpus(&self) -> Result<Option<CpuList>, UnitError> {
         let cpus = self
             .linux
             .as_ref()
@@ -134,11 +137,8 @@ impl BundleSpec {
             .and_then(|c| c.cpus.as_deref())
             .map(str::trim)
             .filter(|c| !c.is_empty());
-        cpus.map(|c| {
-            throttlewatch_core::CpuList::parse("linux.resources.cpu.cpus", c)
-                .map_err(|e| e.to_string())
-        })
-        .transpose()
+        cpus.map(|c| CpuList::parse("linux.resources.cpu.cpus", c))
+            .transpose()
     }
 
     /// See [`is_pod_sandbox`].

@@ -4,7 +4,7 @@
 //! it); the wrapper does it itself after the low-level runtime's `create`
 //! returns (no hook process, no runc hook machinery on the start path).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
@@ -193,7 +193,7 @@ fn send_register(
     match done {
         Ok(_) => CreateMarks::new(&cfg.state_dir, c.key).watched(),
         Err(e) => {
-            rep.error(&e);
+            rep.error(&e.to_string());
             mark_unwatched(cfg, rep, c.key);
         }
     }
@@ -250,21 +250,33 @@ fn registration(c: &Created, rel: String, q: QosOutcome) -> Register {
     }
 }
 
+/// A `--pid-file` that gives no pid: the file, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum PidFileError {
+    #[error("pid file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Not a positive decimal: the beginning of what was there.
+    #[error("pid file {}: expected a process id, got {got:?}", path.display())]
+    NotAPid { path: PathBuf, got: String },
+}
+
 /// Read the pid the runtime wrote with `--pid-file` (a decimal, maybe with
 /// a newline); the error names the file and what was there.
-pub fn read_pid_file(path: &Path) -> Result<u32, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("pid file {}: {e}", path.display()))?;
+pub fn read_pid_file(path: &Path) -> Result<u32, PidFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| PidFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     text.trim()
         .parse::<u32>()
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| {
-            format!(
-                "pid file {}: expected a process id, got {:?}",
-                path.display(),
-                text.chars().take(40).collect::<String>()
-            )
+        .ok_or_else(|| PidFileError::NotAPid {
+            path: path.to_path_buf(),
+            got: text.chars().take(40).collect(),
         })
 }
 
@@ -277,18 +289,28 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("pid");
         std::fs::write(&p, "1234").unwrap();
-        assert_eq!(read_pid_file(&p), Ok(1234));
+        assert_eq!(read_pid_file(&p).unwrap(), 1234);
         std::fs::write(&p, "99\n").unwrap();
-        assert_eq!(read_pid_file(&p), Ok(99));
+        assert_eq!(read_pid_file(&p).unwrap(), 99);
+        std::fs::write(&p, "12x").unwrap();
+        assert_eq!(
+            read_pid_file(&p).unwrap_err().to_string(),
+            format!(
+                "pid file {}: expected a process id, got \"12x\"",
+                p.display()
+            )
+        );
         for bad in ["", "0", "-3", "12x"] {
             std::fs::write(&p, bad).unwrap();
-            let e = read_pid_file(&p).unwrap_err();
+            let e = read_pid_file(&p).unwrap_err().to_string();
             assert!(
                 e.contains("expected a process id") && e.contains("pid"),
                 "{e}"
             );
         }
-        let e = read_pid_file(&d.path().join("none")).unwrap_err();
+        let e = read_pid_file(&d.path().join("none"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("none"), "{e}");
     }
 }

@@ -9,10 +9,10 @@
 //! burst is derived again from the bundle's annotations and environment:
 //! the cgroup from the kernel.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
-use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
+use throttlewatch_cgroup::{CgroupError, CpuCgroup, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::{ContainerKey, StateDir};
 
@@ -140,19 +140,41 @@ fn open_group(rec: &BurstRecord, warn: Warn) -> Option<CpuCgroup> {
         .ok()
 }
 
+/// A burst that could not be written back after an update: the cgroup's
+/// limits unreadable, the burst file refused, or the record not saved.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The cgroup's quota could not be read.
+    #[error(transparent)]
+    Limits(CgroupError),
+    /// The kernel refused the burst: the file and the value written.
+    #[error("{} = {us}: {source}", file.display())]
+    Write {
+        file: PathBuf,
+        us: u64,
+        source: CgroupError,
+    },
+    /// The burst is written but its record (`bursts/<id>.json`) is not.
+    #[error(transparent)]
+    Record(std::io::Error),
+}
+
 /// Write the burst for the current quota and record what was applied.
-pub fn restore(rec: &BurstRecord, g: &CpuCgroup, cfg: &Config) -> Result<u64, String> {
-    let limits = g.limits().map_err(|e| e.to_string())?;
+pub fn restore(rec: &BurstRecord, g: &CpuCgroup, cfg: &Config) -> Result<u64, RestoreError> {
+    let limits = g.limits().map_err(RestoreError::Limits)?;
     let Some(us) = rec.burst_for_quota(limits.quota_us) else {
         return Ok(0); // no quota: nothing to burst
     };
-    g.set_burst(us)
-        .map_err(|e| format!("{} = {us}: {e}", g.burst_file().display()))?;
+    g.set_burst(us).map_err(|source| RestoreError::Write {
+        file: g.burst_file(),
+        us,
+        source,
+    })?;
     let new = BurstRecord {
         applied_us: us,
         ..rec.clone()
     };
-    burst_record::save(&StateDir::new(&cfg.state_dir), &new).map_err(|e| e.to_string())?;
+    burst_record::save(&StateDir::new(&cfg.state_dir), &new).map_err(RestoreError::Record)?;
     Ok(us)
 }
 
@@ -201,6 +223,19 @@ mod tests {
                 .unwrap()
                 .applied_us,
             15_000
+        );
+    }
+
+    #[test]
+    fn a_refused_burst_names_the_file_and_the_value() {
+        let e = RestoreError::Write {
+            file: "/sys/fs/cgroup/tw/c/cpu.max.burst".into(),
+            us: 15_000,
+            source: CgroupError::Invalid("refused".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "/sys/fs/cgroup/tw/c/cpu.max.burst = 15000: refused"
         );
     }
 

@@ -36,7 +36,9 @@ use std::time::Duration;
 use throttlewatch_core::config::Config;
 use throttlewatch_core::ContainerKey;
 use throttlewatch_lifecycle::create_marks::CreateMarks;
-use throttlewatch_lifecycle::created::{on_prepared, prepare, read_pid_file, Answer, Created};
+use throttlewatch_lifecycle::created::{
+    on_prepared, prepare, read_pid_file, Answer, Created, PidFileError,
+};
 use throttlewatch_lifecycle::modifiers::{
     apply_modifiers, default_hook_path, is_pod_sandbox_spec, ModifyContext,
 };
@@ -168,7 +170,7 @@ fn edit(
         return Ok(None);
     }
     let ctx = ModifyContext {
-        hook_path: default_hook_path().map_err(anyhow::Error::msg)?,
+        hook_path: default_hook_path()?,
         config_path,
         cfg: cfg.clone(),
         create_runtime_hook: false,
@@ -282,6 +284,7 @@ impl Helper<'_> {
             t.finish();
             return;
         };
+        // As a message: its words already name the cause, which `{:#}` would repeat.
         let done = pid.map_err(anyhow::Error::msg).and_then(|pid| {
             let c = Created {
                 key: self.key,
@@ -330,7 +333,7 @@ impl Helper<'_> {
     /// made `create` 0.5–1.5 ms slower than the exit wait does, which
     /// moves the work beside the caller's `start` (no slower within the
     /// noise): bench/README.md, runs 27–32.
-    fn wait_created(&self) -> Option<Result<u32, String>> {
+    fn wait_created(&self) -> Option<Result<u32, PidFileError>> {
         RuntimeExit::watch(self.runtime_pid).wait();
         file_id(self.pid_file)
             .filter(|id| Some(*id) != self.stale)

@@ -38,7 +38,7 @@ pub fn end_before_delete(
         return; // a running container: runc refuses the delete, the log goes on
     }
     if let Err(w) = agent_client::end_before_delete(cfg, &key, None) {
-        log.warning(&w);
+        log.warning(&w.to_string());
     }
 }
 

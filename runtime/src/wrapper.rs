@@ -122,7 +122,7 @@ fn modify(
 ) -> anyhow::Result<()> {
     let bundle = args.bundle()?;
     let ctx = ModifyContext {
-        hook_path: default_hook_path().map_err(|e| anyhow::anyhow!(e))?,
+        hook_path: default_hook_path()?,
         config_path,
         cfg: cfg.clone(),
         create_runtime_hook: true,

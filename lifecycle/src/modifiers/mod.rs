@@ -54,7 +54,7 @@ impl ModifyContext {
     /// writes our createRuntime hook gives it).
     pub fn from_env(cfg: &Config) -> Result<ModifyContext, String> {
         Ok(ModifyContext {
-            hook_path: default_hook_path()?,
+            hook_path: default_hook_path().map_err(|e| e.to_string())?,
             config_path: Config::env_path(),
             cfg: cfg.clone(),
             create_runtime_hook: true,
@@ -125,14 +125,17 @@ pub fn is_pod_sandbox_spec(spec: &Value) -> bool {
     is_pod_sandbox(|k| ann?.get(k)?.as_str())
 }
 
+/// No hook executable next to this one (`exe`) nor in PATH.
+#[derive(Debug, thiserror::Error)]
+#[error("{HOOK_BINARY} not found next to {} nor in PATH", exe.display())]
+pub struct NoHookBinary {
+    pub exe: PathBuf,
+}
+
 /// `throttlewatch-hook` next to this executable, else in PATH.
-pub fn default_hook_path() -> Result<PathBuf, String> {
-    beside_me_or_in_path(HOOK_BINARY).ok_or_else(|| {
-        let exe = std::env::current_exe().unwrap_or_default();
-        format!(
-            "{HOOK_BINARY} not found next to {} nor in PATH",
-            exe.display()
-        )
+pub fn default_hook_path() -> Result<PathBuf, NoHookBinary> {
+    beside_me_or_in_path(HOOK_BINARY).ok_or_else(|| NoHookBinary {
+        exe: std::env::current_exe().unwrap_or_default(),
     })
 }
 
