@@ -60,12 +60,10 @@ impl HeldBurst {
     /// recorded; the ancestors with a quota follow (a pod cgroup's burst
     /// fits the containers' new quotas: [`crate::pod_burst`]), what they
     /// could not do goes to `warn`. Returns the burst written (µs).
-    pub fn restore(self, cfg: &Config, warn: Warn) -> Result<u64, String> {
-        let us = restore(&self.record, &self.group, cfg).map_err(|e| {
-            format!(
-                "container {:?}: cannot restore the CFS burst after update: {e}",
-                self.record.container_id
-            )
+    pub fn restore(self, cfg: &Config, warn: Warn) -> Result<u64, HeldBurstError> {
+        let us = restore(&self.record, &self.group, cfg).map_err(|source| HeldBurstError {
+            container_id: self.record.container_id.clone(),
+            source,
         })?;
         let state = StateDir::new(&cfg.state_dir);
         for w in crate::pod_burst::share_here(&state, &self.record.cgroup_path).warnings {
@@ -138,6 +136,14 @@ fn open_group(rec: &BurstRecord, warn: Warn) -> Option<CpuCgroup> {
             ))
         })
         .ok()
+}
+
+/// A held burst not written back after the update: the container and why.
+#[derive(Debug, thiserror::Error)]
+#[error("container {container_id:?}: cannot restore the CFS burst after update: {source}")]
+pub struct HeldBurstError {
+    pub container_id: String,
+    pub source: RestoreError,
 }
 
 /// A burst that could not be written back after an update: the cgroup's
@@ -236,6 +242,14 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "/sys/fs/cgroup/tw/c/cpu.max.burst = 15000: refused"
+        );
+        let held = HeldBurstError {
+            container_id: "c".into(),
+            source: e,
+        };
+        assert_eq!(
+            held.to_string(),
+            "container \"c\": cannot restore the CFS burst after update: /sys/fs/cgroup/tw/c/cpu.max.burst = 15000: refused"
         );
     }
 

@@ -33,7 +33,7 @@ pub fn update(runtime: &Path, args: &RuncArgs, cfg: &Config, log: &RuncLog) -> i
     };
     if let Some(h) = held {
         if let Err(e) = h.restore(cfg, &mut warn) {
-            log.error(&e);
+            log.error(&e.to_string());
             if code == 0 && cfg.fail_mode == FailMode::Closed {
                 return 1;
             }

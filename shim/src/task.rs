@@ -395,7 +395,7 @@ impl Task for TaskService {
             if let Err(e) = h.restore(&self.cfg, &mut |w: &str| warn!("{w}")) {
                 warn!("{e}");
                 if res.is_ok() && self.cfg.fail_mode == FailMode::Closed {
-                    return Err(Error::Internal(e).into());
+                    return Err(Error::Internal(e.to_string()).into());
                 }
             }
         }

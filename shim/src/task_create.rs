@@ -9,13 +9,45 @@ use std::path::Path;
 use log::{info, warn};
 use throttlewatch_core::config::{Config, FailMode};
 use throttlewatch_lifecycle::created::{on_prepared, prepare, Answer, Created};
-use throttlewatch_lifecycle::modifiers::{apply_modifiers, is_pod_sandbox_spec, ModifyContext};
+use throttlewatch_lifecycle::modifiers::{
+    apply_modifiers, is_pod_sandbox_spec, ModifyContext, NoHookBinary,
+};
 use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
-use throttlewatch_lifecycle::{BundleSpec, HookStage, SpecFile};
+use throttlewatch_lifecycle::{BundleSpec, HookStage, SpecError, SpecFile};
 
 use super::{TaskService, SHIM_NAME};
 use crate::error::{Error, Result};
+
+/// The spec modifiers on a container's bundle (none on a pod sandbox's):
+/// what they changed, and the spec as it now is.
+fn edit_spec(
+    cfg: &Config,
+    bundle: &Path,
+) -> std::result::Result<(Vec<String>, Option<BundleSpec>), SpecEditError> {
+    let ctx = ModifyContext {
+        create_runtime_hook: false,
+        ..ModifyContext::from_env(cfg)?
+    };
+    let mut file = SpecFile::read(bundle)?;
+    if is_pod_sandbox_spec(&file.value) {
+        return Ok((vec![], None));
+    }
+    let changes = apply_modifiers(&mut file, &ctx)?;
+    if !changes.is_empty() {
+        file.write()?;
+    }
+    Ok((changes, Some(file.typed()?)))
+}
+
+/// Why the spec modifiers did not run on a bundle.
+#[derive(Debug, thiserror::Error)]
+enum SpecEditError {
+    #[error(transparent)]
+    NoHook(#[from] NoHookBinary),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+}
 
 impl TaskService {
     /// The throttlewatch spec modifiers on the bundle (fail-open unless
@@ -35,22 +67,7 @@ impl TaskService {
             Some(_) => return Ok(None),
             None => {}
         }
-        let res = ModifyContext::from_env(&self.cfg).and_then(|ctx| {
-            let ctx = ModifyContext {
-                create_runtime_hook: false,
-                ..ctx
-            };
-            let mut file = SpecFile::read(bundle).map_err(|e| e.to_string())?;
-            if is_pod_sandbox_spec(&file.value) {
-                return Ok((vec![], None));
-            }
-            let changes = apply_modifiers(&mut file, &ctx).map_err(|e| e.to_string())?;
-            if !changes.is_empty() {
-                file.write().map_err(|e| e.to_string())?;
-            }
-            let spec = file.typed().map_err(|e| e.to_string())?;
-            Ok((changes, Some(spec)))
-        });
+        let res = edit_spec(&self.cfg, bundle);
         match res {
             Ok((changes, spec)) => {
                 if !changes.is_empty() {

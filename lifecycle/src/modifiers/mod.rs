@@ -52,9 +52,9 @@ impl ModifyContext {
     /// The hook next to this executable (else in PATH); its `--config` is
     /// `$THROTTLEWATCH_CONFIG` when set; no create time (the caller that
     /// writes our createRuntime hook gives it).
-    pub fn from_env(cfg: &Config) -> Result<ModifyContext, String> {
+    pub fn from_env(cfg: &Config) -> Result<ModifyContext, NoHookBinary> {
         Ok(ModifyContext {
-            hook_path: default_hook_path().map_err(|e| e.to_string())?,
+            hook_path: default_hook_path()?,
             config_path: Config::env_path(),
             cfg: cfg.clone(),
             create_runtime_hook: true,
