@@ -296,6 +296,13 @@ linkage() { # what a binary is linked as, read off the file itself
     else echo "static musl"; fi
 }
 echo "binaries: $TW_BIN_DIR (wrapper: $(linkage "$(readlink -f "$TW_BIN_DIR/throttlewatch-runtime")"), hook: $(linkage "$(readlink -f "$TW_BIN_DIR/throttlewatch-hook")"), agent: $(linkage "$(readlink -f "$AGENT")")); runc: $RUNC; rounds: $ROUNDS (interleaved, order alternating); bundle and runc state on ${TW_BENCH_BUNDLE:-tmpfs}"
+if [ -n "${BEFORE:-}" ]; then
+    echo "before: $BEFORE (wrapper: $(linkage "$(readlink -f "$BEFORE/throttlewatch-runtime")"), hook: $(linkage "$(readlink -f "$BEFORE/throttlewatch-hook")"))"
+    # A dynamic wrapper pays the loader at each exec (about 1 ms a
+    # create + start here): compare builds linked alike.
+    [ "$(linkage "$(readlink -f "$BEFORE/throttlewatch-runtime")")" = "$(linkage "$(readlink -f "$TW_BIN_DIR/throttlewatch-runtime")")" ] ||
+        echo "WARNING: the wrapper of before and of this build are linked differently; after - before measures the linking too (scripts/build-front-ends.sh DIR links them as setup does)" >&2
+fi
 echo "load average: before $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 if [ "$MODE" = create ]; then what="create + start"; how="wrapper execs runc create, its helper: QoS, register sent; start waits for the watch"; else what="run -d"; how="wrapper + createRuntime hook + register"; fi
 echo "plain runc $what:                median $(awk "BEGIN{printf \"%.1f\", $mp/1000}") ms"
