@@ -14,6 +14,7 @@ pub mod render_svg;
 pub mod render_terminal;
 pub mod replay;
 pub mod summary;
+pub mod what_if;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -49,7 +50,7 @@ pub enum ReportError {
     #[error(transparent)]
     Read(#[from] ReadError),
     #[error(transparent)]
-    WhatIf(#[from] recommend::WhatIfError),
+    WhatIf(#[from] what_if::WhatIfError),
     #[error("{path}: {source}")]
     Write {
         path: PathBuf,
@@ -132,7 +133,7 @@ pub fn run(args: &ReportArgs, log_dir: &Path) -> Result<(), ReportError> {
     let what_if = args
         .what_if
         .as_deref()
-        .map(recommend::WhatIf::parse)
+        .map(what_if::WhatIf::parse)
         .transpose()?;
     let srcs = reader::resolve(&args.logs, log_dir)?;
     let mut p = Progress::new();

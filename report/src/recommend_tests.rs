@@ -185,38 +185,3 @@ fn a_limit_is_sized_the_same_beside_other_work() {
     let m = model(&c).unwrap();
     assert_eq!(smallest_limit(&m, &m.demand, 0.5, 2.0), 1.0);
 }
-
-#[test]
-fn a_bad_what_if_names_the_part_and_what_is_accepted() {
-    let err = |s: &str| WhatIf::parse(s).unwrap_err();
-    assert_eq!(
-        err("quota30ms"),
-        WhatIfError::NotKeyValue {
-            whole: "quota30ms".into(),
-            part: "quota30ms".into()
-        }
-    );
-    assert_eq!(
-        err("cpus=1,quota=10ms"),
-        WhatIfError::QuotaTwice {
-            whole: "cpus=1,quota=10ms".into()
-        }
-    );
-    let unknown = err("limit=2").to_string();
-    assert!(
-        unknown.starts_with(
-            "--what-if \"limit=2\": unknown key \"limit\"; expected comma-separated quota=DURATION"
-        ),
-        "{unknown}"
-    );
-    assert_eq!(
-        err(",").to_string().split(';').next(),
-        Some("--what-if \",\": nothing to change")
-    );
-    let value = err("burst=fast").to_string();
-    assert!(
-        value.starts_with("--what-if: ") && value.contains("fast"),
-        "{value}"
-    );
-    assert!(WhatIf::parse("cpus=1.5,burst=10ms").is_ok());
-}

@@ -68,7 +68,7 @@ pub struct ContainerReport {
     pub recommendations: Vec<Recommendation>,
     /// `--what-if`: the settings asked about and the predicted throttled time.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub what_if: Option<crate::recommend::WhatIfResult>,
+    pub what_if: Option<crate::what_if::WhatIfResult>,
     pub heatmaps: Heatmaps,
 }
 
