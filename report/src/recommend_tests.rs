@@ -131,7 +131,8 @@ fn a_noisy_log_gets_a_threshold_and_a_quiet_one_none() {
 /// Four CPU-bound threads under 0.5 CPUs on two CPUs, 30 periods: alone
 /// they spend the quota in 25 ms on both CPUs and are frozen the other
 /// 75 ms on each; beside a heavier neighbour they all sit on one CPU and
-/// spend it over 50 ms there, frozen 50 ms on that one CPU.
+/// spend it over 50 ms there, frozen 50 ms on that one CPU (in nine
+/// periods of ten).
 fn overloaded(contended: bool) -> Container {
     let ms = 1_000_000u64;
     let mut c = Container::default();
@@ -145,9 +146,11 @@ fn overloaded(contended: bool) -> Container {
         }),
     );
     for k in 0..30u64 {
-        let frozen = if contended { 50 * ms } else { 75 * ms };
+        // Beside the neighbour, one period in ten it got both CPUs.
+        let one_cpu = contended && k % 10 != 0;
+        let frozen = if one_cpu { 50 * ms } else { 75 * ms };
         for tid in 1..=4u32 {
-            let cpu = if contended { 0 } else { tid % 2 };
+            let cpu = if one_cpu { 0 } else { tid % 2 };
             c.add(
                 k * 100 * ms,
                 Record::Throttle(Throttle {
@@ -173,15 +176,51 @@ fn a_limit_is_sized_the_same_beside_other_work() {
     let (busy, busy_why) = limit(&overloaded(true)).unwrap();
     assert_eq!(quiet, "2", "{why}");
     assert_eq!(busy, "2", "{busy_why}");
-    // The busy log says what would do under its load (one CPU's worth was
-    // all it got), the quiet one has nothing to add.
+    // The busy log says what would do under its load (mostly one CPU's
+    // worth was all it got), the quiet one has nothing to add.
+    let c = overloaded(true);
+    let m = model(&c).unwrap();
+    let under_load = smallest_limit(&m, &m.demand, 0.5, 2.0);
+    assert!(under_load < 2.0, "{under_load}");
     assert!(
-        busy_why.contains("1 CPU would do while that work runs"),
+        busy_why.contains(&format!("{} CPU", trim_float(under_load)))
+            && busy_why.contains("would do while that work runs"),
         "{busy_why}"
     );
     assert!(!why.contains("would do while"), "{why}");
-    // Under this run's conditions (the what-if's model) one CPU is enough.
-    let c = overloaded(true);
+}
+
+#[test]
+fn threads_pinned_to_one_cpu_are_not_sized_for_two() {
+    // Two busy threads pinned to CPU 0 of the two the container may use,
+    // under 0.5 CPUs: never frozen on two CPUs at once, so one is what
+    // they can use.
+    let ms = 1_000_000u64;
+    let mut c = Container::default();
+    c.add(
+        0,
+        Record::Start(Start {
+            period_us: 100_000,
+            quota_us: Some(50_000),
+            cpus: Some("0-1".into()),
+            ..Default::default()
+        }),
+    );
+    for k in 0..30u64 {
+        for tid in 1..=2u32 {
+            c.add(
+                k * 100 * ms,
+                Record::Throttle(Throttle {
+                    tid,
+                    cpu: 0,
+                    start_ns: k * 100 * ms + 50 * ms,
+                    frozen_ns: 50 * ms,
+                    ..Default::default()
+                }),
+            );
+        }
+    }
     let m = model(&c).unwrap();
-    assert_eq!(smallest_limit(&m, &m.demand, 0.5, 2.0), 1.0);
+    let r = quota(&c, &m).unwrap();
+    assert_eq!(r.value, "1", "{}", r.reason);
 }

@@ -45,10 +45,11 @@ pub enum Competition {
     /// run's conditions.
     AsObserved,
     /// As if the group had CPUs to itself: a group busy all period would
-    /// have run all period on as many of the `cpus` it may use as it had
-    /// threads frozen (they were runnable; beside other work they may all
-    /// have been frozen on one CPU). What it needs on a quiet host, the
-    /// same whatever else ran beside this run.
+    /// have run all period on as many CPUs as it had threads frozen (they
+    /// were runnable; beside other work they may all have been frozen on
+    /// one CPU), at most `cpus`: the most it was seen frozen on at once.
+    /// What it needs on a quiet host, the same whatever else ran beside
+    /// this run.
     Alone { cpus: f64 },
 }
 
