@@ -31,7 +31,7 @@ pub use install::{install, uninstall, Options as InstallOptions};
 pub(crate) use commands::{burn, live, run};
 pub(crate) use daemon::{logdir, metrics, socket, state};
 pub(crate) use pipeline::{
-    budget, clock, coldstart, engine, freezes, histograms, kernel_counters, labels, output,
+    budget, clock, coldstart, engine, freezes, gpu, histograms, kernel_counters, labels, output,
     placement, procinfo, reading, records, runq, session, spec, threadcpu,
 };
 

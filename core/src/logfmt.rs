@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub mod control;
+pub mod gpu;
 pub mod rotate;
 mod writer;
 pub use control::Control;
+pub use gpu::GpuSample;
 pub use rotate::Rotation;
 pub use writer::{LogWriter, FLUSH_EVERY};
 
@@ -259,6 +261,12 @@ pub struct CpuStatSnapshot {
     pub local_throttled_ns: Option<u64>,
     /// The probe's episode total so far.
     pub probe_throttled_ns: u64,
+    /// The container's GPUs sampled since the last `cpu_stat` (logfmt::gpu).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu: Vec<GpuSample>,
+    /// GPU samples left out so far, past the log's cap.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpu_samples_dropped: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -482,6 +490,13 @@ mod tests {
             Record::CpuStat(CpuStatSnapshot {
                 nr_periods: 3,
                 local_throttled_ns: Some(4),
+                gpu: vec![GpuSample {
+                    gpu: 2,
+                    start_ns: 1,
+                    interval_ns: 1_000_000_000,
+                    util_pct: 90,
+                    ..Default::default()
+                }],
                 ..Default::default()
             }),
             Record::End(End {

@@ -82,6 +82,26 @@ pub(crate) struct StageLabels {
     pub stage: LabelValue,
 }
 
+/// One of a container's GPUs (`gpu`: NVML's index, as the log's
+/// `start.topology.container_gpus`; at most `gpu::MAX_GPUS` per container).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct GpuLabels {
+    pub gpu: LabelValue,
+    #[prometheus(flatten)]
+    pub container: ContainerLabels,
+}
+
+impl GpuLabels {
+    pub(crate) fn new(container: &ContainerLabels, gpu: usize) -> GpuLabels {
+        GpuLabels {
+            container: container.clone(),
+            gpu: gpu.to_string().as_str().into(),
+        }
+    }
+}
+
+type FGauge = Family<GpuLabels, Gauge<f64, AtomicU64>>;
+
 pub(crate) const PREEMPTORS: [&str; 3] = ["same", "other", "host"];
 
 type FCounter = Family<ContainerLabels, Counter<f64, AtomicU64>>;
@@ -110,6 +130,12 @@ pub(crate) struct Metrics {
     /// Inserts a full kernel map refused, node-wide, by `map` (end.map_full).
     pub map_full: Family<MapLabels, Counter>,
     pub watched: Gauge,
+    /// NVML's utilisation of each GPU a container uses, 0-1, at the last tick.
+    pub gpu_utilization: FGauge,
+    /// Device memory in use on each GPU a container uses, at the last tick.
+    pub gpu_memory_used: FGauge,
+    /// The GPUs each container's series are kept for (to remove them).
+    gpus_of: Mutex<HashMap<ContainerLabels, Vec<usize>>>,
     /// The node's idle CPU time (`/proc/stat` idle + iowait), read at each scrape.
     pub node_idle_seconds: Counter<f64, AtomicU64>,
     pub node_cpus: Gauge,
@@ -165,6 +191,9 @@ impl Metrics {
             lost_events: reg(&mut r, "lost_events", "Events the kernel could not deliver (ring buffer full), node-wide"),
             map_full: reg(&mut r, "map_full", "Inserts the probe's kernel maps refused because they were full, node-wide, by map (episodes, frozen_by_tid, bandwidth_timers): raise max_containers"),
             watched: reg(&mut r, "watched_containers", "Containers being watched"),
+            gpu_utilization: reg(&mut r, "gpu_utilization_ratio", "Utilisation of a GPU the container uses (NVML: share of the last sample window a kernel ran), 0-1, by gpu index"),
+            gpu_memory_used: reg(&mut r, "gpu_memory_used_bytes", "Device memory in use on a GPU the container uses (NVML), by gpu index"),
+            gpus_of: Mutex::new(HashMap::new()),
             node_idle_seconds: reg(&mut r, "node_idle_cpu_seconds", "Idle CPU time of the node (/proc/stat idle + iowait, all CPUs)"),
             node_cpus: reg(&mut r, "node_cpus", "CPUs online on the node"),
             node_idle_read: Mutex::new(0.0),
@@ -207,6 +236,11 @@ impl Metrics {
                 kernel,
                 probe_throttled_ns,
             } => self.observe_counters(container, kernel, *probe_throttled_ns),
+            Output::Gpu {
+                container,
+                gpu,
+                reading,
+            } => self.observe_gpu(container, *gpu, reading),
             Output::Control { container, .. } => {
                 self.control_changes.get_or_create(container).inc();
             }
@@ -248,8 +282,34 @@ impl Metrics {
             .inc_by(secs(probe_ns));
     }
 
+    /// A GPU of a container at a tick.
+    fn observe_gpu(&self, l: &ContainerLabels, gpu: usize, r: &crate::gpu::GpuReading) {
+        if let Ok(mut g) = self.gpus_of.lock() {
+            let v = g.entry(l.clone()).or_default();
+            if !v.contains(&gpu) {
+                if v.len() >= crate::gpu::MAX_GPUS {
+                    return;
+                }
+                v.push(gpu);
+            }
+        }
+        let k = GpuLabels::new(l, gpu);
+        self.gpu_utilization
+            .get_or_create(&k)
+            .set(r.util_pct as f64 / 100.0);
+        self.gpu_memory_used
+            .get_or_create(&k)
+            .set(r.mem_used_bytes as f64);
+    }
+
     /// Remove a container's series now.
     pub(crate) fn forget(&self, l: &ContainerLabels) {
+        let gpus = self.gpus_of.lock().ok().and_then(|mut g| g.remove(l));
+        for gpu in gpus.unwrap_or_default() {
+            let k = GpuLabels::new(l, gpu);
+            self.gpu_utilization.remove(&k);
+            self.gpu_memory_used.remove(&k);
+        }
         for f in [
             &self.throttled_seconds,
             &self.kernel_throttled_seconds,

@@ -246,3 +246,41 @@ fn runnable_time_is_split_by_cause_as_the_report_does() {
         "forgotten with the container"
     );
 }
+
+#[test]
+fn gpu_utilisation_per_container_gpu_and_forgotten_with_it() {
+    let m = Metrics::new();
+    for (gpu, util) in [(0, 90), (3, 5)] {
+        m.observe(&Output::Gpu {
+            container: labels("g"),
+            gpu,
+            reading: crate::gpu::GpuReading {
+                util_pct: util,
+                mem_used_bytes: 1 << 30,
+                ..Default::default()
+            },
+        });
+    }
+    let body = m.encode();
+    let g = lines_of(&body, "g");
+    let util = |gpu: &str| {
+        g.iter()
+            .find(|l| {
+                l.starts_with("throttlewatch_gpu_utilization_ratio{")
+                    && l.contains(&format!("gpu=\"{gpu}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_string)
+    };
+    assert_eq!(util("0").as_deref(), Some("0.9"), "{body}");
+    assert_eq!(util("3").as_deref(), Some("0.05"), "{body}");
+    assert!(
+        g.iter()
+            .any(|l| l.starts_with("throttlewatch_gpu_memory_used_bytes{")
+                && l.contains("namespace=")
+                && l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()) == Some(1073741824.0)),
+        "{body}"
+    );
+    m.forget(&labels("g"));
+    assert!(lines_of(&m.encode(), "g").is_empty());
+}

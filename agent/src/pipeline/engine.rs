@@ -11,6 +11,7 @@ use throttlewatch_core::logfmt::End;
 use throttlewatch_core::{ContainerKey, EndReason};
 
 use crate::clock::Clock;
+use crate::gpu::GpuSampler;
 use crate::output::Output;
 use crate::reading::{map_full, Due, ProbeTotals, Reading};
 use crate::session::{Opening, ProbeFacts, Session, SessionDraft};
@@ -38,6 +39,8 @@ pub(crate) struct Engine {
     exported_lost: u64,
     /// The node-wide failed-insert counts at the last `LostEvents` output.
     exported_full: throttlewatch_core::logfmt::MapFull,
+    /// NVML, where there is a library and a GPU (said once at load).
+    gpu: GpuSampler,
 }
 
 /// A session that ended: its `end` record (written) and the last outputs.
@@ -64,6 +67,7 @@ impl Engine {
             clock: Clock::new(),
             exported_lost: 0,
             exported_full: Default::default(),
+            gpu: GpuSampler::from_env(),
         })
     }
 
@@ -164,10 +168,12 @@ impl Engine {
         let mut out = vec![];
         if due >= Due::Tick {
             let full = map_full(&self.probe);
+            let gpu = self.read_gpus();
             for (id, s) in self.sessions.iter() {
                 let r = readings.entry(*id).or_default();
                 r.totals = Some(ProbeTotals::read(&self.probe, s.cgroup_id, full));
                 r.snapshot = due == Due::Snapshot;
+                r.gpu = gpu.clone();
             }
             let lost = self.probe.lost_events();
             let count = lost.saturating_sub(std::mem::replace(&mut self.exported_lost, lost));
@@ -192,6 +198,29 @@ impl Engine {
             self.probe.next_runq_interval();
         }
         out
+    }
+
+    /// Every GPU a session uses, read once (None: no NVML or no such GPU).
+    fn read_gpus(
+        &mut self,
+    ) -> Option<(
+        u64,
+        std::sync::Arc<std::collections::BTreeMap<usize, crate::gpu::GpuReading>>,
+    )> {
+        if !self.gpu.available() {
+            return None;
+        }
+        let wanted = self
+            .sessions
+            .values()
+            .flat_map(|s| s.gpus().iter().copied());
+        let got = self.gpu.read(wanted.collect::<Vec<_>>());
+        (!got.is_empty()).then(|| {
+            (
+                throttlewatch_core::logfmt::now_unix_ns(),
+                std::sync::Arc::new(got),
+            )
+        })
     }
 
     /// Drain and flush the logs without ending sessions (agent stopping

@@ -10,6 +10,7 @@ pub(crate) mod clock;
 pub(crate) mod coldstart;
 pub(crate) mod engine;
 pub(crate) mod freezes;
+pub(crate) mod gpu;
 pub(crate) mod histograms;
 pub(crate) mod kernel_counters;
 pub(crate) mod labels;

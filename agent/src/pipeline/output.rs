@@ -44,6 +44,12 @@ pub(crate) enum Output {
         container: Arc<ContainerLabels>,
         record: throttlewatch_core::logfmt::Control,
     },
+    /// One of the container's GPUs, read at a tick.
+    Gpu {
+        container: Arc<ContainerLabels>,
+        gpu: usize,
+        reading: crate::gpu::GpuReading,
+    },
     /// Events lost node-wide since the last poll that read the totals, and
     /// inserts the kernel maps refused in the same time (per map).
     LostEvents {

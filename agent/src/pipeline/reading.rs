@@ -67,4 +67,10 @@ pub(crate) struct Reading {
     pub totals: Option<ProbeTotals>,
     /// `Due::Snapshot`: write `cpu_stat` and `runq` records.
     pub snapshot: bool,
+    /// From `Due::Tick` on where GPUs are sampled: the node's GPU readings
+    /// and when they were taken (Unix ns).
+    pub gpu: Option<(
+        u64,
+        std::sync::Arc<std::collections::BTreeMap<usize, crate::gpu::GpuReading>>,
+    )>,
 }

@@ -14,6 +14,7 @@ use crate::budget::LogBudget;
 use crate::clock::Clock;
 use crate::coldstart::ColdStartTracker;
 use crate::freezes::FreezeTally;
+use crate::gpu::GpuSeries;
 use crate::kernel_counters::{CgroupReading, KernelCounters, OomKills};
 use crate::output::Output;
 use crate::reading::{ProbeTotals, Reading};
@@ -75,6 +76,8 @@ pub(crate) struct Session {
     /// The container's memory cgroup, its OOM kills when watching began and
     /// the latest count read (kept for a cgroup removed before the end).
     oom: Option<OomKills>,
+    /// The container's GPUs' samples until the next `cpu_stat`.
+    gpu: GpuSeries,
 }
 
 /// A session whose kernel baselines are taken but whose log is not open
@@ -127,7 +130,7 @@ impl SessionDraft {
             p.spec.resume.is_some(),
             p.spec.log.rotation,
         )?;
-        log.write(record)?;
+        log.write(record.clone())?;
         log.flush()?;
         let mono = p.totals.mono_ns;
         let budget = LogBudget::new(&p.spec.log, mono, logfmt::now_unix_ns());
@@ -138,7 +141,9 @@ impl SessionDraft {
             .filter(|_| p.cold_start_armed)
             .map(|c| ColdStartTracker::new(c, mono));
         let spec_pid = p.spec.pid;
+        let gpu = GpuSeries::of(&record, spec_pid, p.started_unix_ns);
         Ok(Session {
+            gpu,
             started_unix_ns: p.started_unix_ns,
             runq: p
                 .facts
@@ -235,6 +240,9 @@ impl Session {
         }
         let Some(totals) = r.totals else { return };
         self.now = totals;
+        if let Some((at, g)) = r.gpu {
+            self.gpu.add_out(at, &g, &self.spec.labels, out);
+        }
         let cg = CgroupReading::read(&self.cgroup);
         if cg.stat.is_some() {
             self.last_read = Some((cg, logfmt::now_unix_ns()));
@@ -466,6 +474,7 @@ impl Session {
     /// start that is overdue.
     fn snapshot(&mut self, cg: &CgroupReading, out: &mut Vec<Output>) {
         self.write_summaries();
+        let (gpu, gpu_samples_dropped) = self.gpu.take();
         if let Some(s) = cg.stat {
             self.write(Record::CpuStat(CpuStatSnapshot {
                 nr_periods: s.nr_periods,
@@ -475,6 +484,8 @@ impl Session {
                 burst_ns: s.burst_ns,
                 local_throttled_ns: cg.local.map(|l| l.throttled_ns),
                 probe_throttled_ns: self.probe_ns(),
+                gpu,
+                gpu_samples_dropped,
             }));
         }
         if let (Some(t), Some(now)) = (self.runq.as_mut(), self.now.runq) {
@@ -551,6 +562,11 @@ impl Session {
                 self.spec.log_path.display()
             );
         }
+    }
+
+    /// The container's GPUs (`start.topology.container_gpus`).
+    pub(crate) fn gpus(&self) -> &[usize] {
+        self.gpu.gpus()
     }
 
     fn probe_ns(&self) -> u64 {
