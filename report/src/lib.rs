@@ -3,6 +3,7 @@
 //! (docs/report.md).
 
 pub mod diagnosis;
+pub mod gpu;
 pub mod heatmap;
 pub mod histogram;
 pub mod model;

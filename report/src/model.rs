@@ -85,6 +85,8 @@ pub struct Container {
     /// The dynamic CPU controller's changes, with their `ts` (docs/control.md).
     pub controls: Vec<(u64, throttlewatch_core::logfmt::Control)>,
     pub last_cpu_stat: Option<CpuStatSnapshot>,
+    /// The `cpu_stat` records' GPU samples (gpu.rs).
+    pub gpu: crate::gpu::GpuSamples,
     /// Interval `runq` records summed (used while there is no `end`).
     pub runq_intervals: Runq,
     pub runq_p99_max: Option<u64>,
@@ -134,7 +136,8 @@ impl Container {
                 }
             }
             Record::ThrottleSummary(t) => self.add_summary(t),
-            Record::CpuStat(c) => {
+            Record::CpuStat(mut c) => {
+                self.gpu.add(&mut c);
                 self.last_cpu_stat = Some(c);
             }
             Record::Runq(r) => {
@@ -229,6 +232,13 @@ impl Container {
         let p = self.period_ns();
         let phase = self.thaw_phase?;
         Some((ts + p + p / 2 - phase) / p)
+    }
+
+    /// When period `index`'s thaws come (Unix ns): [`Self::period_index`]
+    /// numbers a thaw at the phase of the first one, give or take half a period.
+    pub fn period_thaw_ns(&self, index: u64) -> Option<u64> {
+        let p = self.period_ns();
+        Some((index.checked_sub(1)? * p).saturating_add(self.thaw_phase?))
     }
 
     /// The index of the CFS period `ts` falls in (that of the refill that

@@ -109,12 +109,29 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
         s.push_str(&waterfall(cs, st));
     }
     controls(&mut s, &r.controls, st);
+    gpus(&mut s, r, st);
     if r.freezes.count > 0 {
         s.push_str(&offset_heatmap(&r.heatmaps.offset, st));
     }
     what_if(&mut s, r, st);
     recommendations(&mut s, r, st);
     s
+}
+
+/// The container's GPUs while it was frozen and while not (gpu.rs).
+fn gpus(s: &mut String, r: &ContainerReport, st: Style) {
+    let Some(g) = &r.gpu else { return };
+    let _ = writeln!(s, "\n  {}", st.bold("GPUs while frozen"));
+    for a in &g.gpus {
+        let _ = writeln!(s, "  {}", crate::gpu::describe(a));
+    }
+    if g.dropped_samples > 0 {
+        let _ = writeln!(
+            s,
+            "  ({} GPU samples past the caps left out)",
+            g.dropped_samples
+        );
+    }
 }
 
 /// The container's name and log, its limits, and how the log was read.

@@ -70,6 +70,9 @@ pub struct ContainerReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<crate::what_if::WhatIfResult>,
     pub heatmaps: Heatmaps,
+    /// The container's GPUs while frozen and not (absent without GPU samples).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<crate::gpu::GpuReport>,
 }
 
 /// Which level's quota froze the container: its own, its pod's, or another
@@ -246,6 +249,7 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
             offset: c.heat.offset(),
             threads: c.heat.threads(&names),
         },
+        gpu: crate::gpu::report(c),
     }
 }
 

@@ -1,0 +1,217 @@
+//! The container's GPUs against its freezes: the `cpu_stat` records' GPU
+//! samples (docs/log-format.md) aligned with the frozen time of the
+//! throttled periods. A period's frozen time is its throttled time per CPU
+//! (`PeriodThrottle.throttled_ns / cpus`, at most the period), placed just
+//! before the period's thaw; each sample's interval is split into frozen
+//! and unfrozen time, its utilisation weighted by each.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use throttlewatch_core::logfmt::gpu::MAX_GPU_SAMPLES_PER_LOG;
+use throttlewatch_core::logfmt::{CpuStatSnapshot, GpuSample};
+
+use crate::heatmap::short;
+use crate::model::Container;
+
+/// Samples the report keeps (a log's cap, twice: rotated parts and an
+/// earlier lifetime's overlap).
+pub const MAX_SAMPLES: usize = 2 * MAX_GPU_SAMPLES_PER_LOG as usize;
+
+/// Buckets of the HTML timeline, and the GPUs it draws.
+pub const TIMELINE_BUCKETS: usize = 240;
+pub const TIMELINE_GPUS: usize = 8;
+
+/// The log's GPU samples as read.
+#[derive(Debug, Default)]
+pub struct GpuSamples {
+    pub samples: Vec<GpuSample>,
+    /// Past [`MAX_SAMPLES`], or left out by the agent (`gpu_samples_dropped`).
+    pub dropped: u64,
+}
+
+impl GpuSamples {
+    /// A `cpu_stat` record's samples (its `gpu` taken).
+    pub fn add(&mut self, c: &mut CpuStatSnapshot) {
+        let room = MAX_SAMPLES.saturating_sub(self.samples.len());
+        let v = std::mem::take(&mut c.gpu);
+        self.dropped =
+            self.dropped.max(c.gpu_samples_dropped) + v.len().saturating_sub(room) as u64;
+        self.samples.extend(v.into_iter().take(room));
+    }
+}
+
+/// One GPU's utilisation while the container was frozen and while not.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GpuAlignment {
+    pub gpu: usize,
+    pub samples: u64,
+    /// The time the samples cover, and the frozen time within it.
+    pub sampled_ns: u64,
+    pub frozen_ns: u64,
+    /// Utilisation weighted by frozen time, and by unfrozen time, percent
+    /// (null without such time).
+    pub util_frozen_pct: Option<f64>,
+    pub util_unfrozen_pct: Option<f64>,
+    /// Frozen time times the share the GPU was idle over each sample: the
+    /// time the GPU idled while its container's feeders were frozen.
+    pub idle_while_frozen_ns: u64,
+    pub mem_used_max_bytes: u64,
+    pub mem_total_bytes: u64,
+}
+
+/// The HTML panel's series: per bucket, the share of time frozen and each
+/// GPU's utilisation (percent; null: no sample).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GpuTimeline {
+    /// Since the container's start (or the first sample).
+    pub from_ns: u64,
+    pub bucket_ns: u64,
+    pub frozen_share: Vec<f64>,
+    pub gpus: Vec<(usize, Vec<Option<f64>>)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GpuReport {
+    pub gpus: Vec<GpuAlignment>,
+    /// Samples the agent or the reader left out (caps).
+    pub dropped_samples: u64,
+    pub timeline: GpuTimeline,
+}
+
+/// The frozen spans of the throttled periods, in time order (Unix ns).
+pub fn frozen_spans(c: &Container) -> Vec<(u64, u64)> {
+    let p = c.period_ns();
+    c.throttled_periods()
+        .into_iter()
+        .filter_map(|(k, t)| {
+            let thaw = c.period_thaw_ns(k)?;
+            let f = (t.throttled_ns / t.cpus.max(1) as u64).min(p);
+            (f > 0).then(|| (thaw.saturating_sub(f), thaw))
+        })
+        .collect()
+}
+
+/// Frozen time within `[a, b)`; `spans` sorted, not overlapping.
+pub fn frozen_in(spans: &[(u64, u64)], a: u64, b: u64) -> u64 {
+    let first = spans.partition_point(|s| s.1 <= a);
+    spans[first..]
+        .iter()
+        .take_while(|s| s.0 < b)
+        .map(|s| s.1.min(b).saturating_sub(s.0.max(a)))
+        .sum()
+}
+
+/// Each GPU's samples split by the frozen time in them.
+pub fn align(samples: &[GpuSample], spans: &[(u64, u64)]) -> Vec<GpuAlignment> {
+    let mut by: BTreeMap<usize, (GpuAlignment, f64, f64)> = BTreeMap::new();
+    for s in samples {
+        let (g, busy_frozen, busy_unfrozen) = by.entry(s.gpu).or_insert_with(|| {
+            let g = GpuAlignment {
+                gpu: s.gpu,
+                ..Default::default()
+            };
+            (g, 0.0, 0.0)
+        });
+        let f = frozen_in(spans, s.start_ns, s.end_ns()).min(s.interval_ns);
+        let u = s.util_pct.min(100) as f64;
+        g.samples += 1;
+        g.sampled_ns += s.interval_ns;
+        g.frozen_ns += f;
+        *busy_frozen += u * f as f64;
+        *busy_unfrozen += u * (s.interval_ns - f) as f64;
+        g.idle_while_frozen_ns += (f as f64 * (100.0 - u) / 100.0).round() as u64;
+        g.mem_used_max_bytes = g.mem_used_max_bytes.max(s.mem_used_bytes);
+        g.mem_total_bytes = g.mem_total_bytes.max(s.mem_total_bytes);
+    }
+    by.into_values()
+        .map(|(mut g, bf, bu)| {
+            let unfrozen = g.sampled_ns - g.frozen_ns;
+            g.util_frozen_pct = (g.frozen_ns > 0).then(|| bf / g.frozen_ns as f64);
+            g.util_unfrozen_pct = (unfrozen > 0).then(|| bu / unfrozen as f64);
+            g
+        })
+        .collect()
+}
+
+/// The GPU figures of a log with GPU samples (None without).
+pub fn report(c: &Container) -> Option<GpuReport> {
+    let samples = &c.gpu.samples;
+    if samples.is_empty() {
+        return None;
+    }
+    let spans = frozen_spans(c);
+    Some(GpuReport {
+        gpus: align(samples, &spans),
+        dropped_samples: c.gpu.dropped,
+        timeline: timeline(samples, &spans, c.start_ts),
+    })
+}
+
+/// [`TIMELINE_BUCKETS`] buckets from the container's start (or the first
+/// sample) to the last sample's end.
+pub fn timeline(samples: &[GpuSample], spans: &[(u64, u64)], start: Option<u64>) -> GpuTimeline {
+    let first = samples.iter().map(|s| s.start_ns).min().unwrap_or(0);
+    let from = start.unwrap_or(first).min(first);
+    let to = samples.iter().map(GpuSample::end_ns).max().unwrap_or(from);
+    let bucket_ns = (to.saturating_sub(from) / TIMELINE_BUCKETS as u64).max(1);
+    let n = (to.saturating_sub(from).div_ceil(bucket_ns) as usize).clamp(1, TIMELINE_BUCKETS + 1);
+    let at = |i: usize| from + i as u64 * bucket_ns;
+    let frozen_share = (0..n)
+        .map(|i| frozen_in(spans, at(i), at(i + 1)) as f64 / bucket_ns as f64)
+        .collect();
+    let mut busy: BTreeMap<usize, Vec<(f64, u64)>> = BTreeMap::new();
+    for s in samples {
+        if !busy.contains_key(&s.gpu) && busy.len() >= TIMELINE_GPUS {
+            continue;
+        }
+        let b = busy.entry(s.gpu).or_insert_with(|| vec![(0.0, 0); n]);
+        let i0 = (s.start_ns.saturating_sub(from) / bucket_ns) as usize;
+        for (i, slot) in b.iter_mut().enumerate().skip(i0) {
+            if at(i) >= s.end_ns() {
+                break;
+            }
+            let t = s
+                .end_ns()
+                .min(at(i + 1))
+                .saturating_sub(s.start_ns.max(at(i)));
+            slot.0 += s.util_pct as f64 * t as f64;
+            slot.1 += t;
+        }
+    }
+    let gpus = busy
+        .into_iter()
+        .map(|(g, v)| {
+            let u = v
+                .into_iter()
+                .map(|(w, t)| (t > 0).then(|| w / t as f64))
+                .collect();
+            (g, u)
+        })
+        .collect();
+    GpuTimeline {
+        from_ns: from,
+        bucket_ns,
+        frozen_share,
+        gpus,
+    }
+}
+
+/// One line per GPU for the terminal.
+pub fn describe(g: &GpuAlignment) -> String {
+    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}%"));
+    format!(
+        "GPU {}: {} busy while frozen ({} frozen), {} while not; idle while frozen {} ({} samples over {})",
+        g.gpu,
+        pct(g.util_frozen_pct),
+        short(g.frozen_ns),
+        pct(g.util_unfrozen_pct),
+        short(g.idle_while_frozen_ns),
+        g.samples,
+        short(g.sampled_ns)
+    )
+}
+
+#[cfg(test)]
+#[path = "gpu_tests.rs"]
+mod tests;
