@@ -99,6 +99,7 @@ fn dashboard_structure_matches_what_is_tested() {
         "Cold-start stages (p50, p99)",
         "Top throttled pods",
         "Probe health",
+        "GPU utilisation while frozen",
     ] {
         assert!(
             panels.iter().any(|p| p["title"] == title),

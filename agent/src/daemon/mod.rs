@@ -182,6 +182,8 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         agent.engine.probe().model().as_str(),
         cfg.socket.display()
     );
+    // Once per agent: where GPU utilisation comes from, or why it does not.
+    eprintln!("{}", agent.engine.gpu_status());
     agent.event_loop(server);
     Ok(0)
 }

@@ -71,6 +71,11 @@ impl Engine {
         })
     }
 
+    /// The GPU sampling's one line (NVML and its GPUs, or why not).
+    pub(crate) fn gpu_status(&self) -> &str {
+        self.gpu.status()
+    }
+
     pub(crate) fn probe(&self) -> &ThrottleProbe {
         &self.probe
     }

@@ -64,6 +64,8 @@ pub(crate) trait GpuSource: Send {
 /// The node's GPU source, if any, and what has been said about it.
 pub(crate) struct GpuSampler {
     source: Option<Box<dyn GpuSource>>,
+    /// What was found, one line (the agent prints it once at its start).
+    status: String,
     /// A refused read was said (once per agent; later ones are skipped).
     said_read_error: bool,
 }
@@ -76,8 +78,8 @@ pub(crate) fn unavailable_line(e: &NvmlError) -> String {
 }
 
 impl GpuSampler {
-    /// NVML from `THROTTLEWATCH_NVML_LIB` or the driver's library; says
-    /// once (stderr) what it found, or why there is none.
+    /// NVML from `THROTTLEWATCH_NVML_LIB` or the driver's library; what it
+    /// found, or why there is none, is [`GpuSampler::status`].
     pub(crate) fn from_env() -> GpuSampler {
         let path = std::env::var(NVML_LIB_ENV).unwrap_or_else(|_| NVML_LIBRARY.into());
         let opened = nvml::Nvml::open(&path).and_then(|n| match n.uuids().len() {
@@ -86,23 +88,32 @@ impl GpuSampler {
         });
         match opened {
             Ok(n) => {
-                eprintln!(
+                let status = format!(
                     "throttlewatch agent: GPU utilisation from {path}: {} GPUs ({})",
                     n.uuids().len(),
                     n.uuids().join(", ")
                 );
-                GpuSampler::with(Some(Box::new(n)))
+                GpuSampler::with(Some(Box::new(n))).said(status)
             }
-            Err(e) => {
-                eprintln!("{}", unavailable_line(&e));
-                GpuSampler::with(None)
-            }
+            Err(e) => GpuSampler::with(None).said(unavailable_line(&e)),
         }
+    }
+
+    fn said(mut self, status: String) -> GpuSampler {
+        tracing::debug!("{status}");
+        self.status = status;
+        self
+    }
+
+    /// One line: the library and its GPUs, or why GPUs are not sampled.
+    pub(crate) fn status(&self) -> &str {
+        &self.status
     }
 
     pub(crate) fn with(source: Option<Box<dyn GpuSource>>) -> GpuSampler {
         GpuSampler {
             source,
+            status: String::new(),
             said_read_error: false,
         }
     }
