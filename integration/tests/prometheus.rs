@@ -170,9 +170,7 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
 
     // Every panel's every query returns data for our containers; GPU
     // queries only where the agent samples GPUs (it says once if not).
-    let no_gpu = _agent
-        .output()
-        .contains("GPU utilisation is not sampled");
+    let no_gpu = _agent.output().contains("GPU utilisation is not sampled");
     let mut results: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for (p, tgt) in targets(&d) {
         let expr = tgt["expr"].as_str().unwrap();
@@ -180,7 +178,10 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
         let r = prom.query(&q);
         if no_gpu && expr.contains("throttlewatch_gpu_") {
             assert!(r.is_empty(), "GPU series from an agent without GPUs: {r:?}");
-            eprintln!("panel {:?}: no GPU on this node, no data for {q}", p["title"]);
+            eprintln!(
+                "panel {:?}: no GPU on this node, no data for {q}",
+                p["title"]
+            );
             continue;
         }
         assert!(!r.is_empty(), "panel {:?}: no data for {q}", p["title"]);

@@ -116,9 +116,12 @@ impl Nvml {
         // SAFETY: a NUL-terminated path; RTLD_NOW resolves everything here.
         let lib = unsafe { libc::dlopen(cpath.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if lib.is_null() {
+            // dlerror names the path itself: said once.
+            let e = dl_error("dlopen failed");
+            let reason = e.strip_prefix(&format!("{path}: ")).unwrap_or(&e);
             return Err(NvmlError::NoLibrary {
                 path: path.into(),
-                reason: dl_error("dlopen failed"),
+                reason: reason.into(),
             });
         }
         let mut nvml = match Self::resolve(lib, path) {
