@@ -82,7 +82,12 @@ impl GpuSampler {
     /// found, or why there is none, is [`GpuSampler::status`].
     pub(crate) fn from_env() -> GpuSampler {
         let path = std::env::var(NVML_LIB_ENV).unwrap_or_else(|_| NVML_LIBRARY.into());
-        let opened = nvml::Nvml::open(&path).and_then(|n| match n.uuids().len() {
+        GpuSampler::from_path(&path)
+    }
+
+    /// NVML from the library at `path`.
+    pub(crate) fn from_path(path: &str) -> GpuSampler {
+        let opened = nvml::Nvml::open(path).and_then(|n| match n.uuids().len() {
             0 => Err(NvmlError::NoGpu),
             _ => Ok(n),
         });
@@ -150,6 +155,10 @@ impl GpuSampler {
         out
     }
 }
+
+#[cfg(test)]
+#[path = "stub_tests.rs"]
+mod stub_tests;
 
 #[cfg(test)]
 mod tests {
