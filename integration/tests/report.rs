@@ -451,3 +451,94 @@ fn a_malformed_log_is_one_line_naming_file_line_and_problem() {
         }
     }
 }
+
+/// A log of 30 s with a GPU: freezes of 80 ms in each 100 ms period of
+/// seconds 10 and 11 (one CPU), the GPU 95 % busy except in those seconds
+/// (10 %), its samples in three `cpu_stat` records as the agent writes them.
+fn gpu_log(path: &std::path::Path) {
+    let t0: u64 = 1_790_000_000_000_000_000;
+    let (ms, s) = (1_000_000u64, 1_000_000_000u64);
+    let mut lines = vec![format!(
+        r#"{{"v":1,"ts":{t0},"type":"start","container_id":"trainer","container_name":"trainer","pid":1,"cgroup_path":"/t","cgroup_id":9,"cgroup_mode":"v2","quota_us":20000,"period_us":100000,"burst_us":null,"cpus":"0-1","mems":"0","kernel_release":"6.18","throttle_model":"task","probe":"tp_btf","threshold_ns":0,"topology":{{"nodes":[{{"id":0,"cpus":"0-1"}}],"gpus":[{{"index":0,"numa_node":0}}],"container_gpus":[0]}}}}"#
+    )];
+    for sec in [10, 11] {
+        for p in 0..10 {
+            let at = t0 + sec * s + p * 100 * ms + 20 * ms;
+            lines.push(format!(
+                r#"{{"v":1,"ts":{},"type":"throttle","tid":5,"pid":1,"comm":"loader","cpu":0,"cpu_in":0,"start_ns":{at},"frozen_ns":{},"cgroup_id":9,"throttled_cgroup_id":9,"throttled_level":0}}"#,
+                at + 80 * ms,
+                80 * ms
+            ));
+        }
+    }
+    for chunk in 0..3u64 {
+        let samples: Vec<String> = (chunk * 10..chunk * 10 + 10)
+            .map(|i| {
+                let util = if i == 10 || i == 11 { 10 } else { 95 };
+                format!(
+                    r#"{{"gpu":0,"start_ns":{},"interval_ns":{s},"util_pct":{util},"mem_util_pct":30,"mem_used_bytes":{},"mem_total_bytes":{}}}"#,
+                    t0 + i * s,
+                    20u64 << 30,
+                    80u64 << 30
+                )
+            })
+            .collect();
+        lines.push(format!(
+            r#"{{"v":1,"ts":{},"type":"cpu_stat","nr_periods":1,"nr_throttled":1,"throttled_ns":1,"nr_bursts":0,"burst_ns":0,"local_throttled_ns":null,"probe_throttled_ns":1,"gpu":[{}]}}"#,
+            t0 + (chunk + 1) * 10 * s,
+            samples.join(",")
+        ));
+    }
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+#[test]
+fn gpu_samples_are_aligned_with_the_freezes_in_json_terminal_and_html() {
+    let _l = cpu_lock();
+    let d = Scratch::new("report-gpu");
+    let log = d.0.join("gpu.jsonl");
+    gpu_log(&log);
+    let r = report(&log, &[]);
+    let g = &r["gpu"]["gpus"][0];
+    eprintln!("{g}");
+    assert_eq!(g["gpu"], 0);
+    assert_eq!(g["samples"], 30);
+    assert_eq!(g["frozen_ns"], 1_600_000_000u64);
+    let pct = |k: &str| g[k].as_f64().unwrap();
+    assert!((pct("util_frozen_pct") - 10.0).abs() < 1e-9, "{g}");
+    // Unfrozen: 28 s at 95 % and 2 x 0.2 s at 10 %.
+    let want = (28.0 * 95.0 + 0.4 * 10.0) / 28.4;
+    assert!((pct("util_unfrozen_pct") - want).abs() < 1e-9, "{g}");
+    assert_eq!(g["idle_while_frozen_ns"], 1_440_000_000u64);
+
+    let out = Command::new(bin("throttlewatch"))
+        .args(["report", log.to_str().unwrap()])
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("GPUs while frozen")
+            && text.contains("GPU 0: 10% busy while frozen (1.6s frozen), 94% while not")
+            && text.contains("idle while frozen 1.4s (30 samples over 30s)"),
+        "{text}"
+    );
+
+    let page = d.0.join("gpu.html");
+    let out = Command::new(bin("throttlewatch"))
+        .args(["report", log.to_str().unwrap(), "--html"])
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let (dom, console) = chromium(&page, &[]);
+    assert!(console.is_empty(), "console messages: {console:?}");
+    // 240 buckets of 125 ms: seconds 10 and 11 are buckets 80..=95.
+    assert_eq!(rects_in(&dom, "c0-gpu"), 16);
+    let at = dom.find("id=\"c0-gpu\"").unwrap();
+    let fig = &dom[at..at + dom[at..].find("</figure>").unwrap()];
+    assert_eq!(fig.matches("<polyline").count(), 1, "a line per GPU");
+    assert!(fig.contains(">100%</text>") && fig.contains(">0%</text>"));
+    assert!(dom.contains("GPUs while frozen") && dom.contains("GPU 0 <span"));
+}
