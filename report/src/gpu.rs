@@ -26,8 +26,10 @@ pub const TIMELINE_GPUS: usize = 8;
 #[derive(Debug, Default)]
 pub struct GpuSamples {
     pub samples: Vec<GpuSample>,
-    /// Past [`MAX_SAMPLES`], or left out by the agent (`gpu_samples_dropped`).
-    pub dropped: u64,
+    /// Past [`MAX_SAMPLES`] here, and as the agent counted them
+    /// (`gpu_samples_dropped`, cumulative: the largest seen).
+    pub read_dropped: u64,
+    pub agent_dropped: u64,
 }
 
 impl GpuSamples {
@@ -35,9 +37,14 @@ impl GpuSamples {
     pub fn add(&mut self, c: &mut CpuStatSnapshot) {
         let room = MAX_SAMPLES.saturating_sub(self.samples.len());
         let v = std::mem::take(&mut c.gpu);
-        self.dropped =
-            self.dropped.max(c.gpu_samples_dropped) + v.len().saturating_sub(room) as u64;
+        self.read_dropped += v.len().saturating_sub(room) as u64;
+        self.agent_dropped = self.agent_dropped.max(c.gpu_samples_dropped);
         self.samples.extend(v.into_iter().take(room));
+    }
+
+    /// Samples left out, by the agent or here.
+    pub fn dropped(&self) -> u64 {
+        self.read_dropped + self.agent_dropped
     }
 }
 
@@ -143,7 +150,7 @@ pub fn report(c: &Container) -> Option<GpuReport> {
     let spans = frozen_spans(c);
     Some(GpuReport {
         gpus: align(samples, &spans),
-        dropped_samples: c.gpu.dropped,
+        dropped_samples: c.gpu.dropped(),
         timeline: timeline(samples, &spans, c.start_ts),
     })
 }

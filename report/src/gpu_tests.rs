@@ -175,7 +175,11 @@ fn samples_past_the_cap_are_counted() {
         ..Default::default()
     };
     g.add(&mut rec);
-    assert_eq!((g.samples.len(), g.dropped), (10, 4));
+    assert_eq!((g.samples.len(), g.dropped()), (10, 4));
+    // Cumulative in the log: the next record's 6 include these 4.
+    rec.gpu_samples_dropped = 6;
+    g.add(&mut rec);
+    assert_eq!(g.dropped(), 6);
     assert!(
         rec.gpu.is_empty(),
         "the record's samples are moved, not kept twice"

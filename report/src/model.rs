@@ -1,6 +1,7 @@
 //! One container's log folded into figures, in one pass and in memory that
 //! depends on the number of threads and CPUs, plus 16 bytes per throttled
-//! period, never on the number of records.
+//! period and the GPU samples (at most `gpu::MAX_SAMPLES`), never on the
+//! number of records.
 
 use std::collections::{BTreeMap, HashMap};
 
