@@ -111,6 +111,9 @@ pub struct Config {
     /// The log directory's size at most; past it the agent removes closed
     /// container logs, oldest first. 0: no cap.
     pub log_dir_max_bytes: u64,
+    /// NVIDIA's management library, loaded at run time to sample the
+    /// containers' GPUs (the environment's `THROTTLEWATCH_NVML_LIB` wins).
+    pub nvml_library: String,
     pub qos: QosPolicyConfig,
     /// The dynamic CPU controller (docs/control.md); off by default.
     pub control: crate::control_config::ControlConfig,
@@ -142,6 +145,7 @@ impl Default for Config {
             log_keep: 3,
             log_cmdline: true,
             log_dir_max_bytes: 1024 * 1024 * 1024,
+            nvml_library: "libnvidia-ml.so.1".into(),
             qos: QosPolicyConfig::default(),
             control: Default::default(),
         }

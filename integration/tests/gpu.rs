@@ -81,7 +81,7 @@ fn without_the_library_the_agent_says_so_once_and_still_logs_freezes() {
     assert!(said[0].starts_with(&want), "{}", said[0]);
     assert!(
         said[0].ends_with(
-            "freezes are watched as before (set THROTTLEWATCH_NVML_LIB to the library's path if it is elsewhere)"
+            "freezes are watched as before (nvml_library in throttlewatch.toml or THROTTLEWATCH_NVML_LIB names the library if it is elsewhere)"
         ),
         "{}",
         said[0]
@@ -108,4 +108,17 @@ fn without_the_library_the_agent_says_so_once_and_still_logs_freezes() {
         assert!(c["kernel_throttled_ns"].as_u64().unwrap() > 0);
         assert!(c.get("gpu").is_none(), "no samples, no GPU section: {c}");
     }
+    drop(agent);
+
+    // The configuration's `nvml_library`, where the environment names none.
+    std::env::remove_var("THROTTLEWATCH_NVML_LIB");
+    let configured = "/nonexistent/configured/libnvidia-ml.so.1";
+    let cfg = PrivateConfig::new(&format!("nvml_library = {configured:?}"));
+    let out = Agent::start(&cfg).output();
+    assert!(
+        out.contains(&format!(
+            "GPU utilisation is not sampled: no NVIDIA management library ({configured}: "
+        )),
+        "{out}"
+    );
 }

@@ -281,8 +281,11 @@ pub(crate) fn run_to_end(
     let now_s = throttlewatch_core::logfmt::now_unix_ns() / 1_000_000_000;
     let log = log_path(&a.out, cfg, &format!("run-{now_s}-{me}.jsonl"))?;
 
-    let mut engine =
-        Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
+    let mut engine = Engine::load(
+        &probe_options(cfg),
+        crate::gpu::GpuSampler::open(&cfg.nvml_library),
+    )
+    .map_err(|e| CliError::fail(e.to_string()))?;
     let rel = format!("{}/throttlewatch-run-{me}", parent.trim_end_matches('/'));
     let mut cg = TransientCgroup::create(&h, &rel)
         .map_err(|e| CliError::fail(format!("creating cgroup {rel}: {e}")))?;

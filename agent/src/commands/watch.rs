@@ -75,8 +75,11 @@ pub fn watch(cfg: &Config, a: &WatchArgs) -> Result<i32, CliError> {
         cfg,
         &format!("watch-{}", throttlewatch_core::logfmt::log_file_name(&name)),
     )?;
-    let mut engine =
-        Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
+    let mut engine = Engine::load(
+        &probe_options(cfg),
+        crate::gpu::GpuSampler::open(&cfg.nvml_library),
+    )
+    .map_err(|e| CliError::fail(e.to_string()))?;
     let spec = SessionSpec {
         labels: Arc::new(ContainerLabels::plain(&name, &name)),
         threshold_ns: threshold,

@@ -149,7 +149,11 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         return Ok(0);
     };
     let h = Hierarchies::discover().map_err(|e| CliError::fail(e.to_string()))?;
-    let engine = Engine::load(&probe_options(cfg)).map_err(|e| CliError::fail(e.to_string()))?;
+    let engine = Engine::load(
+        &probe_options(cfg),
+        crate::gpu::GpuSampler::open(&cfg.nvml_library),
+    )
+    .map_err(|e| CliError::fail(e.to_string()))?;
     let state = ContainersDir::open(&cfg.state_dir)
         .map_err(|e| CliError::fail(format!("{}: {e}", cfg.state_dir.display())))?;
     let metrics = Arc::new(Mutex::new(Metrics::new()));

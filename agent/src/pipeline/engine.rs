@@ -52,7 +52,8 @@ pub(crate) struct Finished {
 }
 
 impl Engine {
-    pub(crate) fn load(opts: &ProbeOptions) -> Result<Engine, ProbeError> {
+    /// The probe loaded with `opts`; `gpu`: the node's GPU sampling.
+    pub(crate) fn load(opts: &ProbeOptions, gpu: GpuSampler) -> Result<Engine, ProbeError> {
         let probe = ThrottleProbe::load(opts)?;
         let facts = ProbeFacts {
             model: probe.model(),
@@ -67,7 +68,7 @@ impl Engine {
             clock: Clock::new(),
             exported_lost: 0,
             exported_full: Default::default(),
-            gpu: GpuSampler::from_env(),
+            gpu,
         })
     }
 

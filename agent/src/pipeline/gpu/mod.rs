@@ -73,15 +73,22 @@ pub(crate) struct GpuSampler {
 /// The line the agent prints, once, without GPU sampling.
 pub(crate) fn unavailable_line(e: &NvmlError) -> String {
     format!(
-        "throttlewatch agent: GPU utilisation is not sampled: {e}; freezes are watched as before (set {NVML_LIB_ENV} to the library's path if it is elsewhere)"
+        "throttlewatch agent: GPU utilisation is not sampled: {e}; freezes are watched as before (nvml_library in throttlewatch.toml or {NVML_LIB_ENV} names the library if it is elsewhere)"
     )
 }
 
 impl GpuSampler {
-    /// NVML from `THROTTLEWATCH_NVML_LIB` or the driver's library; what it
+    /// NVML from `THROTTLEWATCH_NVML_LIB`, else `configured` (the
+    /// configuration's `nvml_library`), else the driver's library; what it
     /// found, or why there is none, is [`GpuSampler::status`].
-    pub(crate) fn from_env() -> GpuSampler {
-        let path = std::env::var(NVML_LIB_ENV).unwrap_or_else(|_| NVML_LIBRARY.into());
+    pub(crate) fn open(configured: &str) -> GpuSampler {
+        let path = std::env::var(NVML_LIB_ENV)
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| match configured {
+                "" => NVML_LIBRARY.into(),
+                c => c.into(),
+            });
         GpuSampler::from_path(&path)
     }
 

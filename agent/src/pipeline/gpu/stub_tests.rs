@@ -92,5 +92,5 @@ fn a_driver_that_does_not_initialise_or_has_no_gpu_is_said() {
     let none = build(d.path(), 0, 0).unwrap();
     let s = GpuSampler::from_path(none.to_str().unwrap());
     assert!(!s.available());
-    assert!(s.status().ends_with("GPU utilisation is not sampled: NVML sees no GPU; freezes are watched as before (set THROTTLEWATCH_NVML_LIB to the library's path if it is elsewhere)"), "{}", s.status());
+    assert!(s.status().ends_with("GPU utilisation is not sampled: NVML sees no GPU; freezes are watched as before (nvml_library in throttlewatch.toml or THROTTLEWATCH_NVML_LIB names the library if it is elsewhere)"), "{}", s.status());
 }
