@@ -6,7 +6,9 @@
 //! defaults. The watch mode comes from `--watch-all`, and the runtime's
 //! plugin configuration (`conf.d/<idx>-<name>.conf`, or the configuration
 //! a daemon is given by the runtime) may set it too: `watch = "all"` or
-//! `watch = "annotated"`.
+//! `watch = "annotated"`, and `config = "/path/throttlewatch.toml"` names
+//! throttlewatch's configuration for a plugin the runtime launches (it gets
+//! no arguments and none of the runtime's environment).
 
 use serde::Deserialize;
 
@@ -99,11 +101,14 @@ pub enum WatchMode {
 #[serde(deny_unknown_fields)]
 pub struct NriConfig {
     pub watch: Option<WatchMode>,
+    /// throttlewatch's configuration file: for a plugin the runtime
+    /// launches, which gets neither arguments nor the runtime's environment.
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// A plugin configuration from the runtime that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the runtime's plugin configuration {text:?}: {reason}; accepted: empty, or watch = \"annotated\" or \"all\"")]
+#[error("the runtime's plugin configuration {text:?}: {reason}; accepted: empty, or the keys watch (\"annotated\" or \"all\") and config (a path)")]
 pub struct NriConfigError {
     pub text: String,
     pub reason: String,
@@ -174,9 +179,13 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.ends_with("accepted: empty, or watch = \"annotated\" or \"all\""),
+            e.ends_with(
+                "accepted: empty, or the keys watch (\"annotated\" or \"all\") and config (a path)"
+            ),
             "{e}"
         );
+        let c = NriConfig::parse("config = \"/etc/tw.toml\"").unwrap();
+        assert_eq!(c.config, Some("/etc/tw.toml".into()));
         assert!(NriConfig::parse("other = 1").is_err());
     }
 }

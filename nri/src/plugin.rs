@@ -100,11 +100,18 @@ struct RuntimeInfo {
     request_timeout: Duration,
 }
 
+/// throttlewatch's configuration and the file it came from (handed to an
+/// agent the lifecycle starts).
+#[derive(Debug)]
+pub struct Settings {
+    pub cfg: Config,
+    pub path: Option<PathBuf>,
+}
+
 /// The plugin: the node's throttlewatch configuration, the watch mode, and
 /// the bursts held across updates.
 pub struct Plugin {
-    cfg: Config,
-    config_path: Option<PathBuf>,
+    settings: Mutex<Arc<Settings>>,
     cli_watch: WatchMode,
     watch: Mutex<WatchMode>,
     runtime: Mutex<RuntimeInfo>,
@@ -133,8 +140,10 @@ impl Plugin {
         mode: Option<CgroupMode>,
     ) -> Plugin {
         Plugin {
-            cfg,
-            config_path,
+            settings: Mutex::new(Arc::new(Settings {
+                cfg,
+                path: config_path,
+            })),
             cli_watch: watch,
             watch: Mutex::new(watch),
             runtime: Mutex::new(RuntimeInfo {
@@ -144,6 +153,12 @@ impl Plugin {
             held: Mutex::default(),
             mode,
         }
+    }
+
+    /// The configuration now (a runtime-launched plugin may be given its
+    /// file by `Configure`).
+    pub fn settings(&self) -> Arc<Settings> {
+        Arc::clone(&lock(&self.settings))
     }
 
     /// Answer one call of the runtime on the plugin service.
@@ -259,7 +274,12 @@ impl Plugin {
             request_timeout: timeout,
         };
         let watch = match NriConfig::parse(&req.config) {
-            Ok(c) => c.watch.unwrap_or(self.cli_watch),
+            Ok(c) => {
+                if let Some(path) = c.config {
+                    self.load_settings(path);
+                }
+                c.watch.unwrap_or(self.cli_watch)
+            }
             Err(e) => {
                 say(&format!("{e}; watching {:?} containers", self.cli_watch));
                 self.cli_watch
@@ -279,6 +299,27 @@ impl Plugin {
         let mut res = api::ConfigureResponse::new();
         res.events = event_mask(&EVENTS);
         res
+    }
+
+    /// throttlewatch's configuration from `path` (named by the runtime's
+    /// plugin configuration); one that cannot be used leaves the current one.
+    fn load_settings(&self, path: PathBuf) {
+        if self.settings().path.as_deref() == Some(path.as_path()) {
+            return;
+        }
+        match throttlewatch_core::config_check::load_cached(Some(&path)) {
+            Ok(cfg) => {
+                say(&format!(
+                    "throttlewatch configuration from {}",
+                    path.display()
+                ));
+                *lock(&self.settings) = Arc::new(Settings {
+                    cfg,
+                    path: Some(path),
+                });
+            }
+            Err(bad) => say(&format!("{bad}; keeping the configuration in use")),
+        }
     }
 
     fn synchronize(self: &Arc<Self>, req: api::SynchronizeRequest) -> api::SynchronizeResponse {
@@ -302,9 +343,14 @@ impl Plugin {
         let spawned = std::thread::Builder::new()
             .name("nri-sync".into())
             .spawn(move || {
-                for (p, c) in &containers {
-                    me.register_running(p, c);
-                }
+                let watched = containers
+                    .iter()
+                    .filter(|(p, c)| me.register_running(p, c))
+                    .count();
+                say(&format!(
+                    "Synchronize: {watched} of {} running containers watched",
+                    containers.len()
+                ));
             });
         if let Err(e) = spawned {
             say(&format!("cannot register the running containers: {e}"));
@@ -335,13 +381,15 @@ impl Plugin {
     }
 
     fn create_container(&self, req: &api::CreateContainerRequest) -> api::CreateContainerResponse {
+        let s = self.settings();
+        let cfg = &s.cfg;
         let mut res = api::CreateContainerResponse::new();
         let (pod, c) = (&*req.pod, &*req.container);
         if !self.wanted(pod, c) || self.mode != Some(CgroupMode::V2) {
             return res;
         }
         let spec = spec_of(pod, c);
-        if let Some(us) = burst_for(&self.cfg, &spec) {
+        if let Some(us) = burst_for(cfg, &spec) {
             let adjust = res.adjust.mut_or_insert_default();
             let resources = adjust
                 .linux
@@ -360,6 +408,8 @@ impl Plugin {
         pod: &MessageField<api::PodSandbox>,
         c: &MessageField<api::Container>,
     ) {
+        let s = self.settings();
+        let cfg = &s.cfg;
         let (pod, c) = (pod.get_or_default(), c.get_or_default());
         if !self.wanted(pod, c) {
             return;
@@ -373,7 +423,7 @@ impl Plugin {
         }
         let key = self.key(&c.id);
         let spec = spec_of(pod, c);
-        let mut rep = Reporter::new(&self.cfg, HookStage::CreateRuntime, NAME);
+        let mut rep = Reporter::new(cfg, HookStage::CreateRuntime, NAME);
         rep.set_container(&c.id);
         let mut t = Phases::start(NAME);
         let created = Created {
@@ -383,27 +433,23 @@ impl Plugin {
             spec: &spec,
             created_ns: u64::try_from(c.created_at).ok().filter(|ns| *ns > 0),
         };
-        if let Err(e) = created::on_created(
-            &self.cfg,
-            self.config_path.as_deref(),
-            &mut rep,
-            created,
-            &mut t,
-        ) {
+        if let Err(e) = created::on_created(cfg, s.path.as_deref(), &mut rep, created, &mut t) {
             rep.error(&format!("{e:#}"));
         }
     }
 
     /// A container running before this plugin (or before it reconnected):
     /// registered without its QoS again (it was applied at its start).
-    fn register_running(&self, pod: &api::PodSandbox, c: &api::Container) {
+    fn register_running(&self, pod: &api::PodSandbox, c: &api::Container) -> bool {
+        let s = self.settings();
+        let cfg = &s.cfg;
         if c.pid == 0 {
-            return;
+            return false;
         }
         let spec = spec_of(pod, c);
-        let (req, _) = qos::request(&self.cfg, &spec);
+        let (req, _) = qos::request(cfg, &spec);
         if req.watch == Some(false) {
-            return;
+            return false;
         }
         let rel = Hierarchies::discover()
             .map_err(|e| e.to_string())
@@ -417,7 +463,7 @@ impl Plugin {
                     "Synchronize: container {:?}: {e}; not watched",
                     c.id
                 ));
-                return;
+                return false;
             }
         };
         let key = self.key(&c.id);
@@ -433,11 +479,17 @@ impl Plugin {
             threshold_ns: req.threshold().map(|d| d.as_nanos() as u64),
             ..Default::default()
         };
-        match AgentClient::of(&self.cfg).register(&reg, None) {
-            Ok(_) => CreateMarks::new(&self.cfg.state_dir, &key).watched(),
-            Err(e) => say(&format!(
-                "Synchronize: cannot register container {key}: {e}"
-            )),
+        match AgentClient::of(cfg).register(&reg, None) {
+            Ok(_) => {
+                CreateMarks::new(&cfg.state_dir, &key).watched();
+                true
+            }
+            Err(e) => {
+                say(&format!(
+                    "Synchronize: cannot register container {key}: {e}"
+                ));
+                false
+            }
         }
     }
 
@@ -446,24 +498,26 @@ impl Plugin {
         pod: &MessageField<api::PodSandbox>,
         c: &MessageField<api::Container>,
     ) {
+        let s = self.settings();
+        let cfg = &s.cfg;
         let (pod, c) = (pod.get_or_default(), c.get_or_default());
         if !self.wanted(pod, c) {
             return;
         }
         // One left from an update that never got its post-update: back first.
         if let Some(h) = lock(&self.held).remove(&c.id) {
-            restore(&self.cfg, &c.id, h);
+            restore(cfg, &c.id, h);
         }
         let key = self.key(&c.id);
         let spec = spec_of(pod, c);
         let pid = c.pid;
         let mut warn = |m: &str| say(&format!("UpdateContainer of {:?}: {m}", c.id));
         let taken = HeldBurst::take(
-            &self.cfg,
+            cfg,
             &key,
             |w| {
                 held_burst::derive_from_spec(
-                    &self.cfg,
+                    cfg,
                     &key,
                     &spec,
                     |mode| cpu_cgroup_of_pid(Path::new("/proc"), pid, mode).ok(),
@@ -478,8 +532,10 @@ impl Plugin {
     }
 
     fn post_update_container(&self, c: &MessageField<api::Container>) {
+        let s = self.settings();
+        let cfg = &s.cfg;
         if let Some(h) = lock(&self.held).remove(&c.id) {
-            restore(&self.cfg, &c.id, h);
+            restore(cfg, &c.id, h);
         }
     }
 
@@ -491,6 +547,8 @@ impl Plugin {
         c: &MessageField<api::Container>,
         why: EndReason,
     ) {
+        let s = self.settings();
+        let cfg = &s.cfg;
         let (pod, c) = (pod.get_or_default(), c.get_or_default());
         lock(&self.held).remove(&c.id);
         if !self.wanted(pod, c) {
@@ -499,8 +557,8 @@ impl Plugin {
         let key = self.key(&c.id);
         let exit_code = (c.state.enum_value_or_default() == api::ContainerState::CONTAINER_STOPPED)
             .then_some(c.exit_code);
-        if !CreateMarks::new(&self.cfg.state_dir, &key).take_refusal() {
-            match AgentClient::of(&self.cfg).unregister(&key, why, exit_code) {
+        if !CreateMarks::new(&cfg.state_dir, &key).take_refusal() {
+            match AgentClient::of(cfg).unregister(&key, why, exit_code) {
                 Ok(_) => {}
                 Err(AgentError::Refused(r)) => say(&format!(
                     "the agent refused to end the log of {key}: {}",
@@ -509,7 +567,7 @@ impl Plugin {
                 Err(e) => say(&format!("{e}; the end record of {key} may not be written")),
             }
         }
-        release(&self.cfg, &key);
+        release(cfg, &key);
     }
 }
 
