@@ -1,0 +1,569 @@
+//! The NRI front end on the node users run now: containerd 2.3.4 with its
+//! CRI plugin and NRI on a private socket, `throttlewatch-nri` as a daemon
+//! dialing it, pods through the CRI with the default `runc` handler (no
+//! runtime class of ours). An annotated pod's container is logged from its
+//! start to its end with the burst it asked for in its cgroup; an
+//! unannotated one is left alone; a restarted plugin is synchronized again
+//! without a second `start` record; nothing is left behind. Run
+//! `cargo build --workspace --bins` first.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_cri::v1 as api;
+use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
+use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
+use throttlewatch_core::state_dir::StateDir;
+use throttlewatch_integration::cri::{CriNode, Pod};
+use throttlewatch_integration::daemons::{stop_child, Agent, PrivateConfig};
+use throttlewatch_integration::modern_node::{containerd_2_node, logs_in};
+use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
+
+/// Every wait of this test is bounded by this.
+const WAIT: Duration = Duration::from_secs(30);
+/// The name the plugin registers under, as containerd's log names it.
+const PLUGIN: &str = "10-throttlewatch";
+
+/// Wait for `f`, at most `WAIT`; on a timeout, panic with what `seen` says.
+fn wait_until(what: &str, mut f: impl FnMut() -> bool, seen: impl Fn() -> String) {
+    let t0 = Instant::now();
+    while !f() {
+        if t0.elapsed() > WAIT {
+            panic!(
+                "timed out after {WAIT:?} waiting for {what}; seen:\n{}",
+                seen()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `throttlewatch-nri --socket SOCK --config CFG` as a child, its output
+/// in a file; stopped (SIGTERM, by its PID) on drop.
+struct NriDaemon {
+    /// None once stopped (never signalled twice: its PID may be reused).
+    child: Option<Child>,
+    output: PathBuf,
+}
+
+impl NriDaemon {
+    fn start(tw: &PrivateConfig, socket: &Path, output: PathBuf) -> NriDaemon {
+        let f = std::fs::File::create(&output).unwrap();
+        let child = Command::new(bin("throttlewatch-nri"))
+            .arg("--socket")
+            .arg(socket)
+            .arg("--config")
+            .arg(&tw.path)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .unwrap();
+        NriDaemon {
+            child: Some(child),
+            output,
+        }
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(&self.output).unwrap_or_default()
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            stop_child(&mut c, Duration::from_secs(5));
+        }
+    }
+}
+
+impl Drop for NriDaemon {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// How many times containerd's log says the plugin connected and synchronized.
+fn synchronized(node: &CriNode) -> usize {
+    log_lines(node, &["connected and synchronized"])
+}
+
+/// containerd's log lines naming the plugin and each of `words` (its text
+/// format escapes the quotes around the name).
+fn log_lines(node: &CriNode, words: &[&str]) -> usize {
+    node.log()
+        .lines()
+        .filter(|l| l.contains(PLUGIN) && words.iter().all(|w| l.contains(w)))
+        .count()
+}
+
+/// Start the plugin and wait until containerd has synchronized it `n` times in all.
+fn plugin_up(node: &CriNode, tw: &PrivateConfig, socket: &Path, n: usize) -> NriDaemon {
+    let out = node.dir.0.join(format!("nri-plugin-{n}.out"));
+    let plugin = NriDaemon::start(tw, socket, out);
+    wait_until(
+        &format!("containerd to synchronize {PLUGIN} (time {n})"),
+        || synchronized(node) >= n,
+        || {
+            format!(
+                "plugin output:\n{}\ncontainerd log:\n{}",
+                plugin.output(),
+                node.log()
+            )
+        },
+    );
+    plugin
+}
+
+/// RunPodSandbox (runc handler), CreateContainer, StartContainer; the
+/// container's id and the time the three calls took.
+fn pod_with_container(
+    node: &CriNode,
+    name: &str,
+    annotations: &[(&str, &str)],
+    cmd: &[&str],
+) -> (Pod, String, Duration) {
+    let t0 = Instant::now();
+    let config = node.pod_config(name, "default", annotations);
+    let pod = node
+        .run_pod("runc", config)
+        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+    let id = node
+        .create_container(&pod, "work", cmd, Some((50_000, 100_000)))
+        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+    node.start_container(&id)
+        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+    (pod, id, t0.elapsed())
+}
+
+/// The container's cpu cgroup (it must be running).
+fn cgroup_of(node: &CriNode, id: &str) -> CpuCgroup {
+    let pid = node
+        .container_pid(id)
+        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+    let h = Hierarchies::discover().unwrap();
+    let rel = cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode).unwrap();
+    CpuCgroup::open(&h, &rel).unwrap()
+}
+
+fn stop_and_remove(node: &CriNode, pod: &Pod) {
+    node.stop_pod(pod)
+        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+    node.remove_pod(pod)
+        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+}
+
+fn update_quota(node: &CriNode, id: &str, quota: i64) {
+    let req = api::UpdateContainerResourcesRequest {
+        container_id: id.into(),
+        linux: Some(api::LinuxContainerResources {
+            cpu_quota: quota,
+            cpu_period: 100_000,
+            cpu_shares: quota * 1024 / 100_000,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    node.call(
+        "UpdateContainerResources",
+        node.runtime().update_container_resources(req),
+    )
+    .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
+}
+
+/// The state dir's files (the agent's own state and lock files aside):
+/// what a container left behind.
+fn leftovers(tw: &PrivateConfig) -> Vec<PathBuf> {
+    let st = StateDir::new(&tw.state_dir);
+    let dirs = [
+        st.containers_dir(),
+        st.bursts_dir(),
+        st.control_dir(),
+        st.unwatched_dir(),
+        st.pending_dir(),
+    ];
+    dirs.iter()
+        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .collect()
+}
+
+#[test]
+fn nri_plugin_on_a_containerd_2_node() {
+    let _cpu = cpu_lock();
+    let tw = PrivateConfig::new("");
+    let _agent = Agent::start(&tw);
+    let mut node = containerd_2_node(&tw);
+    let t0 = Instant::now();
+    node.start();
+    eprintln!("containerd 2.3.4 ready in {} ms", t0.elapsed().as_millis());
+    let socket = node.dir.0.join("nri/nri.sock");
+    wait_until("containerd's NRI socket", || socket.exists(), || node.log());
+    let t0 = Instant::now();
+    let mut plugin = plugin_up(&node, &tw, &socket, 1);
+    eprintln!(
+        "plugin registered and synchronized in {} ms:\n{}",
+        t0.elapsed().as_millis(),
+        plugin.output()
+    );
+
+    // Not annotated: the plugin sees it and leaves it alone.
+    let (plain_pod, plain, took) = pod_with_container(&node, "plain", &[], &["sleep", "600"]);
+    eprintln!(
+        "unannotated pod + container started in {} ms",
+        took.as_millis()
+    );
+    assert_eq!(
+        cgroup_of(&node, &plain)
+            .limits()
+            .unwrap()
+            .burst_us
+            .unwrap_or(0),
+        0,
+        "an unannotated container got a burst"
+    );
+    stop_and_remove(&node, &plain_pod);
+    assert_eq!(
+        logs_in(&tw.log_dir),
+        Vec::<PathBuf>::new(),
+        "an unannotated pod got a log"
+    );
+
+    // Annotated: logged from its start, the burst in its cgroup.
+    let (pod, id, took) = pod_with_container(
+        &node,
+        "burst",
+        &[("throttlewatch.io/cpu-burst", "20ms")],
+        &["sleep", "600"],
+    );
+    eprintln!(
+        "annotated pod + container started in {} ms",
+        took.as_millis()
+    );
+    // The log's name has the container's scope: resolved once it exists.
+    wait_until(
+        "the start record",
+        || {
+            let p = tw.log_of(&id);
+            p.exists() && !of_type(&read_log(&p), "start").is_empty()
+        },
+        || {
+            format!(
+                "logs: {:?}\nplugin:\n{}\nhook.log:\n{}",
+                logs_in(&tw.log_dir),
+                plugin.output(),
+                tw.hook_log()
+            )
+        },
+    );
+    let path = tw.log_of(&id);
+    eprintln!("log: {}", path.display());
+    let cg = cgroup_of(&node, &id);
+    let limits = cg.limits().unwrap();
+    eprintln!("annotated container's cgroup: {limits:?}");
+    assert_eq!(limits.quota_us, Some(50_000), "quota");
+    assert_eq!(
+        limits.burst_us,
+        Some(20_000),
+        "the annotated burst in the cgroup"
+    );
+
+    // The plugin restarts: synchronized again, the container registered
+    // again, no second start record.
+    plugin.stop();
+    let t0 = Instant::now();
+    let mut plugin = plugin_up(&node, &tw, &socket, 2);
+    eprintln!(
+        "plugin restarted and synchronized in {} ms",
+        t0.elapsed().as_millis()
+    );
+    // Synchronize's registers run behind its answer: the plugin says when
+    // they are done.
+    wait_until(
+        "the re-synchronized container to be registered again",
+        || {
+            plugin
+                .output()
+                .contains("Synchronize: 1 of 1 running containers watched")
+        },
+        || plugin.output(),
+    );
+    let log = read_log(&path);
+    assert_eq!(
+        of_type(&log, "start").len(),
+        1,
+        "start records after the restart: {log:?}"
+    );
+    assert!(
+        of_type(&log, "end").is_empty(),
+        "ended by the restart: {log:?}"
+    );
+
+    // A resize below the burst: the quota is taken and the burst clamped to it.
+    update_quota(&node, &id, 10_000);
+    let limits = cg.limits().unwrap();
+    eprintln!("after the resize to 10 ms: {limits:?}");
+    assert_eq!(limits.quota_us, Some(10_000), "quota after the resize");
+    assert_eq!(
+        limits.burst_us,
+        Some(10_000),
+        "burst clamped to the new quota"
+    );
+    update_quota(&node, &id, 50_000);
+    let limits = cg.limits().unwrap();
+    assert_eq!(
+        (limits.quota_us, limits.burst_us),
+        (Some(50_000), Some(20_000)),
+        "burst back after the resize up"
+    );
+
+    // The pod stops: the log ends.
+    stop_and_remove(&node, &pod);
+    wait_until(
+        "the end record",
+        || !of_type(&read_log(&path), "end").is_empty(),
+        || format!("log: {:?}\nplugin:\n{}", read_log(&path), plugin.output()),
+    );
+    let log = throttlewatch_integration::assert_whole_log(&path);
+    assert_eq!(of_type(&log, "start").len(), 1, "{log:?}");
+    assert_eq!(log[0]["container_name"], "work", "{}", log[0]);
+
+    // containerd restarts: the daemon dials again and is synchronized
+    // again, and a pod started after the restart is watched. (The node's
+    // private /run, where containerd 2.x keeps its shims' sockets, is a new
+    // tmpfs at each start here, so its tasks do not survive the restart:
+    // the restart comes once the first pod is gone.)
+    node.stop();
+    let t0 = Instant::now();
+    node.start();
+    wait_until(
+        "the plugin to be synchronized by the restarted containerd",
+        || synchronized(&node) >= 3,
+        || {
+            format!(
+                "plugin output:\n{}\ncontainerd log:\n{}",
+                plugin.output(),
+                node.log()
+            )
+        },
+    );
+    eprintln!(
+        "containerd restarted, plugin synchronized again in {} ms",
+        t0.elapsed().as_millis()
+    );
+    let (pod2, id2, took) = pod_with_container(
+        &node,
+        "after-restart",
+        &[("throttlewatch.io/watch", "true")],
+        &["sleep", "600"],
+    );
+    eprintln!(
+        "annotated pod after containerd's restart started in {} ms",
+        took.as_millis()
+    );
+    wait_until(
+        "the start record after containerd's restart",
+        || {
+            let p = tw.log_of(&id2);
+            p.exists() && !of_type(&read_log(&p), "start").is_empty()
+        },
+        || {
+            format!(
+                "logs: {:?}\nplugin:\n{}",
+                logs_in(&tw.log_dir),
+                plugin.output()
+            )
+        },
+    );
+    let path2 = tw.log_of(&id2);
+    stop_and_remove(&node, &pod2);
+    let log2 = throttlewatch_integration::assert_whole_log(&path2);
+    eprintln!(
+        "after containerd's restart: {} records, start to end",
+        log2.len()
+    );
+
+    // Nothing left: the two logs, no state for the containers, no errors.
+    let mut logs = logs_in(&tw.log_dir);
+    logs.sort();
+    let mut want = vec![path.clone(), path2.clone()];
+    want.sort();
+    assert_eq!(logs, want, "logs");
+    assert_eq!(leftovers(&tw), Vec::<PathBuf>::new(), "state left behind");
+    assert_eq!(tw.hook_log(), "", "the plugin reported problems");
+    assert_eq!(
+        tw.stray_files(),
+        Vec::<PathBuf>::new(),
+        "files outside the log and state dirs"
+    );
+    plugin.stop();
+    eprintln!("plugin output:\n{}", plugin.output());
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// What the plugin adds to a pod's start: RunPodSandbox + CreateContainer +
+/// StartContainer of an annotated pod with the plugin connected (it
+/// registers the container before its entrypoint runs) and without it,
+/// interleaved in the same run; the figures are printed, not judged.
+#[test]
+fn pod_start_latency_with_and_without_the_plugin() {
+    const ROUNDS: usize = 9;
+    let _cpu = cpu_lock();
+    let tw = PrivateConfig::new("");
+    let _agent = Agent::start(&tw);
+    let mut node = containerd_2_node(&tw);
+    node.start();
+    let socket = node.dir.0.join("nri/nri.sock");
+    wait_until("containerd's NRI socket", || socket.exists(), || node.log());
+    let closed = |node: &CriNode| log_lines(node, &["connection to plugin", "closed"]);
+    let watch = [("throttlewatch.io/watch", "true")];
+    let (mut with, mut without) = (vec![], vec![]);
+    for round in 0..ROUNDS {
+        let mut plugin = plugin_up(&node, &tw, &socket, round + 1);
+        let (pod, id, t) =
+            pod_with_container(&node, &format!("with-{round}"), &watch, &["sleep", "600"]);
+        with.push(t);
+        stop_and_remove(&node, &pod);
+        wait_until(
+            "the end record",
+            || {
+                let p = tw.log_of(&id);
+                p.exists() && !of_type(&read_log(&p), "end").is_empty()
+            },
+            || {
+                format!(
+                    "logs: {:?}\nplugin:\n{}",
+                    logs_in(&tw.log_dir),
+                    plugin.output()
+                )
+            },
+        );
+        plugin.stop();
+        wait_until(
+            "containerd to see the plugin gone",
+            || closed(&node) > round,
+            || node.log(),
+        );
+        let (pod, _, t) = pod_with_container(
+            &node,
+            &format!("without-{round}"),
+            &watch,
+            &["sleep", "600"],
+        );
+        without.push(t);
+        stop_and_remove(&node, &pod);
+        eprintln!(
+            "round {round}: with the plugin {} ms, without {} ms",
+            with[round].as_millis(),
+            without[round].as_millis()
+        );
+    }
+    let (w, wo) = (median(&mut with), median(&mut without));
+    eprintln!(
+        "pod start (RunPodSandbox + CreateContainer + StartContainer), median of {ROUNDS}: \
+         with the plugin {} ms, without {} ms, added {} ms",
+        w.as_millis(),
+        wo.as_millis(),
+        w.as_millis() as i128 - wo.as_millis() as i128
+    );
+    assert_eq!(
+        logs_in(&tw.log_dir).len(),
+        ROUNDS,
+        "one log per pod started with the plugin"
+    );
+}
+
+/// The processes whose executable is `exe`.
+fn pids_of(exe: &Path) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == exe))
+        .collect()
+}
+
+/// The plugin as the runtime launches it: installed in containerd's NRI
+/// plugin directory as `10-throttlewatch`, throttlewatch's configuration
+/// named in `conf.d/10-throttlewatch.conf` (a launched plugin gets no
+/// arguments and none of containerd's environment). containerd starts it
+/// with the connection open (`NRI_PLUGIN_SOCKET`); it exits with containerd.
+#[test]
+fn plugin_launched_by_containerd() {
+    let _cpu = cpu_lock();
+    let tw = PrivateConfig::new("");
+    let _agent = Agent::start(&tw);
+    let mut node = containerd_2_node(&tw);
+    let plugins = node.dir.0.join("nri/plugins");
+    let confs = node.dir.0.join("nri/conf.d");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::create_dir_all(&confs).unwrap();
+    let exe = plugins.join(PLUGIN);
+    std::fs::copy(bin("throttlewatch-nri"), &exe).unwrap();
+    let conf = format!("config = {:?}\n", tw.path.to_str().unwrap());
+    std::fs::write(confs.join(format!("{PLUGIN}.conf")), conf).unwrap();
+    node.start();
+    wait_until(
+        "containerd to launch and synchronize the plugin",
+        || {
+            log_lines(
+                &node,
+                &["pre-installed NRI plugin", "synchronization success"],
+            ) >= 1
+        },
+        || node.log(),
+    );
+    let pids = pids_of(&exe);
+    eprintln!("launched plugin: pids {pids:?}");
+    assert_eq!(pids.len(), 1, "one launched plugin: {pids:?}");
+
+    let (pod, id, took) = pod_with_container(
+        &node,
+        "launched",
+        &[("throttlewatch.io/watch", "true")],
+        &["sleep", "600"],
+    );
+    eprintln!(
+        "annotated pod + container started in {} ms",
+        took.as_millis()
+    );
+    wait_until(
+        "the start record",
+        || {
+            let p = tw.log_of(&id);
+            p.exists() && !of_type(&read_log(&p), "start").is_empty()
+        },
+        || {
+            format!(
+                "logs: {:?}\ncontainerd log:\n{}",
+                logs_in(&tw.log_dir),
+                node.log()
+            )
+        },
+    );
+    let path = tw.log_of(&id);
+    stop_and_remove(&node, &pod);
+    let log = throttlewatch_integration::assert_whole_log(&path);
+    eprintln!("launched plugin: {} records, start to end", log.len());
+
+    // containerd goes: the plugin's connection ends and it exits.
+    node.stop();
+    wait_until(
+        "the launched plugin to exit with containerd",
+        || {
+            pids.iter().all(|p| {
+                std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .map_or(true, |st| st.contains(") Z "))
+            })
+        },
+        || format!("still running: {:?}", pids_of(&exe)),
+    );
+    assert_eq!(logs_in(&tw.log_dir), vec![path], "logs");
+    assert_eq!(leftovers(&tw), Vec::<PathBuf>::new(), "state left behind");
+    assert_eq!(tw.hook_log(), "", "the plugin reported problems");
+}
