@@ -860,6 +860,35 @@ mod tests {
         assert!(t0.elapsed() < p.deadline() * 2 + Duration::from_millis(500));
     }
 
+    /// An agent that accepts and never answers: the start is answered by
+    /// the deadline (three quarters of the runtime's request timeout).
+    #[test]
+    fn a_slow_agent_holds_no_start_up() {
+        let d = tempfile::tempdir().unwrap();
+        let p = plugin(d.path(), WatchMode::Annotated, CgroupMode::V1);
+        let listener = std::os::unix::net::UnixListener::bind(d.path().join("none.sock")).unwrap();
+        let _held = std::thread::spawn(move || {
+            let conns: Vec<_> = listener.incoming().take(2).collect();
+            std::thread::sleep(Duration::from_secs(30));
+            drop(conns);
+        });
+        let mut q = api::ConfigureRequest::new();
+        q.request_timeout = 400;
+        let _: api::ConfigureResponse = call(&p, "Configure", &q);
+        assert_eq!(p.deadline(), Duration::from_millis(300));
+        let mut c = container("slow", &[("throttlewatch.io/watch", "true")], Some(50_000));
+        c.pid = std::process::id();
+        let mut q = api::StartContainerRequest::new();
+        q.container = MessageField::some(c);
+        let t0 = std::time::Instant::now();
+        let _: api::StartContainerResponse = call(&p, "StartContainer", &q);
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(250) && took < Duration::from_millis(1000),
+            "answered after {took:?}"
+        );
+    }
+
     #[test]
     fn spec_takes_the_pods_keys_under_the_containers() {
         let mut pod = api::PodSandbox::new();
