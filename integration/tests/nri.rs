@@ -477,14 +477,20 @@ fn pod_start_latency_with_and_without_the_plugin() {
     );
 }
 
-/// The processes whose executable is `exe`.
+/// The processes whose executable is `exe` (by inode: the link's text
+/// differs under the VM lane's shared root).
 fn pids_of(exe: &Path) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let want = std::fs::metadata(exe).map(|m| (m.dev(), m.ino())).ok();
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == exe))
+        .filter(|pid| {
+            let m = std::fs::metadata(format!("/proc/{pid}/exe"));
+            want.is_some() && m.map(|m| (m.dev(), m.ino())).ok() == want
+        })
         .collect()
 }
 

@@ -186,11 +186,13 @@ impl Plugin {
             }
             "UpdateContainer" => {
                 let req: api::UpdateContainerRequest = decode(method, payload)?;
+                // Computed here (no I/O): the resize depends on it.
+                let res = self.update_response(&req);
                 let id = req.container.id.clone();
                 self.within(method, id, (), move |p| {
                     p.update_container(&req.pod, &req.container)
                 });
-                encode(&api::UpdateContainerResponse::new())
+                encode(&res)
             }
             "PostUpdateContainer" => {
                 let req: api::PostUpdateContainerRequest = decode(method, payload)?;
@@ -493,6 +495,41 @@ impl Plugin {
         }
     }
 
+    /// cgroup v2: the burst the create put in the container's spec
+    /// (`unified`) is written again by every update after the new quota, so
+    /// it is sized for the new quota here (the kernel refuses a burst above
+    /// the quota, and with it the whole update).
+    fn update_response(&self, req: &api::UpdateContainerRequest) -> api::UpdateContainerResponse {
+        let mut res = api::UpdateContainerResponse::new();
+        let (pod, c) = (&*req.pod, &*req.container);
+        if self.mode != Some(CgroupMode::V2) || !self.wanted(pod, c) {
+            return res;
+        }
+        let quota = req
+            .linux_resources
+            .cpu
+            .quota
+            .as_ref()
+            .and_then(|q| u64::try_from(q.value).ok())
+            .filter(|q| *q > 0);
+        let s = self.settings();
+        let us = burst_request(&s.cfg, &spec_of(pod, c)).and_then(|r| r.burst_for_quota(quota));
+        if let Some(us) = us {
+            let mut u = api::ContainerUpdate::new();
+            u.container_id = c.id.clone();
+            let resources = u
+                .linux
+                .mut_or_insert_default()
+                .resources
+                .mut_or_insert_default();
+            resources
+                .unified
+                .insert(V2_BURST_FILE.into(), us.to_string());
+            res.update.push(u);
+        }
+        res
+    }
+
     fn update_container(
         &self,
         pod: &MessageField<api::PodSandbox>,
@@ -605,12 +642,12 @@ fn restore(cfg: &Config, id: &str, h: HeldBurst) {
     }
 }
 
-/// The burst in µs `spec` asks for under its quota (none without a quota
-/// or a burst).
-pub fn burst_for(cfg: &Config, spec: &BundleSpec) -> Option<u64> {
+/// The burst `spec` asks for, as a record to size it for a quota (none
+/// without a burst).
+fn burst_request(cfg: &Config, spec: &BundleSpec) -> Option<BurstRecord> {
     let (req, _) = qos::request(cfg, spec);
     let asked = req.burst?;
-    let rec = BurstRecord {
+    Some(BurstRecord {
         v: RECORD_VERSION,
         container_id: String::new(),
         scope: None,
@@ -618,8 +655,15 @@ pub fn burst_for(cfg: &Config, spec: &BundleSpec) -> Option<u64> {
         request: asked.into(),
         cap_percent: req.burst_cap_percent,
         applied_us: 0,
-    };
-    rec.burst_for_quota(spec.cpu_quota().0).filter(|us| *us > 0)
+    })
+}
+
+/// The burst in µs `spec` asks for under its quota (none without a quota
+/// or a burst).
+pub fn burst_for(cfg: &Config, spec: &BundleSpec) -> Option<u64> {
+    burst_request(cfg, spec)?
+        .burst_for_quota(spec.cpu_quota().0)
+        .filter(|us| *us > 0)
 }
 
 /// The container as throttlewatch reads a bundle: its annotations with the
@@ -841,6 +885,45 @@ mod tests {
             container("e", &burst, Some(50_000)),
         );
         assert!(res.adjust.is_none(), "NRI has no v1 burst field: {res:?}");
+    }
+
+    /// cgroup v2: an update's burst is sized for the new quota (the create's
+    /// is in the spec and would be written again after it).
+    #[test]
+    fn update_resizes_the_v2_burst() {
+        let d = tempfile::tempdir().unwrap();
+        let v2 = plugin(d.path(), WatchMode::Annotated, CgroupMode::V2);
+        let burst = [("throttlewatch.io/cpu-burst", "20ms")];
+        let update = |p: &Arc<Plugin>, quota: i64| {
+            let mut q = api::UpdateContainerRequest::new();
+            q.container = MessageField::some(container("u", &burst, Some(50_000)));
+            q.linux_resources
+                .mut_or_insert_default()
+                .cpu
+                .mut_or_insert_default()
+                .quota
+                .mut_or_insert_default()
+                .value = quota;
+            let res: api::UpdateContainerResponse = call(p, "UpdateContainer", &q);
+            res.update
+                .iter()
+                .map(|u| {
+                    let v = u.linux.resources.unified.get(V2_BURST_FILE).cloned();
+                    (u.container_id.clone(), v.unwrap_or_default())
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            update(&v2, 10_000),
+            [("u".to_string(), "10000".to_string())]
+        );
+        assert_eq!(
+            update(&v2, 80_000),
+            [("u".to_string(), "20000".to_string())]
+        );
+        assert_eq!(update(&v2, -1), [], "no quota: the spec's burst stands");
+        let v1 = plugin(d.path(), WatchMode::Annotated, CgroupMode::V1);
+        assert_eq!(update(&v1, 10_000), [], "v1: nothing in the spec to resize");
     }
 
     /// No agent: start and stop are answered at once, nothing refused.
