@@ -25,7 +25,7 @@ BIN_DIR=""
 OUT=""
 ALLOW_DYNAMIC=0
 BUSYBOX=${BUSYBOX:-/bin/busybox}
-BINS=(throttlewatch throttlewatch-hook throttlewatch-runtime containerd-shim-throttlewatch-v2)
+BINS=(throttlewatch throttlewatch-hook throttlewatch-runtime containerd-shim-throttlewatch-v2 throttlewatch-nri)
 
 die() { echo "build-image: $*" >&2; exit 2; }
 while (($#)); do
@@ -41,12 +41,12 @@ done
 OUT=${OUT:-target/throttlewatch-node-${VERSION}.tar}
 
 if [[ -z $BIN_DIR ]]; then
-  # The agent and the shim against static glibc; the hook and the wrapper,
+  # The agent, the shim and the NRI plugin against static glibc; the hook and the wrapper,
   # which run at every container start, as scripts/build-front-ends.sh links
   # them (musl where its target is installed: no CPUID cache probe per start).
   TRIPLE=$(rustc -vV | sed -n 's/^host: //p')
   RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --quiet --target "$TRIPLE" \
-    -p throttlewatch -p containerd-shim-throttlewatch-v2 --bins
+    -p throttlewatch -p containerd-shim-throttlewatch-v2 -p throttlewatch-nri --bins
   BIN_DIR=${CARGO_TARGET_DIR:-target}/$TRIPLE/release
   scripts/build-front-ends.sh "$BIN_DIR"
 fi

@@ -22,11 +22,21 @@ use throttlewatch_integration::trees::snapshot;
 use throttlewatch_integration::{bin, Scratch};
 
 const NAMESPACE: &str = "throttlewatch";
+/// What the installer step copies to the host (the runtime-class path).
 const BINARIES: [&str; 4] = [
     "throttlewatch",
     "throttlewatch-hook",
     "throttlewatch-runtime",
     "containerd-shim-throttlewatch-v2",
+];
+/// What the node image holds: those and the NRI plugin (overlays/nri runs
+/// it from the image, nothing is copied to the host).
+const IMAGE_BINARIES: [&str; 5] = [
+    "throttlewatch",
+    "throttlewatch-hook",
+    "throttlewatch-runtime",
+    "containerd-shim-throttlewatch-v2",
+    "throttlewatch-nri",
 ];
 
 fn repo() -> PathBuf {
@@ -190,6 +200,70 @@ fn config_map_file<'a>(docs: &'a [Value], prefix: &str, key: &str) -> &'a str {
         .unwrap()
 }
 
+/// overlays/nri: no runtime class, no installer step (nothing written to
+/// the host's root or the runtime's configuration), the plugin on the
+/// runtime's NRI socket beside the agent, sharing its configuration, state
+/// and logs.
+fn nri_overlay_deploys_the_plugin_beside_the_agent() {
+    let nri = render("overlays/nri");
+    check_documents("overlays/nri", &nri);
+    assert_eq!(of_kind(&nri, "RuntimeClass").len(), 0, "no runtime class");
+    let ds = of_kind(&nri, "DaemonSet")[0];
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(seq(pod, "initContainers").len(), 0, "no installer step");
+    assert!(
+        seq(pod, "volumes")
+            .iter()
+            .all(|v| v["hostPath"]["path"] != "/"),
+        "the host's root is not mounted"
+    );
+    let containers = seq(pod, "containers");
+    let named = |n: &str| {
+        *containers
+            .iter()
+            .find(|c| s(c, "name") == n)
+            .unwrap_or_else(|| panic!("no container {n}: {containers:?}"))
+    };
+    assert_eq!(containers.len(), 2, "the agent and the plugin");
+    let (agent, plugin) = (named("agent"), named("nri"));
+    let command: Vec<&str> = seq(plugin, "command")
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        command,
+        [
+            "/usr/local/bin/throttlewatch-nri",
+            "--socket",
+            "/var/run/nri/nri.sock",
+            "--config",
+            "/etc/throttlewatch/throttlewatch.toml"
+        ]
+    );
+    assert_eq!(
+        host_path_at(pod, plugin, "/var/run/nri"),
+        Some("/var/run/nri")
+    );
+    for p in [
+        "/run/throttlewatch",
+        "/var/log/throttlewatch",
+        "/sys/fs/cgroup",
+    ] {
+        assert_eq!(
+            host_path_at(pod, plugin, p),
+            host_path_at(pod, agent, p),
+            "{p}"
+        );
+    }
+    let config = |c: &Value| {
+        seq(c, "volumeMounts")
+            .into_iter()
+            .find(|m| s(m, "mountPath") == "/etc/throttlewatch")
+            .map(|m| s(m, "name").to_string())
+    };
+    assert_eq!(config(plugin), config(agent), "the agent's configuration");
+}
+
 #[test]
 fn manifests_render_and_hold_together() {
     let base = render("base");
@@ -199,6 +273,7 @@ fn manifests_render_and_hold_together() {
     let cleanup = render("overlays/cleanup");
     check_documents("overlays/cleanup", &cleanup);
     assert_eq!(of_kind(&cleanup, "RuntimeClass").len(), 0);
+    nri_overlay_deploys_the_plugin_beside_the_agent();
 
     // The agent: the mounts it needs, at the host's paths.
     let ds = of_kind(&base, "DaemonSet")[0];
@@ -399,7 +474,7 @@ fn node_image_is_accepted_by_ctr_import_and_docker_load() {
     std::fs::create_dir_all(&dir.0).unwrap();
     let bins = dir.0.join("bin");
     std::fs::create_dir_all(&bins).unwrap();
-    for b in BINARIES {
+    for b in IMAGE_BINARIES {
         let st = Command::new("strip")
             .arg("-o")
             .arg(bins.join(b))
@@ -454,7 +529,7 @@ fn node_image_is_accepted_by_ctr_import_and_docker_load() {
     std::fs::create_dir_all(&mnt).unwrap();
     let o = c.ctr(&["images", "mount", name, mnt.to_str().unwrap()]);
     assert!(o.status.success(), "ctr images mount: {}", text(&o));
-    let checked: Vec<bool> = BINARIES
+    let checked: Vec<bool> = IMAGE_BINARIES
         .iter()
         .map(|b| {
             std::fs::read(mnt.join("usr/local/bin").join(b)).ok()

@@ -7,7 +7,7 @@
 # `modern_node` is the node users run now: containerd 2.3.4 with its CRI
 # plugin, configured from its `config default` through our installer, pods
 # on a bridge CNI network (the bridge and veth modules), handlers runc and
-# throttlewatch. docker and containerd 1.6 stay on the host lane, and so
+# throttlewatch; `nri` the NRI plugin on that node. docker and containerd 1.6 stay on the host lane, and so
 # does `agent` (see integration/vm/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +35,7 @@ for line in sys.stdin:
 exes=$(python3 -c '
 import json, sys
 want = {"load", "fidelity", "qos_runc", "runq", "runc", "cli", "coldstart", "control", "thread_cpu", "start_path",
-        "modern_node", "task_metrics", "kubelet_pods"}
+        "modern_node", "task_metrics", "kubelet_pods", "nri"}
 for line in sys.stdin:
     try:
         m = json.loads(line)
@@ -54,7 +54,11 @@ while read -r name exe; do
   [[ -n "$name" ]] || continue
   # A hung binary fails on its own within minutes instead of holding the
   # lane until its overall timeout.
-  echo "timeout -s KILL 420 $exe --test-threads=1 --nocapture" >>"$script"
+  # The NRI plugin's pod-start comparison is a benchmark: under TCG a pod
+  # start takes seconds and the figure means nothing, its other tests run.
+  skip=""
+  [[ "$name" == nri ]] && skip=" --skip latency"
+  echo "timeout -s KILL 420 $exe --test-threads=1 --nocapture$skip" >>"$script"
 done <<<"$exes"
 [[ -s "$script" ]] || { echo "lane: no test executables found" >&2; exit 1; }
 # A short soak in the same boot (about 45 s): attach -> throttled workload ->
