@@ -22,7 +22,7 @@ echo "## agent clients (code that sends a protocol Request to the agent socket, 
 grep -rnE 'protocol::\{?[^}]*\bcall\b|call_on\(|fn call\(' $SRC 2>/dev/null | grep -v '^integration' | sed 's/^/  /'
 echo "## atomic-write helpers (temp file then rename)"
 grep -rnE 'fs::rename\(&?tmp' $SRC agent/src/install*.rs agent/src/install/ 2>/dev/null | sort -u | sed 's/^/  /'
-ALL="agent bpf cgroup core qos hook runtime shim report $( [ -d lifecycle ] && echo lifecycle )"
+ALL="agent bpf cgroup core qos hook runtime shim report nri $( [ -d lifecycle ] && echo lifecycle )"
 echo "## ten longest functions, whole workspace (non-test; issue 34)"
 python3 "$(dirname "$0")/fnlen.py" 10 $ALL
 echo "## Result<_, String> in production code (issue 34)"

@@ -12,6 +12,7 @@
 //! - [`session`]: registration, the daemon's redial and the inherited
 //!   connection of a runtime-launched plugin;
 //! - [`plugin`]: what each event does with a container;
+//! - [`container`]: a container's spec, burst and clean-up in lifecycle's terms;
 //! - [`options`]: the plugin's identity and watch mode.
 
 /// The NRI API (`nri.pkg.api.v1alpha1`), generated.
@@ -33,6 +34,7 @@ pub mod api {
     include!(concat!(env!("OUT_DIR"), "/api.rs"));
 }
 
+pub mod container;
 pub mod mux;
 pub mod options;
 pub mod plugin;
