@@ -27,7 +27,7 @@ impl Clock {
         now(libc::CLOCK_MONOTONIC) as u64
     }
 
-    pub(crate) fn to_unix_ns(&self, mono_ns: u64) -> u64 {
+    pub(crate) fn to_unix_ns(self, mono_ns: u64) -> u64 {
         (mono_ns as i128 + self.offset).max(0) as u64
     }
 }
