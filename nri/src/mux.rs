@@ -156,7 +156,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-struct Shared {
+struct Trunk {
     /// The trunk for writing, one frame run at a time.
     writer: Mutex<UnixStream>,
     /// The trunk for shutting down, without waiting for a writer.
@@ -168,7 +168,7 @@ struct Shared {
     error: Mutex<Option<String>>,
 }
 
-impl Shared {
+impl Trunk {
     fn close(&self, why: Option<String>) {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
@@ -188,7 +188,7 @@ impl Shared {
 /// connections.
 #[derive(Clone)]
 pub struct Mux {
-    shared: Arc<Shared>,
+    shared: Arc<Trunk>,
 }
 
 impl Mux {
@@ -196,7 +196,7 @@ impl Mux {
     pub fn new(trunk: UnixStream) -> io::Result<Mux> {
         let mut reader = trunk.try_clone()?;
         let closer = trunk.try_clone()?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Trunk {
             writer: Mutex::new(trunk),
             closer,
             conns: Mutex::new(HashMap::new()),
@@ -329,7 +329,7 @@ impl Read for MuxReader {
 #[derive(Clone)]
 pub struct MuxWriter {
     conn: ConnId,
-    shared: Arc<Shared>,
+    shared: Arc<Trunk>,
 }
 
 impl MuxWriter {

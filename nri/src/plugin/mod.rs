@@ -103,7 +103,7 @@ struct RuntimeInfo {
 /// throttlewatch's configuration and the file it came from (handed to an
 /// agent the lifecycle starts).
 #[derive(Debug)]
-pub struct Settings {
+pub struct LoadedConfig {
     pub cfg: Config,
     pub path: Option<PathBuf>,
 }
@@ -111,7 +111,7 @@ pub struct Settings {
 /// The plugin: the node's throttlewatch configuration, the watch mode, and
 /// the bursts held across updates.
 pub struct Plugin {
-    settings: Mutex<Arc<Settings>>,
+    settings: Mutex<Arc<LoadedConfig>>,
     cli_watch: WatchMode,
     watch: Mutex<WatchMode>,
     runtime: Mutex<RuntimeInfo>,
@@ -140,7 +140,7 @@ impl Plugin {
         mode: Option<CgroupMode>,
     ) -> Plugin {
         Plugin {
-            settings: Mutex::new(Arc::new(Settings {
+            settings: Mutex::new(Arc::new(LoadedConfig {
                 cfg,
                 path: config_path,
             })),
@@ -157,7 +157,7 @@ impl Plugin {
 
     /// The configuration now (a runtime-launched plugin may be given its
     /// file by `Configure`).
-    pub fn settings(&self) -> Arc<Settings> {
+    pub fn settings(&self) -> Arc<LoadedConfig> {
         Arc::clone(&lock(&self.settings))
     }
 
@@ -315,7 +315,7 @@ impl Plugin {
                     "throttlewatch configuration from {}",
                     path.display()
                 ));
-                *lock(&self.settings) = Arc::new(Settings {
+                *lock(&self.settings) = Arc::new(LoadedConfig {
                     cfg,
                     path: Some(path),
                 });

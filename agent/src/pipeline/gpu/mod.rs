@@ -34,7 +34,7 @@ pub(crate) struct GpuReading {
 /// A read of one GPU that NVML refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{call} for GPU {index}: {message} (NVML return {code})")]
-pub(crate) struct GpuError {
+pub(crate) struct GpuReadError {
     pub call: &'static str,
     pub index: usize,
     pub code: i32,
@@ -58,7 +58,7 @@ pub(crate) enum NvmlError {
 pub(crate) trait GpuSource: Send {
     /// The GPUs' UUIDs in index order (empty strings where unknown).
     fn uuids(&self) -> Vec<String>;
-    fn read(&mut self, index: usize) -> Result<GpuReading, GpuError>;
+    fn read(&mut self, index: usize) -> Result<GpuReading, GpuReadError>;
 }
 
 /// The node's GPU source, if any, and what has been said about it.
@@ -178,7 +178,7 @@ mod tests {
         fn uuids(&self) -> Vec<String> {
             vec![String::new(); self.0.len()]
         }
-        fn read(&mut self, index: usize) -> Result<GpuReading, GpuError> {
+        fn read(&mut self, index: usize) -> Result<GpuReading, GpuReadError> {
             let at = self.1;
             self.1 += 1;
             let util = self
@@ -190,7 +190,7 @@ mod tests {
                 util_pct: u,
                 ..Default::default()
             })
-            .ok_or(GpuError {
+            .ok_or(GpuReadError {
                 call: "recorded",
                 index,
                 code: 2,

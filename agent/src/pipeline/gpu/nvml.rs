@@ -20,7 +20,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr, CString};
 
-use super::{GpuError, GpuReading, GpuSource, NvmlError};
+use super::{GpuReadError, GpuReading, GpuSource, NvmlError};
 
 /// The library's name as the driver installs it.
 pub(crate) const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -214,8 +214,8 @@ impl Nvml {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 
-    fn call_error(&self, call: &'static str, index: usize, code: Ret) -> GpuError {
-        GpuError {
+    fn call_error(&self, call: &'static str, index: usize, code: Ret) -> GpuReadError {
+        GpuReadError {
             call,
             index,
             code,
@@ -229,9 +229,9 @@ impl GpuSource for Nvml {
         self.uuids.clone()
     }
 
-    fn read(&mut self, index: usize) -> Result<GpuReading, GpuError> {
+    fn read(&mut self, index: usize) -> Result<GpuReading, GpuReadError> {
         let Some(&d) = self.devices.get(index) else {
-            return Err(GpuError {
+            return Err(GpuReadError {
                 call: "nvmlDeviceGetHandleByIndex_v2",
                 index,
                 code: 2,
