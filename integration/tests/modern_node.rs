@@ -12,8 +12,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as api;
-use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
-use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_integration::cri::{CriNode, Pod};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::modern_node::{containerd_2_node, logs_in, HANDLER};
@@ -77,23 +75,6 @@ fn container(node: &CriNode, pod: &Pod, name: &str, cmd: &[&str], cpu: (i64, i64
     id
 }
 
-/// The container's cpu cgroup (it must be running).
-fn cgroup_of(node: &CriNode, id: &str) -> CpuCgroup {
-    let pid = node
-        .container_pid(id)
-        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
-    let h = Hierarchies::discover().unwrap();
-    let rel = cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode).unwrap();
-    CpuCgroup::open(&h, &rel).unwrap()
-}
-
-fn stop_and_remove(node: &CriNode, pod: &Pod) {
-    node.stop_pod(pod)
-        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
-    node.remove_pod(pod)
-        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
-}
-
 #[test]
 fn pods_on_a_containerd_2_node_with_the_installed_config() {
     let _cpu = cpu_lock();
@@ -141,7 +122,7 @@ fn pods_on_a_containerd_2_node_with_the_installed_config() {
         &["sleep", "600"],
         (50_000, 100_000),
     );
-    let cg = cgroup_of(&node, &plain);
+    let cg = node.cpu_cgroup_of(&plain);
     let limits = cg.limits().unwrap();
     assert_eq!(limits.quota_us, Some(50_000), "runc container's quota");
     let shims = node.shim_pids();
@@ -157,7 +138,7 @@ fn pods_on_a_containerd_2_node_with_the_installed_config() {
         shims.len(),
         "only runc shims serve the runc pod"
     );
-    stop_and_remove(&node, &runc_pod);
+    node.stop_and_remove(&runc_pod);
     assert_eq!(
         logs_in(&tw.log_dir),
         Vec::<std::path::PathBuf>::new(),
@@ -176,7 +157,7 @@ fn pods_on_a_containerd_2_node_with_the_installed_config() {
         &["sh", "-c", burn],
         (30_000, 100_000),
     );
-    let cg = cgroup_of(&node, &id);
+    let cg = node.cpu_cgroup_of(&id);
     assert_eq!(cg.limits().unwrap().quota_us, Some(30_000), "quota");
     // cpu.stat while it runs (the CRI deletes the task at its exit, and
     // its cgroup with it).

@@ -12,8 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as api;
-use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
-use throttlewatch_cgroup::{CpuCgroup, Hierarchies};
 use throttlewatch_core::state_dir::StateDir;
 use throttlewatch_integration::cri::{CriNode, Pod};
 use throttlewatch_integration::daemons::{stop_child, Agent, PrivateConfig};
@@ -136,23 +134,6 @@ fn pod_with_container(
     (pod, id, t0.elapsed())
 }
 
-/// The container's cpu cgroup (it must be running).
-fn cgroup_of(node: &CriNode, id: &str) -> CpuCgroup {
-    let pid = node
-        .container_pid(id)
-        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
-    let h = Hierarchies::discover().unwrap();
-    let rel = cpu_cgroup_of_pid(Path::new("/proc"), pid, h.mode).unwrap();
-    CpuCgroup::open(&h, &rel).unwrap()
-}
-
-fn stop_and_remove(node: &CriNode, pod: &Pod) {
-    node.stop_pod(pod)
-        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
-    node.remove_pod(pod)
-        .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
-}
-
 fn update_quota(node: &CriNode, id: &str, quota: i64) {
     let req = api::UpdateContainerResourcesRequest {
         container_id: id.into(),
@@ -214,7 +195,7 @@ fn nri_plugin_on_a_containerd_2_node() {
         took.as_millis()
     );
     assert_eq!(
-        cgroup_of(&node, &plain)
+        node.cpu_cgroup_of(&plain)
             .limits()
             .unwrap()
             .burst_us
@@ -222,7 +203,7 @@ fn nri_plugin_on_a_containerd_2_node() {
         0,
         "an unannotated container got a burst"
     );
-    stop_and_remove(&node, &plain_pod);
+    node.stop_and_remove(&plain_pod);
     assert_eq!(
         logs_in(&tw.log_dir),
         Vec::<PathBuf>::new(),
@@ -258,7 +239,7 @@ fn nri_plugin_on_a_containerd_2_node() {
     );
     let path = tw.log_of(&id);
     eprintln!("log: {}", path.display());
-    let cg = cgroup_of(&node, &id);
+    let cg = node.cpu_cgroup_of(&id);
     let limits = cg.limits().unwrap();
     eprintln!("annotated container's cgroup: {limits:?}");
     assert_eq!(limits.quota_us, Some(50_000), "quota");
@@ -318,7 +299,7 @@ fn nri_plugin_on_a_containerd_2_node() {
     );
 
     // The pod stops: the log ends.
-    stop_and_remove(&node, &pod);
+    node.stop_and_remove(&pod);
     wait_until(
         "the end record",
         || !of_type(&read_log(&path), "end").is_empty(),
@@ -376,7 +357,7 @@ fn nri_plugin_on_a_containerd_2_node() {
         },
     );
     let path2 = tw.log_of(&id2);
-    stop_and_remove(&node, &pod2);
+    node.stop_and_remove(&pod2);
     let log2 = throttlewatch_integration::assert_whole_log(&path2);
     eprintln!(
         "after containerd's restart: {} records, start to end",
@@ -427,7 +408,7 @@ fn pod_start_latency_with_and_without_the_plugin() {
         let (pod, id, t) =
             pod_with_container(&node, &format!("with-{round}"), &watch, &["sleep", "600"]);
         with.push(t);
-        stop_and_remove(&node, &pod);
+        node.stop_and_remove(&pod);
         wait_until(
             "the end record",
             || {
@@ -455,7 +436,7 @@ fn pod_start_latency_with_and_without_the_plugin() {
             &["sleep", "600"],
         );
         without.push(t);
-        stop_and_remove(&node, &pod);
+        node.stop_and_remove(&pod);
         eprintln!(
             "round {round}: with the plugin {} ms, without {} ms",
             with[round].as_millis(),
@@ -553,7 +534,7 @@ fn plugin_launched_by_containerd() {
         },
     );
     let path = tw.log_of(&id);
-    stop_and_remove(&node, &pod);
+    node.stop_and_remove(&pod);
     let log = throttlewatch_integration::assert_whole_log(&path);
     eprintln!("launched plugin: {} records, start to end", log.len());
 
@@ -637,6 +618,6 @@ fn a_stopped_agent_holds_no_pod_up() {
         },
     );
     let path = tw.log_of(&id);
-    stop_and_remove(&node, &pod);
+    node.stop_and_remove(&pod);
     throttlewatch_integration::assert_whole_log(&path);
 }

@@ -216,6 +216,25 @@ impl CriNode {
         self.call("RemovePodSandbox", self.runtime().remove_pod_sandbox(req))
             .map(drop)
     }
+
+    /// Stop and remove `pod`; a test fails with the runtime's log.
+    pub fn stop_and_remove(&self, pod: &Pod) {
+        self.stop_pod(pod)
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.log()));
+        self.remove_pod(pod)
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.log()));
+    }
+
+    /// A running container's cpu cgroup; a test fails with the runtime's log.
+    pub fn cpu_cgroup_of(&self, id: &str) -> throttlewatch_cgroup::CpuCgroup {
+        use throttlewatch_cgroup::{proc::cpu_cgroup_of_pid, CpuCgroup, Hierarchies};
+        let pid = self
+            .container_pid(id)
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.log()));
+        let h = Hierarchies::discover().unwrap();
+        let rel = cpu_cgroup_of_pid(std::path::Path::new("/proc"), pid, h.mode).unwrap();
+        CpuCgroup::open(&h, &rel).unwrap()
+    }
 }
 
 /// Host network, a pid namespace per container, the pod's IPC: kubelet's
