@@ -185,3 +185,66 @@ fn samples_past_the_cap_are_counted() {
         "the record's samples are moved, not kept twice"
     );
 }
+
+#[test]
+fn sm_activity_is_split_by_frozen_time_where_the_gpu_has_it() {
+    // SM activity from second 5 on (GPM: the first readings have none):
+    // 60 % while running, 2 % in the frozen seconds 10 and 11.
+    let frozen_secs = [10, 11];
+    let mut samples = series(0, 30, |i| if frozen_secs.contains(&i) { 20 } else { 95 });
+    for (i, s) in samples.iter_mut().enumerate().skip(5) {
+        s.sm_active_pct = Some(if frozen_secs.contains(&(i as u64)) {
+            2
+        } else {
+            60
+        });
+    }
+    let spans = frozen(&frozen_secs);
+    let a = &align(&samples, &spans)[0];
+    assert_eq!(a.sm_sampled_ns, 25 * S);
+    assert!(
+        (a.sm_active_frozen_pct.unwrap() - 2.0).abs() < 1e-9,
+        "{a:?}"
+    );
+    // Unfrozen with SM: 23 s at 60 %, 2 x 0.2 s at 2 %.
+    let want = (23.0 * 60.0 + 0.4 * 2.0) / 23.4;
+    assert!(
+        (a.sm_active_unfrozen_pct.unwrap() - want).abs() < 1e-9,
+        "{a:?}"
+    );
+    // Utilisation still over every sample.
+    assert_eq!((a.sampled_ns, a.frozen_ns), (30 * S, 1_600 * MS));
+    let line = describe(a);
+    assert!(
+        line.contains("; SM active 2% while frozen, 59% while not; idle while frozen"),
+        "{line}"
+    );
+    let t = timeline(&samples, &spans, Some(T0));
+    assert_eq!(t.sm.len(), 1);
+    // 30 s in 240 buckets: 8 a second.
+    let at = |sec: usize| t.sm[0].1[sec * 8];
+    assert_eq!((at(4), at(5), at(10)), (None, Some(60.0), Some(2.0)));
+    let json = serde_json::to_value(align(&samples, &spans)).unwrap();
+    assert_eq!(json[0]["sm_sampled_ns"], 25 * S);
+    assert!(json[0]["sm_active_frozen_pct"].as_f64().is_some());
+}
+
+#[test]
+fn without_sm_activity_nothing_about_it() {
+    let samples = series(0, 10, |_| 50);
+    let spans = frozen(&[3]);
+    let a = &align(&samples, &spans)[0];
+    assert_eq!(
+        (
+            a.sm_sampled_ns,
+            a.sm_active_frozen_pct,
+            a.sm_active_unfrozen_pct
+        ),
+        (0, None, None)
+    );
+    assert!(!describe(a).contains("SM"), "{}", describe(a));
+    let t = timeline(&samples, &spans, None);
+    assert!(t.sm.is_empty());
+    let json = serde_json::to_value(&t).unwrap();
+    assert!(json.get("sm").is_none(), "{json}");
+}

@@ -134,6 +134,8 @@ pub(crate) struct Metrics {
     pub gpu_utilization: FGauge,
     /// Device memory in use on each GPU a container uses, at the last tick.
     pub gpu_memory_used: FGauge,
+    /// The share of SMs busy on each GPU a container uses (GPM), 0-1.
+    pub gpu_sm_active: FGauge,
     /// The GPUs each container's series are kept for (to remove them).
     gpus_of: Mutex<HashMap<ContainerLabels, Vec<usize>>>,
     /// The node's idle CPU time (`/proc/stat` idle + iowait), read at each scrape.
@@ -193,6 +195,7 @@ impl Metrics {
             watched: reg(&mut r, "watched_containers", "Containers being watched"),
             gpu_utilization: reg(&mut r, "gpu_utilization_ratio", "Utilisation of a GPU the container uses (NVML: share of the last sample window a kernel ran), 0-1, by gpu index"),
             gpu_memory_used: reg(&mut r, "gpu_memory_used_bytes", "Device memory in use on a GPU the container uses (NVML), by gpu index"),
+            gpu_sm_active: reg(&mut r, "gpu_sm_active_ratio", "Share of the SMs busy on a GPU the container uses since its previous reading (NVML GPM, Hopper and later; absent without), 0-1, by gpu index"),
             gpus_of: Mutex::new(HashMap::new()),
             node_idle_seconds: reg(&mut r, "node_idle_cpu_seconds", "Idle CPU time of the node (/proc/stat idle + iowait, all CPUs)"),
             node_cpus: reg(&mut r, "node_cpus", "CPUs online on the node"),
@@ -300,6 +303,9 @@ impl Metrics {
         self.gpu_memory_used
             .get_or_create(&k)
             .set(r.mem_used_bytes as f64);
+        if let Some(sm) = r.sm_active_pct {
+            self.gpu_sm_active.get_or_create(&k).set(sm as f64 / 100.0);
+        }
     }
 
     /// Remove a container's series now.
@@ -309,6 +315,7 @@ impl Metrics {
             let k = GpuLabels::new(l, gpu);
             self.gpu_utilization.remove(&k);
             self.gpu_memory_used.remove(&k);
+            self.gpu_sm_active.remove(&k);
         }
         for f in [
             &self.throttled_seconds,

@@ -250,13 +250,14 @@ fn runnable_time_is_split_by_cause_as_the_report_does() {
 #[test]
 fn gpu_utilisation_per_container_gpu_and_forgotten_with_it() {
     let m = Metrics::new();
-    for (gpu, util) in [(0, 90), (3, 5)] {
+    for (gpu, util, sm) in [(0, 90, Some(38)), (3, 5, None)] {
         m.observe(&Output::Gpu {
             container: labels("g"),
             gpu,
             reading: crate::gpu::GpuReading {
                 util_pct: util,
                 mem_used_bytes: 1 << 30,
+                sm_active_pct: sm,
                 ..Default::default()
             },
         });
@@ -274,6 +275,16 @@ fn gpu_utilisation_per_container_gpu_and_forgotten_with_it() {
     };
     assert_eq!(util("0").as_deref(), Some("0.9"), "{body}");
     assert_eq!(util("3").as_deref(), Some("0.05"), "{body}");
+    let sm: Vec<&&str> = g
+        .iter()
+        .filter(|l| l.starts_with("throttlewatch_gpu_sm_active_ratio{"))
+        .collect();
+    assert_eq!(sm.len(), 1, "only the GPU with GPM: {body}");
+    assert!(
+        sm[0].contains("gpu=\"0\"") && sm[0].ends_with(" 0.38"),
+        "{}",
+        sm[0]
+    );
     assert!(
         g.iter()
             .any(|l| l.starts_with("throttlewatch_gpu_memory_used_bytes{")

@@ -1,6 +1,7 @@
 //! GPU samples in the log: the utilisation NVML reported for the GPUs a
 //! container uses, carried by the periodic `cpu_stat` record (an optional
 //! field, so readers of the same version that do not know it skip it).
+//! `sm_active_pct` is optional within it: only GPUs with GPM have it.
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +29,10 @@ pub struct GpuSample {
     /// Device memory in use and in all (`nvmlMemory_t`).
     pub mem_used_bytes: u64,
     pub mem_total_bytes: u64,
+    /// The share of SMs busy over the interval, percent (GPM's
+    /// `NVML_GPM_METRIC_SM_UTIL`, Hopper and later; absent without GPM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_active_pct: Option<u32>,
 }
 
 impl GpuSample {
@@ -52,6 +57,10 @@ impl GpuSample {
             mem_util_pct: avg(self.mem_util_pct, next.mem_util_pct),
             mem_used_bytes: next.mem_used_bytes,
             mem_total_bytes: next.mem_total_bytes,
+            sm_active_pct: match (self.sm_active_pct, next.sm_active_pct) {
+                (Some(x), Some(y)) => Some(avg(x, y)),
+                (x, y) => x.or(y),
+            },
         }
     }
 }
@@ -81,5 +90,33 @@ mod tests {
         assert_eq!((m.start_ns, m.interval_ns, m.end_ns()), (10, 4, 14));
         assert_eq!(m.util_pct, 75);
         assert_eq!(m.mem_used_bytes, 7);
+        assert_eq!(m.sm_active_pct, None);
+        let sm = |a: &GpuSample, v| GpuSample {
+            sm_active_pct: v,
+            ..*a
+        };
+        let m = sm(&a, Some(40)).merged(&sm(&b, Some(0)));
+        assert_eq!(m.sm_active_pct, Some(30));
+        assert_eq!(sm(&a, None).merged(&sm(&b, Some(8))).sm_active_pct, Some(8));
+    }
+
+    #[test]
+    fn sm_activity_is_optional_in_the_log() {
+        let s = GpuSample {
+            gpu: 1,
+            interval_ns: 5,
+            ..Default::default()
+        };
+        let j = serde_json::to_string(&s).unwrap();
+        assert!(!j.contains("sm_active"), "{j}");
+        let back: GpuSample = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, s);
+        let with = GpuSample {
+            sm_active_pct: Some(37),
+            ..s
+        };
+        let j = serde_json::to_string(&with).unwrap();
+        assert!(j.ends_with(",\"sm_active_pct\":37}"), "{j}");
+        assert_eq!(serde_json::from_str::<GpuSample>(&j).unwrap(), with);
     }
 }

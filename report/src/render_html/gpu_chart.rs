@@ -1,12 +1,14 @@
 //! The container's GPUs on its timeline in the HTML page: each GPU's
-//! utilisation (a line per GPU, 0-100 %) over the share of each moment the
+//! utilisation (a line per GPU, 0-100 %) and, where it has GPM, its SM
+//! activity (dashed, the GPU's colour) over the share of each moment the
 //! container was frozen (red bars), with a legend, the axes' scales and a
-//! table of the figures (utilisation while frozen and not, idle while frozen).
+//! table of the figures (utilisation and SM activity while frozen and not,
+//! idle while frozen).
 
 use std::fmt::Write;
 
 use super::esc;
-use crate::gpu::{GpuReport, GpuTimeline};
+use crate::gpu::{pct, GpuReport, GpuTimeline};
 use crate::heatmap::short;
 
 const W: f64 = 600.0;
@@ -50,8 +52,25 @@ pub(super) fn gpus(s: &mut String, i: usize, g: Option<&GpuReport>) {
             points(util, &x, &y, W / n / 2.0)
         );
     }
+    for (gpu, sm) in &t.sm {
+        let k = colour_of(t, *gpu);
+        let _ = write!(
+            s,
+            "<polyline class=\"sm\" data-gpu=\"{gpu}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\" points=\"{}\"/>",
+            COLOURS[k % COLOURS.len()],
+            points(sm, &x, &y, W / n / 2.0)
+        );
+    }
     axes(s, t);
     table(s, g);
+}
+
+/// The colour index of `gpu`: its place among the utilisation lines.
+fn colour_of(t: &GpuTimeline, gpu: usize) -> usize {
+    t.gpus
+        .iter()
+        .position(|(g, _)| *g == gpu)
+        .unwrap_or(t.gpus.len())
 }
 
 /// The heading and the legend (a swatch per GPU and the frozen share).
@@ -64,11 +83,15 @@ fn legend(s: &mut String, i: usize, g: &GpuReport) {
             COLOURS[k % COLOURS.len()]
         );
     }
+    let sm = match g.timeline.sm.is_empty() {
+        true => "",
+        false => "; dashed in the GPU's colour: SM activity (GPM, the share of SMs busy)",
+    };
     let _ = write!(
         s,
-        "<h3>GPUs while frozen</h3><p>Utilisation (NVML) of the container's GPUs:{keys}; \
+        "<h3>GPUs while frozen</h3><p>Utilisation (NVML) of the container's GPUs:{keys}{sm}; \
          share of the time the container was frozen <span style=\"color:#c40\">&#9608;</span> \
-         (both 0-100 %), {} a bucket.</p><figure class=\"gpu\" id=\"c{i}-gpu\">",
+         (all 0-100 %), {} a bucket.</p><figure class=\"gpu\" id=\"c{i}-gpu\">",
         short(g.timeline.bucket_ns)
     );
 }
@@ -103,17 +126,31 @@ fn axes(s: &mut String, t: &GpuTimeline) {
     );
 }
 
-/// The figures per GPU.
+/// The figures per GPU (SM activity's columns where a GPU has it).
 fn table(s: &mut String, g: &GpuReport) {
-    s.push_str(
+    let with_sm = g.gpus.iter().any(|a| a.sm_sampled_ns > 0);
+    let _ = writeln!(
+        s,
         "<table class=\"gpu\"><tr><th class=\"l\">GPU</th><th>sampled</th><th>frozen</th>\
-         <th>busy while frozen</th><th>busy while not</th><th>GPU idle while frozen</th><th>memory used (max)</th></tr>\n",
+         <th>busy while frozen</th><th>busy while not</th>{}<th>GPU idle while frozen</th><th>memory used (max)</th></tr>",
+        if with_sm {
+            "<th>SM active while frozen</th><th>SM active while not</th>"
+        } else {
+            ""
+        }
     );
-    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}%"));
     for a in &g.gpus {
+        let sm = match with_sm {
+            true => format!(
+                "<td>{}</td><td>{}</td>",
+                pct(a.sm_active_frozen_pct),
+                pct(a.sm_active_unfrozen_pct)
+            ),
+            false => String::new(),
+        };
         let _ = writeln!(
             s,
-            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1} GiB</td></tr>",
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>{sm}<td>{}</td><td>{:.1} GiB</td></tr>",
             a.gpu,
             short(a.sampled_ns),
             short(a.frozen_ns),
@@ -154,6 +191,7 @@ mod tests {
                 bucket_ns: 1_000_000_000,
                 frozen_share: vec![0.0, 0.8, 0.0],
                 gpus: vec![(1, vec![Some(90.0), Some(5.0), None])],
+                sm: vec![],
             },
         };
         let mut s = String::new();
@@ -171,8 +209,52 @@ mod tests {
             s.contains(&format!("<td>5%</td><td>90%</td><td>{idle}</td>")),
             "{s}"
         );
+        assert!(
+            !s.contains("SM activity") && !s.contains("class=\"sm\""),
+            "{s}"
+        );
+        assert!(!s.contains("SM active while frozen"), "{s}");
         let mut none = String::new();
         gpus(&mut none, 0, None);
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn sm_activity_is_a_dashed_line_and_two_columns_where_present() {
+        let g = GpuReport {
+            gpus: vec![GpuAlignment {
+                gpu: 1,
+                util_frozen_pct: Some(90.0),
+                util_unfrozen_pct: Some(95.0),
+                sm_sampled_ns: 3_000_000_000,
+                sm_active_frozen_pct: Some(4.0),
+                sm_active_unfrozen_pct: Some(61.0),
+                ..Default::default()
+            }],
+            dropped_samples: 0,
+            timeline: GpuTimeline {
+                from_ns: 0,
+                bucket_ns: 1_000_000_000,
+                frozen_share: vec![0.0, 0.8, 0.0],
+                gpus: vec![(1, vec![Some(95.0), Some(90.0), Some(95.0)])],
+                sm: vec![(1, vec![Some(60.0), Some(4.0), None])],
+            },
+        };
+        let mut s = String::new();
+        gpus(&mut s, 0, Some(&g));
+        assert!(s.contains("dashed in the GPU's colour: SM activity"), "{s}");
+        assert!(
+            s.contains("<polyline class=\"sm\" data-gpu=\"1\" fill=\"none\" stroke=\"#47a\""),
+            "{s}"
+        );
+        assert!(s.contains("points=\"100.0,48.0 300.0,115.2\""), "{s}");
+        assert!(
+            s.contains("<th>SM active while frozen</th><th>SM active while not</th>"),
+            "{s}"
+        );
+        assert!(
+            s.contains("<td>90%</td><td>95%</td><td>4%</td><td>61%</td>"),
+            "{s}"
+        );
     }
 }

@@ -17,8 +17,36 @@
 //! typedef struct { unsigned int gpu; unsigned int memory; } nvmlUtilization_t;
 //! typedef struct { unsigned long long total; unsigned long long free; unsigned long long used; } nvmlMemory_t;
 //! ```
+//!
+//! SM activity, where the driver and the GPU have GPM (GPU performance
+//! monitoring: Hopper and later, drivers from 12.0), from `nvml.h` of NVML
+//! 13.3.29 (NVIDIA/go-nvml `gen/nvml/nvml.h`, commit 8b8585b); every entry
+//! point is optional (an older driver lacks them: utilisation only):
+//!
+//! ```c
+//! typedef struct nvmlGpmSample_st *nvmlGpmSample_t;
+//! typedef struct {
+//!     unsigned int metricId;   // IN: NVML_GPM_METRIC_SM_UTIL = 2
+//!     nvmlReturn_t nvmlReturn; // OUT
+//!     double value;            // OUT: 0.0 - 100.0
+//!     struct { char *shortName; char *longName; char *unit; } metricInfo; // OUT
+//! } nvmlGpmMetric_t;
+//! typedef struct {
+//!     unsigned int version;    // IN: NVML_GPM_METRICS_GET_VERSION = 1
+//!     unsigned int numMetrics; // IN: how many of metrics[] to retrieve
+//!     nvmlGpmSample_t sample1, sample2;
+//!     nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX]; // 98 (12.0-12.8), 210 (12.9-13.1), 333 (13.3)
+//! } nvmlGpmMetricsGet_t;
+//! typedef struct { unsigned int version; unsigned int isSupportedDevice; } nvmlGpmSupport_t; // version = 1
+//! nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport);
+//! nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample);
+//! nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample);
+//! nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample);
+//! nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet);
+//! ```
 
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr, CString};
+use std::time::{Duration, Instant};
 
 use super::{GpuReadError, GpuReading, GpuSource, NvmlError};
 
@@ -46,6 +74,99 @@ struct Memory {
     used: c_ulonglong,
 }
 
+/// `NVML_GPM_METRICS_GET_VERSION` and `NVML_GPM_SUPPORT_VERSION` (plain
+/// 1 in nvml.h, not `NVML_STRUCT_VERSION`-encoded).
+const GPM_METRICS_GET_VERSION: c_uint = 1;
+const GPM_SUPPORT_VERSION: c_uint = 1;
+/// `NVML_GPM_METRIC_SM_UTIL`: the share of SMs busy, percent.
+const GPM_METRIC_SM_UTIL: c_uint = 2;
+/// Entries of our `nvmlGpmMetricsGet_t.metrics`: above every
+/// `NVML_GPM_METRIC_MAX` published so far (98, 210, 333), with room for
+/// drivers to come (see the SAFETY note at `metrics_get`).
+const GPM_METRICS_CAPACITY: usize = 1024;
+/// nvml.h: two GPM samples of a GPU at least 100 ms apart; and at most
+/// this far apart for the figure to stand for the tick it is read at.
+const GPM_MIN_GAP: Duration = Duration::from_millis(100);
+const GPM_MAX_GAP: Duration = Duration::from_millis(1_500);
+
+type GpmSample = *mut c_void;
+
+#[repr(C)]
+#[derive(Default)]
+struct GpmSupport {
+    version: c_uint,
+    is_supported_device: c_uint,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GpmMetricInfo {
+    short_name: *mut c_char,
+    long_name: *mut c_char,
+    unit: *mut c_char,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GpmMetric {
+    metric_id: c_uint,
+    nvml_return: Ret,
+    value: f64,
+    metric_info: GpmMetricInfo,
+}
+
+impl GpmMetric {
+    fn asking(metric_id: c_uint) -> GpmMetric {
+        let null = std::ptr::null_mut();
+        GpmMetric {
+            metric_id,
+            nvml_return: 0,
+            value: 0.0,
+            metric_info: GpmMetricInfo {
+                short_name: null,
+                long_name: null,
+                unit: null,
+            },
+        }
+    }
+}
+
+/// `nvmlGpmMetricsGet_t` with [`GPM_METRICS_CAPACITY`] entries.
+#[repr(C)]
+struct GpmMetricsGet {
+    version: c_uint,
+    num_metrics: c_uint,
+    sample1: GpmSample,
+    sample2: GpmSample,
+    metrics: [GpmMetric; GPM_METRICS_CAPACITY],
+}
+
+/// The GPM entry points (all present, or no GPM).
+struct GpmApi {
+    query_support: unsafe extern "C" fn(Device, *mut GpmSupport) -> Ret,
+    sample_alloc: unsafe extern "C" fn(*mut GpmSample) -> Ret,
+    sample_free: unsafe extern "C" fn(GpmSample) -> Ret,
+    sample_get: unsafe extern "C" fn(Device, GpmSample) -> Ret,
+    metrics_get: unsafe extern "C" fn(*mut GpmMetricsGet) -> Ret,
+}
+
+/// One GPM-capable GPU: two sample buffers, taken in turn each read.
+struct GpmGpu {
+    samples: [GpmSample; 2],
+    /// The buffer the next read fills (the other holds the previous).
+    next: usize,
+    /// When the previous sample was taken (None: none usable).
+    last_at: Option<Instant>,
+}
+
+/// GPM where the library has it: the calls, one request buffer, and per
+/// GPU (NVML's index) its buffers where the GPU supports GPM.
+struct Gpm {
+    api: GpmApi,
+    request: Box<GpmMetricsGet>,
+    gpus: Vec<Option<GpmGpu>>,
+}
+
 /// The entry points, resolved once.
 struct Api {
     shutdown: unsafe extern "C" fn() -> Ret,
@@ -63,10 +184,13 @@ pub(crate) struct Nvml {
     api: Api,
     devices: Vec<Device>,
     uuids: Vec<String>,
+    /// None: no GPM entry points in this library.
+    gpm: Option<Gpm>,
 }
 
-// SAFETY: NVML is documented thread-safe; the handles are opaque values
-// that stay valid until nvmlShutdown, which only `Drop` calls.
+// SAFETY: NVML is documented thread-safe; the handles (devices and GPM
+// samples) are opaque values that stay valid until nvmlGpmSampleFree and
+// nvmlShutdown, which only `Drop` calls; the request buffer is owned.
 unsafe impl Send for Nvml {}
 
 /// `dlsym` of `name`, as a function pointer of type `F`.
@@ -133,6 +257,7 @@ impl Nvml {
             }
         };
         nvml.take_devices()?;
+        nvml.gpm = nvml.take_gpm(path);
         Ok(nvml)
     }
 
@@ -157,6 +282,7 @@ impl Nvml {
             api,
             devices: Vec::new(),
             uuids: Vec::new(),
+            gpm: None,
         };
         // SAFETY: takes no arguments; paired with nvmlShutdown in Drop.
         let rc = unsafe { init() };
@@ -214,6 +340,31 @@ impl Nvml {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     }
 
+    /// GPM where the library has its entry points: for each GPU that says
+    /// it supports GPM, two sample buffers. None: utilisation only.
+    fn take_gpm(&self, path: &str) -> Option<Gpm> {
+        // SAFETY: `self.lib` is live; each type is the nvml.h signature
+        // in the module's comment.
+        let api = unsafe {
+            GpmApi {
+                query_support: symbol(self.lib, path, "nvmlGpmQueryDeviceSupport").ok()?,
+                sample_alloc: symbol(self.lib, path, "nvmlGpmSampleAlloc").ok()?,
+                sample_free: symbol(self.lib, path, "nvmlGpmSampleFree").ok()?,
+                sample_get: symbol(self.lib, path, "nvmlGpmSampleGet").ok()?,
+                metrics_get: symbol(self.lib, path, "nvmlGpmMetricsGet").ok()?,
+            }
+        };
+        let gpus = self.devices.iter().map(|d| gpm_gpu(&api, *d)).collect();
+        let request = Box::new(GpmMetricsGet {
+            version: GPM_METRICS_GET_VERSION,
+            num_metrics: 0,
+            sample1: std::ptr::null_mut(),
+            sample2: std::ptr::null_mut(),
+            metrics: [GpmMetric::asking(0); GPM_METRICS_CAPACITY],
+        });
+        Some(Gpm { api, request, gpus })
+    }
+
     fn call_error(&self, call: &'static str, index: usize, code: Ret) -> GpuReadError {
         GpuReadError {
             call,
@@ -224,9 +375,111 @@ impl Nvml {
     }
 }
 
+/// The GPM buffers of GPU `d`, if it supports GPM.
+fn gpm_gpu(api: &GpmApi, d: Device) -> Option<GpmGpu> {
+    let mut support = GpmSupport {
+        version: GPM_SUPPORT_VERSION,
+        ..Default::default()
+    };
+    // SAFETY: a handle NVML gave; `support` is nvmlGpmSupport_t with its
+    // version set as nvml.h asks.
+    let rc = unsafe { (api.query_support)(d, &mut support) };
+    if rc != 0 || support.is_supported_device == 0 {
+        return None;
+    }
+    let mut samples: [GpmSample; 2] = [std::ptr::null_mut(); 2];
+    for s in samples.iter_mut() {
+        // SAFETY: `s` is a valid out-pointer for one nvmlGpmSample_t.
+        let rc = unsafe { (api.sample_alloc)(s) };
+        if rc != 0 || s.is_null() {
+            free_samples(api, &samples);
+            return None;
+        }
+    }
+    Some(GpmGpu {
+        samples,
+        next: 0,
+        last_at: None,
+    })
+}
+
+/// nvmlGpmSampleFree of each allocated sample (null ones skipped).
+fn free_samples(api: &GpmApi, samples: &[GpmSample; 2]) {
+    for s in samples.iter().filter(|s| !s.is_null()) {
+        // SAFETY: allocated by nvmlGpmSampleAlloc, freed once (the caller
+        // drops the buffers with them).
+        unsafe { (api.sample_free)(*s) };
+    }
+}
+
+impl Gpm {
+    /// The share of SMs busy on GPU `index` (handle `d`) since its previous
+    /// sample, percent; None without GPM, on the first sample, or when the
+    /// previous is under [`GPM_MIN_GAP`] or over [`GPM_MAX_GAP`] old.
+    fn sm_active(&mut self, index: usize, d: Device) -> Option<u32> {
+        let g = self.gpus.get_mut(index)?.as_mut()?;
+        let now = Instant::now();
+        if g.last_at.is_some_and(|at| now - at < GPM_MIN_GAP) {
+            return None;
+        }
+        let (prev, cur) = (g.samples[1 - g.next], g.samples[g.next]);
+        // SAFETY: a handle NVML gave; `cur` a sample buffer it allocated.
+        let rc = unsafe { (self.api.sample_get)(d, cur) };
+        if rc != 0 {
+            g.last_at = None;
+            return None;
+        }
+        let since = g.last_at.replace(now).map(|at| now - at);
+        g.next = 1 - g.next;
+        since.filter(|s| *s <= GPM_MAX_GAP)?;
+        let r = &mut *self.request;
+        r.version = GPM_METRICS_GET_VERSION;
+        r.num_metrics = 1;
+        r.sample1 = prev;
+        r.sample2 = cur;
+        r.metrics[0] = GpmMetric::asking(GPM_METRIC_SM_UTIL);
+        // SAFETY: `r` is nvmlGpmMetricsGet_t with `version` set as nvml.h
+        // says and both samples taken of this GPU, in time order. The
+        // struct's `metrics[NVML_GPM_METRIC_MAX]` has grown with drivers
+        // (98 in 12.0-12.8, 210 in 12.9-13.1, 333 in 13.3), so the driver
+        // and we may disagree on its size; the version field does not
+        // change with it. What keeps the call in bounds: the driver reads
+        // and writes the entries up to `numMetrics` (1 here, below every
+        // driver's MAX, so none refuses it), and our array has
+        // GPM_METRICS_CAPACITY (1024) entries, more than any MAX so far,
+        // so even a driver that touched its whole array stays inside
+        // ours. The header fields before `metrics` are the same in all
+        // versions. The metric's name pointers are the driver's (static)
+        // and are never read here.
+        let rc = unsafe { (self.api.metrics_get)(r) };
+        let m = r.metrics[0];
+        (rc == 0 && m.nvml_return == 0 && m.value.is_finite())
+            .then(|| m.value.clamp(0.0, 100.0).round() as u32)
+    }
+
+    /// The GPUs (NVML's index) that support GPM.
+    fn gpus(&self) -> Vec<usize> {
+        (0..self.gpus.len())
+            .filter(|i| self.gpus[*i].is_some())
+            .collect()
+    }
+}
+
+impl Drop for Gpm {
+    fn drop(&mut self) {
+        for g in self.gpus.iter().flatten() {
+            free_samples(&self.api, &g.samples);
+        }
+    }
+}
+
 impl GpuSource for Nvml {
     fn uuids(&self) -> Vec<String> {
         self.uuids.clone()
+    }
+
+    fn sm_active_gpus(&self) -> Vec<usize> {
+        self.gpm.as_ref().map(Gpm::gpus).unwrap_or_default()
     }
 
     fn read(&mut self, index: usize) -> Result<GpuReading, GpuReadError> {
@@ -248,17 +501,21 @@ impl GpuSource for Nvml {
         // SAFETY: a handle NVML gave; `m` is the nvmlMemory_t layout.
         let rc = unsafe { (self.api.memory)(d, &mut m) };
         let (used, total) = if rc == 0 { (m.used, m.total) } else { (0, 0) };
+        let sm_active_pct = self.gpm.as_mut().and_then(|g| g.sm_active(index, d));
         Ok(GpuReading {
             util_pct: u.gpu.min(100),
             mem_util_pct: u.memory.min(100),
             mem_used_bytes: used,
             mem_total_bytes: total,
+            sm_active_pct,
         })
     }
 }
 
 impl Drop for Nvml {
     fn drop(&mut self) {
+        // The GPM samples are freed before NVML shuts down.
+        self.gpm = None;
         // SAFETY: initialised in `resolve` (a failed init never builds a
         // droppable Nvml); shut down and closed once, here.
         unsafe {

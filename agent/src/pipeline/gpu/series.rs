@@ -103,6 +103,7 @@ impl GpuSeries {
                 mem_util_pct: r.mem_util_pct,
                 mem_used_bytes: r.mem_used_bytes,
                 mem_total_bytes: r.mem_total_bytes,
+                sm_active_pct: r.sm_active_pct,
             });
             if self.pending.len() > MAX_GPU_SAMPLES_PER_RECORD {
                 self.pending = coarsen(std::mem::take(&mut self.pending));

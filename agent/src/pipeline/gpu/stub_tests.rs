@@ -1,42 +1,33 @@
-//! nvml.rs against a stub `libnvidia-ml.so.1` built here with the C
-//! compiler: the real dlopen/dlsym path and the nvml.h signatures and
-//! struct layouts, without a driver.
+//! nvml.rs and the lazy sampler against a stub `libnvidia-ml.so.1`
+//! (stub_nvml.c) built here with the C compiler: the real dlopen/dlsym
+//! path and the nvml.h signatures and struct layouts, GPM included,
+//! without a driver.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use super::nvml::Nvml;
-use super::{GpuSampler, NvmlError};
+use super::{GpuSampler, GpuSource, NvmlError};
 
-const STUB: &str = r#"
-#include <stdio.h>
-typedef struct { unsigned int gpu; unsigned int memory; } nvmlUtilization_t;
-typedef struct { unsigned long long total; unsigned long long free; unsigned long long used; } nvmlMemory_t;
-int nvmlInit_v2(void) { return INIT_RETURN; }
-int nvmlShutdown(void) { return 0; }
-const char *nvmlErrorString(int r) { return r == 3 ? "Not Supported" : r == 9 ? "Driver Not Loaded" : "Unknown Error"; }
-int nvmlDeviceGetCount_v2(unsigned int *n) { *n = GPUS; return 0; }
-int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **d) { *d = (void *)(unsigned long)(i + 1); return 0; }
-int nvmlDeviceGetUUID(void *d, char *u, unsigned int len) { snprintf(u, len, "GPU-stub-%lu", (unsigned long)d); return 0; }
-int nvmlDeviceGetUtilizationRates(void *d, nvmlUtilization_t *u) {
-    if ((unsigned long)d == 2) return 3;
-    u->gpu = 90; u->memory = 40; return 0;
-}
-int nvmlDeviceGetMemoryInfo(void *d, nvmlMemory_t *m) {
-    m->total = 80ULL << 30; m->used = 4ULL << 30; m->free = m->total - m->used; return 0;
-}
-"#;
+/// The stub's source (integration/tests/gpu.rs builds it too).
+const STUB: &str = include_str!("stub_nvml.c");
 
-/// The stub built into `dir` (None: no C compiler on this machine).
-fn build(dir: &Path, init_return: i32, gpus: u32) -> Option<PathBuf> {
-    let src = dir.join(format!("stub-{init_return}-{gpus}.c"));
-    let lib = dir.join(format!("libnvidia-ml-{init_return}-{gpus}.so.1"));
+/// The stub built into `dir` with `defines` (`NAME=VALUE` or `NAME`);
+/// None: no C compiler on this machine.
+fn build(dir: &Path, defines: &[&str]) -> Option<PathBuf> {
+    let tag: String = defines
+        .join("-")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let src = dir.join("stub_nvml.c");
+    let lib = dir.join(format!("libnvidia-ml-{tag}.so.1"));
     std::fs::write(&src, STUB).ok()?;
     let st = Command::new("cc")
         .args(["-shared", "-fPIC", "-o"])
         .arg(&lib)
-        .arg(format!("-DINIT_RETURN={init_return}"))
-        .arg(format!("-DGPUS={gpus}"))
+        .args(defines.iter().map(|d| format!("-D{d}")))
         .arg(&src)
         .status()
         .ok()?;
@@ -44,18 +35,26 @@ fn build(dir: &Path, init_return: i32, gpus: u32) -> Option<PathBuf> {
     Some(lib)
 }
 
+macro_rules! stub {
+    ($dir:expr, $($d:expr),*) => {
+        match build($dir, &[$($d),*]) {
+            Some(l) => l.to_str().unwrap().to_string(),
+            None => {
+                eprintln!("no C compiler: the stub test is skipped");
+                return;
+            }
+        }
+    };
+}
+
 #[test]
 fn the_stub_library_is_read_through_the_c_signatures() {
     let d = tempfile::tempdir().unwrap();
-    let Some(lib) = build(d.path(), 0, 2) else {
-        eprintln!("no C compiler: the stub test is skipped");
-        return;
-    };
-    let mut n = match Nvml::open(lib.to_str().unwrap()) {
+    let lib = stub!(d.path(), "GPUS=2", "FAIL_HANDLE=2", "GPM_GPUS=1");
+    let mut n = match Nvml::open(&lib) {
         Ok(n) => n,
         Err(e) => panic!("{e}"),
     };
-    use super::GpuSource;
     assert_eq!(n.uuids(), vec!["GPU-stub-1", "GPU-stub-2"]);
     let r = n.read(0).unwrap();
     assert_eq!((r.util_pct, r.mem_util_pct), (90, 40));
@@ -66,10 +65,98 @@ fn the_stub_library_is_read_through_the_c_signatures() {
         ("nvmlDeviceGetUtilizationRates", 3, "Not Supported")
     );
     assert!(n.read(7).is_err());
-    let s = GpuSampler::from_path(lib.to_str().unwrap());
+    let s = GpuSampler::from_path(&lib);
     assert!(s.available());
     assert!(
-        s.status().contains(": 2 GPUs (GPU-stub-1, GPU-stub-2)"),
+        s.status().contains(": 2 GPUs (GPU-stub-1, GPU-stub-2); SM activity (GPM) on GPU 0, utilisation only on the others"),
+        "{}",
+        s.status()
+    );
+}
+
+#[test]
+fn sm_activity_comes_from_two_gpm_samples_of_a_tick_apart() {
+    let d = tempfile::tempdir().unwrap();
+    let lib = stub!(d.path(), "GPUS=1");
+    let mut n = Nvml::open(&lib).unwrap();
+    assert_eq!(n.sm_active_gpus(), vec![0]);
+    // The first sample has nothing before it; one under 100 ms later is
+    // not taken (nvml.h's minimum).
+    assert_eq!(n.read(0).unwrap().sm_active_pct, None);
+    assert_eq!(n.read(0).unwrap().sm_active_pct, None);
+    std::thread::sleep(Duration::from_millis(150));
+    // The stub's 37.5 % between two samples of one GPU, in order.
+    assert_eq!(n.read(0).unwrap().sm_active_pct, Some(38));
+    std::thread::sleep(Duration::from_millis(1_600));
+    assert_eq!(
+        n.read(0).unwrap().sm_active_pct,
+        None,
+        "a previous sample over 1.5 s old stands for more than the tick"
+    );
+    std::thread::sleep(Duration::from_millis(150));
+    assert_eq!(n.read(0).unwrap().sm_active_pct, Some(38));
+}
+
+#[test]
+fn without_gpm_utilisation_only_and_said_so() {
+    let d = tempfile::tempdir().unwrap();
+    // An older driver: no GPM entry points at all.
+    let old = stub!(d.path(), "GPUS=2", "NO_GPM");
+    // A GPU before Hopper: the entry points, and the query says no.
+    let no = stub!(d.path(), "GPUS=2", "GPM_GPUS=0");
+    for lib in [old, no] {
+        let mut n = Nvml::open(&lib).unwrap();
+        assert!(n.sm_active_gpus().is_empty(), "{lib}");
+        for _ in 0..2 {
+            let r = n.read(1).unwrap();
+            assert_eq!((r.util_pct, r.sm_active_pct), (90, None));
+            std::thread::sleep(Duration::from_millis(120));
+        }
+        let s = GpuSampler::from_path(&lib);
+        assert!(
+            s.status()
+                .ends_with(": 2 GPUs (GPU-stub-1, GPU-stub-2); no SM activity (GPM not supported): utilisation only"),
+            "{}",
+            s.status()
+        );
+    }
+    let all = stub!(d.path(), "GPUS=2");
+    let s = GpuSampler::from_path(&all);
+    assert!(
+        s.status().ends_with("; SM activity (GPM) on every GPU"),
+        "{}",
+        s.status()
+    );
+}
+
+#[test]
+fn a_slow_nvml_init_delays_no_read() {
+    let d = tempfile::tempdir().unwrap();
+    let lib = stub!(d.path(), "GPUS=1", "INIT_SLEEP_MS=1500");
+    let mut s = GpuSampler::lazy(&lib);
+    let t = Instant::now();
+    assert!(s.read([0]).is_empty(), "not open yet");
+    let first = t.elapsed();
+    eprintln!("first read (opening started): {first:?}");
+    assert!(first < Duration::from_millis(200), "{first:?}");
+    let mut slowest = Duration::ZERO;
+    let got = loop {
+        assert!(t.elapsed() < Duration::from_secs(10), "never opened");
+        std::thread::sleep(Duration::from_millis(50));
+        let r0 = Instant::now();
+        let got = s.read([0]);
+        slowest = slowest.max(r0.elapsed());
+        if !got.is_empty() {
+            break got;
+        }
+    };
+    let opened = t.elapsed();
+    eprintln!("readings from {opened:?} on; slowest read while opening {slowest:?}");
+    assert!(opened >= Duration::from_millis(1_400), "{opened:?}");
+    assert!(slowest < Duration::from_millis(200), "{slowest:?}");
+    assert_eq!(got[&0].util_pct, 90);
+    assert!(
+        s.status().contains("GPU utilisation from "),
         "{}",
         s.status()
     );
@@ -78,19 +165,16 @@ fn the_stub_library_is_read_through_the_c_signatures() {
 #[test]
 fn a_driver_that_does_not_initialise_or_has_no_gpu_is_said() {
     let d = tempfile::tempdir().unwrap();
-    let Some(fails) = build(d.path(), 9, 2) else {
-        eprintln!("no C compiler: the stub test is skipped");
-        return;
-    };
-    match Nvml::open(fails.to_str().unwrap()) {
+    let fails = stub!(d.path(), "INIT_RETURN=9", "GPUS=2");
+    match Nvml::open(&fails) {
         Err(NvmlError::Init { code, message }) => {
             assert_eq!((code, message.as_str()), (9, "Driver Not Loaded"))
         }
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("init failed, yet opened"),
     }
-    let none = build(d.path(), 0, 0).unwrap();
-    let s = GpuSampler::from_path(none.to_str().unwrap());
+    let none = stub!(d.path(), "GPUS=0");
+    let s = GpuSampler::from_path(&none);
     assert!(!s.available());
     assert!(s.status().ends_with("GPU utilisation is not sampled: NVML sees no GPU; freezes are watched as before (nvml_library in throttlewatch.toml or THROTTLEWATCH_NVML_LIB names the library if it is elsewhere)"), "{}", s.status());
 }
