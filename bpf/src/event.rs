@@ -6,7 +6,7 @@ use crate::skel::types::{
 
 /// `TW_ABI_VERSION` of `bpf/throttle.h` that this decoder reads; the
 /// object's is checked at load.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 pub const KIND_FREEZE: u32 = 1;
 /// Kind 2 was a per-episode event that user space never needed (the totals

@@ -19,6 +19,7 @@ pub mod memory;
 pub mod probe;
 pub mod runq;
 mod task_iter;
+pub mod wakeups;
 
 pub use event::{ColdStartEvent, Event, ExecToCpu, FreezeEvent, ProbeStage, ThreadCpuEvent};
 pub use probe::{
@@ -26,3 +27,4 @@ pub use probe::{
     ThrottleModel, ThrottleProbe,
 };
 pub use runq::RunqTotals;
+pub use wakeups::{WakeEdge, WakeKey, WakerKind};

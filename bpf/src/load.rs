@@ -51,6 +51,10 @@ fn open_and_load(
         ro.ringbuf_wakeup_bytes = opts.wakeup_bytes;
         ro.nr_cpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
         ro.runq_enabled = runq;
+        if let Some(d) = crate::wakeups::preempt_count_from_rq() {
+            ro.tw_pc_known = true;
+            ro.tw_pc_from_rq = d;
+        }
     }
     let ncpus = libbpf_rs::num_possible_cpus().unwrap_or(1) as u32;
     crate::memory::size_maps(&mut open, opts, ncpus)?;
@@ -65,6 +69,7 @@ fn open_and_load(
         (&mut p.tw_hrtimer_exit_raw, !btf),
         (&mut p.tw_wakeup_btf, runq),
         (&mut p.tw_wakeup_new_btf, runq),
+        (&mut p.tw_waking_btf, runq),
         (&mut p.tw_cgroup_attach_btf, runq),
         (&mut p.tw_exec_btf, runq),
         (&mut p.tw_fork_btf, runq),
@@ -179,6 +184,7 @@ pub(crate) fn attach(
     for prog in [
         &p.tw_wakeup_btf,
         &p.tw_wakeup_new_btf,
+        &p.tw_waking_btf,
         &p.tw_cgroup_attach_btf,
         &p.tw_exec_btf,
         &p.tw_fork_btf,

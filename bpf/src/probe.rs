@@ -384,6 +384,7 @@ impl ThrottleProbe {
             self.cold_start_finished(cgroup_id);
             self.sync_watch_counters();
             let _ = self.skel.maps.runq_hist.delete(&cgroup_id.to_ne_bytes());
+            self.remove_wake_edges(|k| k.cgroup_id == cgroup_id);
             let _ = self
                 .skel
                 .maps
@@ -440,6 +441,23 @@ impl ThrottleProbe {
             }
         }
         Some(t)
+    }
+
+    /// Every wake-up edge of every watched cgroup (empty when run-queue
+    /// latency is not measured); `interval_max_ns` covers the current interval.
+    pub fn wake_edges(&self) -> Vec<crate::wakeups::WakeEdge> {
+        let Some(r) = self.runq.as_ref() else {
+            return Vec::new();
+        };
+        let epoch = r
+            .counter(|b| unsafe { &raw mut (*b).runq_epoch })
+            .load(Ordering::SeqCst);
+        crate::wakeups::read_all(&self.skel.maps.wake_edges, epoch)
+    }
+
+    /// Remove the wake-up edges `drop` names; how many went.
+    pub fn remove_wake_edges(&self, drop: impl Fn(&crate::wakeups::WakeKey) -> bool) -> usize {
+        crate::wakeups::remove(&self.skel.maps.wake_edges, drop)
     }
 
     /// Start a new interval for `RunqTotals::interval_max_ns`.

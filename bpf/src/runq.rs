@@ -20,6 +20,8 @@ pub struct RunqTotals {
     pub preempt_host: u64,
     /// Waits that ended in a thaw (freezes, not queueing).
     pub excluded: u64,
+    /// Wake-up edges the full `wake_edges` map could not take.
+    pub wake_dropped: u64,
 }
 
 impl RunqTotals {
@@ -37,6 +39,7 @@ impl RunqTotals {
         self.preempt_other += v.preempt_other;
         self.preempt_host += v.preempt_host;
         self.excluded += v.excluded;
+        self.wake_dropped += v.wake_dropped;
     }
 
     /// What happened between `base` and `self` (max fields are kept).
@@ -51,6 +54,7 @@ impl RunqTotals {
         d.preempt_other = self.preempt_other.saturating_sub(base.preempt_other);
         d.preempt_host = self.preempt_host.saturating_sub(base.preempt_host);
         d.excluded = self.excluded.saturating_sub(base.excluded);
+        d.wake_dropped = self.wake_dropped.saturating_sub(base.wake_dropped);
         d
     }
 

@@ -8,10 +8,12 @@ use serde::{Deserialize, Serialize};
 pub mod control;
 pub mod gpu;
 pub mod rotate;
+pub mod wakeups;
 mod writer;
 pub use control::Control;
 pub use gpu::GpuSample;
 pub use rotate::Rotation;
+pub use wakeups::Wakeups;
 pub use writer::{LogWriter, FLUSH_EVERY};
 
 /// Bumped on any incompatible change; additions of fields keep the version.
@@ -67,6 +69,10 @@ pub struct Runq {
     pub preempted_by_other: u64,
     pub preempted_by_host: u64,
     pub excluded_thaws: u64,
+    /// Who woke the threads and what each hop cost (tp_btf probe; absent
+    /// in a span without wake-ups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wakeups: Option<Wakeups>,
 }
 
 /// One stage of a cold start.

@@ -175,10 +175,17 @@ impl Engine {
         if due >= Due::Tick {
             let full = map_full(&self.probe);
             let gpu = self.read_gpus();
+            let mut wakes = match due {
+                Due::Snapshot => self.wake_edges_by_cgroup(),
+                _ => HashMap::new(),
+            };
             for (id, s) in self.sessions.iter() {
                 let r = readings.entry(*id).or_default();
                 r.totals = Some(ProbeTotals::read(&self.probe, s.cgroup_id, full));
                 r.snapshot = due == Due::Snapshot;
+                if r.snapshot {
+                    r.wakes = Some(wakes.remove(id).unwrap_or_default());
+                }
                 r.gpu = gpu.clone();
             }
             let lost = self.probe.lost_events();
@@ -204,6 +211,26 @@ impl Engine {
             self.probe.next_runq_interval();
         }
         out
+    }
+
+    /// The kernel's wake-up edges of the watched cgroups, read once per
+    /// snapshot for every session. Edges whose wakee thread is gone can no
+    /// longer grow: they leave the kernel's map (sessions keep their
+    /// figures), so that a container's thread churn does not fill it.
+    fn wake_edges_by_cgroup(&mut self) -> HashMap<u64, Vec<throttlewatch_bpf::WakeEdge>> {
+        let mut by: HashMap<u64, Vec<throttlewatch_bpf::WakeEdge>> = HashMap::new();
+        let mut gone = HashSet::new();
+        for e in self.probe.wake_edges() {
+            let tid = e.key.wakee_tid;
+            if !std::path::Path::new(&format!("/proc/{tid}")).exists() {
+                gone.insert(e.key);
+            }
+            by.entry(e.key.cgroup_id).or_default().push(e);
+        }
+        if !gone.is_empty() {
+            self.probe.remove_wake_edges(|k| gone.contains(k));
+        }
+        by
     }
 
     /// Every GPU a session uses, read once (None: no NVML or no such GPU).
@@ -276,8 +303,10 @@ impl Engine {
         s.cold_start_progress(self.probe.cold_start_split(id));
         let spec = s.spec.clone();
         let totals = ProbeTotals::read(&self.probe, id, map_full(&self.probe));
+        let mut wakes = self.probe.wake_edges();
+        wakes.retain(|e| e.key.cgroup_id == id);
         let at_exit = self.probe.exit_bandwidth(id);
-        let end = s.finish(totals, at_exit, reason, exit_code, &mut outputs);
+        let end = s.finish((totals, wakes), at_exit, reason, exit_code, &mut outputs);
         self.probe.cold_start_finished(id);
         let _ = self.probe.unwatch(id);
         Some(Finished { end, spec, outputs })

@@ -23,3 +23,4 @@ pub(crate) mod runq;
 pub(crate) mod session;
 pub(crate) mod spec;
 pub(crate) mod threadcpu;
+pub(crate) mod wakeups;

@@ -3,8 +3,10 @@
 //! since the previous one, the `end` record the difference since the start.
 
 use throttlewatch_bpf::runq::RUNQ_SLOTS;
-use throttlewatch_bpf::RunqTotals;
+use throttlewatch_bpf::{RunqTotals, WakeEdge};
 use throttlewatch_core::logfmt::Runq;
+
+use crate::wakeups::WakeTracker;
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct RunqTracker {
@@ -12,6 +14,7 @@ pub(crate) struct RunqTracker {
     last: RunqTotals,
     started_mono: u64,
     last_mono: u64,
+    wakes: WakeTracker,
 }
 
 /// The record for what happened between `base` and `now`; `max` is the
@@ -30,6 +33,7 @@ pub(crate) fn record(now: &RunqTotals, base: &RunqTotals, interval_ns: u64, max:
         preempted_by_other: d.preempt_other,
         preempted_by_host: d.preempt_host,
         excluded_thaws: d.excluded,
+        wakeups: None,
     }
 }
 
@@ -42,6 +46,7 @@ impl RunqTracker {
             last: now,
             started_mono: mono_ns,
             last_mono: mono_ns,
+            wakes: WakeTracker::default(),
         }
     }
 
@@ -51,14 +56,18 @@ impl RunqTracker {
         now.since(&self.last).slots
     }
 
-    /// The `runq` record of the interval that ends now.
-    pub(crate) fn interval(&mut self, now: RunqTotals, mono_ns: u64) -> Runq {
-        let r = record(
+    /// The `runq` record of the interval that ends now; `edges`: the
+    /// kernel's wake-up edges of the session's cgroup, cumulative.
+    pub(crate) fn interval(&mut self, now: RunqTotals, mono_ns: u64, edges: &[WakeEdge]) -> Runq {
+        let mut r = record(
             &now,
             &self.last,
             mono_ns.saturating_sub(self.last_mono),
             now.interval_max_ns,
         );
+        r.wakeups = self
+            .wakes
+            .interval(edges, now.since(&self.last).wake_dropped);
         self.last = now;
         self.last_mono = mono_ns;
         r
@@ -66,12 +75,14 @@ impl RunqTracker {
 
     /// Over the whole watch (for `end`).
     pub(crate) fn total(&self, now: RunqTotals, mono_ns: u64) -> Runq {
-        record(
+        let mut r = record(
             &now,
             &self.base,
             mono_ns.saturating_sub(self.started_mono),
             now.max_ns,
-        )
+        );
+        r.wakeups = self.wakes.total(now.since(&self.base).wake_dropped);
+        r
     }
 }
 
@@ -92,7 +103,7 @@ mod tests {
         };
         a.slots[9] = 2;
         a.slots[10] = 1;
-        let r = t.interval(a, 1_000_000_000);
+        let r = t.interval(a, 1_000_000_000, &[]);
         assert_eq!(
             (
                 r.count,
@@ -110,6 +121,7 @@ mod tests {
                 ..a
             },
             2_000_000_000,
+            &[],
         );
         assert_eq!((quiet.count, quiet.p50_ns, quiet.max_ns), (0, None, 0));
         let end = t.total(a, 2_000_000_000);

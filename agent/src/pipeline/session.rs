@@ -59,6 +59,8 @@ pub(crate) struct Session {
     /// Totals carried over from before an agent restart.
     carried: Baseline,
     runq: Option<RunqTracker>,
+    /// The kernel's wake-up edges of the cgroup at the last snapshot read.
+    wakes: Vec<throttlewatch_bpf::WakeEdge>,
     cold: Option<ColdStartTracker>,
     /// Per-thread CPU of the threads that exited (tp_btf probe).
     thread_cpu: ThreadCpuTally,
@@ -149,6 +151,7 @@ impl SessionDraft {
                 .facts
                 .runq
                 .then(|| RunqTracker::new(Default::default(), mono)),
+            wakes: Vec::new(),
             spec: p.spec,
             cgroup: p.cgroup,
             cgroup_id: p.cgroup_id,
@@ -240,6 +243,9 @@ impl Session {
         }
         let Some(totals) = r.totals else { return };
         self.now = totals;
+        if let Some(w) = r.wakes {
+            self.wakes = w;
+        }
         if let Some((at, g)) = r.gpu {
             self.gpu.add_out(at, &g, &self.spec.labels, out);
         }
@@ -265,13 +271,14 @@ impl Session {
     /// cgroup removed before its `cpu.stat` could be read.
     pub(crate) fn finish(
         mut self,
-        totals: ProbeTotals,
+        (totals, wakes): (ProbeTotals, Vec<throttlewatch_bpf::WakeEdge>),
         at_exit: Option<throttlewatch_bpf::ExitBandwidth>,
         reason: EndReason,
         exit_code: Option<i32>,
         out: &mut Vec<Output>,
     ) -> End {
         self.now = totals;
+        self.wakes = wakes;
         if let Some(rec) = self
             .cold
             .as_mut()
@@ -461,7 +468,7 @@ impl Session {
         self.export_counters(cg, out);
         if let (Some(t), Some(now)) = (self.runq.as_mut(), self.now.runq) {
             let slots = t.slots_since_last(&now);
-            let record = t.interval(now, self.now.mono_ns);
+            let record = t.interval(now, self.now.mono_ns, &self.wakes);
             out.push(Output::Runq {
                 container: self.spec.labels.clone(),
                 record,
@@ -490,7 +497,7 @@ impl Session {
         }
         if let (Some(t), Some(now)) = (self.runq.as_mut(), self.now.runq) {
             let slots = t.slots_since_last(&now);
-            let record = t.interval(now, self.now.mono_ns);
+            let record = t.interval(now, self.now.mono_ns, &self.wakes);
             self.write(Record::Runq(record.clone()));
             out.push(Output::Runq {
                 container: self.spec.labels.clone(),

@@ -104,8 +104,9 @@ static __always_inline int on_freeze(struct task_struct *prev, bool direct)
 }
 
 /* Slow path: a thread switches in while freezes or episodes are open.
- * Returns 1 when `next` was frozen (this switch-in is its thaw). */
-static __always_inline int on_thaw(struct task_struct *prev, struct task_struct *next, bool direct)
+ * Returns how long `next` was frozen when this switch-in is its thaw (at
+ * least 1), else 0. */
+static __always_inline __u64 on_thaw(struct task_struct *prev, struct task_struct *next, bool direct)
 {
 	struct tw_freeze_event ev = {};
 	struct frozen *f;
@@ -145,7 +146,7 @@ static __always_inline int on_thaw(struct task_struct *prev, struct task_struct 
 	f->start_ns = 0;
 	__sync_fetch_and_sub(&nr_frozen, 1);
 	emit(&ev);
-	return 1;
+	return now > ev.start_ns ? now - ev.start_ns : 1;
 }
 
 #endif

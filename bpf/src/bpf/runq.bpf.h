@@ -59,6 +59,22 @@ struct tw_task {
 	/* cold start, dequeue model: the cold start's queued_ns when this
 	 * thread began to wait (see cs_move() in coldstart.bpf.h) */
 	__u64 cs_queued0;
+	/* wake-up chains (wakeups.bpf.h): the pending wakeup (sched_waking
+	 * until the switch-in; 0: none) and who did it */
+	__u64 wake_ns;
+	__u64 waker_cg;
+	__u32 waker_tid;
+	__u32 waker_tgid;
+	__u32 waker_kind;
+	/* the edge of the last wakeup that switched in (the hop this thread
+	 * works on until its next wakeup), and whether a freeze was charged
+	 * to it yet */
+	__u32 hop_kind;		/* 0: none */
+	__u32 hop_tid;
+	__u32 hop_tgid;
+	__u32 hop_frozen;
+	__u32 pad2;
+	char waker_comm[16];
 };
 
 struct {

@@ -24,6 +24,47 @@ struct tw_runq {
 	__u64 preempt_host;	/* anything else */
 	/* waits that ended in a thaw: freezes, not queueing */
 	__u64 excluded;
+	/* wake-up edges of this cgroup the full wake_edges map could not take */
+	__u64 wake_dropped;
+};
+
+/* Wake-up chains (wakeups.bpf.h): one entry per (watched cgroup of the
+ * wakee, wakee thread, waker thread, kind of waker), in a preallocated
+ * hash (BPF_MAP_TYPE_HASH). Only the wakee's own switch-ins and thaws
+ * write an entry (the key holds its tid), so its fields need no atomics. */
+enum tw_waker_kind {
+	TW_WAKER_SAME = 1,	/* a thread of the wakee's watched cgroup */
+	TW_WAKER_OTHER = 2,	/* a thread of another watched cgroup */
+	TW_WAKER_HOST = 3,	/* any other thread */
+	TW_WAKER_IRQ = 4,	/* hard or soft interrupt (tids 0) */
+};
+
+struct tw_wake_key {
+	__u64 cgroup_id;	/* the wakee's watched cgroup */
+	__u32 wakee_tid;
+	__u32 waker_tid;
+	__u32 waker_tgid;
+	__u32 kind;		/* enum tw_waker_kind */
+};
+
+struct tw_wake_edge {
+	__u64 count;		/* wakeups that ended in a switch-in */
+	__u64 wait_ns;		/* their wake -> switch-in times, summed */
+	__u64 max_ns;
+	__u64 epoch;		/* runq_epoch when epoch_max_ns was reset */
+	__u64 epoch_max_ns;
+	/* freezes of the wakee between a wakeup and the next one (the work
+	 * that wakeup started): how many, their time, and how many wakeups
+	 * saw at least one */
+	__u64 freezes;
+	__u64 frozen_ns;
+	__u64 frozen_hops;
+	__u64 waker_cgroup_id;	/* the waker's watched cgroup (0: none) */
+	__u32 wakee_tgid;
+	__u32 pad;
+	char waker_comm[16];	/* at the first wakeup of the edge */
+	char wakee_comm[16];
+	__u64 slots[TW_RUNQ_SLOTS];	/* wake -> switch-in, log2 ns */
 };
 
 enum tw_coldstart_stage {

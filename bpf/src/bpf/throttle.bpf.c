@@ -9,6 +9,7 @@
  *   timers.bpf.h     bandwidth timer runs end them  (hrtimer programs)
  *   dequeue.bpf.h    what kernels before 6.18 need beyond that
  *   runq.bpf.h       run-queue latency              (ABI: runq.h)
+ *   wakeups.bpf.h    wake-up chains: waker -> wakee  (ABI: runq.h)
  *   coldstart.bpf.h  cold start                     (ABI: runq.h)
  *   threads.bpf.h    per-thread CPU at thread exit  (ABI: throttle.h)
  * They share one object because they share the one sched_switch program
@@ -35,21 +36,28 @@
 #include "timers.bpf.h"
 #include "freeze.bpf.h"
 #include "runq.bpf.h"
+#include "wakeups.bpf.h"
 #include "coldstart.bpf.h"
 #include "threads.bpf.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* The run-queue and cold-start parts of a switch (tp_btf only). */
+/* The run-queue, wake-up chain and cold-start parts of a switch (tp_btf
+ * only). `thaw_ns`: how long `next` was frozen, when this is its thaw. */
 static __always_inline void runq_and_coldstart(struct task_struct *prev, struct task_struct *next,
-					       bool frozen, bool thawed)
+					       bool frozen, __u64 thaw_ns)
 {
 	struct tw_switch_tasks s = {};
 	__u64 now, covered = 0;
 
 	if (!runq_enabled)
 		return;
-	now = runq_switch(prev, next, frozen, thawed, &covered, &s);
+	now = runq_switch(prev, next, frozen, thaw_ns != 0, &covered, &s);
+	if (nr_wake_pending || thaw_ns || covered) {
+		if (!now)
+			now = bpf_ktime_get_ns();
+		wake_switch_in(next, thaw_ns + covered, now, &s);
+	}
 	if (nr_coldstart) {
 		if (!now)
 			now = bpf_ktime_get_ns();
@@ -59,7 +67,8 @@ static __always_inline void runq_and_coldstart(struct task_struct *prev, struct 
 
 static __always_inline int handle_switch(struct task_struct *prev, struct task_struct *next, bool direct)
 {
-	bool frozen, thawed = false;
+	__u64 thaw_ns = 0;
+	bool frozen;
 
 	frozen = tw_switched_out_frozen(prev, direct);
 	if (frozen)
@@ -67,9 +76,9 @@ static __always_inline int handle_switch(struct task_struct *prev, struct task_s
 	else
 		dq_learn_at_switch(prev);
 	if (nr_frozen || nr_open)
-		thawed = on_thaw(prev, next, direct);
+		thaw_ns = on_thaw(prev, next, direct);
 	if (direct)
-		runq_and_coldstart(prev, next, frozen, thawed);
+		runq_and_coldstart(prev, next, frozen, thaw_ns);
 	return 0;
 }
 
@@ -115,5 +124,6 @@ struct tw_freeze_event _tw_freeze_event_abi = {};
 struct tw_coldstart_event _tw_coldstart_event_abi = {};
 struct tw_thread_cpu_event _tw_thread_cpu_event_abi = {};
 struct tw_runq _tw_runq_abi = {};
+struct tw_wake_key _tw_wake_key_abi = {};
 struct tw_coldstart _tw_coldstart_abi = {};
 struct tw_bandwidth _tw_bandwidth_abi = {};

@@ -5,7 +5,7 @@
 #ifndef __THROTTLEWATCH_THROTTLE_H
 #define __THROTTLEWATCH_THROTTLE_H
 
-#define TW_ABI_VERSION 5
+#define TW_ABI_VERSION 6
 #define TW_COMM_LEN 16
 /* How far up the cgroup tree a frozen task's group is matched against the
  * watch map, and how far the throttled run-queue is searched. */
