@@ -1,14 +1,16 @@
 //! GPU sampling where there is no NVIDIA management library (these build
-//! machines): the agent says so once, not once per container, and watches
-//! as before — freezes logged, `cpu_stat` records without GPU samples, the
-//! report without a GPU section. And through the whole agent with a stub
-//! library (built here with cc) and a fake PCI sysfs in a mount namespace
-//! of the agent's own: samples logged, the gauge served, the report's
-//! figures. The alignment itself is unit-tested on recorded series
-//! (report/src/gpu_tests.rs, agent/src/pipeline/gpu/).
+//! machines): the agent opens none until a container uses a GPU, then says
+//! so once, not once per container, and watches as before — freezes
+//! logged, `cpu_stat` records without GPU samples, the report without a
+//! GPU section. And through the whole agent with the stub library
+//! (agent/src/pipeline/gpu/stub_nvml.c, built here with cc) and a fake PCI
+//! sysfs in a mount namespace of the agent's own: samples (SM activity
+//! included) logged, the gauges served, the report's figures; a slow
+//! `nvmlInit` delays no registration. The alignment itself is unit-tested
+//! on recorded series (report/src/gpu_tests.rs, agent/src/pipeline/gpu/).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
@@ -16,8 +18,84 @@ use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::prometheus::{free_port, http_get};
 use throttlewatch_integration::{bin, burn_in, cpu_lock, of_type, read_log, unique, Scratch};
-
 const NO_LIBRARY: &str = "/nonexistent/libnvidia-ml.so.1";
+const NOT_SAMPLED_END: &str = "freezes are watched as before (nvml_library in throttlewatch.toml or THROTTLEWATCH_NVML_LIB names the library if it is elsewhere)";
+
+/// Register `id` (its process `pid` in cgroup `rel`); how long the agent
+/// took to answer.
+fn register(socket: &Path, id: &str, pid: u32, rel: &str) -> Duration {
+    let t = Instant::now();
+    let r = call(
+        socket,
+        &Request::Register(Register {
+            container_id: id.into(),
+            pid: Some(pid),
+            cgroup_path: rel.into(),
+            ..Default::default()
+        }),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let took = t.elapsed();
+    assert!(r.ok, "register {id}: {r:?}");
+    took
+}
+
+/// Unregister `id`; its log.
+fn unregister(socket: &Path, id: &str) -> PathBuf {
+    let r = call(
+        socket,
+        &Request::Unregister {
+            container_id: id.into(),
+            scope: None,
+            reason: throttlewatch_core::EndReason::Poststop,
+            exit_code: Some(0),
+        },
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert!(r.ok, "{r:?}");
+    PathBuf::from(r.log_path.unwrap())
+}
+
+/// A cgroup at 0.2 CPUs.
+fn limited(h: &Hierarchies, tag: &str) -> TransientCgroup {
+    let rel = format!("/tw-test-gpu-{tag}-{}-{}", std::process::id(), unique());
+    let cg = TransientCgroup::create(h, &rel).unwrap();
+    cg.group.set_quota(Some(20_000), 100_000).unwrap();
+    cg
+}
+
+/// Two busy threads for `ms` in `cg`, with the container's GPU 0.
+fn gpu_burner(cg: &TransientCgroup, ms: u32) -> Child {
+    let b = Command::new(bin("tw-burn"))
+        .args(["--threads", "2", "--ms", &ms.to_string()])
+        .env("NVIDIA_VISIBLE_DEVICES", "0")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    cg.group.add_pid(b.id()).unwrap();
+    b
+}
+
+/// `report --json` of `log`.
+fn report_json(log: &Path) -> serde_json::Value {
+    let o = Command::new(bin("throttlewatch"))
+        .args(["report", "--json"])
+        .arg(log)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// The `gpu` samples of a log's `cpu_stat` records.
+fn samples_of(v: &[serde_json::Value]) -> Vec<&serde_json::Value> {
+    of_type(v, "cpu_stat")
+        .into_iter()
+        .flat_map(|c| c["gpu"].as_array().into_iter().flatten())
+        .collect()
+}
 
 #[test]
 fn without_the_library_the_agent_says_so_once_and_still_logs_freezes() {
@@ -28,68 +106,31 @@ fn without_the_library_the_agent_says_so_once_and_still_logs_freezes() {
     let agent = Agent::start(&cfg);
     let h = Hierarchies::discover().unwrap();
     let mut logs = vec![];
-    let groups: Vec<TransientCgroup> = (0..2)
-        .map(|i| {
-            let rel = format!("/tw-test-gpu-{i}-{}-{}", std::process::id(), unique());
-            let cg = TransientCgroup::create(&h, &rel).unwrap();
-            cg.group.set_quota(Some(20_000), 100_000).unwrap();
-            cg
-        })
-        .collect();
+    let groups: Vec<TransientCgroup> = (0..2).map(|i| limited(&h, &i.to_string())).collect();
     let mut burners: Vec<_> = groups
         .iter()
         .map(|cg| burn_in(cg, &["--threads", "2", "--ms", "2500"]))
         .collect();
     for (i, (cg, b)) in groups.iter().zip(&burners).enumerate() {
-        let r = call(
-            &cfg.socket,
-            &Request::Register(Register {
-                container_id: format!("gpu-{i}"),
-                pid: Some(b.id()),
-                cgroup_path: cg.group.rel.clone(),
-                ..Default::default()
-            }),
-            Duration::from_secs(5),
-        )
-        .unwrap();
-        assert!(r.ok, "register: {r:?}");
+        register(&cfg.socket, &format!("gpu-{i}"), b.id(), &cg.group.rel);
     }
     for b in &mut burners {
         assert!(b.wait().unwrap().success());
     }
     for i in 0..2 {
-        let r = call(
-            &cfg.socket,
-            &Request::Unregister {
-                container_id: format!("gpu-{i}"),
-                scope: None,
-                reason: throttlewatch_core::EndReason::Poststop,
-                exit_code: Some(0),
-            },
-            Duration::from_secs(5),
-        )
-        .unwrap();
-        assert!(r.ok, "{r:?}");
-        logs.push(PathBuf::from(r.log_path.unwrap()));
+        logs.push(unregister(&cfg.socket, &format!("gpu-{i}")));
     }
     let out = agent.output();
     eprintln!("{out}");
-    let said: Vec<&str> = out
-        .lines()
-        .filter(|l| l.contains("GPU utilisation"))
-        .collect();
+    // Containers without GPUs (no GPU on this machine): NVML is never
+    // opened, and said so once, at the start.
+    let said: Vec<&str> = out.lines().filter(|l| l.contains("NVML")).collect();
     assert_eq!(said.len(), 1, "once per agent, not per container: {out}");
-    let want = format!(
-        "throttlewatch agent: GPU utilisation is not sampled: no NVIDIA management library ({NO_LIBRARY}: "
+    assert_eq!(
+        said[0],
+        format!("throttlewatch agent: GPU sampling: NVML ({NO_LIBRARY}) is opened when a watched container first uses a GPU")
     );
-    assert!(said[0].starts_with(&want), "{}", said[0]);
-    assert!(
-        said[0].ends_with(
-            "freezes are watched as before (nvml_library in throttlewatch.toml or THROTTLEWATCH_NVML_LIB names the library if it is elsewhere)"
-        ),
-        "{}",
-        said[0]
-    );
+    assert!(!out.contains("GPU utilisation"), "nothing opened: {out}");
     for log in &logs {
         let v = read_log(log);
         assert!(
@@ -101,13 +142,7 @@ fn without_the_library_the_agent_says_so_once_and_still_logs_freezes() {
         assert!(stats.iter().all(|s| s.get("gpu").is_none()), "{stats:?}");
         let end = of_type(&v, "end")[0];
         assert!(end["kernel_throttled_ns"].as_u64().unwrap() > 100_000_000);
-        let o = Command::new(bin("throttlewatch"))
-            .args(["report", "--json"])
-            .arg(log)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let doc = report_json(log);
         let c = &doc["containers"][0];
         assert!(c["kernel_throttled_ns"].as_u64().unwrap() > 0);
         assert!(c.get("gpu").is_none(), "no samples, no GPU section: {c}");
@@ -120,56 +155,63 @@ fn without_the_library_the_agent_says_so_once_and_still_logs_freezes() {
     let cfg = PrivateConfig::new(&format!("nvml_library = {configured:?}"));
     let out = Agent::start(&cfg).output();
     assert!(
-        out.contains(&format!(
-            "GPU utilisation is not sampled: no NVIDIA management library ({configured}: "
-        )),
+        out.contains(&format!("NVML ({configured}) is opened")),
         "{out}"
     );
 }
 
-/// A stub of NVIDIA's library: one GPU, 90 % busy, 4 of 80 GiB in use.
-const STUB: &str = r#"
-#include <stdio.h>
-typedef struct { unsigned int gpu; unsigned int memory; } nvmlUtilization_t;
-typedef struct { unsigned long long total; unsigned long long free; unsigned long long used; } nvmlMemory_t;
-int nvmlInit_v2(void) { return 0; }
-int nvmlShutdown(void) { return 0; }
-const char *nvmlErrorString(int r) { return "Unknown Error"; }
-int nvmlDeviceGetCount_v2(unsigned int *n) { *n = 1; return 0; }
-int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **d) { *d = (void *)(unsigned long)(i + 1); return 0; }
-int nvmlDeviceGetUUID(void *d, char *u, unsigned int len) { snprintf(u, len, "GPU-stub-%lu", (unsigned long)d); return 0; }
-int nvmlDeviceGetUtilizationRates(void *d, nvmlUtilization_t *u) { u->gpu = 90; u->memory = 40; return 0; }
-int nvmlDeviceGetMemoryInfo(void *d, nvmlMemory_t *m) {
-    m->total = 80ULL << 30; m->used = 4ULL << 30; m->free = m->total - m->used; return 0;
+/// The agent, in a mount namespace of its own where PCI sysfs shows one
+/// NVIDIA GPU, with `library` for NVML and `env` (the stub's settings);
+/// killed on drop.
+struct GpuAgent {
+    child: Child,
+    output: PathBuf,
 }
-"#;
 
-/// The agent in a mount namespace of its own where PCI sysfs shows one
-/// NVIDIA GPU (`fake`), with the stub library.
-fn agent_with_a_gpu(cfg: &PrivateConfig, fake: &Path, stub: &Path) -> std::process::Child {
-    let out = std::fs::File::create(cfg.dir.0.join("agent-output")).unwrap();
-    let child = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg("mount --bind \"$1\" /sys/bus/pci/devices && exec \"$2\" agent --config \"$3\"")
-        .arg("sh")
-        .arg(fake)
-        .arg(bin("throttlewatch"))
-        .arg(&cfg.path)
-        .env("THROTTLEWATCH_NVML_LIB", stub)
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap();
-    let t = Instant::now();
-    while !call(&cfg.socket, &Request::Status, Duration::from_secs(1)).is_ok_and(|r| r.ok) {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the agent did not answer"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+impl GpuAgent {
+    fn start(cfg: &PrivateConfig, library: &Path, env: &[(&str, &str)]) -> GpuAgent {
+        let fake = fake_pci(&cfg.dir.0);
+        let output = cfg.dir.0.join("agent-output");
+        let out = std::fs::File::create(&output).unwrap();
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg("mount --bind \"$1\" /sys/bus/pci/devices && exec \"$2\" agent --config \"$3\"")
+            .arg("sh")
+            .arg(fake)
+            .arg(bin("throttlewatch"))
+            .arg(&cfg.path)
+            .env("THROTTLEWATCH_NVML_LIB", library)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while !call(&cfg.socket, &Request::Status, Duration::from_secs(1)).is_ok_and(|r| r.ok) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the agent did not answer"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        GpuAgent { child, output }
     }
-    child
+
+    /// SIGTERM, and what it printed.
+    fn stop(mut self) -> String {
+        // SAFETY: the agent's pid (unshare's sh exec'd into it), still ours.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        std::fs::read_to_string(&self.output).unwrap()
+    }
+}
+
+impl Drop for GpuAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A fake PCI sysfs directory with one NVIDIA 3D controller.
@@ -186,93 +228,86 @@ fn fake_pci(dir: &Path) -> PathBuf {
     dir.join("pci")
 }
 
-#[test]
-fn a_containers_gpu_is_sampled_logged_exported_and_reported() {
-    let _l = cpu_lock();
-    let scratch = Scratch::new("gpu-stub");
-    let stub = scratch.0.join("libnvidia-ml.so.1");
-    let src = scratch.0.join("stub.c");
+/// The stub library (one GPU, 90 % busy, 4 of 80 GiB in use, SM activity
+/// 37.5 % where GPM is on) built into `dir`.
+fn stub_library(dir: &Path) -> PathBuf {
+    let lib = dir.join("libnvidia-ml.so.1");
+    let src = dir.join("stub_nvml.c");
     std::fs::write(&src, STUB).unwrap();
     let cc = Command::new("cc")
         .args(["-shared", "-fPIC", "-o"])
-        .arg(&stub)
+        .arg(&lib)
         .arg(&src)
         .status()
         .expect("cc (the stub library is built here)");
     assert!(cc.success());
-    let port = free_port();
+    lib
+}
+
+const STUB: &str = include_str!("../../agent/src/pipeline/gpu/stub_nvml.c");
+
+/// A private configuration serving metrics on `port`.
+fn with_metrics(port: u16) -> PrivateConfig {
     let cfg = PrivateConfig::new(&format!(
         "snapshot_interval_s = 1\nmetrics_grace_s = 60\nmetrics_addr = \"127.0.0.1:{port}\""
     ));
     let text = std::fs::read_to_string(&cfg.path).unwrap();
     std::fs::write(&cfg.path, text.replacen("metrics_addr = \"\"\n", "", 1)).unwrap();
-    let mut agent = agent_with_a_gpu(&cfg, &fake_pci(&scratch.0), &stub);
+    cfg
+}
+
+/// The `name{...}` lines of a scrape.
+fn gauge<'a>(metrics: &'a str, name: &str) -> Vec<&'a str> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .collect()
+}
+
+#[test]
+fn a_containers_gpu_is_sampled_logged_exported_and_reported() {
+    let _l = cpu_lock();
+    let scratch = Scratch::new("gpu-stub");
+    let stub = stub_library(&scratch.0);
+    let port = free_port();
+    let cfg = with_metrics(port);
+    let agent = GpuAgent::start(&cfg, &stub, &[]);
 
     let h = Hierarchies::discover().unwrap();
-    let rel = format!("/tw-test-gpu-stub-{}-{}", std::process::id(), unique());
-    let cg = TransientCgroup::create(&h, &rel).unwrap();
-    cg.group.set_quota(Some(20_000), 100_000).unwrap();
-    let mut b = Command::new(bin("tw-burn"))
-        .args(["--threads", "2", "--ms", "3500"])
-        .env("NVIDIA_VISIBLE_DEVICES", "0")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    cg.group.add_pid(b.id()).unwrap();
-    let r = call(
-        &cfg.socket,
-        &Request::Register(Register {
-            container_id: "gpu-stub".into(),
-            pid: Some(b.id()),
-            cgroup_path: cg.group.rel.clone(),
-            ..Default::default()
-        }),
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    assert!(r.ok, "register: {r:?}");
-    std::thread::sleep(Duration::from_millis(2500));
+    let cg = limited(&h, "stub");
+    let mut b = gpu_burner(&cg, 4500);
+    register(&cfg.socket, "gpu-stub", b.id(), &cg.group.rel);
+    // Opened at the first tick with the container, read from the next.
+    std::thread::sleep(Duration::from_millis(3500));
     let metrics = http_get(port, "/metrics");
-    let gauge: Vec<&str> = metrics
-        .lines()
-        .filter(|l| l.starts_with("throttlewatch_gpu_utilization_ratio{"))
-        .collect();
-    assert_eq!(gauge.len(), 1, "{metrics}");
+    let util = gauge(&metrics, "throttlewatch_gpu_utilization_ratio");
+    assert_eq!(util.len(), 1, "{metrics}");
     assert!(
-        gauge[0].contains("gpu=\"0\"") && gauge[0].contains("container_id=\"gpu-stub\""),
+        util[0].contains("gpu=\"0\"") && util[0].contains("container_id=\"gpu-stub\""),
         "{}",
-        gauge[0]
+        util[0]
     );
-    assert!(gauge[0].ends_with(" 0.9"), "{}", gauge[0]);
+    assert!(util[0].ends_with(" 0.9"), "{}", util[0]);
+    let sm = gauge(&metrics, "throttlewatch_gpu_sm_active_ratio");
+    assert_eq!(sm.len(), 1, "{metrics}");
+    assert!(
+        sm[0].ends_with(" 0.38") && sm[0].contains("gpu=\"0\""),
+        "{}",
+        sm[0]
+    );
     assert!(b.wait().unwrap().success());
-    let r = call(
-        &cfg.socket,
-        &Request::Unregister {
-            container_id: "gpu-stub".into(),
-            scope: None,
-            reason: throttlewatch_core::EndReason::Poststop,
-            exit_code: Some(0),
-        },
-        Duration::from_secs(5),
-    )
-    .unwrap();
-    assert!(r.ok, "{r:?}");
-    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
-    let _ = agent.wait();
-    let said = std::fs::read_to_string(cfg.dir.0.join("agent-output")).unwrap();
+    let log = unregister(&cfg.socket, "gpu-stub");
+    let said = agent.stop();
     eprintln!("{said}");
     assert!(
-        said.contains("GPU utilisation from ") && said.contains(": 1 GPUs (GPU-stub-1)"),
+        said.contains("GPU utilisation from ")
+            && said.contains(": 1 GPUs (GPU-stub-1); SM activity (GPM) on every GPU"),
         "{said}"
     );
 
-    let log = PathBuf::from(r.log_path.unwrap());
     let v = read_log(&log);
     assert_eq!(v[0]["topology"]["container_gpus"], serde_json::json!([0]));
-    let samples: Vec<&serde_json::Value> = of_type(&v, "cpu_stat")
-        .iter()
-        .flat_map(|c| c["gpu"].as_array().into_iter().flatten())
-        .collect();
+    let samples = samples_of(&v);
     eprintln!("{} GPU samples; first {:?}", samples.len(), samples.first());
     assert!(samples.len() >= 2, "a sample a second: {samples:?}");
     for s in &samples {
@@ -284,17 +319,136 @@ fn a_containers_gpu_is_sampled_logged_exported_and_reported() {
         let i = s["interval_ns"].as_u64().unwrap();
         assert!(i > 500_000_000 && i <= 1_000_000_000, "{s}");
     }
-    let o = Command::new(bin("throttlewatch"))
-        .args(["report", "--json"])
-        .arg(&log)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // GPM: from the second reading on (two samples make a figure).
+    assert_eq!(samples[0].get("sm_active_pct"), None, "{:?}", samples[0]);
+    let with_sm: Vec<_> = samples
+        .iter()
+        .filter_map(|s| s.get("sm_active_pct"))
+        .collect();
+    assert!(
+        !with_sm.is_empty() && with_sm.iter().all(|v| **v == 38),
+        "{samples:?}"
+    );
+    let doc = report_json(&log);
     let g = &doc["containers"][0]["gpu"]["gpus"][0];
     eprintln!("report: {g}");
     assert_eq!(g["samples"].as_u64(), Some(samples.len() as u64));
     assert!(g["frozen_ns"].as_u64().unwrap() > 0, "quota 0.2 CPUs: {g}");
     assert_eq!(g["util_frozen_pct"].as_f64(), Some(90.0));
     assert_eq!(g["util_unfrozen_pct"].as_f64(), Some(90.0));
+    assert_eq!(g["sm_active_unfrozen_pct"].as_f64(), Some(38.0));
+    assert!(g["sm_sampled_ns"].as_u64().unwrap() > 0, "{g}");
+}
+
+#[test]
+fn without_the_library_a_container_with_a_gpu_has_it_said_once() {
+    let _l = cpu_lock();
+    let cfg = PrivateConfig::new("snapshot_interval_s = 1");
+    let agent = GpuAgent::start(&cfg, Path::new(NO_LIBRARY), &[]);
+    let h = Hierarchies::discover().unwrap();
+    let groups: Vec<TransientCgroup> = (0..2).map(|i| limited(&h, &format!("nolib-{i}"))).collect();
+    let mut burners: Vec<Child> = groups.iter().map(|cg| gpu_burner(cg, 2500)).collect();
+    for (i, (cg, b)) in groups.iter().zip(&burners).enumerate() {
+        register(&cfg.socket, &format!("nolib-{i}"), b.id(), &cg.group.rel);
+    }
+    for b in &mut burners {
+        assert!(b.wait().unwrap().success());
+    }
+    let logs: Vec<PathBuf> = (0..2)
+        .map(|i| unregister(&cfg.socket, &format!("nolib-{i}")))
+        .collect();
+    let out = agent.stop();
+    eprintln!("{out}");
+    let said: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("GPU utilisation"))
+        .collect();
+    assert_eq!(said.len(), 1, "once per agent, not per container: {out}");
+    let want = format!(
+        "throttlewatch agent: GPU utilisation is not sampled: no NVIDIA management library ({NO_LIBRARY}: "
+    );
+    assert!(said[0].starts_with(&want), "{}", said[0]);
+    assert!(said[0].ends_with(NOT_SAMPLED_END), "{}", said[0]);
+    for log in &logs {
+        let v = read_log(log);
+        assert_eq!(v[0]["topology"]["container_gpus"], serde_json::json!([0]));
+        assert!(
+            !of_type(&v, "throttle").is_empty(),
+            "freezes logged: {log:?}"
+        );
+        assert!(samples_of(&v).is_empty());
+    }
+}
+
+#[test]
+fn a_slow_nvml_init_delays_no_registration_and_samples_still_arrive() {
+    let _l = cpu_lock();
+    let scratch = Scratch::new("gpu-slow");
+    let stub = stub_library(&scratch.0);
+    let mark = scratch.0.join("nvml-init-began");
+    let port = free_port();
+    let cfg = with_metrics(port);
+    // nvmlInit_v2 takes 2 s; GPM says no: utilisation only.
+    let env = [
+        ("STUB_NVML_INIT_SLEEP_MS", "2000"),
+        ("STUB_NVML_INIT_MARK", mark.to_str().unwrap()),
+        ("STUB_NVML_GPM", "0"),
+    ];
+    let agent = GpuAgent::start(&cfg, &stub, &env);
+    assert!(!mark.exists(), "NVML opened at the agent's start");
+    let h = Hierarchies::discover().unwrap();
+    let (a, b) = (limited(&h, "slow-a"), limited(&h, "slow-b"));
+    let mut pa = gpu_burner(&a, 6000);
+    let first = register(&cfg.socket, "slow-a", pa.id(), &a.group.rel);
+    // The next tick starts nvmlInit (in its thread); register while it runs.
+    let t = Instant::now();
+    while !mark.exists() {
+        assert!(t.elapsed() < Duration::from_secs(5), "nvmlInit never began");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let began = Instant::now();
+    let mut pb = gpu_burner(&b, 5000);
+    let second = register(&cfg.socket, "slow-b", pb.id(), &b.group.rel);
+    let during = began.elapsed();
+    let status = Instant::now();
+    let r = call(&cfg.socket, &Request::Status, Duration::from_secs(5)).unwrap();
+    let status = status.elapsed();
+    assert!(r.ok);
+    eprintln!(
+        "register before NVML: {first:?}; while nvmlInit sleeps (answered {during:?} after it began): {second:?}; status {status:?}"
+    );
+    assert!(
+        during < Duration::from_millis(2000),
+        "not while init ran: {during:?}"
+    );
+    for took in [first, second, status] {
+        assert!(took < Duration::from_millis(200), "{took:?}");
+    }
+    // Init done about 2 s after it began; a tick later, readings.
+    std::thread::sleep(Duration::from_millis(4000));
+    let metrics = http_get(port, "/metrics");
+    let util = gauge(&metrics, "throttlewatch_gpu_utilization_ratio");
+    assert_eq!(util.len(), 2, "both containers' GPU: {metrics}");
+    assert!(gauge(&metrics, "throttlewatch_gpu_sm_active_ratio").is_empty());
+    assert!(pa.wait().unwrap().success() && pb.wait().unwrap().success());
+    let logs = [
+        unregister(&cfg.socket, "slow-a"),
+        unregister(&cfg.socket, "slow-b"),
+    ];
+    let said = agent.stop();
+    eprintln!("{said}");
+    assert!(
+        said.contains(
+            ": 1 GPUs (GPU-stub-1); no SM activity (GPM not supported): utilisation only"
+        ),
+        "{said}"
+    );
+    for log in &logs {
+        let samples = samples_of(&read_log(log)).len();
+        eprintln!("{}: {samples} GPU samples", log.display());
+        assert!(samples >= 2, "{log:?}");
+        assert!(samples_of(&read_log(log))
+            .iter()
+            .all(|s| s.get("sm_active_pct").is_none()));
+    }
 }
