@@ -7,8 +7,9 @@
 //! session keeps its samples in a bounded [`GpuSeries`] (series.rs) that
 //! its next `cpu_stat` record carries.
 //!
-//! Where there is no library or no GPU the agent says so once, when a
-//! container first needs it, and watches as before: GPU sampling never
+//! Where the node has no NVIDIA GPU (PCI sysfs) the agent says so once at
+//! its start; where there is no library, or NVML sees no GPU, once when a
+//! container first needs it. It watches as before: GPU sampling never
 //! fails or delays a watch.
 
 mod nvml;
@@ -58,6 +59,8 @@ pub(crate) enum NvmlError {
     Init { code: i32, message: String },
     #[error("NVML sees no GPU")]
     NoGpu,
+    #[error("no NVIDIA GPU in PCI sysfs (NVML, {path}, is not opened)")]
+    NoPciGpu { path: String },
     #[error("no thread to open NVML in: {0}")]
     Thread(String),
 }

@@ -3,7 +3,8 @@
 //! (`nvmlInit` can take seconds on a node without NVIDIA's persistence
 //! daemon), so neither the agent's start nor a registration waits for it;
 //! the ticks read nothing until it is open. What it found, or why there
-//! is no GPU sampling, is said once, then.
+//! is no GPU sampling, is said once, then. A node whose PCI sysfs shows no
+//! NVIDIA GPU (no container there can have one) is said at the start.
 
 use std::collections::BTreeMap;
 use std::thread::JoinHandle;
@@ -77,7 +78,8 @@ fn open_nvml(path: &str) -> Result<Nvml, NvmlError> {
 impl GpuSampler {
     /// NVML from `THROTTLEWATCH_NVML_LIB`, else `configured` (the
     /// configuration's `nvml_library`), else the driver's library, opened
-    /// when first needed ([`GpuSampler::read`]).
+    /// when first needed ([`GpuSampler::read`]); none where PCI sysfs shows
+    /// no NVIDIA GPU (the containers' GPUs are those of sysfs).
     pub(crate) fn open(configured: &str) -> GpuSampler {
         let path = std::env::var(NVML_LIB_ENV)
             .ok()
@@ -86,7 +88,13 @@ impl GpuSampler {
                 "" => NVML_LIBRARY.into(),
                 c => c.into(),
             });
-        GpuSampler::lazy(&path)
+        let mut s = GpuSampler::lazy(&path);
+        let pci_gpus = crate::placement::start_topology(None).map_or(0, |t| t.gpus.len());
+        if pci_gpus == 0 {
+            s.state = State::Unavailable;
+            s.status = unavailable_line(&NvmlError::NoPciGpu { path });
+        }
+        s
     }
 
     /// NVML from the library at `path`, opened when first needed.
