@@ -392,6 +392,8 @@ fn gpm_gpu(api: &GpmApi, d: Device) -> Option<GpmGpu> {
         // SAFETY: `s` is a valid out-pointer for one nvmlGpmSample_t.
         let rc = unsafe { (api.sample_alloc)(s) };
         if rc != 0 || s.is_null() {
+            // Not allocated: whatever the call left there is not freed.
+            *s = std::ptr::null_mut();
             free_samples(api, &samples);
             return None;
         }
