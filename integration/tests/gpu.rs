@@ -400,7 +400,7 @@ fn a_slow_nvml_init_delays_no_registration_and_samples_still_arrive() {
     assert!(!mark.exists(), "NVML opened at the agent's start");
     let h = Hierarchies::discover().unwrap();
     let (a, b) = (limited(&h, "slow-a"), limited(&h, "slow-b"));
-    let mut pa = gpu_burner(&a, 6000);
+    let mut pa = gpu_burner(&a, 7000);
     let first = register(&cfg.socket, "slow-a", pa.id(), &a.group.rel);
     // The next tick starts nvmlInit (in its thread); register while it runs.
     let t = Instant::now();
@@ -409,7 +409,7 @@ fn a_slow_nvml_init_delays_no_registration_and_samples_still_arrive() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let began = Instant::now();
-    let mut pb = gpu_burner(&b, 5000);
+    let mut pb = gpu_burner(&b, 6000);
     let second = register(&cfg.socket, "slow-b", pb.id(), &b.group.rel);
     let during = began.elapsed();
     let status = Instant::now();
@@ -427,7 +427,7 @@ fn a_slow_nvml_init_delays_no_registration_and_samples_still_arrive() {
         assert!(took < Duration::from_millis(200), "{took:?}");
     }
     // Init done about 2 s after it began; a tick later, readings.
-    std::thread::sleep(Duration::from_millis(4000));
+    std::thread::sleep(Duration::from_millis(4500));
     let metrics = http_get(port, "/metrics");
     let util = gauge(&metrics, "throttlewatch_gpu_utilization_ratio");
     assert_eq!(util.len(), 2, "both containers' GPU: {metrics}");
