@@ -103,6 +103,9 @@ impl GpuLabels {
 type FGauge = Family<GpuLabels, Gauge<f64, AtomicU64>>;
 
 pub(crate) const PREEMPTORS: [&str; 3] = ["same", "other", "host"];
+/// The `by` label of the wake-up counters (the log's waker kinds, and the
+/// edges an interval record did not list).
+pub(crate) const WAKERS: [&str; 5] = ["same", "other", "host", "interrupt", "unlisted"];
 
 type FCounter = Family<ContainerLabels, Counter<f64, AtomicU64>>;
 
@@ -122,6 +125,12 @@ pub(crate) struct Metrics {
     pub control_changes: FCounter,
     /// Preemptions of watched threads, by `by`: same, other (container), host.
     pub runq_preemptions: Family<PreemptLabels, Counter<f64, AtomicU64>>,
+    /// Wake-ups of watched threads by the waker's kind (same, other,
+    /// host, interrupt, unlisted), their wake -> run time and the frozen
+    /// time in the work they started (issue 36; no per-thread labels).
+    pub wakeups: Family<PreemptLabels, Counter<f64, AtomicU64>>,
+    pub wakeup_wait_seconds: Family<PreemptLabels, Counter<f64, AtomicU64>>,
+    pub wakeup_frozen_seconds: Family<PreemptLabels, Counter<f64, AtomicU64>>,
     /// Runnable time not running, by cause (summed over threads).
     pub runnable_waiting_seconds: Family<WaitLabels, Counter<f64, AtomicU64>>,
     /// Cold-start stages, seconds after the runtime's create.
@@ -184,6 +193,9 @@ impl Metrics {
             bursts: reg(&mut r, "bursts", "Periods in which burst was used (cpu.stat nr_bursts)"),
             burst_seconds: reg(&mut r, "burst_seconds", "Time spent over quota thanks to burst (cpu.stat burst_time)"),
             control_changes: reg(&mut r, "control_changes", "Bandwidth changes by the dynamic CPU controller (raise, lower, restore, adopt: the log's control records)"),
+            wakeups: reg(&mut r, "wakeups", "Wake-ups of watched threads, by who woke them (by: same, other, host, interrupt; unlisted past the per-interval edges)"),
+            wakeup_wait_seconds: reg(&mut r, "wakeup_wait_seconds", "Wake-up to switch-in time of watched threads, summed, by who woke them"),
+            wakeup_frozen_seconds: reg(&mut r, "wakeup_frozen_seconds", "Time watched threads were frozen by the quota in the work a wake-up started, by who woke them"),
             runq_preemptions: reg(&mut r, "runq_preemptions", "Watched threads switched out runnable, by who preempted them (same, other, host)"),
             runnable_waiting_seconds: reg(&mut r, "runnable_waiting_seconds", "Time watched threads were runnable without running, summed over threads, by cause: frozen by the container's own quota (own_limit) or an ancestor's such as its pod's (ancestor_limit); waiting for a CPU held by its own threads, other containers or the host (run-queue waits split by who preempted; docs/report.md)"),
             cold_start_seconds: {
@@ -333,6 +345,12 @@ impl Metrics {
         for by in PREEMPTORS {
             self.runq_preemptions.remove(&PreemptLabels::new(l, by));
         }
+        for by in WAKERS {
+            let k = PreemptLabels::new(l, by);
+            self.wakeups.remove(&k);
+            self.wakeup_wait_seconds.remove(&k);
+            self.wakeup_frozen_seconds.remove(&k);
+        }
         for cause in WAIT_CAUSES {
             self.runnable_waiting_seconds
                 .remove(&WaitLabels::new(l, cause));
@@ -390,6 +408,16 @@ impl Metrics {
         self.runq_latency
             .get_or_create(l)
             .add_slots(slots, r.total_ns);
+        for (by, t) in r.wakeups.iter().flat_map(|w| w.by_waker.iter()) {
+            let k = PreemptLabels::new(l, by);
+            self.wakeups.get_or_create(&k).inc_by(t.count as f64);
+            self.wakeup_wait_seconds
+                .get_or_create(&k)
+                .inc_by(t.wait_ns as f64 / 1e9);
+            self.wakeup_frozen_seconds
+                .get_or_create(&k)
+                .inc_by(t.frozen_ns as f64 / 1e9);
+        }
         let by = [
             ("same", "own_threads", r.preempted_by_same),
             ("other", "other_containers", r.preempted_by_other),

@@ -295,3 +295,61 @@ fn gpu_utilisation_per_container_gpu_and_forgotten_with_it() {
     m.forget(&labels("g"));
     assert!(lines_of(&m.encode(), "g").is_empty());
 }
+
+#[test]
+fn wakeups_are_counted_by_who_woke_and_removed_with_the_container() {
+    use throttlewatch_core::logfmt::wakeups::{WakeTotals, Wakeups};
+    let m = Metrics::new();
+    let mut w = Wakeups::default();
+    w.by_waker.insert(
+        "interrupt".into(),
+        WakeTotals {
+            count: 10,
+            wait_ns: 2_000_000_000,
+            frozen_ns: 500_000_000,
+        },
+    );
+    w.by_waker.insert(
+        "same".into(),
+        WakeTotals {
+            count: 3,
+            ..Default::default()
+        },
+    );
+    m.observe(&Output::Runq {
+        container: labels("wk"),
+        record: Runq {
+            wakeups: Some(w),
+            ..Default::default()
+        },
+        slots: [0u64; RUNQ_SLOTS],
+    });
+    let body = m.encode();
+    let line = |name: &str, by: &str| {
+        body.lines()
+            .find(|l| {
+                l.starts_with(name) && l.contains("\"wk\"") && l.contains(&format!("by=\"{by}\""))
+            })
+            .unwrap_or_else(|| panic!("no {name} by={by} in {body}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert_eq!(line("throttlewatch_wakeups_total", "interrupt"), 10.0);
+    assert_eq!(line("throttlewatch_wakeups_total", "same"), 3.0);
+    assert_eq!(
+        line("throttlewatch_wakeup_wait_seconds_total", "interrupt"),
+        2.0
+    );
+    assert_eq!(
+        line("throttlewatch_wakeup_frozen_seconds_total", "interrupt"),
+        0.5
+    );
+    m.forget(&labels("wk"));
+    assert!(
+        !m.encode().contains("throttlewatch_wakeups_total{"),
+        "removed with the container"
+    );
+}

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use throttlewatch_bpf::runq::RUNQ_SLOTS;
 use throttlewatch_bpf::{RunqTotals, WakeEdge, WakeKey};
 use throttlewatch_core::logfmt::wakeups::{
-    WakeEdge as LogEdge, WakeRest, Wakee, Waker, Wakeups, EDGES_AT_END, EDGES_PER_INTERVAL,
+    WakeEdge as LogEdge, WakeRest, WakeTotals, Wakee, Waker, Wakeups, EDGES_AT_END,
+    EDGES_PER_INTERVAL,
 };
 
 /// Edges a session keeps whole-watch figures for; past it they add to `rest`.
@@ -141,6 +142,19 @@ fn record(
     if edges.is_empty() && extra_rest.1 == 0 && dropped == 0 {
         return None;
     }
+    let mut by_waker = std::collections::BTreeMap::<String, WakeTotals>::new();
+    for (k, f, _, _) in &edges {
+        let t = by_waker.entry(k.kind.as_str().into()).or_default();
+        t.count += f.count;
+        t.wait_ns += f.wait_ns;
+        t.frozen_ns += f.frozen_ns;
+    }
+    if extra_rest.1 > 0 {
+        let t = by_waker.entry("unlisted".into()).or_default();
+        t.count += extra_rest.0.count;
+        t.wait_ns += extra_rest.0.wait_ns;
+        t.frozen_ns += extra_rest.0.frozen_ns;
+    }
     edges.sort_by(|a, b| b.1.cost().cmp(&a.1.cost()).then(a.0.cmp(&b.0)));
     let (mut rest, mut n) = extra_rest;
     for (_, f, _, _) in edges.iter().skip(keep) {
@@ -162,6 +176,7 @@ fn record(
             frozen_hops: rest.frozen_hops,
         }),
         dropped,
+        by_waker,
     })
 }
 

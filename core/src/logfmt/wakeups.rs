@@ -3,6 +3,8 @@
 //! wakeup started was frozen by the quota (`runq.wakeups`, `end.runq.wakeups`;
 //! docs/log-format.md).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Edges in a `runq` record (the interval's costliest, by wait + frozen time).
@@ -25,6 +27,17 @@ pub struct Wakeups {
     /// Wake-ups not counted: the kernel's edge map was full.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub dropped: u64,
+    /// All the span's edges (listed or not) by the waker's kind.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_waker: BTreeMap<String, WakeTotals>,
+}
+
+/// Wake-ups of one kind of waker, summed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakeTotals {
+    pub count: u64,
+    pub wait_ns: u64,
+    pub frozen_ns: u64,
 }
 
 /// Who woke: `kind` is `same` (a thread of this container), `other`

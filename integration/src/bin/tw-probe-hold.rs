@@ -4,6 +4,8 @@
 //! `--cold-start` also watches that cpu cgroup and arms a cold start in it
 //! whose CPU target is never reached, so the first exec there and every
 //! thread it starts are followed (the cold-start part of each switch).
+//! `--watch CPU_CGROUP_DIR` watches that cgroup alone (its tasks' switches
+//! and wake-ups run the watched paths: run-queue wait, wake-up chains).
 
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -47,6 +49,15 @@ fn main() {
             assert!(armed, "--cold-start {dir}: not armed (no run-queue part?)");
             id
         });
+    if let Some(dir) = args.iter().position(|a| a == "--watch").map(|i| {
+        args.get(i + 1)
+            .expect("--watch takes a cpu cgroup directory")
+    }) {
+        let id = std::fs::metadata(dir)
+            .unwrap_or_else(|e| panic!("--watch {dir}: {e}"))
+            .ino();
+        p.watch(id).expect("watch the cgroup");
+    }
     println!(
         "ready {} {} runq={}",
         p.kind().as_str(),
