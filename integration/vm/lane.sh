@@ -7,7 +7,8 @@
 # `modern_node` is the node users run now: containerd 2.3.4 with its CRI
 # plugin, configured from its `config default` through our installer, pods
 # on a bridge CNI network (the bridge and veth modules), handlers runc and
-# throttlewatch; `nri` the NRI plugin on that node. docker and containerd 1.6 stay on the host lane, and so
+# throttlewatch; `nri` the NRI plugin on that node; `wakeups` the wake-up chains on the dequeue
+# model. docker and containerd 1.6 stay on the host lane, and so
 # does `agent` (see integration/vm/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +36,7 @@ for line in sys.stdin:
 exes=$(python3 -c '
 import json, sys
 want = {"load", "fidelity", "qos_runc", "runq", "runc", "cli", "coldstart", "control", "thread_cpu", "start_path",
-        "modern_node", "task_metrics", "kubelet_pods", "nri"}
+        "modern_node", "task_metrics", "kubelet_pods", "nri", "wakeups"}
 for line in sys.stdin:
     try:
         m = json.loads(line)
