@@ -11,6 +11,7 @@
 //! control/<id>.json        the bandwidth a controlled container had before the agent moved it (restored after a crash)
 //! pending/<id>             a register sent by the wrapper's `create` and not yet confirmed: the init pid (its `start` waits for the watch)
 //! pids/<pid>               the init pid of a `create` the wrapper runs (its --pid-file when the caller gave none; removed at once)
+//! nri/<id>.json            a container the NRI plugin registered (a Synchronize ends it once the runtime no longer runs it)
 //! ```
 //! `<id>` is the container's [`ContainerKey::file_stem`]: the id escaped like
 //! the log file names (so it never leaves its directory), then `@<scope>`
@@ -31,6 +32,7 @@ pub const UNWATCHED_DIR: &str = "unwatched";
 pub const CONTROL_DIR: &str = "control";
 pub const PIDS_DIR: &str = "pids";
 pub const PENDING_DIR: &str = "pending";
+pub const NRI_DIR: &str = "nri";
 /// Mode of the state directory and its subdirectories.
 pub const DIR_MODE: u32 = 0o700;
 /// Mode of the files in it.
@@ -102,6 +104,15 @@ impl StateDir {
     /// `pending/<key>`: a register sent and not yet seen done.
     pub fn pending_file(&self, key: &ContainerKey) -> PathBuf {
         self.pending_dir().join(key.file_stem())
+    }
+
+    pub fn nri_dir(&self) -> PathBuf {
+        self.root.join(NRI_DIR)
+    }
+
+    /// `nri/<key>.json`: a container the NRI plugin registered.
+    pub fn nri_file(&self, key: &ContainerKey) -> PathBuf {
+        self.nri_dir().join(format!("{}.json", key.file_stem()))
     }
 
     /// `key`'s register was taken (or will never be): its `pending/<key>`
@@ -245,6 +256,7 @@ mod tests {
             Path::new("/run/tw/bursts/c1@ns-a.json")
         );
         assert_eq!(s.cpusets_dir(), Path::new("/run/tw/cpusets"));
+        assert_eq!(s.nri_file(&scoped), Path::new("/run/tw/nri/c1@ns-a.json"));
         assert_eq!(
             s.unwatched_file(&key("a/b")),
             Path::new("/run/tw/unwatched/a%2Fb")

@@ -42,11 +42,13 @@ pub(crate) fn release(cfg: &Config, key: &ContainerKey) {
     }
 }
 
-pub(crate) fn restore(cfg: &Config, id: &str, h: HeldBurst) {
-    let mut warn = |m: &str| say(&format!("PostUpdateContainer of {id:?}: {m}"));
-    if let Err(e) = h.restore(cfg, &mut warn) {
-        say(&e.to_string());
-    }
+/// A held burst written back (for the quota now) at `event`: the burst
+/// written (µs); what went wrong is said.
+pub(crate) fn restore(cfg: &Config, event: &str, id: &str, h: HeldBurst) -> Option<u64> {
+    let mut warn = |m: &str| say(&format!("{event} of {id:?}: {m}"));
+    h.restore(cfg, &mut warn)
+        .map_err(|e| say(&format!("{event}: {e}")))
+        .ok()
 }
 
 /// The burst `spec` asks for, as a record to size it for a quota (none

@@ -13,6 +13,8 @@
 //!   connection of a runtime-launched plugin;
 //! - [`plugin`]: what each event does with a container;
 //! - [`container`]: a container's spec, burst and clean-up in lifecycle's terms;
+//! - [`registered`]: the containers this plugin registered, for the
+//!   `Synchronize` that finds them gone;
 //! - [`options`]: the plugin's identity and watch mode.
 
 /// The NRI API (`nri.pkg.api.v1alpha1`), generated.
@@ -38,6 +40,7 @@ pub mod container;
 pub mod mux;
 pub mod options;
 pub mod plugin;
+pub mod registered;
 pub mod rpc;
 pub mod session;
 

@@ -3,20 +3,23 @@
 //!
 //! - `Configure`: the runtime, its timeouts, the plugin configuration; the
 //!   answer subscribes to the container events below.
-//! - `Synchronize`: containers already running are registered with the
-//!   agent (an agent that watches one already answers so: no second `start`
-//!   record); answered at once, the registers go on behind it.
+//! - `Synchronize` (`sync.rs`): containers this plugin registered that
+//!   the runtime no longer runs are ended; the running ones get their
+//!   annotation QoS again and are registered with the agent (an agent that
+//!   watches one already answers so: no second `start` record); answered at
+//!   once, the work goes on behind it.
 //! - `CreateContainer`: on cgroup v2, the burst asked for goes into the
 //!   adjustment (`linux.resources.unified["cpu.max.burst"]`); NRI has no
 //!   field for the v1 burst (`cpu.cfs_burst_us`), which is written at start.
 //! - `StartContainer`: the task exists (its init waits for the start, the
 //!   cgroup is there) and its entrypoint has not run: annotation QoS into
 //!   the cgroup, then the register — the hook's createRuntime work.
-//! - `UpdateContainer` / `PostUpdateContainer`: the burst is cleared before
-//!   the new quota is written (the kernel refuses a quota below the burst)
-//!   and written back clamped to it after.
-//! - `StopContainer` / `RemoveContainer`: the agent writes the `end` record;
-//!   the burst record and exclusive cores are released.
+//! - `UpdateContainer` / `PostUpdateContainer` (`update.rs`): the burst is
+//!   cleared before the new quota is written (the kernel refuses a quota
+//!   below the burst) and written back clamped to it after, or after
+//!   [`Plugin::hold_limit`] when no post-update comes.
+//! - `StopContainer` / `RemoveContainer` (`end.rs`): the agent writes the
+//!   `end` record; the burst record and exclusive cores are released.
 //!
 //! Fail-open: every container event is answered within the runtime's
 //! request timeout whatever the agent does; an event whose work is not done
@@ -30,27 +33,26 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use protobuf::{Message, MessageField};
-use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
 use throttlewatch_cgroup::{CgroupMode, Hierarchies};
 use throttlewatch_core::config::Config;
 use throttlewatch_core::keys::PREFIX;
-use throttlewatch_core::logfmt::now_unix_ns;
-use throttlewatch_core::protocol::Register;
 use throttlewatch_core::{ContainerKey, EndReason, Scope};
 use throttlewatch_lifecycle::bundle_spec;
-use throttlewatch_lifecycle::create_marks::CreateMarks;
 use throttlewatch_lifecycle::created::{self, Created};
 use throttlewatch_lifecycle::held_burst::HeldBurst;
 use throttlewatch_lifecycle::report::Reporter;
 use throttlewatch_lifecycle::timing::Phases;
-use throttlewatch_lifecycle::{qos, AgentClient, AgentError, HookStage};
+use throttlewatch_lifecycle::HookStage;
 use ttrpc::{Code, Status};
 
 use crate::api;
-use crate::container::{burst_for, release, spec_of};
+use crate::container::{burst_for, spec_of};
 use crate::options::{NriConfig, WatchMode};
+use crate::registered::Registered;
 use crate::rpc::Answer;
 use crate::NAME;
+use held::Holds;
+use sync::Listed;
 
 /// The plugin service's name on the wire.
 pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
@@ -108,14 +110,17 @@ pub struct LoadedConfig {
     pub path: Option<PathBuf>,
 }
 
-/// The plugin: the node's throttlewatch configuration, the watch mode, and
-/// the bursts held across updates.
+/// The plugin: the node's throttlewatch configuration, the watch mode, the
+/// bursts held across updates, and what this connection's `Synchronize`
+/// listed so far.
 pub struct Plugin {
     settings: Mutex<Arc<LoadedConfig>>,
     cli_watch: WatchMode,
     watch: Mutex<WatchMode>,
     runtime: Mutex<RuntimeInfo>,
-    held: Mutex<HashMap<String, HeldBurst>>,
+    held: Mutex<Holds<HeldBurst>>,
+    /// The containers of the `Synchronize` pieces of this connection, by id.
+    listed: Mutex<HashMap<String, Listed>>,
     /// The cgroup version of the cpu controller (None: not found).
     mode: Option<CgroupMode>,
 }
@@ -151,6 +156,7 @@ impl Plugin {
                 request_timeout: DEFAULT_REQUEST_TIMEOUT,
             }),
             held: Mutex::default(),
+            listed: Mutex::default(),
             mode,
         }
     }
@@ -205,16 +211,20 @@ impl Plugin {
             "StopContainer" => {
                 let req: api::StopContainerRequest = decode(method, payload)?;
                 let id = req.container.id.clone();
+                // The process has exited, the runtime's low-level delete
+                // (the cgroup's removal) comes after the answer: the shim's
+                // `delete`.
                 self.within(method, id, (), move |p| {
-                    p.finish(&req.pod, &req.container, EndReason::Poststop)
+                    p.finish(&req.pod, &req.container, EndReason::Delete)
                 });
                 encode(&api::StopContainerResponse::new())
             }
             "RemoveContainer" => {
                 let req: api::RemoveContainerRequest = decode(method, payload)?;
                 let id = req.container.id.clone();
+                // After the low-level delete, where runc runs poststop.
                 self.within(method, id, (), move |p| {
-                    p.finish(&req.pod, &req.container, EndReason::Delete)
+                    p.finish(&req.pod, &req.container, EndReason::Poststop)
                 });
                 encode(&api::RemoveContainerResponse::new())
             }
@@ -238,14 +248,14 @@ impl Plugin {
         event: &str,
         container: String,
         fallback: T,
-        work: impl FnOnce(&Plugin) -> T + Send + 'static,
+        work: impl FnOnce(&Arc<Plugin>) -> T + Send + 'static,
     ) -> T {
         let (tx, rx) = sync_channel(1);
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("nri-event".into())
             .spawn(move || {
-                let _ = tx.send(work(me.as_ref()));
+                let _ = tx.send(work(&me));
             });
         if let Err(e) = spawned {
             say(&format!(
@@ -288,6 +298,8 @@ impl Plugin {
             }
         };
         *lock(&self.watch) = watch;
+        // A new connection: its Synchronize lists the containers anew.
+        lock(&self.listed).clear();
         say(&format!(
             "configured by {}/{} (NRI {}), request timeout {timeout:?}, watching {} containers",
             req.runtime_name,
@@ -322,42 +334,6 @@ impl Plugin {
             }
             Err(bad) => say(&format!("{bad}; keeping the configuration in use")),
         }
-    }
-
-    fn synchronize(self: &Arc<Self>, req: api::SynchronizeRequest) -> api::SynchronizeResponse {
-        let mut res = api::SynchronizeResponse::new();
-        // Pieces of a split sync are taken as they come: each container
-        // stands on its own. `more` answered as asked.
-        res.more = req.more;
-        let pods: HashMap<String, api::PodSandbox> =
-            req.pods.into_iter().map(|p| (p.id.clone(), p)).collect();
-        let containers: Vec<(api::PodSandbox, api::Container)> = req
-            .containers
-            .into_iter()
-            .filter(|c| c.state.enum_value_or_default() == api::ContainerState::CONTAINER_RUNNING)
-            .map(|c| (pods.get(&c.pod_sandbox_id).cloned().unwrap_or_default(), c))
-            .filter(|(p, c)| self.wanted(p, c))
-            .collect();
-        if containers.is_empty() {
-            return res;
-        }
-        let me = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name("nri-sync".into())
-            .spawn(move || {
-                let watched = containers
-                    .iter()
-                    .filter(|(p, c)| me.register_running(p, c))
-                    .count();
-                say(&format!(
-                    "Synchronize: {watched} of {} running containers watched",
-                    containers.len()
-                ));
-            });
-        if let Err(e) = spawned {
-            say(&format!("cannot register the running containers: {e}"));
-        }
-        res
     }
 
     /// Whether the plugin watches this container: not our shim's, and
@@ -410,8 +386,6 @@ impl Plugin {
         pod: &MessageField<api::PodSandbox>,
         c: &MessageField<api::Container>,
     ) {
-        let s = self.settings();
-        let cfg = &s.cfg;
         let (pod, c) = (pod.get_or_default(), c.get_or_default());
         if !self.wanted(pod, c) {
             return;
@@ -423,7 +397,17 @@ impl Plugin {
             ));
             return;
         }
+        self.on_task(pod, c);
+    }
+
+    /// The hook's createRuntime work for a container whose task exists:
+    /// its registration noted, the annotation QoS into its cgroup (the
+    /// same values again for one that has them: idempotent), the register.
+    fn on_task(&self, pod: &api::PodSandbox, c: &api::Container) {
+        let s = self.settings();
+        let cfg = &s.cfg;
         let key = self.key(&c.id);
+        self.note_registered(&key);
         let spec = spec_of(pod, c);
         let mut rep = Reporter::new(cfg, HookStage::CreateRuntime, NAME);
         rep.set_container(&c.id);
@@ -440,94 +424,16 @@ impl Plugin {
         }
     }
 
-    /// A container running before this plugin (or before it reconnected):
-    /// registered without its QoS again (it was applied at its start).
-    fn register_running(&self, pod: &api::PodSandbox, c: &api::Container) -> bool {
-        let s = self.settings();
-        let cfg = &s.cfg;
-        if c.pid == 0 {
-            return false;
+    /// `key` is registered through this plugin: a later `Synchronize` that
+    /// no longer lists it ends it (written before the register, so that a
+    /// plugin that dies in between still does).
+    fn note_registered(&self, key: &ContainerKey) {
+        let cfg = &self.settings().cfg;
+        if let Err(e) = Registered::new(&cfg.state_dir).add(key) {
+            say(&format!(
+                "cannot note the registration of {key}: {e}; a Synchronize will not end it"
+            ));
         }
-        let spec = spec_of(pod, c);
-        let (req, _) = qos::request(cfg, &spec);
-        if req.watch == Some(false) {
-            return false;
-        }
-        let rel = Hierarchies::discover()
-            .map_err(|e| e.to_string())
-            .and_then(|h| {
-                cpu_cgroup_of_pid(Path::new("/proc"), c.pid, h.mode).map_err(|e| e.to_string())
-            });
-        let rel = match rel {
-            Ok(r) => r,
-            Err(e) => {
-                say(&format!(
-                    "Synchronize: container {:?}: {e}; not watched",
-                    c.id
-                ));
-                return false;
-            }
-        };
-        let key = self.key(&c.id);
-        let reg = Register {
-            container_id: key.id.clone(),
-            scope: key.scope.clone(),
-            container_name: spec.container_name(),
-            pid: Some(c.pid),
-            cgroup_path: rel,
-            annotations: spec.annotations.clone(),
-            created_ns: u64::try_from(c.created_at).ok().filter(|ns| *ns > 0),
-            hook_ns: Some(now_unix_ns()),
-            threshold_ns: req.threshold().map(|d| d.as_nanos() as u64),
-            ..Default::default()
-        };
-        match AgentClient::of(cfg).register(&reg, None) {
-            Ok(_) => {
-                CreateMarks::new(&cfg.state_dir, &key).watched();
-                true
-            }
-            Err(e) => {
-                say(&format!(
-                    "Synchronize: cannot register container {key}: {e}"
-                ));
-                false
-            }
-        }
-    }
-
-    /// cgroup v2: the burst the create put in the container's spec
-    /// (`unified`) is written again by every update after the new quota, so
-    /// it is sized for the new quota here (the kernel refuses a burst above
-    /// the quota, and with it the whole update).
-    /// The container stopped or was removed: the `end` record (a second
-    /// call finds it ended), the burst record and exclusive cores released.
-    fn finish(
-        &self,
-        pod: &MessageField<api::PodSandbox>,
-        c: &MessageField<api::Container>,
-        why: EndReason,
-    ) {
-        let s = self.settings();
-        let cfg = &s.cfg;
-        let (pod, c) = (pod.get_or_default(), c.get_or_default());
-        lock(&self.held).remove(&c.id);
-        if !self.wanted(pod, c) {
-            return;
-        }
-        let key = self.key(&c.id);
-        let exit_code = (c.state.enum_value_or_default() == api::ContainerState::CONTAINER_STOPPED)
-            .then_some(c.exit_code);
-        if !CreateMarks::new(&cfg.state_dir, &key).take_refusal() {
-            match AgentClient::of(cfg).unregister(&key, why, exit_code) {
-                Ok(_) => {}
-                Err(AgentError::Refused(r)) => say(&format!(
-                    "the agent refused to end the log of {key}: {}",
-                    r.error.unwrap_or_else(|| "no reason given".into())
-                )),
-                Err(e) => say(&format!("{e}; the end record of {key} may not be written")),
-            }
-        }
-        release(cfg, &key);
     }
 }
 
@@ -552,6 +458,9 @@ fn unimplemented(service: &str, method: &str) -> Status {
     )
 }
 
+mod end;
+pub mod held;
+mod sync;
 mod update;
 
 #[cfg(test)]

@@ -276,3 +276,118 @@ fn event_mask_is_nris() {
     assert_eq!(event_mask(&[api::Event::CREATE_CONTAINER]), 1 << 3);
     assert_eq!(event_mask(&[]), 0);
 }
+
+fn sync_req(containers: Vec<api::Container>, more: bool) -> api::SynchronizeRequest {
+    let mut q = api::SynchronizeRequest::new();
+    q.containers = containers;
+    q.more = more;
+    q
+}
+
+fn in_state(c: api::Container, state: api::ContainerState) -> api::Container {
+    api::Container {
+        state: state.into(),
+        pid: std::process::id(),
+        ..c
+    }
+}
+
+/// Wait (at most 5 s) for `f`.
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A whole Synchronize (its last piece) ends this plugin's registrations
+/// it does not list running: the burst record and the registration go;
+/// the running one and another front end's burst record stay.
+#[test]
+fn synchronize_ends_what_stopped_while_the_plugin_was_down() {
+    use throttlewatch_lifecycle::burst_record::{self, BurstRecord, BurstRequest, RECORD_VERSION};
+    let d = tempfile::tempdir().unwrap();
+    let p = plugin(d.path(), WatchMode::Annotated, CgroupMode::V1);
+    let mut q = api::ConfigureRequest::new();
+    q.runtime_name = "containerd".into();
+    let _: api::ConfigureResponse = call(&p, "Configure", &q);
+    let cfg = &p.settings().cfg;
+    let state = throttlewatch_lifecycle::StateDir::new(&cfg.state_dir);
+    let reg = Registered::new(&cfg.state_dir);
+    let record = |key: &ContainerKey| BurstRecord {
+        v: RECORD_VERSION,
+        container_id: key.id.clone(),
+        scope: key.scope.clone(),
+        cgroup_path: "/nowhere".into(),
+        request: BurstRequest::Micros(20_000),
+        cap_percent: 100,
+        applied_us: 20_000,
+    };
+    let (gone, stopped, running) = (p.key("gone"), p.key("stopped"), p.key("running"));
+    let other = p.key("the-shims");
+    for k in [&gone, &stopped, &running] {
+        reg.add(k).unwrap();
+    }
+    for k in [&gone, &stopped, &running, &other] {
+        burst_record::save(&state, &record(k)).unwrap();
+    }
+    // A first piece lists nothing: nothing is ended before the last one.
+    let _: api::SynchronizeResponse = call(&p, "Synchronize", &sync_req(vec![], true));
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(reg.all(&mut |_| {}).len(), 3, "ended before the last piece");
+    let unannotated = |id| container(id, &[], Some(50_000));
+    let last = vec![
+        in_state(
+            unannotated("running"),
+            api::ContainerState::CONTAINER_RUNNING,
+        ),
+        in_state(
+            unannotated("stopped"),
+            api::ContainerState::CONTAINER_STOPPED,
+        ),
+        in_state(
+            unannotated("the-shims"),
+            api::ContainerState::CONTAINER_STOPPED,
+        ),
+    ];
+    let _: api::SynchronizeResponse = call(&p, "Synchronize", &sync_req(last, false));
+    eventually("the gone and the stopped ended", || {
+        reg.all(&mut |_| {}) == vec![running.clone()]
+    });
+    eventually("their burst records released", || {
+        !state.burst_file(&gone).exists() && !state.burst_file(&stopped).exists()
+    });
+    assert!(state.burst_file(&running).exists(), "the running one's");
+    assert!(state.burst_file(&other).exists(), "another front end's");
+}
+
+#[test]
+fn a_burst_waits_twice_the_request_timeout_for_its_post_update() {
+    let d = tempfile::tempdir().unwrap();
+    let p = plugin(d.path(), WatchMode::Annotated, CgroupMode::V1);
+    assert_eq!(p.hold_limit(), DEFAULT_REQUEST_TIMEOUT * 2);
+    let mut q = api::ConfigureRequest::new();
+    q.request_timeout = 700;
+    let _: api::ConfigureResponse = call(&p, "Configure", &q);
+    assert_eq!(p.hold_limit(), Duration::from_millis(1400));
+}
+
+/// StartContainer notes the registration before the register (no agent
+/// here), StopContainer forgets it.
+#[test]
+fn a_started_container_is_noted_until_it_stops() {
+    let d = tempfile::tempdir().unwrap();
+    let p = plugin(d.path(), WatchMode::Annotated, CgroupMode::V1);
+    let mut c = container("noted", &[("throttlewatch.io/watch", "true")], Some(50_000));
+    c.pid = std::process::id();
+    let reg = Registered::new(&p.settings().cfg.state_dir);
+    let mut q = api::StartContainerRequest::new();
+    q.container = MessageField::some(c.clone());
+    let _: api::StartContainerResponse = call(&p, "StartContainer", &q);
+    assert!(reg.contains(&p.key("noted")));
+    let mut q = api::StopContainerRequest::new();
+    q.container = MessageField::some(c);
+    let _: api::StopContainerResponse = call(&p, "StopContainer", &q);
+    assert!(!reg.contains(&p.key("noted")));
+}
