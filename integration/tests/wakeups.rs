@@ -263,8 +263,10 @@ fn check_hops(r: &Run, rounds: u64, exact: bool, what: &str) {
 fn a_pipeline_of_processes_shows_its_chain_as_perf_sched_does() {
     let _g = cpu_lock();
     let d = Scratch::new("wake-proc");
-    let rounds = 100;
-    let r = run(&d, "proc", &[], &["processes", "100", "20", "1"]);
+    // 50 ms rounds: the VM lane's emulated CPUs run Python slowly enough
+    // that at 20 ms a reader sometimes finds its byte already there.
+    let rounds = 60;
+    let r = run(&d, "proc", &[], &["processes", "60", "50", "1"]);
     check_hops(&r, rounds, true, "processes, no quota");
     for (a, b) in HOPS {
         let e = edge(&r, a, b);
@@ -280,8 +282,8 @@ fn a_pipeline_of_processes_shows_its_chain_as_perf_sched_does() {
 fn a_pipeline_of_threads_shows_its_chain() {
     let _g = cpu_lock();
     let d = Scratch::new("wake-thr");
-    let r = run(&d, "thr", &[], &["threads", "100", "20", "1"]);
-    check_hops(&r, 100, false, "threads, no quota");
+    let r = run(&d, "thr", &[], &["threads", "60", "50", "1"]);
+    check_hops(&r, 60, false, "threads, no quota");
     let e = edge(&r, "tw-src", "tw-pipe");
     assert_eq!(e["waker"]["pid"], e["wakee"]["pid"], "one process: {e}");
 }
@@ -332,9 +334,15 @@ fn a_quota_freezes_the_hops_and_the_edges_say_which() {
     );
     // Every freeze of the chain's threads lies in a hop but those before a
     // thread's first wake-up (its start-up under the quota: 0.1-0.2 s of
-    // 1-4 s here): the edges' frozen time is most of the threads', never more.
+    // 1-4 s here): the edges' frozen time is most of the threads', never
+    // more. On the run-queue model (the VM lane's 6.1) a thread frozen
+    // with its run-queue while it waited without a wake-up of its own
+    // (preempted, then the queue throttled) is charged to no hop: there
+    // the bound is a third (measured 45 %).
+    let task_model = of_type(&r.log, "start")[0]["throttle_model"] == "task";
+    let least = if task_model { 7 } else { 3 };
     assert!(
-        frozen <= thread_frozen + thread_frozen / 100 && frozen * 10 >= thread_frozen * 7,
+        frozen <= thread_frozen + thread_frozen / 100 && frozen * 10 >= thread_frozen * least,
         "edges {frozen} ns frozen vs the chain threads' {thread_frozen} ns"
     );
     // The interval records carry the edges too, and add up to the end's.
@@ -351,5 +359,171 @@ fn a_quota_freezes_the_hops_and_the_edges_say_which() {
     assert!(
         by_interval <= total,
         "intervals {by_interval} > end {total}"
+    );
+}
+
+/// A loop writing a byte into a FIFO every 50 ms from `start` (CLOCK_MONOTONIC
+/// seconds), `offset` ms later in each period, 40 times; joins `procs` (a
+/// cgroup.procs file) first when given.
+fn writer(fifo: &Path, procs: Option<PathBuf>, start: f64, offset: u32) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("python3");
+    cmd.args([
+        "-c",
+        "import os,sys,time\nfd=os.open(sys.argv[1],os.O_WRONLY)\nt=float(sys.argv[3])+int(sys.argv[2])/1000\n\
+         for i in range(40):\n time.sleep(max(0,t+(i+1)*0.05-time.monotonic())); os.write(fd,b'x')",
+    ])
+    .arg(fifo)
+    .arg(offset.to_string())
+    .arg(start.to_string())
+    .stdin(Stdio::null());
+    if let Some(procs) = procs {
+        // SAFETY: only a write(2) to a path prepared before fork, then exec.
+        unsafe {
+            cmd.pre_exec(move || std::fs::write(&procs, std::process::id().to_string()));
+        }
+    }
+    cmd.spawn().unwrap()
+}
+
+/// One agent watching two containers: a reader in `a` woken through FIFOs
+/// by a writer in container `b` (`other`), by a host process (`host`), and
+/// by its own sleep's timer (`interrupt`).
+#[test]
+fn wakers_are_told_apart_by_where_they_run() {
+    use std::os::unix::process::CommandExt;
+    use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
+    use throttlewatch_core::protocol::{call, Register, Request};
+    use throttlewatch_integration::daemons::{Agent, PrivateConfig};
+
+    let _g = cpu_lock();
+    let d = Scratch::new("wake-kinds");
+    let cfg = PrivateConfig::new("snapshot_interval_s = 1");
+    let _agent = Agent::start(&cfg);
+    let h = Hierarchies::discover().unwrap();
+    let cg = |t: &str| {
+        TransientCgroup::create(&h, &format!("/tw-test-wake-{t}-{}", std::process::id())).unwrap()
+    };
+    let (a, b) = (cg("a"), cg("b"));
+    let ids = [("a", &a), ("b", &b)].map(|(t, g)| {
+        let cid = format!("tw-wake-{t}-{}", std::process::id());
+        let r = call(
+            &cfg.socket,
+            &Request::Register(Register {
+                container_id: cid.clone(),
+                cgroup_path: g.group.rel.clone(),
+                ..Default::default()
+            }),
+            std::time::Duration::from_secs(30),
+        )
+        .unwrap();
+        assert!(r.ok, "register {cid}: {r:?}");
+        cid
+    });
+    let (f_other, f_host) = (d.0.join("other"), d.0.join("host"));
+    for f in [&f_other, &f_host] {
+        let c = std::ffi::CString::new(f.to_str().unwrap()).unwrap();
+        // SAFETY: a valid path; mkfifo(3) reads it only.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    }
+    let procs_a = a.group.cpu_dir.join("cgroup.procs");
+    let mut reader = Command::new("python3");
+    reader
+        .args([
+            "-c",
+            "import ctypes,os,sys,time\nctypes.CDLL(None).prctl(15,b'tw-reader',0,0,0)\n\
+             o=os.open(sys.argv[1],os.O_RDONLY); h=os.open(sys.argv[2],os.O_RDONLY)\n\
+             for _ in range(40):\n os.read(o,1); os.read(h,1); time.sleep(0.005)\n\
+             print(os.getpid(), flush=True)",
+        ])
+        .arg(&f_other)
+        .arg(&f_host)
+        .stdout(Stdio::piped());
+    // SAFETY: only a write(2) to a path prepared before fork, then exec.
+    unsafe {
+        reader.pre_exec(move || std::fs::write(&procs_a, std::process::id().to_string()));
+    }
+    let reader = reader.spawn().unwrap();
+    // Both writers keep one clock: 1 s from now, whenever each starts.
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
+        0
+    );
+    let start = ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9 + 1.0;
+    let mut w_other = writer(
+        &f_other,
+        Some(b.group.cpu_dir.join("cgroup.procs")),
+        start,
+        0,
+    );
+    let mut w_host = writer(&f_host, None, start, 25);
+    let out = reader.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let pid: u32 = text(&out.stdout).trim().parse().unwrap();
+    let (wo, wh) = (w_other.id(), w_host.id());
+    w_other.wait().unwrap();
+    w_host.wait().unwrap();
+    let r = call(
+        &cfg.socket,
+        &Request::Unregister {
+            container_id: ids[0].clone(),
+            scope: None,
+            reason: throttlewatch_core::EndReason::Exit,
+            exit_code: None,
+        },
+        std::time::Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(r.ok, "{r:?}");
+    let log = read_log(&cfg.log_of(&ids[0]));
+    let end = of_type(&log, "end")[0];
+    let edges = end["runq"]["wakeups"]["edges"].as_array().unwrap();
+    let into_reader: Vec<&Value> = edges.iter().filter(|e| e["wakee"]["pid"] == pid).collect();
+    let by = |kind: &str, waker_pid: u32| {
+        into_reader
+            .iter()
+            .filter(|e| {
+                e["waker"]["kind"] == kind && (waker_pid == 0 || e["waker"]["pid"] == waker_pid)
+            })
+            .map(|e| n(&e["count"]))
+            .sum::<u64>()
+    };
+    let (other, host, irq) = (by("other", wo), by("host", wh), by("interrupt", 0));
+    let show: Vec<String> = edges
+        .iter()
+        .map(|e| {
+            format!(
+                "{}/{}/{} -> {}/{} x{}",
+                e["waker"]["kind"],
+                e["waker"]["comm"],
+                e["waker"]["pid"],
+                e["wakee"]["comm"],
+                e["wakee"]["pid"],
+                e["count"]
+            )
+        })
+        .collect();
+    eprintln!("reader woken by container b (pid {wo}) {other}, by the host (pid {wh}) {host}, by interrupts {irq}: {show:?}");
+    // Each read blocks until its writer's byte (container b writes at the
+    // start of each 50 ms, the host 25 ms later, and the reader reads them
+    // in that order): a wake-up per byte, less the few that found the byte
+    // already there.
+    assert!((32..=41).contains(&other), "by container b: {other}");
+    assert!((32..=41).contains(&host), "by the host: {host}");
+    assert!(irq >= 32, "by its sleep's timer: {irq}");
+    // The interval records say the same by kind (metrics read these; the
+    // span after the last one is in `end` only).
+    let by_kind: u64 = of_type(&log, "runq")
+        .iter()
+        .filter_map(|q| q["wakeups"]["by_waker"]["other"]["count"].as_u64())
+        .sum();
+    assert!(
+        by_kind > 0 && by_kind <= other,
+        "runq by_waker.other {by_kind}, end {other}"
     );
 }
