@@ -15,6 +15,9 @@ pub mod render_svg;
 pub mod render_terminal;
 pub mod replay;
 pub mod summary;
+pub mod wakeups;
+mod wakeups_path;
+pub mod wakeups_svg;
 pub mod what_if;
 
 use std::io::Write;
@@ -66,12 +69,18 @@ pub fn report_one(
 ) -> Result<summary::ContainerReport, ReadError> {
     let total = src.total_bytes();
     let mut c = model::Container::default();
-    let stats = reader::read(src, |ts, rec| c.add(ts, rec), |b| progress(b, total))?;
-    Ok(summary::container(
-        src.path().display().to_string(),
-        &c,
-        stats,
-    ))
+    let mut wakes = wakeups::IntervalEdges::default();
+    let stats = reader::read(
+        src,
+        |ts, rec| {
+            wakes.add(&rec);
+            c.add(ts, rec)
+        },
+        |b| progress(b, total),
+    )?;
+    let mut r = summary::container(src.path().display().to_string(), &c, stats);
+    r.wakeups = wakes.report(&c);
+    Ok(r)
 }
 
 /// Every log, ranked by frozen share (most first).
@@ -168,6 +177,13 @@ pub fn run(args: &ReportArgs, log_dir: &Path) -> Result<(), ReportError> {
                     dir.join(format!("{}-{name}.svg", file_stem(r, i)))
                 };
                 write(&file, svg.as_bytes())?;
+            }
+            if let Some(w) = &r.wakeups {
+                let file = match reports.len() {
+                    1 => dir.join("wakeups.svg"),
+                    _ => dir.join(format!("{}-wakeups.svg", file_stem(r, i))),
+                };
+                write(&file, wakeups_svg::svg(w).as_bytes())?;
             }
         }
     }

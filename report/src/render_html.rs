@@ -10,6 +10,7 @@ use crate::summary::ContainerReport;
 
 mod control_chart;
 mod gpu_chart;
+mod wake_chart;
 use control_chart::controls;
 
 const CSS: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
@@ -79,6 +80,7 @@ fn container(s: &mut String, i: usize, r: &ContainerReport) {
     recommendations(s, r);
     controls(s, i, &r.controls, r.wall_ns);
     gpu_chart::gpus(s, i, r.gpu.as_ref());
+    wake_chart::wakeups(s, i, r.wakeups.as_ref());
     heatmaps(s, i, r);
     s.push_str("</section>\n");
 }

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use crate::heatmap::{short, Grid};
 use crate::summary::ContainerReport;
 
+mod wake_chains;
 mod waterfall;
 use waterfall::waterfall;
 
@@ -110,6 +111,7 @@ pub fn container(r: &ContainerReport, st: Style) -> String {
     }
     controls(&mut s, &r.controls, st);
     gpus(&mut s, r, st);
+    wake_chains::wake_chains(&mut s, r.wakeups.as_ref(), st);
     if r.freezes.count > 0 {
         s.push_str(&offset_heatmap(&r.heatmaps.offset, st));
     }

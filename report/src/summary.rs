@@ -73,6 +73,11 @@ pub struct ContainerReport {
     /// The container's GPUs while frozen and not (absent without GPU samples).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<crate::gpu::GpuReport>,
+    /// Who woke the container's threads, and the critical path of a
+    /// periodic pipeline (absent without wake-up edges; set by
+    /// `report_one`, wakeups.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wakeups: Option<crate::wakeups::WakeReport>,
 }
 
 /// Which level's quota froze the container: its own, its pod's, or another
@@ -250,6 +255,7 @@ pub fn container(log: String, c: &Container, read: ReadStats) -> ContainerReport
             threads: c.heat.threads(&names),
         },
         gpu: crate::gpu::report(c),
+        wakeups: None,
     }
 }
 

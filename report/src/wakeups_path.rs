@@ -1,0 +1,303 @@
+//! The wake-up graph's layers and the critical path of a periodic pipeline
+//! (docs/report.md, "Wake-up chains").
+//!
+//! Back-edges: a depth-first search from the sources (nodes nothing woke),
+//! then from the rest, each by its wake-ups out, the edges with the most
+//! wake-ups first, marks an edge to a node still on the stack; without
+//! those (and self-edges) the graph is a DAG. A node's layer is the
+//! longest path to it in hops.
+//!
+//! Rounds: a count that edges share, within 2 % (or one wake-up), of at
+//! least 5 (a lone count only where no two edges agree). For a number of
+//! rounds, the pipeline's hops are the edges with at least 80 % of its
+//! wake-ups; each costs (wait + frozen) / max(count, rounds) a round: per
+//! round, or per wake-up where a hop woke more often than once a round;
+//! its path is the DAG path of pipeline hops whose costs add up to the
+//! most. The critical path is the path, of all the candidate rounds, that
+//! adds up to the most latency over its rounds (cost a round x rounds).
+
+use serde::Serialize;
+
+use crate::heatmap::short;
+use crate::wakeups::{ChainEdge, WakeReport};
+
+/// Counts within this share of each other are the same number of rounds.
+const SAME_ROUNDS: f64 = 0.02;
+/// A hop of the pipeline wakes at least this share of the rounds.
+const IN_PIPELINE: f64 = 0.8;
+/// Fewer rounds are no periodic pipeline (one-off edges of a start-up).
+pub const MIN_ROUNDS: u64 = 5;
+
+/// One hop of the critical path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PathHop {
+    /// Index into `edges`.
+    pub edge: usize,
+    pub waker: String,
+    pub wakee: String,
+    pub count: u64,
+    /// (wait + frozen) / max(count, rounds), and its two parts.
+    pub per_round_ns: u64,
+    pub wait_per_round_ns: u64,
+    pub frozen_per_round_ns: u64,
+    /// `round`, or `wake-up` where the hop woke more often than once a round.
+    pub costed_per: &'static str,
+    /// Its wake-ups that saw a freeze of the wakee (frozen_hops / count).
+    pub frozen_share: f64,
+}
+
+/// The path through the graph whose hops add the most latency a round.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CriticalPath {
+    pub rounds: u64,
+    /// How many edges share that count (within 2 %).
+    pub rounds_edges: usize,
+    pub hops: Vec<PathHop>,
+    pub per_round_ns: u64,
+    pub frozen_per_round_ns: u64,
+    /// The terminal's sentence.
+    pub sentence: String,
+}
+
+/// Flags back-edges and gives each node its layer.
+pub fn layer(r: &mut WakeReport) {
+    let n = r.nodes.len();
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut indeg = vec![0usize; n];
+    let mut out_count = vec![0u64; n];
+    for (i, e) in r.edges.iter().enumerate().filter(|(_, e)| !e.self_edge) {
+        out[e.from].push(i);
+        indeg[e.to] += 1;
+        out_count[e.from] += e.edge.count;
+    }
+    // The most frequent edges first: a periodic pipeline's hops are
+    // entered from its source before any rarer edge reaches them.
+    for o in out.iter_mut() {
+        o.sort_by_key(|&i| (std::cmp::Reverse(r.edges[i].edge.count), i));
+    }
+    let mut starts: Vec<usize> = (0..n).collect();
+    starts.sort_by_key(|&v| (indeg[v] > 0, std::cmp::Reverse(out_count[v]), v));
+    // 0 new, 1 on the stack, 2 done.
+    let mut state = vec![0u8; n];
+    let mut back = Vec::new();
+    for s in starts {
+        if state[s] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(s, 0)];
+        state[s] = 1;
+        while let Some((v, k)) = stack.pop() {
+            let Some(&ei) = out[v].get(k) else {
+                state[v] = 2;
+                continue;
+            };
+            stack.push((v, k + 1));
+            let w = r.edges[ei].to;
+            match state[w] {
+                0 => {
+                    state[w] = 1;
+                    stack.push((w, 0));
+                }
+                1 => back.push(ei),
+                _ => {}
+            }
+        }
+    }
+    for ei in back {
+        r.edges[ei].back_edge = true;
+    }
+    for v in topo_order(r) {
+        let next = r.nodes[v].layer + 1;
+        for e in r.edges.iter().filter(|e| e.from == v && dag(e)) {
+            let to = e.to;
+            r.nodes[to].layer = r.nodes[to].layer.max(next);
+        }
+    }
+}
+
+fn dag(e: &ChainEdge) -> bool {
+    !e.self_edge && !e.back_edge
+}
+
+/// The nodes in an order where every DAG edge goes forward (Kahn's).
+fn topo_order(r: &WakeReport) -> Vec<usize> {
+    let n = r.nodes.len();
+    let mut indeg = vec![0usize; n];
+    for e in r.edges.iter().filter(|e| dag(e)) {
+        indeg[e.to] += 1;
+    }
+    let mut ready: Vec<usize> = (0..n).rev().filter(|&v| indeg[v] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(v) = ready.pop() {
+        order.push(v);
+        for e in r.edges.iter().filter(|e| e.from == v && dag(e)) {
+            indeg[e.to] -= 1;
+            if indeg[e.to] == 0 {
+                ready.push(e.to);
+            }
+        }
+    }
+    order
+}
+
+/// Candidate numbers of rounds, each with how many edges agree on it: the
+/// median of each group of counts within 2 % (or one wake-up) of each
+/// other, at least [`MIN_ROUNDS`]; groups of one only where no two counts
+/// agree.
+pub fn round_candidates(counts: &[u64]) -> Vec<(u64, usize)> {
+    let near = |a: u64, c: u64| a.abs_diff(c) as f64 <= (c as f64 * SAME_ROUNDS).max(1.0);
+    let mut out: Vec<(u64, usize)> = Vec::new();
+    for &c in counts.iter().filter(|c| **c > 0) {
+        let mut group: Vec<u64> = counts.iter().copied().filter(|&a| near(a, c)).collect();
+        group.sort_unstable();
+        let cand = (group[group.len() / 2], group.len());
+        if cand.0 >= MIN_ROUNDS && !out.contains(&cand) {
+            out.push(cand);
+        }
+    }
+    if out.iter().any(|c| c.1 > 1) {
+        out.retain(|c| c.1 > 1);
+    }
+    out.sort_unstable();
+    out
+}
+
+/// A hop's cost a round: (wait + frozen) / max(count, rounds).
+fn hop_cost(e: &ChainEdge, rounds: u64) -> u64 {
+    e.edge.cost_ns() / e.edge.count.max(rounds).max(1)
+}
+
+/// The costliest DAG path of pipeline hops for `rounds`: its edges in
+/// order and its cost a round.
+fn best_path(r: &WakeReport, rounds: u64) -> Option<(Vec<usize>, u64)> {
+    let hop = |e: &ChainEdge| dag(e) && e.edge.count as f64 >= rounds as f64 * IN_PIPELINE;
+    // best[v]: the costliest path ending in v, and its last edge.
+    let mut best: Vec<(u64, Option<usize>)> = vec![(0, None); r.nodes.len()];
+    for v in topo_order(r) {
+        for (i, e) in r.edges.iter().enumerate().filter(|(_, e)| e.from == v) {
+            let c = best[v].0 + hop_cost(e, rounds);
+            if hop(e) && (best[e.to].1.is_none() || c > best[e.to].0) {
+                best[e.to] = (c, Some(i));
+            }
+        }
+    }
+    let end = (0..r.nodes.len())
+        .filter(|&v| best[v].1.is_some())
+        .max_by_key(|&v| best[v].0)?;
+    let mut path = Vec::new();
+    let mut v = end;
+    while let Some(i) = best[v].1 {
+        if path.contains(&i) {
+            break;
+        }
+        path.push(i);
+        v = r.edges[i].from;
+    }
+    path.reverse();
+    Some((path, best[end].0))
+}
+
+/// The critical path (its edges marked); none without a pipeline hop. Of
+/// the candidate rounds, the one whose path adds up to the most latency
+/// over all its rounds (cost a round x rounds).
+pub fn critical_path(r: &mut WakeReport) -> Option<CriticalPath> {
+    let counts: Vec<u64> = r
+        .edges
+        .iter()
+        .filter(|e| dag(e))
+        .map(|e| e.edge.count)
+        .collect();
+    let ((rounds, rounds_edges), path) = round_candidates(&counts)
+        .into_iter()
+        .filter_map(|c| best_path(r, c.0).map(|p| (c, p)))
+        .max_by_key(|((n, k), (_, cost))| (*cost as u128 * *n as u128, *k))
+        .map(|(c, (p, _))| (c, p))?;
+    let cost = |e: &ChainEdge| hop_cost(e, rounds);
+    let mut on_path: Vec<usize> = path.iter().map(|&i| r.edges[i].from).collect();
+    on_path.extend(path.last().map(|&i| r.edges[i].to));
+    let hops: Vec<PathHop> = path
+        .iter()
+        .map(|&i| {
+            let e = &r.edges[i];
+            let per = e.edge.count.max(rounds).max(1);
+            PathHop {
+                edge: i,
+                waker: r.name(e.from, &on_path),
+                wakee: r.name(e.to, &on_path),
+                count: e.edge.count,
+                per_round_ns: cost(e),
+                wait_per_round_ns: e.edge.wait_ns / per,
+                frozen_per_round_ns: e.edge.frozen_ns / per,
+                costed_per: if e.edge.count > rounds {
+                    "wake-up"
+                } else {
+                    "round"
+                },
+                frozen_share: e.edge.frozen_hops as f64 / e.edge.count.max(1) as f64,
+            }
+        })
+        .collect();
+    for &i in &path {
+        r.edges[i].on_critical_path = true;
+    }
+    let mut p = CriticalPath {
+        rounds,
+        rounds_edges,
+        per_round_ns: hops.iter().map(|h| h.per_round_ns).sum(),
+        frozen_per_round_ns: hops.iter().map(|h| h.frozen_per_round_ns).sum(),
+        hops,
+        sentence: String::new(),
+    };
+    p.sentence = sentence(&p);
+    Some(p)
+}
+
+/// "critical path per round: a -> b -> c, 1.9ms of which 1.2ms frozen by
+/// the limit (b -> c: frozen in 80 % of rounds)".
+fn sentence(p: &CriticalPath) -> String {
+    let mut names: Vec<&str> = p.hops.iter().map(|h| h.waker.as_str()).collect();
+    names.extend(p.hops.last().map(|h| h.wakee.as_str()));
+    let mut s = format!(
+        "critical path per round ({} rounds): {}, {}",
+        p.rounds,
+        names.join(" -> "),
+        short(p.per_round_ns)
+    );
+    let mut frozen: Vec<&PathHop> = p.hops.iter().filter(|h| h.frozen_share > 0.0).collect();
+    if frozen.is_empty() {
+        s.push_str(", none of it frozen by the limit");
+        return s;
+    }
+    frozen.sort_by_key(|h| std::cmp::Reverse(h.frozen_per_round_ns));
+    let parts: Vec<String> = frozen
+        .iter()
+        .take(3)
+        .map(|h| {
+            let of = match h.count.abs_diff(p.rounds) as f64 <= p.rounds as f64 * SAME_ROUNDS {
+                true => "rounds".to_string(),
+                false => format!("its {} wake-ups", h.count),
+            };
+            format!(
+                "{} -> {}: frozen in {} % of {of}, {} a round",
+                h.waker,
+                h.wakee,
+                percent(h.frozen_share),
+                short(h.frozen_per_round_ns)
+            )
+        })
+        .collect();
+    s.push_str(&format!(
+        " of which {} frozen by the limit ({})",
+        short(p.frozen_per_round_ns),
+        parts.join("; ")
+    ));
+    s
+}
+
+/// A share in percent: one decimal under 10 %.
+pub fn percent(share: f64) -> String {
+    match share < 0.1 {
+        true => format!("{:.1}", share * 100.0),
+        false => format!("{:.0}", share * 100.0),
+    }
+}
