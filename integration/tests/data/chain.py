@@ -7,17 +7,20 @@ MODE is `processes` (four processes) or `threads` (four threads of one
 process). Every PERIOD_MS the source (`tw-src`, woken by its timer) works
 WORK_MS and writes a byte into a pipe; `tw-pipe` reads it, works, sends a
 byte over a unix socket pair; `tw-sock` receives it, works, posts a POSIX
-semaphore (a futex); `tw-futex` takes it and works. Each reader is asleep
-when its byte comes (PERIOD_MS is well above 4 x WORK_MS), so each hop is
-exactly one wake-up per round: the edges tw-src -> tw-pipe, tw-pipe ->
-tw-sock and tw-sock -> tw-futex have ROUNDS wake-ups each. At the end one
-JSON line on stdout: the stages' tids and what they did.
+semaphore (a futex); `tw-futex` takes it and works. A reader that is
+asleep when its byte comes is woken once: each stage counts the rounds it
+had to wait (its byte was not there yet when it looked; with PERIOD_MS
+well above 4 x WORK_MS that is every round, on a slow machine fewer), so
+the edges tw-src -> tw-pipe, tw-pipe -> tw-sock and tw-sock -> tw-futex
+have that many wake-ups each. At the end one JSON line on stdout: the
+stages' tids (`tids`) and the rounds each stage waited (`waited`).
 """
 
 import ctypes
 import json
 import multiprocessing as mp
 import os
+import select
 import socket
 import sys
 import threading
@@ -51,30 +54,44 @@ def src(rounds, period_ms, work_ms, pipe_w, out):
         os.write(pipe_w, b"x")
 
 
+def ready(fd):
+    return bool(select.select([fd], [], [], 0)[0])
+
+
 def pipe_stage(rounds, work_ms, pipe_r, sock, out):
     name("tw-pipe")
     out.put(("tw-pipe", threading.get_native_id()))
+    waited = 0
     for _ in range(rounds):
+        waited += not ready(pipe_r)
         assert os.read(pipe_r, 1) == b"x"
         work(work_ms)
         sock.send(b"y")
+    out.put(("tw-pipe:waited", waited))
 
 
 def sock_stage(rounds, work_ms, sock, sem, out):
     name("tw-sock")
     out.put(("tw-sock", threading.get_native_id()))
+    waited = 0
     for _ in range(rounds):
+        waited += not ready(sock.fileno())
         assert sock.recv(1) == b"y"
         work(work_ms)
         sem.release()
+    out.put(("tw-sock:waited", waited))
 
 
 def futex_stage(rounds, work_ms, sem, out):
     name("tw-futex")
     out.put(("tw-futex", threading.get_native_id()))
+    waited = 0
     for _ in range(rounds):
-        sem.acquire()
+        if not sem.acquire(False):
+            waited += 1
+            sem.acquire()
         work(work_ms)
+    out.put(("tw-futex:waited", waited))
 
 
 def main():
@@ -103,10 +120,13 @@ def main():
     t0 = time.monotonic()
     for s in stages:
         s.start()
-    tids = dict(out.get() for _ in stages)
+    got = dict(out.get() for _ in range(2 * len(stages) - 1))
     for s in stages:
         s.join()
-    print(json.dumps({"mode": mode, "rounds": rounds, "tids": tids, "wall_s": time.monotonic() - t0}), flush=True)
+    tids = {k: v for k, v in got.items() if ":" not in k}
+    waited = {k.split(":")[0]: v for k, v in got.items() if ":" in k}
+    print(json.dumps({"mode": mode, "rounds": rounds, "tids": tids, "waited": waited,
+                      "wall_s": time.monotonic() - t0}), flush=True)
 
 
 if __name__ == "__main__":
