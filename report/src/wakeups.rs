@@ -5,10 +5,10 @@
 //! critical path of a periodic pipeline is in wakeups_path.rs, the SVG in
 //! wakeups_svg.rs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
-use throttlewatch_core::logfmt::wakeups::{WakeEdge, WakeRest, Wakeups, EDGES_AT_END};
+use throttlewatch_core::logfmt::wakeups::{WakeEdge, WakeRest, WakeTotals, Wakeups, EDGES_AT_END};
 use throttlewatch_core::logfmt::Record;
 
 use crate::model::Container;
@@ -117,6 +117,10 @@ pub struct WakeReport {
     pub rest: Option<WakeRest>,
     /// Wake-ups the kernel could not count (its edge map was full).
     pub dropped: u64,
+    /// All the wake-ups (the edges listed or not) by the waker's kind
+    /// (empty in logs of agents before it).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub by_waker: BTreeMap<String, WakeTotals>,
     /// Edges past [`EDGES_AT_END`] (or [`MAX_SUMMED_EDGES`]) left out here.
     pub left_out: u64,
     pub critical_path: Option<CriticalPath>,
@@ -134,6 +138,7 @@ struct Summed {
 #[derive(Debug, Default)]
 pub struct IntervalEdges {
     edges: HashMap<(String, u32, u32), Summed>,
+    by_waker: BTreeMap<String, WakeTotals>,
     rest: Option<WakeRest>,
     dropped: u64,
     left_out: u64,
@@ -145,6 +150,13 @@ impl IntervalEdges {
         let Record::Runq(r) = rec else { return };
         let Some(w) = &r.wakeups else { return };
         self.dropped += w.dropped;
+        for (kind, x) in &w.by_waker {
+            // A bounded map: the kinds are four.
+            let t = self.by_waker.entry(kind.clone()).or_default();
+            t.count += x.count;
+            t.wait_ns = t.wait_ns.saturating_add(x.wait_ns);
+            t.frozen_ns = t.frozen_ns.saturating_add(x.frozen_ns);
+        }
         if let Some(x) = &w.rest {
             add_rest(self.rest.get_or_insert_with(WakeRest::default), x);
         }
@@ -174,7 +186,7 @@ impl IntervalEdges {
                     edges,
                     rest: self.rest,
                     dropped: self.dropped,
-                    ..Default::default()
+                    by_waker: self.by_waker,
                 };
                 graph("intervals", w, self.left_out)
             }
@@ -285,6 +297,7 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
         edges,
         rest: w.rest,
         dropped: w.dropped,
+        by_waker: w.by_waker,
         left_out,
         critical_path: None,
     };

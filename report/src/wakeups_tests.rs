@@ -154,6 +154,10 @@ fn a_cycle_loses_its_back_edge_and_a_self_edge_is_no_hop() {
     // Two hops of the ring: the back-edge closes it.
     assert_eq!(p.hops.len(), 2);
     assert!(p.hops.iter().all(|h| !r.edges[h.edge].self_edge));
+    // Drawn: the self-edge a dashed loop, the back-edge a dashed arc.
+    let svg = crate::wakeups_svg::svg(&r);
+    assert_eq!(svg.matches("stroke-dasharray=\"4 3\"").count(), 2, "{svg}");
+    assert_eq!(svg.matches("<g class=\"edge").count(), 4, "{svg}");
     let layers: Vec<usize> = r.nodes.iter().map(|n| n.layer).collect();
     let mut sorted = layers.clone();
     sorted.sort();
@@ -250,12 +254,17 @@ fn the_rounds_are_those_whose_path_explains_the_most_latency() {
 #[test]
 fn intervals_are_summed_when_the_log_has_no_end_edges() {
     let rec = |edges: Vec<WakeEdge>| {
+        let totals = WakeTotals {
+            count: 5,
+            wait_ns: US,
+            frozen_ns: 0,
+        };
         Record::Runq(Runq {
             wakeups: Some(Wakeups {
                 edges,
                 rest: None,
                 dropped: 1,
-                ..Default::default()
+                by_waker: [("same".to_string(), totals)].into(),
             }),
             ..Default::default()
         })
@@ -271,6 +280,8 @@ fn intervals_are_summed_when_the_log_has_no_end_edges() {
     let r = w.report(&c).expect("a graph");
     assert_eq!(r.source, "intervals");
     assert_eq!(r.dropped, 2);
+    assert_eq!(r.by_waker["same"].count, 10);
+    assert_eq!(r.by_waker["same"].wait_ns, 2 * US);
     let x = r.edges.iter().find(|x| x.edge.waker.tid == 1).unwrap();
     assert_eq!(x.edge.count, 40);
     assert_eq!(x.edge.wait_ns, 10 * 10 * US + 30 * 30 * US);

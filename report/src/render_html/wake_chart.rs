@@ -88,6 +88,21 @@ fn table(s: &mut String, w: &WakeReport) {
     }
     s.push_str("</table>\n");
     let mut notes = Vec::new();
+    if !w.by_waker.is_empty() {
+        let parts: Vec<String> = w
+            .by_waker
+            .iter()
+            .map(|(kind, t)| {
+                format!(
+                    "{kind} {} (wait {}, frozen {})",
+                    t.count,
+                    short(t.wait_ns),
+                    short(t.frozen_ns)
+                )
+            })
+            .collect();
+        notes.push(format!("All wake-ups by waker: {}.", parts.join(", ")));
+    }
     if let Some(r) = &w.rest {
         notes.push(format!(
             "{} smaller edges not in the log: {} wake-ups, wait {}, frozen {}.",

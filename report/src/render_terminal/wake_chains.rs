@@ -62,6 +62,25 @@ pub(super) fn wake_chains(s: &mut String, w: Option<&WakeReport>, st: Style) {
             ))
         );
     }
+    if !w.by_waker.is_empty() {
+        let parts: Vec<String> = w
+            .by_waker
+            .iter()
+            .map(|(kind, t)| {
+                format!(
+                    "{kind} {} (wait {}, frozen {})",
+                    t.count,
+                    crate::heatmap::short(t.wait_ns),
+                    crate::heatmap::short(t.frozen_ns)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "    {}",
+            st.dim(&format!("all wake-ups by waker: {}", parts.join(", ")))
+        );
+    }
     if w.dropped > 0 {
         let _ = writeln!(
             s,
