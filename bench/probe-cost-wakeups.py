@@ -28,7 +28,7 @@ import sys
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 9
 LOOPS = int(sys.argv[2]) if len(sys.argv) > 2 else 100000
 HOLD = {"old": os.environ["OLD"], "new": os.environ["NEW"]}
-PROGS = ("tw_switch_btf", "tw_wakeup_btf", "tw_waking_btf")
+PROGS = ("tw_switch_btf", "tw_wakeup_btf", "tw_waking_btf")  # old: wakeup; new: waking (it took the wakeup part over)
 STATS = "/proc/sys/kernel/bpf_stats_enabled"
 
 

@@ -67,7 +67,6 @@ fn open_and_load(
         (&mut p.tw_hrtimer_raw, !btf),
         (&mut p.tw_hrtimer_exit_btf, btf),
         (&mut p.tw_hrtimer_exit_raw, !btf),
-        (&mut p.tw_wakeup_btf, runq),
         (&mut p.tw_wakeup_new_btf, runq),
         (&mut p.tw_waking_btf, runq),
         (&mut p.tw_cgroup_attach_btf, runq),
@@ -182,7 +181,6 @@ pub(crate) fn attach(
         return Ok(links);
     }
     for prog in [
-        &p.tw_wakeup_btf,
         &p.tw_wakeup_new_btf,
         &p.tw_waking_btf,
         &p.tw_cgroup_attach_btf,

@@ -5,7 +5,7 @@
  * node another invocation), which passes whether `prev` was frozen and
  * whether `next` thawed.
  *
- * Run-queue wait = sched_wakeup / sched_wakeup_new, or a switch-out while
+ * Run-queue wait = sched_waking / sched_wakeup_new, or a switch-out while
  * runnable and not throttled (preemption, yield) -> the next switch-in.
  * A wait that ends in a thaw (the thread was frozen by CFS bandwidth
  * control) is a freeze, not queueing, and is only counted as `excluded`.
@@ -273,7 +273,8 @@ int BPF_PROG(tw_migrate_btf, struct task_struct *p, int dest_cpu)
 
 /* Wakeups: a watched task starts waiting, unless its hierarchy is throttled
  * right now (then it waits for the unthrottle: a freeze, not queueing).
- * The sched_wakeup programs are in throttle.bpf.c (with the cold start's).
+ * The sched_waking / sched_wakeup_new programs are in throttle.bpf.c (with
+ * the cold start's and the wake-up chains').
  * Returns the task's storage when its group is watched (0: not watched, or
  * no storage), for the cold-start part to reuse. */
 static __always_inline struct tw_task *on_wakeup(struct task_struct *p)

@@ -94,11 +94,19 @@ int BPF_PROG(tw_switch_raw, bool preempt, struct task_struct *prev, struct task_
 	return handle_switch(prev, next, false);
 }
 
-/* Wakeups: the run-queue wait starts, and a cold start's thread waits. */
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(tw_wakeup_btf, struct task_struct *p)
+/* Wake-ups: the run-queue wait starts, the waker is noted (wake-up
+ * chains), and a cold start's thread waits. At sched_waking, in the
+ * waker's context (sched_wakeup may run on the wakee's CPU from an IPI);
+ * a task woken while still queued (it had not slept yet) starts a wait
+ * as before, and no wake-up edge. */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(tw_waking_btf, struct task_struct *p)
 {
-	coldstart_wakeup(p, on_wakeup(p));
+	struct tw_task *ts = on_wakeup(p);
+
+	if (ts && ts->cg)
+		wake_note(p, ts);
+	coldstart_wakeup(p, ts);
 	return 0;
 }
 

@@ -5,15 +5,16 @@
  *
  * sched_waking runs in the waker's context (try_to_wake_up, before the
  * wakeup may be queued to the wakee's CPU and done there from an IPI, where
- * sched_wakeup would see the interrupted task instead): it notes the waker
- * in the wakee's task storage. The wakee's next switch-in (the sched_switch
+ * sched_wakeup would see the interrupted task instead): its program (in
+ * throttle.bpf.c, which also starts the run-queue wait there) notes the
+ * waker in the wakee's task storage. The wakee's next switch-in (the sched_switch
  * program) adds the wakeup to the edge (wakee cgroup, wakee, waker, kind) in
  * `wake_edges`, and makes that edge the wakee's hop: its freezes (thaws,
  * queued freezes on the dequeue model) until its next wakeup are the hop's.
  *
- * Cost: an unwatched wakee costs sched_waking one per-CPU array lookup while
- * its group repeats on the CPU (the run-queue part's cache); a watched one a
- * task-storage lookup and a few stores. The switch-in part runs only while
+ * Cost: nothing for an unwatched wakee (the run-queue part's check, which
+ * moved from sched_wakeup to sched_waking with it: one program per wake-up
+ * as before); a watched one a few stores and the waker's group. The switch-in part runs only while
  * a watched thread has a wakeup pending (`nr_wake_pending`) or is thawed.
  * Only the wakee writes its edges (its tid is in the key: one CPU at a
  * time), so no atomics; user space reads them once per snapshot interval.
@@ -68,7 +69,7 @@ static __always_inline bool tw_in_interrupt(struct task_struct *cur)
  * with its dequeue delayed: that one did sleep. */
 static __always_inline bool tw_never_slept(struct task_struct *p)
 {
-	if (!BPF_CORE_READ(p, on_rq))
+	if (!p->on_rq)
 		return false;
 	if (bpf_core_field_exists(p->se.sched_delayed))
 		return !BPF_CORE_READ_BITFIELD_PROBED(&p->se, sched_delayed);
@@ -94,26 +95,14 @@ static __always_inline void wake_note(struct task_struct *p, struct tw_task *ts)
 		__sync_fetch_and_add(&nr_wake_pending, 1);
 	ts->wake_ns = bpf_ktime_get_ns();
 	ts->waker_kind = kind;
-	ts->waker_tid = tid;
 	ts->waker_tgid = tgid;
 	ts->waker_cg = wcg;
-	if (tid)
+	/* The name once per waker (a pipeline's hop has the same one each time). */
+	if (tid && (tid != ts->waker_tid || !ts->waker_comm[0]))
 		bpf_get_current_comm(ts->waker_comm, sizeof(ts->waker_comm));
-	else
+	else if (!tid)
 		ts->waker_comm[0] = 0;
-}
-
-SEC("tp_btf/sched_waking")
-int BPF_PROG(tw_waking_btf, struct task_struct *p)
-{
-	struct tw_task *ts;
-
-	if (!runq_enabled || !nr_watched || !task_group_watched(p))
-		return 0;
-	ts = task_cached(p);
-	if (ts && ts->cg)
-		wake_note(p, ts);
-	return 0;
+	ts->waker_tid = tid;
 }
 
 static __always_inline void wake_dropped(__u64 cg)
