@@ -27,4 +27,4 @@ pub use probe::{
     ThrottleModel, ThrottleProbe,
 };
 pub use runq::RunqTotals;
-pub use wakeups::{WakeEdge, WakeKey, WakerKind};
+pub use wakeups::{WakeEdgeTotals, WakeKey, WakerKind};

@@ -443,9 +443,8 @@ impl ThrottleProbe {
         Some(t)
     }
 
-    /// Every wake-up edge of every watched cgroup (empty when run-queue
-    /// latency is not measured); `interval_max_ns` covers the current interval.
-    pub fn wake_edges(&self) -> Vec<crate::wakeups::WakeEdge> {
+    /// Every watched cgroup's wake-up edges (none without the run-queue part).
+    pub fn wake_edges(&self) -> Vec<crate::wakeups::WakeEdgeTotals> {
         let Some(r) = self.runq.as_ref() else {
             return Vec::new();
         };

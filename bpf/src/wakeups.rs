@@ -53,7 +53,7 @@ pub struct WakeKey {
 
 /// One edge's cumulative figures.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WakeEdge {
+pub struct WakeEdgeTotals {
     pub key: WakeKey,
     pub wakee_tgid: u32,
     pub waker_cgroup_id: u64,
@@ -83,7 +83,7 @@ fn comm(c: &[std::ffi::c_char]) -> String {
     String::from_utf8_lossy(&b).into_owned()
 }
 
-fn decode(k: &[u8], v: &[u8], epoch: u64) -> Option<WakeEdge> {
+fn decode(k: &[u8], v: &[u8], epoch: u64) -> Option<WakeEdgeTotals> {
     if k.len() < std::mem::size_of::<tw_wake_key>() || v.len() < std::mem::size_of::<tw_wake_edge>()
     {
         return None;
@@ -95,7 +95,7 @@ fn decode(k: &[u8], v: &[u8], epoch: u64) -> Option<WakeEdge> {
             std::ptr::read_unaligned(v.as_ptr().cast()),
         )
     };
-    Some(WakeEdge {
+    Some(WakeEdgeTotals {
         key: WakeKey {
             cgroup_id: k.cgroup_id,
             wakee_tid: k.wakee_tid,
@@ -120,7 +120,7 @@ fn decode(k: &[u8], v: &[u8], epoch: u64) -> Option<WakeEdge> {
 
 /// Every edge in the map (a syscall per entry; the map holds at most
 /// its `max_entries`, 4096).
-pub(crate) fn read_all(map: &impl MapCore, epoch: u64) -> Vec<WakeEdge> {
+pub(crate) fn read_all(map: &impl MapCore, epoch: u64) -> Vec<WakeEdgeTotals> {
     map.keys()
         .filter_map(|k| {
             let v = map.lookup(&k, MapFlags::ANY).ok()??;

@@ -217,8 +217,8 @@ impl Engine {
     /// snapshot for every session. Edges whose wakee thread is gone can no
     /// longer grow: they leave the kernel's map (sessions keep their
     /// figures), so that a container's thread churn does not fill it.
-    fn wake_edges_by_cgroup(&mut self) -> HashMap<u64, Vec<throttlewatch_bpf::WakeEdge>> {
-        let mut by: HashMap<u64, Vec<throttlewatch_bpf::WakeEdge>> = HashMap::new();
+    fn wake_edges_by_cgroup(&mut self) -> HashMap<u64, Vec<throttlewatch_bpf::WakeEdgeTotals>> {
+        let mut by: HashMap<u64, Vec<throttlewatch_bpf::WakeEdgeTotals>> = HashMap::new();
         let mut gone = HashSet::new();
         for e in self.probe.wake_edges() {
             let tid = e.key.wakee_tid;

@@ -68,7 +68,7 @@ pub(crate) struct Reading {
     /// `Due::Snapshot`: write `cpu_stat` and `runq` records.
     pub snapshot: bool,
     /// `Due::Snapshot`: the kernel's wake-up edges of the cgroup.
-    pub wakes: Option<Vec<throttlewatch_bpf::WakeEdge>>,
+    pub wakes: Option<Vec<throttlewatch_bpf::WakeEdgeTotals>>,
     /// From `Due::Tick` on where GPUs are sampled: the node's GPU readings
     /// and when they were taken (Unix ns).
     pub gpu: Option<(

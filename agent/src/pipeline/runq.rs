@@ -3,7 +3,7 @@
 //! since the previous one, the `end` record the difference since the start.
 
 use throttlewatch_bpf::runq::RUNQ_SLOTS;
-use throttlewatch_bpf::{RunqTotals, WakeEdge};
+use throttlewatch_bpf::{RunqTotals, WakeEdgeTotals};
 use throttlewatch_core::logfmt::Runq;
 
 use crate::wakeups::WakeTracker;
@@ -58,7 +58,12 @@ impl RunqTracker {
 
     /// The `runq` record of the interval that ends now; `edges`: the
     /// kernel's wake-up edges of the session's cgroup, cumulative.
-    pub(crate) fn interval(&mut self, now: RunqTotals, mono_ns: u64, edges: &[WakeEdge]) -> Runq {
+    pub(crate) fn interval(
+        &mut self,
+        now: RunqTotals,
+        mono_ns: u64,
+        edges: &[WakeEdgeTotals],
+    ) -> Runq {
         let mut r = record(
             &now,
             &self.last,

@@ -59,8 +59,8 @@ pub(crate) struct Session {
     /// Totals carried over from before an agent restart.
     carried: Baseline,
     runq: Option<RunqTracker>,
-    /// The kernel's wake-up edges of the cgroup at the last snapshot read.
-    wakes: Vec<throttlewatch_bpf::WakeEdge>,
+    /// The kernel's wake-up edges of the cgroup, as of the last snapshot.
+    wakes: Vec<throttlewatch_bpf::WakeEdgeTotals>,
     cold: Option<ColdStartTracker>,
     /// Per-thread CPU of the threads that exited (tp_btf probe).
     thread_cpu: ThreadCpuTally,
@@ -243,9 +243,7 @@ impl Session {
         }
         let Some(totals) = r.totals else { return };
         self.now = totals;
-        if let Some(w) = r.wakes {
-            self.wakes = w;
-        }
+        self.wakes = r.wakes.unwrap_or_else(|| std::mem::take(&mut self.wakes));
         if let Some((at, g)) = r.gpu {
             self.gpu.add_out(at, &g, &self.spec.labels, out);
         }
@@ -271,7 +269,7 @@ impl Session {
     /// cgroup removed before its `cpu.stat` could be read.
     pub(crate) fn finish(
         mut self,
-        (totals, wakes): (ProbeTotals, Vec<throttlewatch_bpf::WakeEdge>),
+        (totals, wakes): (ProbeTotals, Vec<throttlewatch_bpf::WakeEdgeTotals>),
         at_exit: Option<throttlewatch_bpf::ExitBandwidth>,
         reason: EndReason,
         exit_code: Option<i32>,

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use throttlewatch_bpf::runq::RUNQ_SLOTS;
-use throttlewatch_bpf::{RunqTotals, WakeEdge, WakeKey};
+use throttlewatch_bpf::{RunqTotals, WakeEdgeTotals, WakeKey};
 use throttlewatch_core::logfmt::wakeups::{
     WakeEdge as LogEdge, WakeRest, WakeTotals, Wakee, Waker, Wakeups, EDGES_AT_END,
     EDGES_PER_INTERVAL,
@@ -26,7 +26,7 @@ struct Figures {
 }
 
 impl Figures {
-    fn of(e: &WakeEdge) -> Figures {
+    fn of(e: &WakeEdgeTotals) -> Figures {
         Figures {
             count: e.count,
             wait_ns: e.wait_ns,
@@ -184,7 +184,7 @@ impl WakeTracker {
     /// Take in the kernel's cumulative edges of this session's cgroup: the
     /// whole-watch figures grow; returns what changed since the last look
     /// (with the interval's longest wait and the names).
-    fn absorb(&mut self, edges: &[WakeEdge]) -> Vec<(WakeKey, Figures, u64, Names)> {
+    fn absorb(&mut self, edges: &[WakeEdgeTotals]) -> Vec<(WakeKey, Figures, u64, Names)> {
         let mut changed = Vec::new();
         for e in edges {
             let now = Figures::of(e);
@@ -226,7 +226,7 @@ impl WakeTracker {
 
     /// The interval's `runq.wakeups`. `dropped`: wake-ups the kernel could
     /// not count in the interval.
-    pub(crate) fn interval(&mut self, edges: &[WakeEdge], dropped: u64) -> Option<Wakeups> {
+    pub(crate) fn interval(&mut self, edges: &[WakeEdgeTotals], dropped: u64) -> Option<Wakeups> {
         let changed = self.absorb(edges);
         record(changed, EDGES_PER_INTERVAL, Default::default(), dropped)
     }
@@ -247,10 +247,10 @@ mod tests {
     use super::*;
     use throttlewatch_bpf::WakerKind;
 
-    fn edge(wakee: u32, waker: u32, kind: WakerKind, count: u64, wait: u64) -> WakeEdge {
+    fn edge(wakee: u32, waker: u32, kind: WakerKind, count: u64, wait: u64) -> WakeEdgeTotals {
         let mut slots = [0; RUNQ_SLOTS];
         slots[10] = count;
-        WakeEdge {
+        WakeEdgeTotals {
             key: WakeKey {
                 cgroup_id: 7,
                 wakee_tid: wakee,
@@ -318,7 +318,7 @@ mod tests {
     #[test]
     fn records_keep_the_costliest_edges_and_sum_the_rest() {
         let mut t = WakeTracker::default();
-        let edges: Vec<WakeEdge> = (0..20)
+        let edges: Vec<WakeEdgeTotals> = (0..20)
             .map(|i| edge(100 + i, 1, WakerKind::Same, 1, 1_000 * (u64::from(i) + 1)))
             .collect();
         let r = t.interval(&edges, 0).unwrap();

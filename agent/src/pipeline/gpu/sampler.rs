@@ -13,7 +13,7 @@ use super::nvml::Nvml;
 use super::{GpuReading, GpuSource, NvmlError, MAX_GPUS, NVML_LIBRARY, NVML_LIB_ENV};
 
 /// Where the node's GPU source stands.
-enum State {
+enum NvmlState {
     /// Not opened yet: at the first read that wants a GPU.
     Closed {
         path: String,
@@ -30,7 +30,7 @@ enum State {
 
 /// The node's GPU source, if any, and what has been said about it.
 pub(crate) struct GpuSampler {
-    state: State,
+    state: NvmlState,
     /// One line: how GPUs will be read, what was found, or why not.
     status: String,
     /// A refused read was said (once per agent; later ones are skipped).
@@ -91,7 +91,7 @@ impl GpuSampler {
         let mut s = GpuSampler::lazy(&path);
         let pci_gpus = crate::placement::start_topology(None).map_or(0, |t| t.gpus.len());
         if pci_gpus == 0 {
-            s.state = State::Unavailable;
+            s.state = NvmlState::Unavailable;
             s.status = unavailable_line(&NvmlError::NoPciGpu { path });
         }
         s
@@ -100,7 +100,7 @@ impl GpuSampler {
     /// NVML from the library at `path`, opened when first needed.
     pub(crate) fn lazy(path: &str) -> GpuSampler {
         GpuSampler {
-            state: State::Closed { path: path.into() },
+            state: NvmlState::Closed { path: path.into() },
             status: format!(
                 "throttlewatch agent: GPU sampling: NVML ({path}) is opened when a watched container first uses a GPU"
             ),
@@ -124,7 +124,7 @@ impl GpuSampler {
     #[cfg(test)]
     pub(crate) fn with(source: Option<Box<dyn GpuSource>>) -> GpuSampler {
         GpuSampler {
-            state: source.map_or(State::Unavailable, State::Open),
+            state: source.map_or(NvmlState::Unavailable, NvmlState::Open),
             status: String::new(),
             said_read_error: false,
         }
@@ -132,7 +132,7 @@ impl GpuSampler {
 
     /// False once it is known there is no library or no GPU.
     pub(crate) fn available(&self) -> bool {
-        !matches!(self.state, State::Unavailable)
+        !matches!(self.state, NvmlState::Unavailable)
     }
 
     /// The outcome of opening `path`, said once.
@@ -140,11 +140,11 @@ impl GpuSampler {
         match opened {
             Ok(n) => {
                 self.status = found_line(path, &n);
-                self.state = State::Open(Box::new(n));
+                self.state = NvmlState::Open(Box::new(n));
             }
             Err(e) => {
                 self.status = unavailable_line(&e);
-                self.state = State::Unavailable;
+                self.state = NvmlState::Unavailable;
             }
         }
         eprintln!("{}", self.status);
@@ -154,30 +154,30 @@ impl GpuSampler {
     /// Never waits: an opening not finished reads nothing this tick.
     fn ready(&mut self, wanted: bool) -> bool {
         match &self.state {
-            State::Open(_) => return true,
-            State::Unavailable => return false,
-            State::Closed { .. } if !wanted => return false,
-            State::Opening { thread, .. } if !thread.is_finished() => return false,
+            NvmlState::Open(_) => return true,
+            NvmlState::Unavailable => return false,
+            NvmlState::Closed { .. } if !wanted => return false,
+            NvmlState::Opening { thread, .. } if !thread.is_finished() => return false,
             _ => {}
         }
-        match std::mem::replace(&mut self.state, State::Unavailable) {
-            State::Closed { path } => {
+        match std::mem::replace(&mut self.state, NvmlState::Unavailable) {
+            NvmlState::Closed { path } => {
                 let p = path.clone();
                 let spawned = std::thread::Builder::new()
                     .name("tw-nvml-open".into())
                     .spawn(move || open_nvml(&p));
                 match spawned {
-                    Ok(thread) => self.state = State::Opening { path, thread },
+                    Ok(thread) => self.state = NvmlState::Opening { path, thread },
                     Err(e) => self.settle(&path, Err(NvmlError::Thread(e.to_string()))),
                 }
                 false
             }
-            State::Opening { path, thread } => {
+            NvmlState::Opening { path, thread } => {
                 let opened = thread
                     .join()
                     .unwrap_or_else(|_| Err(NvmlError::Thread("it panicked".into())));
                 self.settle(&path, opened);
-                matches!(self.state, State::Open(_))
+                matches!(self.state, NvmlState::Open(_))
             }
             other => {
                 self.state = other;
@@ -200,7 +200,7 @@ impl GpuSampler {
         if !self.ready(!wanted.is_empty()) {
             return out;
         }
-        let State::Open(src) = &mut self.state else {
+        let NvmlState::Open(src) = &mut self.state else {
             return out;
         };
         for i in wanted.into_iter().take(MAX_GPUS) {
@@ -243,7 +243,7 @@ mod tests {
         for _ in 0..3 {
             assert!(s.read([]).is_empty());
         }
-        assert!(matches!(s.state, State::Closed { .. }));
+        assert!(matches!(s.state, NvmlState::Closed { .. }));
         assert!(s.available());
         // Wanted: opened in its thread; the missing library found there.
         assert!(s.read([0]).is_empty());
