@@ -42,7 +42,18 @@ fn run(d: &Scratch, name: &str, flags: &[&str], args: &[&str]) -> Run {
     let log = d.0.join(format!("{name}.jsonl"));
     let data = d.0.join(format!("{name}.perf"));
     let out = Command::new("timeout")
-        .args(["-s", "KILL", "120", "perf", "sched", "record", "-q", "-o"])
+        .args([
+            "-s",
+            "KILL",
+            "120",
+            "perf",
+            "sched",
+            "record",
+            "-q",
+            "-k",
+            "CLOCK_MONOTONIC",
+            "-o",
+        ])
         .arg(&data)
         .arg("--")
         .arg(bin("throttlewatch"))
@@ -244,9 +255,11 @@ fn check_hops(r: &Run, rounds: u64, exact: bool, what: &str) {
             "{what}: {a} -> {b}: wake->run p50 {p50} ns mean {mean} ns; from perf sched record: median {perf_median} ns mean {perf_mean} ns"
         );
         // Threads of one Python process also hand the GIL to each other
-        // (a futex wake-up on the same edge): there, in one run of five,
-        // our median was 4x perf's on one edge (32 vs 8 us) with the same
-        // count: not understood yet, so compared for processes only.
+        // (a futex wake-up on the same edge): there, in about one run of
+        // four, our median was 3-4x perf's on one edge (35 vs 11 us) with
+        // the same count and means within 10 % (perf on CLOCK_MONOTONIC,
+        // our clock: not the clocks). Not understood yet: compared for
+        // processes only.
         assert!(
             !exact || (perf_median * 5 >= p50 * 2 && perf_median * 2 <= p50 * 5),
             "{what}: {a} -> {b}: p50 {p50} ns, perf sched record's median {perf_median} ns"
