@@ -102,8 +102,14 @@ fn check_chain(w: &Value, tids: &HashMap<String, u64>, rounds: u64, exact: bool)
     }
     let stages: Vec<u64> = STAGES.iter().map(|s| tids[*s]).collect();
     assert_eq!(path_threads(w), stages, "{:#}", w["critical_path"]);
+    // The report counts rounds from the hops' wake-ups (threads: the
+    // lock's extra hand-offs add some).
     let r = w["critical_path"]["rounds"].as_u64().unwrap();
-    assert!(r.abs_diff(rounds) <= slack, "rounds {r} of {rounds}");
+    let ok = match exact {
+        true => r.abs_diff(rounds) <= slack,
+        false => r + slack >= rounds && 2 * r <= 3 * rounds,
+    };
+    assert!(ok, "rounds {r} of {rounds}");
 }
 
 /// `chromium --headless`: (the DOM after load, the page's console messages).

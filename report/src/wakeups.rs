@@ -259,8 +259,12 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
         return None;
     }
     let mut nodes: Vec<WakeNode> = Vec::new();
+    // A node's comm: as a wakee before as a waker (the waker's can be the
+    // name before the thread set its own), from the edge with the most
+    // wake-ups: (is a wakee, count) of the comm taken.
+    let mut named: Vec<(bool, u64)> = Vec::new();
     let mut index: HashMap<(NodeKind, u32), usize> = HashMap::new();
-    let mut node = |kind: NodeKind, tid: u32, pid: u32, comm: &str| {
+    let mut node = |kind: NodeKind, tid: u32, pid: u32, comm: &str, rank: (bool, u64)| {
         let at = *index.entry(node_key(kind, tid)).or_insert_with(|| {
             nodes.push(WakeNode {
                 kind,
@@ -269,18 +273,35 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
                 comm: String::new(),
                 layer: 0,
             });
+            named.push((false, 0));
             nodes.len() - 1
         });
-        if nodes[at].comm.is_empty() && kind != NodeKind::Interrupt {
+        if kind != NodeKind::Interrupt
+            && !comm.is_empty()
+            && (nodes[at].comm.is_empty() || rank > named[at])
+        {
             nodes[at].comm = comm.to_string();
+            named[at] = rank;
         }
         at
     };
     let mut edges = Vec::with_capacity(w.edges.len());
     for e in w.edges {
         let kind = NodeKind::of_waker(&e.waker.kind);
-        let from = node(kind, e.waker.tid, e.waker.pid, &e.waker.comm);
-        let to = node(NodeKind::Same, e.wakee.tid, e.wakee.pid, &e.wakee.comm);
+        let from = node(
+            kind,
+            e.waker.tid,
+            e.waker.pid,
+            &e.waker.comm,
+            (false, e.count),
+        );
+        let to = node(
+            NodeKind::Same,
+            e.wakee.tid,
+            e.wakee.pid,
+            &e.wakee.comm,
+            (true, e.count),
+        );
         edges.push(ChainEdge {
             from,
             to,
@@ -301,8 +322,16 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
         left_out,
         critical_path: None,
     };
-    crate::wakeups_path::layer(&mut r);
-    r.critical_path = crate::wakeups_path::critical_path(&mut r);
+    r.critical_path = crate::wakeups_path::critical_path(&r);
+    let path: Vec<usize> = r
+        .critical_path
+        .iter()
+        .flat_map(|p| p.hops.iter().map(|h| h.edge))
+        .collect();
+    for &i in &path {
+        r.edges[i].on_critical_path = true;
+    }
+    crate::wakeups_path::layer(&mut r, &path);
     Some(r)
 }
 

@@ -1,20 +1,24 @@
-//! The wake-up graph's layers and the critical path of a periodic pipeline
-//! (docs/report.md, "Wake-up chains").
+//! The wake-up graph's critical path and its layers (docs/report.md,
+//! "Wake-up chains").
 //!
-//! Back-edges: a depth-first search from the sources (nodes nothing woke),
-//! then from the rest, each by its wake-ups out, the edges with the most
-//! wake-ups first, marks an edge to a node still on the stack; without
-//! those (and self-edges) the graph is a DAG. A node's layer is the
-//! longest path to it in hops.
-//!
-//! Rounds: a count that edges share, within 2 % (or one wake-up), of at
-//! least 5 (a lone count only where no two edges agree). For a number of
+//! Rounds: a count of edges, those within 2 % (or one wake-up) of it taken
+//! together, of at least 5. For a number of
 //! rounds, the pipeline's hops are the edges with at least 80 % of its
-//! wake-ups; each costs (wait + frozen) / max(count, rounds) a round: per
-//! round, or per wake-up where a hop woke more often than once a round;
-//! its path is the DAG path of pipeline hops whose costs add up to the
-//! most. The critical path is the path, of all the candidate rounds, that
-//! adds up to the most latency over its rounds (cost a round x rounds).
+//! wake-ups, their cycles broken (below); each costs (wait + frozen) /
+//! max(count, rounds) a round: per round, or per wake-up where a hop woke
+//! more often than once a round; its path is the path of pipeline hops
+//! whose costs add up to the most. The critical path is the path, of all
+//! the candidate rounds, that explains the most latency (each hop's wait +
+//! frozen, in full where it woke once a round, else by the ratio of its
+//! wake-ups to the rounds) times its hops; its rounds are then the count
+//! most of its hops share (the smallest on a tie).
+//!
+//! Back-edges: a depth-first search (from the critical path's first node
+//! along its edges, then from the sources, nodes nothing woke, then from
+//! the rest, each by its wake-ups out; the edges with the most wake-ups
+//! first) marks an edge to a node still on the stack; without those (and
+//! self-edges) the graph is a DAG. A node's layer is the longest path to
+//! it in hops.
 
 use serde::Serialize;
 
@@ -59,27 +63,45 @@ pub struct CriticalPath {
     pub sentence: String,
 }
 
-/// Flags back-edges and gives each node its layer.
-pub fn layer(r: &mut WakeReport) {
+/// Back-edges among the edges `allowed`: a depth-first search from the
+/// edges `first` lead along (the critical path's, in order), then from the
+/// sources (most wake-ups out first), then from the rest, along the
+/// `first` edges and then the edges with the most wake-ups; an edge to a
+/// node still on the stack is a back-edge.
+fn back_edges(r: &WakeReport, allowed: &dyn Fn(usize) -> bool, first: &[usize]) -> Vec<bool> {
     let n = r.nodes.len();
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut indeg = vec![0usize; n];
     let mut out_count = vec![0u64; n];
-    for (i, e) in r.edges.iter().enumerate().filter(|(_, e)| !e.self_edge) {
-        out[e.from].push(i);
-        indeg[e.to] += 1;
-        out_count[e.from] += e.edge.count;
+    for (i, e) in r.edges.iter().enumerate() {
+        if allowed(i) && !e.self_edge {
+            out[e.from].push(i);
+            indeg[e.to] += 1;
+            out_count[e.from] += e.edge.count;
+        }
     }
-    // The most frequent edges first: a periodic pipeline's hops are
-    // entered from its source before any rarer edge reaches them.
     for o in out.iter_mut() {
-        o.sort_by_key(|&i| (std::cmp::Reverse(r.edges[i].edge.count), i));
+        o.sort_by_key(|&i| {
+            (
+                !first.contains(&i),
+                std::cmp::Reverse(r.edges[i].edge.count),
+                i,
+            )
+        });
     }
+    let lead = first.first().map(|&i| r.edges[i].from);
     let mut starts: Vec<usize> = (0..n).collect();
-    starts.sort_by_key(|&v| (indeg[v] > 0, std::cmp::Reverse(out_count[v]), v));
+    starts.sort_by_key(|&v| {
+        (
+            Some(v) != lead,
+            indeg[v] > 0,
+            std::cmp::Reverse(out_count[v]),
+            v,
+        )
+    });
     // 0 new, 1 on the stack, 2 done.
     let mut state = vec![0u8; n];
-    let mut back = Vec::new();
+    let mut back = vec![false; r.edges.len()];
     for s in starts {
         if state[s] != 0 {
             continue;
@@ -98,54 +120,84 @@ pub fn layer(r: &mut WakeReport) {
                     state[w] = 1;
                     stack.push((w, 0));
                 }
-                1 => back.push(ei),
+                1 => back[ei] = true,
                 _ => {}
             }
         }
     }
-    for ei in back {
-        r.edges[ei].back_edge = true;
+    back
+}
+
+/// Flags back-edges (the critical path's edges `first` are never one)
+/// and gives each node its layer: the longest path to it over the rest.
+pub fn layer(r: &mut WakeReport, first: &[usize]) {
+    let back = back_edges(r, &|_| true, first);
+    for (e, b) in r.edges.iter_mut().zip(back) {
+        e.back_edge = b;
     }
-    for v in topo_order(r) {
-        let next = r.nodes[v].layer + 1;
-        for e in r.edges.iter().filter(|e| e.from == v && dag(e)) {
-            let to = e.to;
-            r.nodes[to].layer = r.nodes[to].layer.max(next);
+    let dag = |i: usize| !r.edges[i].self_edge && !r.edges[i].back_edge;
+    let order = topo_order(r, &dag);
+    let mut layers = vec![0usize; r.nodes.len()];
+    for v in order {
+        for (i, e) in r.edges.iter().enumerate() {
+            if e.from == v && dag(i) {
+                layers[e.to] = layers[e.to].max(layers[v] + 1);
+            }
         }
     }
+    for (n, l) in r.nodes.iter_mut().zip(layers) {
+        n.layer = l;
+    }
 }
 
-fn dag(e: &ChainEdge) -> bool {
-    !e.self_edge && !e.back_edge
-}
-
-/// The nodes in an order where every DAG edge goes forward (Kahn's).
-fn topo_order(r: &WakeReport) -> Vec<usize> {
+/// The nodes in an order where every edge `dag` takes goes forward (Kahn's).
+fn topo_order(r: &WakeReport, dag: &dyn Fn(usize) -> bool) -> Vec<usize> {
     let n = r.nodes.len();
     let mut indeg = vec![0usize; n];
-    for e in r.edges.iter().filter(|e| dag(e)) {
-        indeg[e.to] += 1;
+    for (i, e) in r.edges.iter().enumerate() {
+        if dag(i) {
+            indeg[e.to] += 1;
+        }
     }
     let mut ready: Vec<usize> = (0..n).rev().filter(|&v| indeg[v] == 0).collect();
     let mut order = Vec::with_capacity(n);
     while let Some(v) = ready.pop() {
         order.push(v);
-        for e in r.edges.iter().filter(|e| e.from == v && dag(e)) {
-            indeg[e.to] -= 1;
-            if indeg[e.to] == 0 {
-                ready.push(e.to);
+        for (i, e) in r.edges.iter().enumerate() {
+            if e.from == v && dag(i) {
+                indeg[e.to] -= 1;
+                if indeg[e.to] == 0 {
+                    ready.push(e.to);
+                }
             }
         }
     }
     order
 }
 
+fn near(a: u64, c: u64) -> bool {
+    a.abs_diff(c) as f64 <= (c as f64 * SAME_ROUNDS).max(1.0)
+}
+
+/// The rounds of a path: the count most of its hops share (within 2 % or
+/// one wake-up; the smallest of such groups on a tie: extra wake-ups, a
+/// lock handed back and forth, only add), at least 1.
+pub fn path_rounds(counts: &[u64]) -> u64 {
+    counts
+        .iter()
+        .map(|&c| {
+            let mut g: Vec<u64> = counts.iter().copied().filter(|&a| near(a, c)).collect();
+            g.sort_unstable();
+            (g.len(), std::cmp::Reverse(g[(g.len() - 1) / 2]))
+        })
+        .max()
+        .map_or(1, |(_, std::cmp::Reverse(m))| m.max(1))
+}
+
 /// Candidate numbers of rounds, each with how many edges agree on it: the
 /// median of each group of counts within 2 % (or one wake-up) of each
-/// other, at least [`MIN_ROUNDS`]; groups of one only where no two counts
-/// agree.
+/// other, at least [`MIN_ROUNDS`].
 pub fn round_candidates(counts: &[u64]) -> Vec<(u64, usize)> {
-    let near = |a: u64, c: u64| a.abs_diff(c) as f64 <= (c as f64 * SAME_ROUNDS).max(1.0);
     let mut out: Vec<(u64, usize)> = Vec::new();
     for &c in counts.iter().filter(|c| **c > 0) {
         let mut group: Vec<u64> = counts.iter().copied().filter(|&a| near(a, c)).collect();
@@ -154,9 +206,6 @@ pub fn round_candidates(counts: &[u64]) -> Vec<(u64, usize)> {
         if cand.0 >= MIN_ROUNDS && !out.contains(&cand) {
             out.push(cand);
         }
-    }
-    if out.iter().any(|c| c.1 > 1) {
-        out.retain(|c| c.1 > 1);
     }
     out.sort_unstable();
     out
@@ -167,16 +216,22 @@ fn hop_cost(e: &ChainEdge, rounds: u64) -> u64 {
     e.edge.cost_ns() / e.edge.count.max(rounds).max(1)
 }
 
-/// The costliest DAG path of pipeline hops for `rounds`: its edges in
-/// order and its cost a round.
+/// The costliest path of pipeline hops for `rounds` (the edges with at
+/// least 80 % of its wake-ups, their cycles broken as [`back_edges`]
+/// does): its edges in order and its cost a round.
 fn best_path(r: &WakeReport, rounds: u64) -> Option<(Vec<usize>, u64)> {
-    let hop = |e: &ChainEdge| dag(e) && e.edge.count as f64 >= rounds as f64 * IN_PIPELINE;
+    let hop = |i: usize| {
+        let e = &r.edges[i];
+        !e.self_edge && e.edge.count as f64 >= rounds as f64 * IN_PIPELINE
+    };
+    let back = back_edges(r, &hop, &[]);
+    let dag = |i: usize| hop(i) && !back[i];
     // best[v]: the costliest path ending in v, and its last edge.
     let mut best: Vec<(u64, Option<usize>)> = vec![(0, None); r.nodes.len()];
-    for v in topo_order(r) {
+    for v in topo_order(r, &dag) {
         for (i, e) in r.edges.iter().enumerate().filter(|(_, e)| e.from == v) {
             let c = best[v].0 + hop_cost(e, rounds);
-            if hop(e) && (best[e.to].1.is_none() || c > best[e.to].0) {
+            if dag(i) && (best[e.to].1.is_none() || c > best[e.to].0) {
                 best[e.to] = (c, Some(i));
             }
         }
@@ -197,21 +252,40 @@ fn best_path(r: &WakeReport, rounds: u64) -> Option<(Vec<usize>, u64)> {
     Some((path, best[end].0))
 }
 
-/// The critical path (its edges marked); none without a pipeline hop. Of
-/// the candidate rounds, the one whose path adds up to the most latency
-/// over all its rounds (cost a round x rounds).
-pub fn critical_path(r: &mut WakeReport) -> Option<CriticalPath> {
+/// The latency `path` explains over `rounds`: each hop's wait + frozen,
+/// in full where it woke once a round, else by the ratio of its wake-ups
+/// to the rounds (a hop that woke twice as often, or half as often, half).
+fn explained(r: &WakeReport, path: &[usize], rounds: u64) -> u128 {
+    path.iter()
+        .map(|&i| {
+            let e = &r.edges[i].edge;
+            let (lo, hi) = (e.count.min(rounds), e.count.max(rounds).max(1));
+            e.cost_ns() as u128 * lo as u128 / hi as u128
+        })
+        .sum()
+}
+
+/// The critical path; none without a pipeline hop. Of the candidate
+/// rounds, the one whose path explains the most latency ([`explained`])
+/// times its hops (a pipeline is a chain: one dear hop of a frequency of
+/// its own does not outweigh four that agree);
+/// then the rounds are those of its hops ([`path_rounds`]).
+pub fn critical_path(r: &WakeReport) -> Option<CriticalPath> {
     let counts: Vec<u64> = r
         .edges
         .iter()
-        .filter(|e| dag(e))
+        .filter(|e| !e.self_edge)
         .map(|e| e.edge.count)
         .collect();
-    let ((rounds, rounds_edges), path) = round_candidates(&counts)
+    let (_, path) = round_candidates(&counts)
         .into_iter()
-        .filter_map(|c| best_path(r, c.0).map(|p| (c, p)))
-        .max_by_key(|((n, k), (_, cost))| (*cost as u128 * *n as u128, *k))
-        .map(|(c, (p, _))| (c, p))?;
+        .filter_map(|c| {
+            best_path(r, c.0).map(|(p, _)| (explained(r, &p, c.0) * p.len() as u128, p))
+        })
+        .max_by_key(|(score, _)| *score)?;
+    let on_path: Vec<u64> = path.iter().map(|&i| r.edges[i].edge.count).collect();
+    let rounds = path_rounds(&on_path);
+    let rounds_edges = counts.iter().filter(|c| near(**c, rounds)).count();
     let cost = |e: &ChainEdge| hop_cost(e, rounds);
     let mut on_path: Vec<usize> = path.iter().map(|&i| r.edges[i].from).collect();
     on_path.extend(path.last().map(|&i| r.edges[i].to));
@@ -237,9 +311,6 @@ pub fn critical_path(r: &mut WakeReport) -> Option<CriticalPath> {
             }
         })
         .collect();
-    for &i in &path {
-        r.edges[i].on_critical_path = true;
-    }
     let mut p = CriticalPath {
         rounds,
         rounds_edges,
