@@ -59,6 +59,7 @@ impl NriDaemon {
             .arg(socket)
             .arg("--config")
             .arg(&tw.path)
+            .env("THROTTLEWATCH_NRI_TIMINGS", "1")
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())
             .stderr(f)

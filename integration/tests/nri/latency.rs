@@ -24,6 +24,9 @@ fn pod_start_latency_with_and_without_the_plugin() {
     let closed = |node: &CriNode| log_lines(node, &["connection to plugin", "closed"]);
     let watch = [("throttlewatch.io/watch", "true")];
     let (mut with, mut without) = (vec![], vec![]);
+    // What the plugin took to answer each event (it says so with
+    // THROTTLEWATCH_NRI_TIMINGS=1, which NriDaemon sets), by event.
+    let mut answers: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
     for round in 0..ROUNDS {
         let mut plugin = plugin_up(&node, &tw, &socket, round + 1);
         let (pod, id, t) =
@@ -44,6 +47,17 @@ fn pod_start_latency_with_and_without_the_plugin() {
                 )
             },
         );
+        for l in plugin.output().lines() {
+            let Some((event, us)) = l
+                .strip_prefix("throttlewatch-nri: ")
+                .and_then(|r| r.split_once(" answered in "))
+            else {
+                continue;
+            };
+            if let Some(us) = us.strip_suffix(" us").and_then(|u| u.parse().ok()) {
+                answers.entry(event.to_string()).or_default().push(us);
+            }
+        }
         plugin.stop();
         wait_until(
             "containerd to see the plugin gone",
@@ -72,6 +86,28 @@ fn pod_start_latency_with_and_without_the_plugin() {
         wo.as_millis(),
         w.as_millis() as i128 - wo.as_millis() as i128
     );
+    for (event, us) in &mut answers {
+        us.sort_unstable();
+        eprintln!(
+            "{event}: the plugin answered in median {} us, max {} us ({} events)",
+            us[us.len() / 2],
+            us[us.len() - 1],
+            us.len()
+        );
+    }
+    // Every event of a pod's life reached the plugin and was answered.
+    for event in [
+        "CreateContainer",
+        "StartContainer",
+        "StopContainer",
+        "RemoveContainer",
+    ] {
+        assert!(
+            answers.get(event).is_some_and(|v| v.len() >= ROUNDS),
+            "{event}: {:?}",
+            answers.get(event)
+        );
+    }
     assert_eq!(
         logs_in(&tw.log_dir).len(),
         ROUNDS,

@@ -91,6 +91,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// One line on stderr, never a terminal escape or a forged second line.
+/// Set to 1: each event's answer time is said (the latency test reads it).
+pub const TIMINGS_ENV: &str = "THROTTLEWATCH_NRI_TIMINGS";
+
 pub fn say(msg: &str) {
     eprintln!("{NAME}: {}", throttlewatch_core::printable::printable(msg));
 }
@@ -167,8 +170,24 @@ impl Plugin {
         Arc::clone(&lock(&self.settings))
     }
 
-    /// Answer one call of the runtime on the plugin service.
+    /// Answer one call of the runtime on the plugin service. With
+    /// `THROTTLEWATCH_NRI_TIMINGS=1` each answer's time is said on stderr
+    /// (`<method> answered in N us`: what the plugin adds to the event).
     pub fn handle(self: &Arc<Self>, service: &str, method: &str, payload: &[u8]) -> Answer {
+        static TIMINGS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if !*TIMINGS.get_or_init(|| std::env::var_os(TIMINGS_ENV).is_some_and(|v| v == "1")) {
+            return self.answer(service, method, payload);
+        }
+        let t0 = std::time::Instant::now();
+        let a = self.answer(service, method, payload);
+        say(&format!(
+            "{method} answered in {} us",
+            t0.elapsed().as_micros()
+        ));
+        a
+    }
+
+    fn answer(self: &Arc<Self>, service: &str, method: &str, payload: &[u8]) -> Answer {
         if service != PLUGIN_SERVICE {
             return Err(unimplemented(service, method));
         }
