@@ -155,7 +155,17 @@ fn record(
         t.wait_ns += extra_rest.0.wait_ns;
         t.frozen_ns += extra_rest.0.frozen_ns;
     }
+    // Three quarters of the places go to the costliest edges, the rest to
+    // the most frequent of the others: a periodic pipeline's cheap hops
+    // (a timer's wake-up every round) stay listed beside start-up's
+    // one-off costly ones. Listed costliest first.
     edges.sort_by(|a, b| b.1.cost().cmp(&a.1.cost()).then(a.0.cmp(&b.0)));
+    let by_cost = keep - keep / 4;
+    if edges.len() > keep {
+        edges[by_cost..]
+            .sort_by(|a, b| b.1.count.cmp(&a.1.count).then(b.1.cost().cmp(&a.1.cost())));
+        edges[by_cost..keep].sort_by(|a, b| b.1.cost().cmp(&a.1.cost()).then(a.0.cmp(&b.0)));
+    }
     let (mut rest, mut n) = extra_rest;
     for (_, f, _, _) in edges.iter().skip(keep) {
         rest.add(f);
@@ -313,6 +323,30 @@ mod tests {
             .unwrap();
         assert_eq!(r.edges[0].count, 4);
         assert_eq!(t.total(0).unwrap().edges[0].count, 14);
+    }
+
+    #[test]
+    fn frequent_cheap_edges_keep_places_beside_costly_one_offs() {
+        let mut t = WakeTracker::default();
+        // 20 one-off edges of 1 ms each, and a timer's 100 wake-ups of 5 us.
+        let mut edges: Vec<WakeEdgeTotals> = (0..20)
+            .map(|i| edge(100 + i, 1, WakerKind::Same, 1, 1_000_000))
+            .collect();
+        edges.push(edge(7, 0, WakerKind::Interrupt, 100, 500_000));
+        let r = t.interval(&edges, 0).unwrap();
+        assert_eq!(r.edges.len(), EDGES_PER_INTERVAL);
+        assert!(
+            r.edges
+                .iter()
+                .any(|e| e.waker.kind == "interrupt" && e.count == 100),
+            "the periodic edge is listed: {:?}",
+            r.edges
+        );
+        let costs: Vec<u64> = r.edges.iter().map(|e| e.cost_ns()).collect();
+        assert!(
+            costs.windows(2).all(|w| w[0] >= w[1]),
+            "costliest first: {costs:?}"
+        );
     }
 
     #[test]

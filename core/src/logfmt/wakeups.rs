@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Edges in a `runq` record (the interval's costliest, by wait + frozen time).
+/// Edges in a `runq` record: the interval's costliest by wait + frozen time
+/// (three quarters of them), then its most frequent of the others.
 pub const EDGES_PER_INTERVAL: usize = 8;
-/// Edges in `end.runq.wakeups` (the whole watch's costliest).
+/// Edges in `end.runq.wakeups`, chosen the same way over the whole watch.
 pub const EDGES_AT_END: usize = 32;
 
 fn is_zero(v: &u64) -> bool {
@@ -19,7 +20,7 @@ fn is_zero(v: &u64) -> bool {
 /// The wake-ups of one span.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Wakeups {
-    /// The span's costliest edges, costliest first.
+    /// The span's listed edges, costliest first.
     pub edges: Vec<WakeEdge>,
     /// What the edges left out add up to (absent when none was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
