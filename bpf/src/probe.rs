@@ -105,7 +105,7 @@ pub struct ProbeOptions {
     pub no_hrtimer: bool,
     /// Cgroups watched at most: sizes the per-cgroup maps (`watched`,
     /// `runq_hist`, `coldstarts`) before load. `runq_hist` is a preallocated
-    /// per-CPU hash, so its kernel memory is entries × 328 B × CPUs. 0: the
+    /// per-CPU hash, so its kernel memory is entries × 336 B × CPUs. 0: the
     /// object's own sizes (16384).
     pub max_watched: u32,
     /// Entries of the `episodes` map; 0: `max_watched` x CPUs (the

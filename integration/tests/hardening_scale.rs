@@ -165,8 +165,9 @@ fn bpf_maps(pid: u32) -> (u64, Option<u64>) {
         };
         if let Some(m) = field("memlock:").filter(|_| t.contains("map_type:")) {
             total += m;
-            // runq_hist: the per-CPU hash (map_type 5) with value size 328.
-            if field("map_type:") == Some(5) && field("value_size:") == Some(328) {
+            // runq_hist: the per-CPU hash (map_type 5) with value size 336
+            // (struct tw_runq; 328 before wake_dropped, issue 36).
+            if field("map_type:") == Some(5) && field("value_size:") == Some(336) {
                 runq = field("max_entries:");
             }
         }
