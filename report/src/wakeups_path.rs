@@ -226,11 +226,14 @@ fn best_path(r: &WakeReport, rounds: u64) -> Option<(Vec<usize>, u64)> {
     };
     let back = back_edges(r, &hop, &[]);
     let dag = |i: usize| hop(i) && !back[i];
-    // best[v]: the costliest path ending in v, and its last edge.
-    let mut best: Vec<(u64, Option<usize>)> = vec![(0, None); r.nodes.len()];
+    // best[v]: the longest path of hops ending in v (a pipeline is the
+    // chain of hand-offs that each happen about once a round: a shortcut
+    // such as a lock's timed wait woken by a timer is not one of its
+    // stages), the costliest of those, and its last edge.
+    let mut best: Vec<((usize, u64), Option<usize>)> = vec![((0, 0), None); r.nodes.len()];
     for v in topo_order(r, &dag) {
         for (i, e) in r.edges.iter().enumerate().filter(|(_, e)| e.from == v) {
-            let c = best[v].0 + hop_cost(e, rounds);
+            let c = (best[v].0 .0 + 1, best[v].0 .1 + hop_cost(e, rounds));
             if dag(i) && (best[e.to].1.is_none() || c > best[e.to].0) {
                 best[e.to] = (c, Some(i));
             }
@@ -249,7 +252,7 @@ fn best_path(r: &WakeReport, rounds: u64) -> Option<(Vec<usize>, u64)> {
         v = r.edges[i].from;
     }
     path.reverse();
-    Some((path, best[end].0))
+    Some((path, best[end].0 .1))
 }
 
 /// The latency `path` explains over `rounds`: each hop's wait + frozen,

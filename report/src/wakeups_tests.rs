@@ -403,3 +403,19 @@ fn the_terminal_and_the_page_show_the_edges_and_the_path() {
     assert_eq!(w["critical_path"]["rounds"], 20);
     assert_eq!(w["critical_path"]["hops"][1]["wakee"], "t2");
 }
+
+/// Seen in a CI run of threads under a quota: a lock's timed waits woke the
+/// second stage from the timer (64 wake-ups in 42 rounds, 1.2 ms frozen a
+/// round), a shortcut past the first stage. The pipeline is the longer
+/// chain of hand-offs, not the shortcut.
+#[test]
+fn a_timers_shortcut_past_a_stage_does_not_take_the_path() {
+    let r = of(vec![
+        e("interrupt", 0, 1, 40, 20 * US, 0, 0),
+        e("same", 1, 2, 40, 10 * US, 0, 0),
+        e("interrupt", 0, 2, 64, 30 * US, 77 * MS, 1),
+        e("same", 2, 3, 42, 30 * US, 40 * MS, 10),
+        e("same", 3, 4, 50, 40 * US, 0, 0),
+    ]);
+    assert_eq!(path_names(&r), ["interrupt", "t1", "t2", "t3", "t4"]);
+}
