@@ -69,4 +69,4 @@ done <<<"$exes"
 soak=${LANE_SOAK_CYCLES:-6}
 [[ "$soak" =~ ^[0-9]+$ ]] || { echo "lane: LANE_SOAK_CYCLES '$soak': expected a whole number" >&2; exit 2; }
 [[ "$soak" -gt 0 ]] && echo "timeout -s KILL 300 integration/vm/soak.sh --guest $soak 6 full 800 run $bindir" >>"$script"
-exec integration/vm/run.sh --timeout 900 --modprobe bridge,veth --script "$script"
+exec integration/vm/run.sh --timeout 1500 --modprobe bridge,veth --script "$script"
