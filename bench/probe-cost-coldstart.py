@@ -18,37 +18,18 @@ A debug build of tw-probe-hold carries the same BPF object as a release one
 include the statistics' own cost (two clock reads per run). Root only.
 """
 import collections
-import json
 import os
 import statistics
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bpfstats import STATS, cpu_root, progs  # noqa: E402
+
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 11
 LOOPS = int(sys.argv[2]) if len(sys.argv) > 2 else 100000
 HOLD = {"old": os.environ["OLD"], "new": os.environ["NEW"]}
 PROGS = ("tw_switch_btf", "tw_wakeup_btf", "tw_waking_btf")  # the wake-up part moved to sched_waking (issue 36)
-STATS = "/proc/sys/kernel/bpf_stats_enabled"
-
-
-def cpu_root():
-    v2 = None
-    for line in open("/proc/mounts"):
-        _, path, fstype, opts = line.split()[:4]
-        if fstype == "cgroup" and "cpu" in opts.split(","):
-            return path
-        if fstype == "cgroup2":
-            v2 = path
-    return v2
-
-
-def progs(name):
-    out = subprocess.run(["bpftool", "prog", "show", "name", name, "-j"],
-                         capture_output=True, text=True).stdout
-    if not out.strip():
-        return []
-    d = json.loads(out)
-    return [p for p in (d if isinstance(d, list) else [d]) if "id" in p]
 
 
 def one(which, mode, cg, res):
