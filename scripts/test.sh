@@ -9,6 +9,8 @@ start=$(date +%s)
 [[ $(id -u) -eq 0 ]] || { echo "test: run as root (the tests load BPF programs and create cgroups)" >&2; exit 1; }
 
 scripts/setup.sh --test
+# One build, run once: incremental state would add ~6 GB of disk for nothing.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 # Integration tests run the built binaries (throttlewatch, hooks, shim, tw-burn).
 cargo build --workspace --bins --quiet
 cargo test --workspace --no-fail-fast -- --test-threads=2
