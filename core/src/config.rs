@@ -192,7 +192,8 @@ pub fn fail_mode_meant(text: &str) -> FailMode {
     }
 }
 
-/// The smallest log part and budget burst: room for any record.
+/// The smallest log part and budget burst: room for the common records (a
+/// longer line, an `end` with its wake-up edges, goes alone into a part).
 const MIN_LOG_BYTES: u64 = 4096;
 const MAX_LOG_KEEP: u32 = 100;
 

@@ -33,6 +33,23 @@ pub fn bin(name: &str) -> PathBuf {
 
 static CPU_LOCK: Mutex<()> = Mutex::new(());
 
+/// The interpreter behind `python3` (its `sys.executable`), resolved once.
+/// A version manager's `python3` on PATH may be a shell script (pyenv's
+/// shim: ~0.3 s of CPU in bash and its helpers before Python starts), which
+/// a workload under a small quota would spend frozen before its first
+/// wake-up, and whose helper processes add wake-ups of their own.
+pub fn python3() -> &'static std::path::Path {
+    static PY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PY.get_or_init(|| {
+        let out = std::process::Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 on PATH");
+        assert!(out.status.success(), "python3: {out:?}");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+}
+
 /// Tests that measure CPU time against the kernel take this lock, so no two
 /// run at once inside one test binary.
 pub fn cpu_lock() -> MutexGuard<'static, ()> {

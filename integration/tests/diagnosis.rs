@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 use throttlewatch_integration::{
-    assert_ok, bin, cpu_lock, of_type, read_log, report_json, Scratch,
+    assert_ok, bin, cpu_lock, of_type, python3, read_log, report_json, Scratch,
 };
 
 fn pipeline() -> PathBuf {
@@ -34,7 +34,7 @@ fn run(
         .args(["run", "-q", "--log", log.to_str().unwrap()])
         .args(flags)
         .arg("--")
-        .arg("python3")
+        .arg(python3())
         .arg(pipeline())
         .args(args)
         .stdin(Stdio::null())

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use throttlewatch_integration::{bin, cpu_lock, of_type, read_log, Scratch};
+use throttlewatch_integration::{bin, cpu_lock, of_type, python3, read_log, Scratch};
 
 const HOPS: [(&str, &str); 3] = [
     ("tw-src", "tw-pipe"),
@@ -30,6 +30,9 @@ struct Run {
     /// to wait for its byte (each one wake-up).
     tids: HashMap<String, u32>,
     waited: HashMap<String, u64>,
+    /// When (CLOCK_REALTIME ns, the log's clock) each stage's first round
+    /// began: its freezes before it are its start-up's.
+    first_wake: HashMap<String, u64>,
     /// `perf script` of the run, per (waker tid, wakee tid): sched_waking
     /// events, and each one's wake -> switch-in time (ns).
     perf_waking: HashMap<(u32, u32), (u64, Vec<u64>)>,
@@ -59,7 +62,8 @@ fn run(d: &Scratch, name: &str, flags: &[&str], args: &[&str]) -> Run {
         .arg(bin("throttlewatch"))
         .args(["run", "-q", "--log", log.to_str().unwrap()])
         .args(flags)
-        .args(["--", "python3"])
+        .arg("--")
+        .arg(python3())
         .arg(chain())
         .args(args)
         .stdin(Stdio::null())
@@ -89,10 +93,17 @@ fn run(d: &Scratch, name: &str, flags: &[&str], args: &[&str]) -> Run {
         .iter()
         .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
         .collect();
+    let first_wake = line["first_wake_ns"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect();
     Run {
         log: read_log(&log),
         tids,
         waited,
+        first_wake,
         perf_waking: perf_waking(&data),
         perf_latency: perf_latency(&data),
     }
@@ -100,8 +111,10 @@ fn run(d: &Scratch, name: &str, flags: &[&str], args: &[&str]) -> Run {
 
 /// From `perf script --ns` of the run, per (waker tid, wakee tid): the
 /// sched_waking events, and the time from each to the wakee's next
-/// sched_switch in (perf's own measure of our `wait_ns`), summed.
-/// Lines: `TID TS: sched:sched_waking: comm=X pid=N ...` and
+/// sched_switch in, or to the start of its first runtime where perf
+/// recorded no switch-in (perf's own measure of our `wait_ns`).
+/// Lines: `TID TS: sched:sched_waking: comm=X pid=N ...`,
+/// `TID TS: sched:sched_stat_runtime: comm=X pid=N runtime=NS [ns]` and
 /// `TID TS: sched:sched_switch: prev_comm=.. ==> next_comm=X next_pid=N ...`.
 fn perf_waking(data: &Path) -> HashMap<(u32, u32), (u64, Vec<u64>)> {
     let out = Command::new("perf")
@@ -123,6 +136,7 @@ fn perf_waking(data: &Path) -> HashMap<(u32, u32), (u64, Vec<u64>)> {
         let (Some(tid), Some(ts)) = (w.next().and_then(|t| t.parse::<u32>().ok()), w.next()) else {
             continue;
         };
+
         let Some(ts) = ts.trim_end_matches(':').split_once('.').and_then(|(s, f)| {
             Some(s.parse::<u64>().ok()? * 1_000_000_000 + f.parse::<u64>().ok()?)
         }) else {
@@ -131,9 +145,40 @@ fn perf_waking(data: &Path) -> HashMap<(u32, u32), (u64, Vec<u64>)> {
         if l.contains("sched:sched_waking:") {
             if let Some(wakee) = field(l, "pid=") {
                 n.entry((tid, wakee)).or_default().0 += 1;
-                pending.insert(wakee, (tid, ts));
+                if wakee != tid {
+                    pending.insert(wakee, (tid, ts));
+                }
+            }
+        } else if l.contains("sched:sched_stat_runtime:") && pending.contains_key(&tid) {
+            // perf's record here has no event at all in one CPU's idle
+            // context (seen: CPU 1 switched to idle 392 times in a run and
+            // never out of it; `perf report --stats` showed no lost
+            // events), so a wakee switched in there from idle has no
+            // switch-in event. Its first runtime since (recorded in its own
+            // context) says when it began to run: now - runtime. One that
+            // began before the wake-up was still on its CPU when woken.
+            let runtime = l
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("runtime="))
+                .and_then(|t| t.parse::<u64>().ok());
+            if let Some(began) = runtime.map(|r| ts.saturating_sub(r)) {
+                if began >= pending[&tid].1 {
+                    let (waker, at) = pending.remove(&tid).unwrap();
+                    n.entry((waker, tid)).or_default().1.push(began - at);
+                }
             }
         } else if l.contains("sched:sched_switch:") {
+            // The wakee switched out runnable (preempted, or throttled on
+            // its way back to user space) with no switch-in or runtime of
+            // it since the wake-up: it was woken while still running. The
+            // next switch-in ends that preemption or freeze, not this
+            // wake-up (paired with it, a wait came out 95 ms where the
+            // probe measured under 1 ms).
+            if l.contains("prev_state=R") {
+                if let Some(p) = field(l, "prev_pid=") {
+                    pending.remove(&p);
+                }
+            }
             if let Some((waker, at)) = field(l, "next_pid=").and_then(|p| pending.remove(&p)) {
                 let wakee = field(l, "next_pid=").unwrap();
                 n.entry((waker, wakee))
@@ -205,10 +250,13 @@ fn check_hops(r: &Run, rounds: u64, exact: bool, what: &str) {
     for (a, b) in HOPS {
         let e = edge(r, a, b);
         let ours = n(&e["count"]);
+        // perf's sched_waking events, and the waits of those it could
+        // pair with the wakee's switch-in.
         let (perf, perf_waits) = &r.perf_waking[&(r.tids[a], r.tids[b])];
         let perf = *perf;
         eprintln!(
-            "{what}: {a} -> {b}: {ours} wake-ups (perf sched: {perf}), wait p50 {} p99 {} ns, {} freezes {} ms frozen in {} hops",
+            "{what}: {a} -> {b}: {ours} wake-ups (perf sched: {perf} sched_waking, {} paired), wait p50 {} p99 {} ns, {} freezes {} ms frozen in {} hops",
+            perf_waits.len(),
             e["p50_ns"], e["p99_ns"], e["freezes"], n(&e["frozen_ns"]) / 1_000_000, e["frozen_hops"]
         );
         assert_eq!(e["waker"]["kind"], "same", "{what}: {a} -> {b}: {e}");
@@ -236,33 +284,52 @@ fn check_hops(r: &Run, rounds: u64, exact: bool, what: &str) {
                 "{what}: {a} -> {b}: {ours}, waited {waited}"
             );
         }
+        // perf's sched_waking events include those of a wakee still on its
+        // CPU (no edge for the probe; the GIL's hand-offs in the threads
+        // mode have them): the count to match is the paired one.
+        let paired = perf_waits.len() as u64;
         assert!(
-            ours.abs_diff(perf) * 100 <= perf.max(100),
-            "{what}: {a} -> {b}: {ours} wake-ups, perf sched counted {perf}"
+            paired <= perf && ours.abs_diff(paired) * 100 <= paired.max(67) * 3,
+            "{what}: {a} -> {b}: {ours} wake-ups, perf sched paired {paired} ({perf} sched_waking)"
         );
-        // The same wait from perf's events. Most runs agree on the mean
-        // within 1 %; in about one run in three a few wake-ups are paired
-        // with another switch-in by perf than by us (the mean then differs
-        // by up to perf's longest wait), so the check is the median, which
-        // our log2 histogram gives to within its bucket.
+        // The same wait from perf's events. Our p50 comes from log2
+        // buckets (interpolated inside one); perf's waits are exact. A
+        // wake->run wait here is bimodal (the wakee's CPU idle: tens of us
+        // to leave idle; busy: a few us), and where half the waits lie in
+        // each mode one wake-up more or less below the middle moves the
+        // median from one mode to the other, and a log2 bucket is wide
+        // (16 us against perf's 21 us median seen, the two modes' sample
+        // counts a few apart). So our median, within a bucket either way,
+        // must meet perf's middle half (its 25th to 75th percentile), and
+        // the means agree within 2x (one pairing that differs, a wait of a
+        // few ms in 25, moves a mean by half; seen 0.87 against 0.55 ms).
+        // Both still catch a pairing gone wrong (the old pairing's 95 ms
+        // waits) or a unit.
         let mut waits = perf_waits.clone();
         waits.sort_unstable();
-        let perf_median = waits.get(waits.len() / 2).copied().unwrap_or(0);
+        let at = |q: f64| {
+            waits
+                .get(((waits.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+                .unwrap_or(0)
+        };
+        let (q25, q50, q75) = (at(0.25), at(0.5), at(0.75));
         let mean = n(&e["wait_ns"]) / ours.max(1);
         let perf_mean = waits.iter().sum::<u64>() / (waits.len() as u64).max(1);
         let p50 = n(&e["p50_ns"]);
         eprintln!(
-            "{what}: {a} -> {b}: wake->run p50 {p50} ns mean {mean} ns; from perf sched record: median {perf_median} ns mean {perf_mean} ns"
+            "{what}: {a} -> {b}: wake->run p50 {p50} ns mean {mean} ns; from perf sched record: p10/p25/p40/p50/p60/p75/p90 {:?} ns, mean {perf_mean} ns",
+            [0.1, 0.25, 0.4, 0.5, 0.6, 0.75, 0.9].map(at)
         );
-        // Known gap (the note of issue 36): in about one run in four one
-        // edge's waits come out longer than perf's pairing of the same
-        // events gives (same count; seen 35 vs 11 us and 65 vs 10 us in
-        // the medians, means within 1.5x), in processes and threads alike,
-        // not the clocks (perf on CLOCK_MONOTONIC). Not understood yet:
-        // the check is the scale only (a unit or a pairing gone wrong).
+        let bucket = p50.max(1).ilog2();
+        let (lo, hi) = (1u64 << bucket, 2u64 << bucket);
         assert!(
-            perf_median <= p50.max(1_000) * 10 && p50 <= perf_median.max(1_000) * 10,
-            "{what}: {a} -> {b}: p50 {p50} ns, perf sched record's median {perf_median} ns"
+            mean <= perf_mean.max(1_000) * 2 && perf_mean <= mean.max(1_000) * 2,
+            "{what}: {a} -> {b}: mean wake->run {mean} ns, perf sched record's {perf_mean} ns"
+        );
+        assert!(
+            lo / 2 <= q75 && hi * 2 >= q25,
+            "{what}: {a} -> {b}: p50 {p50} ns (bucket {lo}..{hi}), perf sched record's 25th-75th percentiles {q25}..{q75} ns (median {q50})"
         );
     }
     // The source is woken by its timer: an interrupt, once per round.
@@ -374,18 +441,42 @@ fn a_quota_freezes_the_hops_and_the_edges_say_which() {
         hops_frozen >= rounds / 4,
         "{hops_frozen} frozen hops in {rounds} rounds"
     );
-    // Every freeze of the chain's threads lies in a hop but those before a
-    // thread's first wake-up (its start-up under the quota: 0.1-0.2 s of
-    // 1-4 s here): the edges' frozen time is most of the threads', never
-    // more. On the run-queue model (the VM lane's 6.1) a thread frozen
-    // with its run-queue while it waited without a wake-up of its own
-    // (preempted, then the queue throttled) is charged to no hop: there
-    // the bound is a third (measured 45 %).
+    // Every freeze of a chain thread after its first round began lies in
+    // a hop; those before are its start-up's (its fork and first queue
+    // put under the quota: 0.1-0.2 s last stop, up to 2-3 s on a machine
+    // whose Python start-up costs ten times its unthrottled CPU under a
+    // small quota, as these did in stop 43). So the edges' frozen time is
+    // most of the freezes that began after each stage's first wake-up
+    // (the `throttle` records, none folded), and never more than all of
+    // its threads' freezes.
+    assert!(
+        end.get("folded_freezes").is_none(),
+        "the budget folded freezes: {}",
+        end["folded_freezes"]
+    );
+    let name_of: HashMap<u32, &str> = r.tids.iter().map(|(k, v)| (*v, k.as_str())).collect();
+    let in_rounds: u64 = of_type(&r.log, "throttle")
+        .iter()
+        .filter(|f| {
+            name_of
+                .get(&(n(&f["tid"]) as u32))
+                .is_some_and(|s| n(&f["start_ns"]) >= r.first_wake[*s])
+        })
+        .map(|f| n(&f["frozen_ns"]))
+        .sum();
+    eprintln!(
+        "--cpus 0.15: the chain's threads frozen {} ms after their first round began",
+        in_rounds / 1_000_000
+    );
+    // On the run-queue model (the VM lane's 6.1) a thread frozen with its
+    // run-queue while it waited without a wake-up of its own (preempted,
+    // then the queue throttled) is charged to no hop: there the bound is a
+    // third (measured 45 % of all its freezes).
     let task_model = of_type(&r.log, "start")[0]["throttle_model"] == "task";
     let least = if task_model { 7 } else { 3 };
     assert!(
-        frozen <= thread_frozen + thread_frozen / 100 && frozen * 10 >= thread_frozen * least,
-        "edges {frozen} ns frozen vs the chain threads' {thread_frozen} ns"
+        frozen <= thread_frozen + thread_frozen / 100 && frozen * 10 >= in_rounds * least,
+        "edges {frozen} ns frozen vs the chain threads' {in_rounds} ns after their first round ({thread_frozen} ns in all)"
     );
     // The interval records carry the edges too, and add up to the end's.
     let by_interval: u64 = of_type(&r.log, "runq")
@@ -409,7 +500,7 @@ fn a_quota_freezes_the_hops_and_the_edges_say_which() {
 /// cgroup.procs file) first when given.
 fn writer(fifo: &Path, procs: Option<PathBuf>, start: f64, offset: u32) -> std::process::Child {
     use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new("python3");
+    let mut cmd = Command::new(python3());
     cmd.args([
         "-c",
         "import os,sys,time\nfd=os.open(sys.argv[1],os.O_WRONLY)\nt=float(sys.argv[3])+int(sys.argv[2])/1000\n\
@@ -433,6 +524,7 @@ fn writer(fifo: &Path, procs: Option<PathBuf>, start: f64, offset: u32) -> std::
 /// its pid and the two counts.
 const READER: &str = r#"import ctypes, os, select, sys, time
 ctypes.CDLL(None).prctl(15, b'tw-reader', 0, 0, 0)
+print('ready', flush=True)
 o = os.open(sys.argv[1], os.O_RDONLY)
 h = os.open(sys.argv[2], os.O_RDONLY)
 wo = wh = 0
@@ -486,7 +578,7 @@ fn wakers_are_told_apart_by_where_they_run() {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     }
     let procs_a = a.group.cpu_dir.join("cgroup.procs");
-    let mut reader = Command::new("python3");
+    let mut reader = Command::new(python3());
     reader
         .args(["-c", READER])
         .arg(&f_other)
@@ -496,7 +588,14 @@ fn wakers_are_told_apart_by_where_they_run() {
     unsafe {
         reader.pre_exec(move || std::fs::write(&procs_a, std::process::id().to_string()));
     }
-    let reader = reader.spawn().unwrap();
+    let mut reader = reader.spawn().unwrap();
+    // The writers start once the reader has started: processes starting
+    // side by side wake each other (path lookups of the same files, page
+    // locks), which are real wake-ups but not the FIFOs'.
+    let mut reader_out = std::io::BufReader::new(reader.stdout.take().unwrap());
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut reader_out, &mut ready).unwrap();
+    assert_eq!(ready.trim(), "ready");
     // Both writers keep one clock: 1 s from now, whenever each starts.
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -515,9 +614,10 @@ fn wakers_are_told_apart_by_where_they_run() {
         0,
     );
     let mut w_host = writer(&f_host, None, start, 25);
-    let out = reader.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let said: Vec<u32> = text(&out.stdout)
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut reader_out, &mut said).unwrap();
+    assert!(reader.wait().unwrap().success());
+    let said: Vec<u32> = said
         .split_whitespace()
         .map(|w| w.parse().unwrap())
         .collect();

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
-use throttlewatch_integration::{assert_ok, bin, cpu_lock, report_json, Scratch};
+use throttlewatch_integration::{assert_ok, bin, cpu_lock, python3, report_json, Scratch};
 
 const STAGES: [&str; 4] = ["tw-src", "tw-pipe", "tw-sock", "tw-futex"];
 
@@ -29,7 +29,8 @@ fn run(d: &Scratch, name: &str, flags: &[&str], args: &[&str]) -> (PathBuf, Hash
         .arg(bin("throttlewatch"))
         .args(["run", "-q", "--log", log.to_str().unwrap()])
         .args(flags)
-        .args(["--", "python3"])
+        .arg("--")
+        .arg(python3())
         .arg(chain())
         .args(args)
         .stdin(Stdio::null())

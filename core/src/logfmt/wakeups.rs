@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 /// (three quarters of them), then its most frequent of the others.
 pub const EDGES_PER_INTERVAL: usize = 8;
 /// Edges in `end.runq.wakeups`, chosen the same way over the whole watch.
-pub const EDGES_AT_END: usize = 16;
+pub const EDGES_AT_END: usize = 32;
 
 fn is_zero(v: &u64) -> bool {
     *v == 0

@@ -13,7 +13,10 @@ had to wait (its byte was not there yet when it looked; with PERIOD_MS
 well above 4 x WORK_MS that is every round, on a slow machine fewer), so
 the edges tw-src -> tw-pipe, tw-pipe -> tw-sock and tw-sock -> tw-futex
 have that many wake-ups each. At the end one JSON line on stdout: the
-stages' tids (`tids`) and the rounds each stage waited (`waited`).
+stages' tids (`tids`), the rounds each stage waited (`waited`), and when
+(CLOCK_REALTIME ns) each stage's first round began (`first_wake_ns`: its
+first byte, or the source's first timer), so that a reader can tell the
+stages' start-up from their rounds.
 """
 
 import ctypes
@@ -50,6 +53,8 @@ def src(rounds, period_ms, work_ms, pipe_w, out):
         wait = t0 + (i + 1) * period_ms / 1000.0 - time.monotonic()
         if wait > 0:
             time.sleep(wait)
+        if i == 0:
+            out.put(("tw-src:first", time.time_ns()))
         work(work_ms)
         os.write(pipe_w, b"x")
 
@@ -62,9 +67,11 @@ def pipe_stage(rounds, work_ms, pipe_r, sock, out):
     name("tw-pipe")
     out.put(("tw-pipe", threading.get_native_id()))
     waited = 0
-    for _ in range(rounds):
+    for i in range(rounds):
         waited += not ready(pipe_r)
         assert os.read(pipe_r, 1) == b"x"
+        if i == 0:
+            out.put(("tw-pipe:first", time.time_ns()))
         work(work_ms)
         sock.send(b"y")
     out.put(("tw-pipe:waited", waited))
@@ -74,9 +81,11 @@ def sock_stage(rounds, work_ms, sock, sem, out):
     name("tw-sock")
     out.put(("tw-sock", threading.get_native_id()))
     waited = 0
-    for _ in range(rounds):
+    for i in range(rounds):
         waited += not ready(sock.fileno())
         assert sock.recv(1) == b"y"
+        if i == 0:
+            out.put(("tw-sock:first", time.time_ns()))
         work(work_ms)
         sem.release()
     out.put(("tw-sock:waited", waited))
@@ -86,10 +95,12 @@ def futex_stage(rounds, work_ms, sem, out):
     name("tw-futex")
     out.put(("tw-futex", threading.get_native_id()))
     waited = 0
-    for _ in range(rounds):
+    for i in range(rounds):
         if not sem.acquire(False):
             waited += 1
             sem.acquire()
+        if i == 0:
+            out.put(("tw-futex:first", time.time_ns()))
         work(work_ms)
     out.put(("tw-futex:waited", waited))
 
@@ -108,6 +119,13 @@ def main():
     else:
         import queue
 
+        # The GIL: a thread that wants it waits at most the switch interval
+        # (5 ms), a timed wait the timer ends, then forces a hand-off. A
+        # 5 ms stage then adds a timer edge into every other stage, a
+        # shortcut past the pipeline's own hand-offs (the blocking reads,
+        # which release the GIL). A long interval leaves those.
+        sys.setswitchinterval(1.0)
+
         out = queue.Queue()
         sem = threading.Semaphore(0)
         spawn = lambda f, *args: threading.Thread(target=f, args=args)
@@ -120,13 +138,14 @@ def main():
     t0 = time.monotonic()
     for s in stages:
         s.start()
-    got = dict(out.get() for _ in range(2 * len(stages) - 1))
+    got = dict(out.get() for _ in range(3 * len(stages) - 1))
     for s in stages:
         s.join()
     tids = {k: v for k, v in got.items() if ":" not in k}
-    waited = {k.split(":")[0]: v for k, v in got.items() if ":" in k}
+    waited = {k.split(":")[0]: v for k, v in got.items() if k.endswith(":waited")}
+    first = {k.split(":")[0]: v for k, v in got.items() if k.endswith(":first")}
     print(json.dumps({"mode": mode, "rounds": rounds, "tids": tids, "waited": waited,
-                      "wall_s": time.monotonic() - t0}), flush=True)
+                      "first_wake_ns": first, "wall_s": time.monotonic() - t0}), flush=True)
 
 
 if __name__ == "__main__":
