@@ -470,10 +470,12 @@ fn a_quota_freezes_the_hops_and_the_edges_say_which() {
     );
     // On the run-queue model (the VM lane's 6.1) a thread frozen with its
     // run-queue while it waited without a wake-up of its own (preempted,
-    // then the queue throttled) is charged to no hop: there the bound is a
-    // third (measured 45 % of all its freezes).
+    // then the queue throttled) is charged to no hop, and a queued freeze
+    // is charged from its wait's start: the bound there is 6/10 (stop 43's
+    // lane: 7.5 s on hops against 6.8 s of freezes after the first round,
+    // 14.3 s in all; stop 42 compared all freezes and saw 45 %).
     let task_model = of_type(&r.log, "start")[0]["throttle_model"] == "task";
-    let least = if task_model { 7 } else { 3 };
+    let least = if task_model { 7 } else { 6 };
     assert!(
         frozen <= thread_frozen + thread_frozen / 100 && frozen * 10 >= in_rounds * least,
         "edges {frozen} ns frozen vs the chain threads' {in_rounds} ns after their first round ({thread_frozen} ns in all)"
