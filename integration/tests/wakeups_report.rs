@@ -231,12 +231,17 @@ fn threads_chain_under_a_quota_that_freezes_it() {
     let _l = cpu_lock();
     let d = Scratch::new("wakeups-report-threads");
     // 16 ms of work a round under 0.1 CPUs: frozen in most rounds, the
-    // period (200 ms) long enough that no stage falls behind.
+    // period (200 ms) long enough that no stage falls behind. A 1 s GIL
+    // switch interval: at Python's 5 ms every thread's timed GIL wait is
+    // ended by the timer, an `interrupt -> stage` edge into each stage
+    // (fc17: interrupt -> tw-pipe, 78 wake-ups in 40 rounds), and the
+    // hops' counts disagree enough that the report's path took that
+    // shortcut past tw-src (the note's "Left").
     let (log, tids) = run(
         &d,
         "threads",
         &["--cpus", "0.1"],
-        &["threads", "40", "200", "4"],
+        &["threads", "40", "200", "4", "1"],
     );
     let w = report_json(&log, &[])["containers"][0]["wakeups"].clone();
     // Threads share the GIL: tw-sock's semaphore (a condition variable)

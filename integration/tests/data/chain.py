@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A periodic four-stage pipeline whose hand-offs are real wake-ups.
 
-    chain.py MODE ROUNDS PERIOD_MS WORK_MS
+    chain.py MODE ROUNDS PERIOD_MS WORK_MS [SWITCH_S]
 
 MODE is `processes` (four processes) or `threads` (four threads of one
 process). Every PERIOD_MS the source (`tw-src`, woken by its timer) works
@@ -13,7 +13,8 @@ had to wait (its byte was not there yet when it looked; with PERIOD_MS
 well above 4 x WORK_MS that is every round, on a slow machine fewer), so
 the edges tw-src -> tw-pipe, tw-pipe -> tw-sock and tw-sock -> tw-futex
 have that many wake-ups each. At the end one JSON line on stdout: the
-stages' tids (`tids`), the rounds each stage waited (`waited`), and when
+stages' tids (`tids`), the rounds each stage waited (`waited`; the
+source's: the rounds it slept, each one timer wake-up), and when
 (CLOCK_REALTIME ns) each stage's first round began (`first_wake_ns`: its
 first byte, or the source's first timer), so that a reader can tell the
 stages' start-up from their rounds.
@@ -49,14 +50,17 @@ def src(rounds, period_ms, work_ms, pipe_w, out):
     name("tw-src")
     out.put(("tw-src", threading.get_native_id()))
     t0 = time.monotonic()
+    slept = 0
     for i in range(rounds):
         wait = t0 + (i + 1) * period_ms / 1000.0 - time.monotonic()
         if wait > 0:
             time.sleep(wait)
+            slept += 1
         if i == 0:
             out.put(("tw-src:first", time.time_ns()))
         work(work_ms)
         os.write(pipe_w, b"x")
+    out.put(("tw-src:waited", slept))
 
 
 def ready(fd):
@@ -107,6 +111,7 @@ def futex_stage(rounds, work_ms, sem, out):
 
 def main():
     mode, rounds, period_ms, work_ms = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    switch_s = float(sys.argv[5]) if len(sys.argv) > 5 else None
     if mode not in ("processes", "threads"):
         sys.exit(f"chain.py: MODE {mode!r}: processes or threads")
     ctx = mp.get_context("fork")
@@ -123,8 +128,9 @@ def main():
         # (5 ms), a timed wait the timer ends, then forces a hand-off. A
         # 5 ms stage then adds a timer edge into every other stage, a
         # shortcut past the pipeline's own hand-offs (the blocking reads,
-        # which release the GIL). A long interval leaves those.
-        sys.setswitchinterval(1.0)
+        # which release the GIL). SWITCH_S (seconds) sets a longer one.
+        if switch_s:
+            sys.setswitchinterval(switch_s)
 
         out = queue.Queue()
         sem = threading.Semaphore(0)
@@ -138,7 +144,7 @@ def main():
     t0 = time.monotonic()
     for s in stages:
         s.start()
-    got = dict(out.get() for _ in range(3 * len(stages) - 1))
+    got = dict(out.get() for _ in range(3 * len(stages)))
     for s in stages:
         s.join()
     tids = {k: v for k, v in got.items() if ":" not in k}
