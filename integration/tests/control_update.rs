@@ -28,7 +28,9 @@ const CONTROL: &str =
     "[qos]\nenv_keys = [\"watch\", \"threshold\", \"cpu-burst\", \"cpu-control\"]\n\
      [control]\nenabled = true\npressure_psi_some_percent = 100.0\npressure_idle_percent = 0.0\n";
 const QUOTA: u64 = 50_000;
-const UPDATE: u64 = 70_000;
+/// Off the controller's grid: its raises step by 20 % of QUOTA (60 000, 70 000,
+/// ...), and an update to the value it holds is no change the kernel can show.
+const UPDATE: u64 = 73_000;
 /// Two spinning shells, for longer than the test (removed at its end).
 const BUSY: &str = "(while :; do :; done) & (while :; do :; done) & sleep 120";
 
@@ -152,7 +154,8 @@ fn docker_update_during_control_becomes_the_new_original() {
     let g = CpuCgroup::open(&h, &format!("/{rel}")).unwrap();
     weigh_up(&h, &g);
     raised_updated_adopted(&g, &|| cfg.log_of(&id), &|| {
-        let o = d.docker(&["update", "--cpus", "0.7", &id]);
+        let cpus = format!("{}", UPDATE as f64 / 100_000.0);
+        let o = d.docker(&["update", "--cpus", &cpus, &id]);
         assert!(o.status.success(), "docker update: {}", out_text(&o));
     });
     let o = d.docker(&["rm", "-f", &id]);
