@@ -81,24 +81,12 @@ fn run(d: &Scratch, name: &str, flags: &[&str], args: &[&str]) -> Run {
         .rev()
         .find_map(|l| serde_json::from_str(l).ok())
         .unwrap_or_else(|| panic!("{name}: no line from chain.py in {stdout}"));
-    let tids = line["tids"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().unwrap() as u32))
+    let tids = counts(&line["tids"])
+        .into_iter()
+        .map(|(k, v)| (k, v as u32))
         .collect();
-    let waited = line["waited"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
-        .collect();
-    let first_wake = line["first_wake_ns"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
-        .collect();
+    let waited = counts(&line["waited"]);
+    let first_wake = counts(&line["first_wake_ns"]);
     Run {
         log: read_log(&log),
         tids,
@@ -107,6 +95,15 @@ fn run(d: &Scratch, name: &str, flags: &[&str], args: &[&str]) -> Run {
         perf_waking: perf_waking(&data),
         perf_latency: perf_latency(&data),
     }
+}
+
+/// A chain.py object of numbers by stage name.
+fn counts(v: &Value) -> HashMap<String, u64> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+        .collect()
 }
 
 /// From `perf script --ns` of the run, per (waker tid, wakee tid): the

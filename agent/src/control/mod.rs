@@ -417,8 +417,7 @@ impl Controls {
                             pod: g.pod.as_ref().map(PodQuota::journalled),
                         },
                     );
-                    // An operator's update since this tick's read (the journal's
-                    // write lies between) wins: not overwritten, adopted next tick.
+                    // An operator's update since this tick's read wins (adopted next tick).
                     if read_bandwidth(&g.cgroup).map(|(b, _)| b) != Some(c.before) {
                         g.policy.undo(&c);
                         return None;
