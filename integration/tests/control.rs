@@ -29,6 +29,17 @@ const PERIOD: u64 = 100_000;
 const CONTROL: &str =
     "[control]\nenabled = true\npressure_psi_some_percent = 100.0\npressure_idle_percent = 0.0\n";
 
+/// An operator's quota update (`runc update --cpu-quota`): not a value the
+/// controller can hold (its raises step by at least 20 % of 50 000 µs: an
+/// update to the held value is no change to adopt), and low enough that
+/// its 300 % ceiling, 1.71 CPUs, leaves this 2-CPU machine's agent some CPU
+/// beside a burner at the highest CPU weight. At 73 000 µs the ceiling was
+/// 2.19 CPUs: the raised burner took both CPUs at 256 times the agent's
+/// weight, the agent missed the 10 s SIGTERM grace and was SIGKILLed with
+/// the raise in place ("agent stop restores the adopted original" failed
+/// after 137 s in stop 42's CI).
+const UPDATE: u64 = 57_013;
+
 fn group(tag: &str) -> TransientCgroup {
     group_at(tag, QUOTA)
 }
@@ -390,7 +401,7 @@ fn sigkill_restart_restores_update_is_adopted_and_stop_restores() {
     });
 
     // An operator's update (what `runc update --cpu-quota` writes) wins.
-    let update = 73_000u64; // off the raises' 20 % grid (an update to the held value is no change)
+    let update = UPDATE;
     std::fs::write(g.group.cpu_dir.join("cpu.cfs_quota_us"), update.to_string())
         .or_else(|_| {
             std::fs::write(
@@ -424,12 +435,19 @@ fn sigkill_restart_restores_update_is_adopted_and_stop_restores() {
     assert!(values(&g.group).0 <= 3 * update);
 
     // Agent stop: the (new) originals back; the container keeps running.
+    let output = agent.output.clone();
     drop(agent);
     let now = values(&g.group);
     assert_eq!(
         json!({"quota_us": now.0, "period_us": now.1, "burst_us": now.2}),
         new_original,
-        "agent stop restores the adopted original"
+        "agent stop restores the adopted original\ncontrols:\n{}\nagent output:\n{}",
+        of_type(&read_log(&log), "control")
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        std::fs::read_to_string(&output).unwrap_or_default()
     );
     let last = of_type(&read_log(&log), "control")
         .last()
@@ -473,7 +491,7 @@ fn runc_container_opts_in_through_the_hook_and_runc_update_wins() {
     let log_path = cfg.log_of(&b.id);
     let start = of_type(&read_log(&log_path), "start")[0].clone();
     assert_eq!(start["qos"]["request"]["cpu_control"], "auto", "{start}");
-    let update = 73_000u64; // off the raises' 20 % grid (an update to the held value is no change)
+    let update = UPDATE;
     let o = rt.run(&["update", "--cpu-quota", &update.to_string(), &b.id]);
     assert!(o.status.success(), "update: {}", text(&o));
     let adopted = |log: &[Value]| {
