@@ -66,6 +66,11 @@ pub struct CriNode {
     /// containerd in its own network and IPC namespaces with a tmpfs over
     /// /run (`isolate`): pod networks, netns files, shim sockets stay private.
     isolated: bool,
+    /// The process that holds an isolated node's namespaces (and its /run)
+    /// from its first start to the node's drop: a restarted containerd
+    /// finds its shims, their sockets and the pods' netns files again, as
+    /// on a node where /run outlives the daemon.
+    holder: Option<Child>,
     pub release: ContainerdRelease,
 }
 
@@ -123,6 +128,7 @@ impl CriNode {
             ids: Mutex::new(vec![]),
             images_imported: false,
             isolated: false,
+            holder: None,
             release,
         }
     }
@@ -146,9 +152,13 @@ impl CriNode {
 
     /// `program` run in containerd's mount, network and IPC namespaces.
     pub fn nsenter_cmd(&self, program: &Path) -> Command {
+        let pid = match &self.holder {
+            Some(h) => h.id(),
+            None => self.pid(),
+        };
         let mut c = Command::new("nsenter");
         c.arg("-t")
-            .arg(self.pid().to_string())
+            .arg(pid.to_string())
             .args(["--mount", "--net", "--ipc", "--"])
             .arg(program);
         c
@@ -180,20 +190,25 @@ impl CriNode {
             .append(true)
             .open(self.dir.0.join("containerd.log"))
             .unwrap();
-        // `unshare` and `sh` exec: the PID is containerd's.
-        let (namespaces, private_run): (&[&str], &str) = match self.isolated {
-            true => (
-                &["--mount", "--net", "--ipc"],
-                "mount -t tmpfs -o mode=755 tmpfs /run && ip link set lo up && ",
-            ),
-            false => (&["--mount"], ""),
+        // `unshare`/`nsenter` and `sh` exec: the PID is containerd's.
+        let mut cmd = match self.isolated {
+            true => {
+                let holder = self.hold_namespaces();
+                let mut c = Command::new("nsenter");
+                c.arg("-t")
+                    .arg(holder.to_string())
+                    .args(["--mount", "--net", "--ipc", "sh", "-c"])
+                    .arg(r#"exec "$4" --config "$3""#);
+                c
+            }
+            false => {
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "sh", "-c"])
+                    .arg(r#"mount --bind "$1" "$2" && exec "$4" --config "$3""#);
+                c
+            }
         };
-        let child = Command::new("unshare")
-            .args(namespaces)
-            .args(["--propagation", "private", "sh", "-c"])
-            .arg(format!(
-                r#"mount --bind "$1" "$2" && {private_run}exec "$4" --config "$3""#
-            ))
+        let child = cmd
             .arg("sh")
             .arg(self.etc_root.join("etc/containerd"))
             .arg(ETC_CONTAINERD)
@@ -238,6 +253,40 @@ impl CriNode {
             self.import_images();
             self.images_imported = true;
         }
+    }
+
+    /// The PID holding an isolated node's namespaces, started at the first
+    /// call: private mount (the tree's `etc/containerd` over
+    /// /etc/containerd, a tmpfs over /run), network (loopback up) and IPC.
+    fn hold_namespaces(&mut self) -> u32 {
+        if let Some(h) = &self.holder {
+            return h.id();
+        }
+        let ready = self.dir.0.join("namespaces-ready");
+        let child = Command::new("unshare")
+            .args(["--mount", "--net", "--ipc", "--propagation", "private", "sh", "-c"])
+            .arg(concat!(
+                r#"mount --bind "$1" "$2" && mount -t tmpfs -o mode=755 tmpfs /run && "#,
+                r#"ip link set lo up && : > "$3" && exec sleep 2147483647"#
+            ))
+            .arg("sh")
+            .arg(self.etc_root.join("etc/containerd"))
+            .arg(ETC_CONTAINERD)
+            .arg(&ready)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("unshare (util-linux)");
+        self.holder = Some(child);
+        let t0 = Instant::now();
+        while !ready.exists() {
+            if let Some(st) = self.holder.as_mut().unwrap().try_wait().unwrap() {
+                self.holder = None;
+                panic!("the node's namespaces could not be set up ({st})");
+            }
+            assert!(t0.elapsed() < START_TIMEOUT, "the node's namespaces: not ready");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.holder.as_ref().unwrap().id()
     }
 
     /// Stop containerd (SIGTERM, then SIGKILL after 10 s); its shims and
@@ -425,6 +474,11 @@ impl Drop for CriNode {
         for pid in self.shim_pids() {
             // SAFETY: kill(2) of shims this containerd started.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        // The namespaces (and the private /run) go with their last process.
+        if let Some(mut h) = self.holder.take() {
+            let _ = h.kill();
+            let _ = h.wait();
         }
         for id in self.ids.lock().unwrap().iter() {
             for d in Self::runc_state_dirs(id) {

@@ -19,6 +19,8 @@ use throttlewatch_integration::daemons::{stop_child, Agent, PrivateConfig};
 use throttlewatch_integration::modern_node::{containerd_2_node, logs_in};
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
 
+#[path = "nri/fidelity.rs"]
+mod fidelity;
 #[path = "nri/latency.rs"]
 mod latency;
 #[path = "nri/restart.rs"]
@@ -331,11 +333,26 @@ fn nri_plugin_on_a_containerd_2_node() {
     assert_eq!(end["reason"], "delete", "{end}");
     assert!(end["exit_code"].is_i64(), "{end}");
 
-    // containerd restarts: the daemon dials again and is synchronized
-    // again, and a pod started after the restart is watched. (The node's
-    // private /run, where containerd 2.x keeps its shims' sockets, is a new
-    // tmpfs at each start here, so its tasks do not survive the restart:
-    // the restart comes once the first pod is gone.)
+    // containerd restarts under a running pod: the daemon dials again and
+    // is synchronized again; the running container keeps its one log (no
+    // second `start`), is ended when it stops after the restart, and a pod
+    // started after the restart is watched. (The node keeps its /run, where
+    // containerd 2.x has its shims' sockets, across the restart.)
+    let (pod_across, id_across, _) = pod_with_container(
+        &node,
+        "across-restart",
+        &[("throttlewatch.io/cpu-burst", "20ms")],
+        &["sleep", "600"],
+    );
+    wait_until(
+        "the start record of the pod that runs across the restart",
+        || {
+            let p = tw.log_of(&id_across);
+            p.exists() && !of_type(&read_log(&p), "start").is_empty()
+        },
+        || plugin.output(),
+    );
+    let path_across = tw.log_of(&id_across);
     node.stop();
     let t0 = Instant::now();
     node.start();
@@ -353,6 +370,26 @@ fn nri_plugin_on_a_containerd_2_node() {
     eprintln!(
         "containerd restarted, plugin synchronized again in {} ms",
         t0.elapsed().as_millis()
+    );
+    assert_eq!(
+        node.container_state(&id_across)
+            .unwrap_or_else(|e| panic!("{e}\n{}", node.log()))
+            .0,
+        api::ContainerState::ContainerRunning,
+        "the container across the restart"
+    );
+    assert_eq!(
+        node.cpu_cgroup_of(&id_across).limits().unwrap().burst_us,
+        Some(20_000),
+        "the burst across the restart (Synchronize applies it again)"
+    );
+    node.stop_and_remove(&pod_across);
+    let log_across = throttlewatch_integration::assert_whole_log(&path_across);
+    let end = of_type(&log_across, "end")[0];
+    assert_eq!(end["reason"], "delete", "{end}");
+    eprintln!(
+        "across containerd's restart: {} records, one start, ended at its stop",
+        log_across.len()
     );
     let (pod2, id2, took) = pod_with_container(
         &node,
@@ -389,7 +426,7 @@ fn nri_plugin_on_a_containerd_2_node() {
     // Nothing left: the two logs, no state for the containers, no errors.
     let mut logs = logs_in(&tw.log_dir);
     logs.sort();
-    let mut want = vec![path.clone(), path2.clone()];
+    let mut want = vec![path.clone(), path_across.clone(), path2.clone()];
     want.sort();
     assert_eq!(logs, want, "logs");
     assert_eq!(leftovers(&tw), Vec::<PathBuf>::new(), "state left behind");
