@@ -226,23 +226,15 @@ fn processes_chain_in_json_terminal_svg_and_the_page() {
     }
 }
 
-#[test]
-fn threads_chain_under_a_quota_that_freezes_it() {
+/// Threads of one process under 0.1 CPUs: 16 ms of work a round, frozen in
+/// most rounds, the period (200 ms) long enough that no stage falls
+/// behind; `switch_s`: the GIL's switch interval (None: Python's 5 ms).
+fn threads_under_a_quota(tag: &str, switch_s: Option<&str>) {
     let _l = cpu_lock();
-    let d = Scratch::new("wakeups-report-threads");
-    // 16 ms of work a round under 0.1 CPUs: frozen in most rounds, the
-    // period (200 ms) long enough that no stage falls behind. A 1 s GIL
-    // switch interval: at Python's 5 ms every thread's timed GIL wait is
-    // ended by the timer, an `interrupt -> stage` edge into each stage
-    // (fc17: interrupt -> tw-pipe, 78 wake-ups in 40 rounds), and the
-    // hops' counts disagree enough that the report's path took that
-    // shortcut past tw-src (the note's "Left").
-    let (log, tids) = run(
-        &d,
-        "threads",
-        &["--cpus", "0.1"],
-        &["threads", "40", "200", "4", "1"],
-    );
+    let d = Scratch::new(&format!("wakeups-report-threads-{tag}"));
+    let mut args = vec!["threads", "40", "200", "4"];
+    args.extend(switch_s);
+    let (log, tids) = run(&d, "threads", &["--cpus", "0.1"], &args);
     let w = report_json(&log, &[])["containers"][0]["wakeups"].clone();
     // Threads share the GIL: tw-sock's semaphore (a condition variable)
     // may wake tw-futex more than once a round.
@@ -251,6 +243,23 @@ fn threads_chain_under_a_quota_that_freezes_it() {
     let frozen = p["frozen_per_round_ns"].as_u64().unwrap();
     assert!(frozen > 0, "no hop frozen: {p:#}");
     let s = p["sentence"].as_str().unwrap();
-    eprintln!("{s}");
+    eprintln!("GIL switch interval {} s: {s}", switch_s.unwrap_or("0.005"));
     assert!(s.contains("frozen by the limit ("), "{s}");
+}
+
+/// A 1 s GIL switch interval: the threads hand the GIL over only at their
+/// blocking calls, each hop one wake-up a round.
+#[test]
+fn threads_chain_under_a_quota_that_freezes_it() {
+    threads_under_a_quota("1s", Some("1"));
+}
+
+/// Python's own 5 ms: every thread's timed GIL wait is ended by the timer,
+/// an `interrupt -> stage` edge into each stage (fc17: interrupt -> tw-pipe,
+/// 78 wake-ups in 40 rounds) that once made the report's path take a
+/// shortcut past tw-src; the path is the longest chain of pipeline hops
+/// (report/src/wakeups_path.rs), so it still runs through every stage.
+#[test]
+fn threads_chain_at_pythons_own_gil_interval() {
+    threads_under_a_quota("5ms", None);
 }
