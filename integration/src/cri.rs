@@ -264,7 +264,15 @@ impl CriNode {
         }
         let ready = self.dir.0.join("namespaces-ready");
         let child = Command::new("unshare")
-            .args(["--mount", "--net", "--ipc", "--propagation", "private", "sh", "-c"])
+            .args([
+                "--mount",
+                "--net",
+                "--ipc",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+            ])
             .arg(concat!(
                 r#"mount --bind "$1" "$2" && mount -t tmpfs -o mode=755 tmpfs /run && "#,
                 r#"ip link set lo up && : > "$3" && exec sleep 2147483647"#
@@ -283,7 +291,10 @@ impl CriNode {
                 self.holder = None;
                 panic!("the node's namespaces could not be set up ({st})");
             }
-            assert!(t0.elapsed() < START_TIMEOUT, "the node's namespaces: not ready");
+            assert!(
+                t0.elapsed() < START_TIMEOUT,
+                "the node's namespaces: not ready"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         self.holder.as_ref().unwrap().id()

@@ -6,7 +6,9 @@
 //! (agent/src/pipeline/gpu/stub_nvml.c, built here with cc) and a fake PCI
 //! sysfs in a mount namespace of the agent's own: samples (SM activity
 //! included) logged, the gauges served, the report's figures; a slow
-//! `nvmlInit` delays no registration. The alignment itself is unit-tested
+//! `nvmlInit` delays no registration; the dashboard's GPU panel and the
+//! GPU-idle-while-frozen alert through a real Prometheus (pending for the
+//! idle GPU alone). The alignment itself is unit-tested
 //! on recorded series (report/src/gpu_tests.rs, agent/src/pipeline/gpu/).
 
 use std::path::{Path, PathBuf};
@@ -68,9 +70,15 @@ fn limited(h: &Hierarchies, tag: &str) -> TransientCgroup {
 
 /// Two busy threads for `ms` in `cg`, with the container's GPU 0.
 fn gpu_burner(cg: &TransientCgroup, ms: u32) -> Child {
+    gpu_burner_on(cg, ms, "0")
+}
+
+/// Two busy threads for `ms` in `cg`, with the container's GPUs `gpus`
+/// (`NVIDIA_VISIBLE_DEVICES`).
+fn gpu_burner_on(cg: &TransientCgroup, ms: u32, gpus: &str) -> Child {
     let b = Command::new(bin("tw-burn"))
         .args(["--threads", "2", "--ms", &ms.to_string()])
-        .env("NVIDIA_VISIBLE_DEVICES", "0")
+        .env("NVIDIA_VISIBLE_DEVICES", gpus)
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -172,7 +180,11 @@ struct GpuAgent {
 
 impl GpuAgent {
     fn start(cfg: &PrivateConfig, library: &Path, env: &[(&str, &str)]) -> GpuAgent {
-        let fake = fake_pci(&cfg.dir.0);
+        let gpus = env
+            .iter()
+            .find(|(k, _)| *k == "STUB_NVML_GPUS")
+            .map_or(1, |(_, v)| v.parse().unwrap());
+        let fake = fake_pci(&cfg.dir.0, gpus);
         let output = cfg.dir.0.join("agent-output");
         let out = std::fs::File::create(&output).unwrap();
         let child = Command::new("unshare")
@@ -216,16 +228,18 @@ impl Drop for GpuAgent {
     }
 }
 
-/// A fake PCI sysfs directory with one NVIDIA 3D controller.
-fn fake_pci(dir: &Path) -> PathBuf {
-    let dev = dir.join("pci/0000:3b:00.0");
-    std::fs::create_dir_all(&dev).unwrap();
-    for (f, v) in [
-        ("vendor", "0x10de"),
-        ("class", "0x030200"),
-        ("numa_node", "-1"),
-    ] {
-        std::fs::write(dev.join(f), v).unwrap();
+/// A fake PCI sysfs directory with `gpus` NVIDIA 3D controllers.
+fn fake_pci(dir: &Path, gpus: usize) -> PathBuf {
+    for i in 0..gpus {
+        let dev = dir.join(format!("pci/0000:{:02x}:00.0", 0x3b + i));
+        std::fs::create_dir_all(&dev).unwrap();
+        for (f, v) in [
+            ("vendor", "0x10de"),
+            ("class", "0x030200"),
+            ("numa_node", "-1"),
+        ] {
+            std::fs::write(dev.join(f), v).unwrap();
+        }
     }
     dir.join("pci")
 }
@@ -453,4 +467,149 @@ fn a_slow_nvml_init_delays_no_registration_and_samples_still_arrive() {
             .iter()
             .all(|s| s.get("sm_active_pct").is_none()));
     }
+}
+
+/// The dashboard's GPU panel and the GPU alert through a real Prometheus
+/// (Debian's 2.42, scraping and evaluating the shipped rules every second)
+/// reading the agent with the stub library: a container frozen by its
+/// 0.2-CPU quota uses GPU 0, 10 % busy, and GPU 1, 90 % busy. The panel's
+/// query has a line per GPU with the container's labels; the alert's
+/// condition holds for GPU 0 alone, and Prometheus has that alert pending
+/// (its `for: 10m` still to run).
+#[test]
+fn the_gpu_panel_and_alert_read_the_agent_in_prometheus() {
+    use throttlewatch_integration::prometheus::{
+        dashboard, expand, num, repo, sample, targets, Prometheus, RULES,
+    };
+    let _l = cpu_lock();
+    let scratch = Scratch::new("gpu-prom");
+    let stub = stub_library(&scratch.0);
+    let port = free_port();
+    let cfg = with_metrics(port);
+    let agent = GpuAgent::start(
+        &cfg,
+        &stub,
+        &[("STUB_NVML_GPUS", "2"), ("STUB_NVML_UTIL", "10,90")],
+    );
+    let prom = Prometheus::start(port, &[repo().join(RULES)]);
+    let h = Hierarchies::discover().unwrap();
+    let cg = limited(&h, "prom");
+    let mut b = gpu_burner_on(&cg, 60_000, "0,1");
+    let ns = format!("tw-gpu-{}-{}", std::process::id(), unique());
+    let id = format!("gpu-prom-{}", unique());
+    let r = call(
+        &cfg.socket,
+        &Request::Register(Register {
+            container_id: id.clone(),
+            pid: Some(b.id()),
+            cgroup_path: cg.group.rel.clone(),
+            annotations: [
+                ("io.kubernetes.pod.namespace", ns.as_str()),
+                ("io.kubernetes.pod.name", "trainer-0"),
+                ("io.kubernetes.container.name", "trainer"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            ..Default::default()
+        }),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert!(r.ok, "register: {r:?}");
+
+    let rules = std::fs::read_to_string(repo().join(RULES)).unwrap();
+    let doc: serde_yaml::Value = serde_yaml::from_str(&rules).unwrap();
+    let alert = doc["groups"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_sequence().unwrap())
+        .find(|r| r["alert"].as_str() == Some("ThrottlewatchGpuIdleWhileFrozen"))
+        .expect("the GPU alert in the shipped rules");
+    let expr = alert["expr"].as_str().unwrap().to_string();
+    let pending = format!(
+        "ALERTS{{alertname=\"ThrottlewatchGpuIdleWhileFrozen\", alertstate=\"pending\", container_id=\"{id}\"}}"
+    );
+    // The frozen share is a rate over 5 minutes: on a new series it grows
+    // with the window's data (about 0.1 after 20 s here), so the condition
+    // holds after some 20 s; the alert is pending from its next evaluation.
+    let t0 = Instant::now();
+    let mut cond_at = None;
+    while prom.query(&pending).is_empty() {
+        if cond_at.is_none() && !prom.query(&expr).is_empty() {
+            cond_at = Some(t0.elapsed());
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the GPU alert not pending in 60 s; its expression gives {:?}; the rule: {}; agent:\n{}\nprometheus:\n{}",
+            prom.query(&expr),
+            prom.api("/api/v1/rules?type=alert")["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+                .find(|r| r["name"] == "ThrottlewatchGpuIdleWhileFrozen")
+                .unwrap_or_default(),
+            std::fs::read_to_string(&agent.output).unwrap_or_default(),
+            prom.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "the alert's condition held after {:?}, the alert pending after {} ms",
+        cond_at,
+        t0.elapsed().as_millis()
+    );
+    let fired = prom.query(&pending);
+    let gpus: Vec<_> = fired.iter().map(|s| s["metric"]["gpu"].clone()).collect();
+    assert_eq!(
+        gpus,
+        vec![serde_json::json!("0")],
+        "pending for GPU 0 alone: {fired:?}"
+    );
+    assert_eq!(fired[0]["metric"]["namespace"], ns.as_str(), "{fired:?}");
+    assert_eq!(fired[0]["metric"]["severity"], "warning", "{fired:?}");
+    let cond = prom.query(&format!("({expr}) and on (container_id) throttlewatch_gpu_utilization_ratio{{container_id=\"{id}\"}}"));
+    eprintln!("the alert's expression: {cond:?}");
+    assert!(
+        sample(&cond, "gpu", "0").is_some_and(|s| (num(s) - 0.1).abs() < 1e-9)
+            && sample(&cond, "gpu", "1").is_none(),
+        "{cond:?}"
+    );
+
+    // The panel's queries: a line per GPU of the container, the frozen
+    // share beside them.
+    let d = dashboard();
+    let panel: Vec<_> = targets(&d)
+        .into_iter()
+        .filter(|(p, _)| p["title"] == "GPU utilisation while frozen")
+        .collect();
+    assert_eq!(panel.len(), 2, "the GPU panel's two queries");
+    for (_, t) in panel {
+        let q = expand(t["expr"].as_str().unwrap(), &ns);
+        let r = prom.query(&q);
+        eprintln!("{q}: {r:?}");
+        if q.contains("throttlewatch_gpu_utilization_ratio") {
+            assert_eq!(r.len(), 2, "a line per GPU: {r:?}");
+            assert!(
+                sample(&r, "gpu", "0").is_some_and(|s| (num(s) - 0.1).abs() < 1e-9),
+                "{r:?}"
+            );
+            assert!(
+                sample(&r, "gpu", "1").is_some_and(|s| (num(s) - 0.9).abs() < 1e-9),
+                "{r:?}"
+            );
+            assert!(
+                r.iter().all(|s| s["metric"]["container"] == "trainer"),
+                "{r:?}"
+            );
+        } else {
+            assert!(r.iter().any(|s| num(s) > 0.0), "frozen share: {r:?}");
+        }
+    }
+    let _ = b.kill();
+    let _ = b.wait();
+    unregister(&cfg.socket, &id);
+    drop(agent);
 }

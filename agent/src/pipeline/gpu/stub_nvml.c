@@ -6,7 +6,9 @@
  * Built with `cc -shared -fPIC`; what it does is set by -D at build time
  * (unit tests, which share one process) or by the environment at run time
  * (the agent started by an integration test):
- *   GPUS            GPUs it has (default 1)
+ *   GPUS / STUB_NVML_GPUS  GPUs it has (default 1)
+ *   STUB_NVML_UTIL  each GPU's utilisation in %, comma-separated by index
+ *                   ("10,90"; default 90 for any GPU not named)
  *   INIT_RETURN     nvmlInit_v2's return (default 0, NVML_SUCCESS)
  *   FAIL_HANDLE     the handle whose utilisation read fails (default none)
  *   NO_GPM          leave the GPM entry points out (a driver before 12.0)
@@ -60,12 +62,20 @@ int nvmlInit_v2(void) {
 }
 int nvmlShutdown(void) { return 0; }
 const char *nvmlErrorString(int r) { return r == 3 ? "Not Supported" : r == 9 ? "Driver Not Loaded" : "Unknown Error"; }
-int nvmlDeviceGetCount_v2(unsigned int *n) { *n = GPUS; return 0; }
+int nvmlDeviceGetCount_v2(unsigned int *n) { *n = (unsigned int)env_or("STUB_NVML_GPUS", GPUS); return 0; }
 int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **d) { *d = (void *)(unsigned long)(i + 1); return 0; }
 int nvmlDeviceGetUUID(void *d, char *u, unsigned int len) { snprintf(u, len, "GPU-stub-%lu", (unsigned long)d); return 0; }
 int nvmlDeviceGetUtilizationRates(void *d, nvmlUtilization_t *u) {
     if ((unsigned long)d == FAIL_HANDLE) return 3;
-    u->gpu = 90; u->memory = 40; return 0;
+    unsigned int gpu = 90;
+    const char *v = getenv("STUB_NVML_UTIL");
+    for (unsigned long i = 1; v && *v; i++) {
+        char *end;
+        long pct = strtol(v, &end, 10);
+        if (i == (unsigned long)d && end != v) gpu = (unsigned int)pct;
+        v = *end == ',' ? end + 1 : NULL;
+    }
+    u->gpu = gpu; u->memory = 40; return 0;
 }
 int nvmlDeviceGetMemoryInfo(void *d, nvmlMemory_t *m) {
     m->total = 80ULL << 30; m->used = 4ULL << 30; m->free = m->total - m->used; return 0;
