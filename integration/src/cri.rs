@@ -150,7 +150,10 @@ impl CriNode {
         self.child.as_ref().expect("containerd is not running").id()
     }
 
-    /// `program` run in containerd's mount, network and IPC namespaces.
+    /// `program` run in containerd's mount, network and IPC namespaces,
+    /// with its root and working directory: entering a mount namespace
+    /// resets the root to the namespace's own, which in the VM lane (tests
+    /// chrooted into the host's tree) is not where the binaries are.
     pub fn nsenter_cmd(&self, program: &Path) -> Command {
         let pid = match &self.holder {
             Some(h) => h.id(),
@@ -159,7 +162,7 @@ impl CriNode {
         let mut c = Command::new("nsenter");
         c.arg("-t")
             .arg(pid.to_string())
-            .args(["--mount", "--net", "--ipc", "--"])
+            .args(["--mount", "--net", "--ipc", "--root", "--wd", "--"])
             .arg(program);
         c
     }
@@ -197,7 +200,7 @@ impl CriNode {
                 let mut c = Command::new("nsenter");
                 c.arg("-t")
                     .arg(holder.to_string())
-                    .args(["--mount", "--net", "--ipc", "sh", "-c"])
+                    .args(["--mount", "--net", "--ipc", "--root", "--wd", "sh", "-c"])
                     .arg(r#"exec "$4" --config "$3""#);
                 c
             }

@@ -213,3 +213,31 @@ pub fn count_rules(file: &Path) -> usize {
         .and_then(|w| w[1].parse().ok())
         .unwrap_or_else(|| panic!("promtool check rules said {out}"))
 }
+
+/// Every target's data over the run (range queries at 1 s steps; instant
+/// targets as queried), keyed `title/refId`, for scripts/render-dashboard.py.
+pub fn dump_panels(prom: &Prometheus, d: &Value, ns: &str, began: f64, path: &Path) {
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let mut out = serde_json::Map::new();
+    for (p, t) in targets(d) {
+        let q = expand(t["expr"].as_str().unwrap(), ns);
+        let data = if t["instant"] == true {
+            prom.api(&format!("/api/v1/query?query={}", enc(&q)))
+        } else {
+            prom.api(&format!(
+                "/api/v1/query_range?query={}&start={began:.3}&end={end:.3}&step=1",
+                enc(&q)
+            ))
+        };
+        let key = format!(
+            "{}/{}",
+            p["title"].as_str().unwrap(),
+            t["refId"].as_str().unwrap()
+        );
+        out.insert(key, data);
+    }
+    std::fs::write(path, serde_json::to_string(&out).unwrap()).unwrap();
+}

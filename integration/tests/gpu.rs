@@ -479,7 +479,7 @@ fn a_slow_nvml_init_delays_no_registration_and_samples_still_arrive() {
 #[test]
 fn the_gpu_panel_and_alert_read_the_agent_in_prometheus() {
     use throttlewatch_integration::prometheus::{
-        dashboard, expand, num, repo, sample, targets, Prometheus, RULES,
+        dashboard, dump_panels, expand, num, repo, sample, targets, Prometheus, RULES,
     };
     let _l = cpu_lock();
     let scratch = Scratch::new("gpu-prom");
@@ -492,6 +492,10 @@ fn the_gpu_panel_and_alert_read_the_agent_in_prometheus() {
         &[("STUB_NVML_GPUS", "2"), ("STUB_NVML_UTIL", "10,90")],
     );
     let prom = Prometheus::start(port, &[repo().join(RULES)]);
+    let began = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
     let h = Hierarchies::discover().unwrap();
     let cg = limited(&h, "prom");
     let mut b = gpu_burner_on(&cg, 60_000, "0,1");
@@ -607,6 +611,12 @@ fn the_gpu_panel_and_alert_read_the_agent_in_prometheus() {
         } else {
             assert!(r.iter().any(|s| num(s) > 0.0), "frozen share: {r:?}");
         }
+    }
+    // Every panel's data over the run, for scripts/render-dashboard.py
+    // (docs/dashboard.md: the GPU panel's picture).
+    if let Some(path) = std::env::var_os("TW_DASHBOARD_DUMP") {
+        std::thread::sleep(Duration::from_secs(20));
+        dump_panels(&prom, &d, &ns, began, std::path::Path::new(&path));
     }
     let _ = b.kill();
     let _ = b.wait();

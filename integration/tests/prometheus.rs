@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -17,8 +17,8 @@ use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::prometheus::{
-    count_rules, dashboard, enc, expand, free_port, http_get, label_values, num, repo, sample,
-    targets, Prometheus, RULES,
+    count_rules, dashboard, dump_panels, enc, expand, free_port, http_get, label_values, num,
+    repo, sample, targets, Prometheus, RULES,
 };
 use throttlewatch_integration::{burn_in, cpu_lock, unique, Scratch};
 
@@ -346,34 +346,6 @@ fn dashboard_and_rules_return_data_from_a_real_prometheus() {
     }
     rt.wait_stopped(&b.id, Duration::from_secs(30));
     assert!(rt.delete(&b.id).status.success());
-}
-
-/// Every target's data over the run (range queries at 1 s steps; instant
-/// targets as queried), keyed `title/refId`, for scripts/render-dashboard.py.
-fn dump_panels(prom: &Prometheus, d: &Value, ns: &str, began: f64, path: &Path) {
-    let end = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
-    let mut out = serde_json::Map::new();
-    for (p, t) in targets(d) {
-        let q = expand(t["expr"].as_str().unwrap(), ns);
-        let data = if t["instant"] == true {
-            prom.api(&format!("/api/v1/query?query={}", enc(&q)))
-        } else {
-            prom.api(&format!(
-                "/api/v1/query_range?query={}&start={began:.3}&end={end:.3}&step=1",
-                enc(&q)
-            ))
-        };
-        let key = format!(
-            "{}/{}",
-            p["title"].as_str().unwrap(),
-            t["refId"].as_str().unwrap()
-        );
-        out.insert(key, data);
-    }
-    std::fs::write(path, serde_json::to_string(&out).unwrap()).unwrap();
 }
 
 /// A container shorter than `snapshot_interval_s` (60 s here) still has its

@@ -58,10 +58,7 @@ while read -r name exe; do
   # The NRI plugin's pod-start comparison is a benchmark: under TCG a pod
   # start takes seconds and the figure means nothing, its other tests run.
   skip=""
-  # Its test with a shim container beside the plugin's runs `ctr` through
-  # nsenter into the node's mount namespace, where the guest has no
-  # ../shared/bin (seen 2026-12-03): it runs on the host lane only.
-  [[ "$name" == nri ]] && skip=" --skip latency --skip a_container_that_ends_while_the_plugin_is_down"
+  [[ "$name" == nri ]] && skip=" --skip latency"
   echo "timeout -s KILL 420 $exe --test-threads=1 --nocapture$skip" >>"$script"
 done <<<"$exes"
 [[ -s "$script" ]] || { echo "lane: no test executables found" >&2; exit 1; }
