@@ -104,6 +104,15 @@ fn log_lines(node: &CriNode, words: &[&str]) -> usize {
         .count()
 }
 
+/// A containerd 2.3.4 node for `tw`, started, and its NRI socket once there.
+fn started_node(tw: &PrivateConfig) -> (CriNode, PathBuf) {
+    let mut node = containerd_2_node(tw);
+    node.start();
+    let socket = node.dir.0.join("nri/nri.sock");
+    wait_until("containerd's NRI socket", || socket.exists(), || node.log());
+    (node, socket)
+}
+
 /// Start the plugin and wait until containerd has synchronized it `n` times in all.
 fn plugin_up(node: &CriNode, tw: &PrivateConfig, socket: &Path, n: usize) -> NriDaemon {
     let out = node.dir.0.join(format!("nri-plugin-{n}.out"));
@@ -552,10 +561,7 @@ fn a_stopped_agent_holds_no_pod_up() {
     // is what answers.
     let tw = PrivateConfig::new("agent_timeout_ms = 5000");
     let agent = Agent::start(&tw);
-    let mut node = containerd_2_node(&tw);
-    node.start();
-    let socket = node.dir.0.join("nri/nri.sock");
-    wait_until("containerd's NRI socket", || socket.exists(), || node.log());
+    let (node, socket) = started_node(&tw);
     let plugin = plugin_up(&node, &tw, &socket, 1);
     let agent_pid = Pid::from_raw(agent.child.id() as i32);
     kill(agent_pid, Signal::SIGSTOP).unwrap();

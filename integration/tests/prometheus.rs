@@ -17,8 +17,8 @@ use throttlewatch_core::protocol::{call, Register, Request};
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::prometheus::{
-    count_rules, dashboard, dump_panels, enc, expand, free_port, http_get, label_values, num,
-    repo, sample, targets, Prometheus, RULES,
+    count_rules, dashboard, dump_panels, enc, expand, free_port, http_get, label_values, num, repo,
+    sample, targets, Prometheus, RULES,
 };
 use throttlewatch_integration::{burn_in, cpu_lock, unique, Scratch};
 

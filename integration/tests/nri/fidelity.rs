@@ -12,10 +12,7 @@ fn a_throttled_pod_agrees_with_cpu_stat_from_its_first_period() {
     let _cpu = cpu_lock();
     let tw = PrivateConfig::new("");
     let _agent = Agent::start(&tw);
-    let mut node = containerd_2_node(&tw);
-    node.start();
-    let socket = node.dir.0.join("nri/nri.sock");
-    wait_until("containerd's NRI socket", || socket.exists(), || node.log());
+    let (node, socket) = started_node(&tw);
     let mut plugin = plugin_up(&node, &tw, &socket, 1);
 
     // Two spinners for 3 s under 0.3 CPU, from the entrypoint's first

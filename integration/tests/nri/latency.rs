@@ -17,10 +17,7 @@ fn pod_start_latency_with_and_without_the_plugin() {
     let _cpu = cpu_lock();
     let tw = PrivateConfig::new("");
     let _agent = Agent::start(&tw);
-    let mut node = containerd_2_node(&tw);
-    node.start();
-    let socket = node.dir.0.join("nri/nri.sock");
-    wait_until("containerd's NRI socket", || socket.exists(), || node.log());
+    let (node, socket) = started_node(&tw);
     let closed = |node: &CriNode| log_lines(node, &["connection to plugin", "closed"]);
     let watch = [("throttlewatch.io/watch", "true")];
     let (mut with, mut without) = (vec![], vec![]);

@@ -152,10 +152,7 @@ fn a_container_that_ends_while_the_plugin_is_down() {
     let _cpu = cpu_lock();
     let tw = PrivateConfig::new("[qos]\nenv_keys = [\"cpu-burst\"]\n");
     let _agent = Agent::start(&tw);
-    let mut node = containerd_2_node(&tw);
-    node.start();
-    let socket = node.dir.0.join("nri/nri.sock");
-    wait_until("containerd's NRI socket", || socket.exists(), || node.log());
+    let (node, socket) = started_node(&tw);
     let mut plugin = plugin_up(&node, &tw, &socket, 1);
     let exclusive = ("throttlewatch.io/cpuset", "1,exclusive");
     let (pod, id, _) = pod_with_container(
@@ -245,10 +242,7 @@ fn synchronize_applies_the_annotation_qos_again() {
     let _cpu = cpu_lock();
     let tw = PrivateConfig::new("");
     let _agent = Agent::start(&tw);
-    let mut node = containerd_2_node(&tw);
-    node.start();
-    let socket = node.dir.0.join("nri/nri.sock");
-    wait_until("containerd's NRI socket", || socket.exists(), || node.log());
+    let (node, socket) = started_node(&tw);
     let mut plugin = plugin_up(&node, &tw, &socket, 1);
     let (pod, id, _) = pod_with_container(&node, "resync", &[BURST], &["sleep", "600"]);
     let path = wait_for_start(&tw, &id, &plugin);
@@ -311,10 +305,7 @@ fn a_failed_update_gets_its_burst_back() {
     let _cpu = cpu_lock();
     let tw = PrivateConfig::new("");
     let _agent = Agent::start(&tw);
-    let mut node = containerd_2_node(&tw);
-    node.start();
-    let socket = node.dir.0.join("nri/nri.sock");
-    wait_until("containerd's NRI socket", || socket.exists(), || node.log());
+    let (node, socket) = started_node(&tw);
     let plugin = plugin_up(&node, &tw, &socket, 1);
     let (pod, id, _) = pod_with_container(&node, "failed-update", &[BURST], &["sleep", "600"]);
     let path = wait_for_start(&tw, &id, &plugin);
