@@ -54,13 +54,14 @@ struct NriDaemon {
 }
 
 impl NriDaemon {
-    fn start(tw: &PrivateConfig, socket: &Path, output: PathBuf) -> NriDaemon {
+    fn start(tw: &PrivateConfig, socket: &Path, output: PathBuf, extra: &[&str]) -> NriDaemon {
         let f = std::fs::File::create(&output).unwrap();
         let child = Command::new(bin("throttlewatch-nri"))
             .arg("--socket")
             .arg(socket)
             .arg("--config")
             .arg(&tw.path)
+            .args(extra)
             .env("THROTTLEWATCH_NRI_TIMINGS", "1")
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())
@@ -115,8 +116,19 @@ fn started_node(tw: &PrivateConfig) -> (CriNode, PathBuf) {
 
 /// Start the plugin and wait until containerd has synchronized it `n` times in all.
 fn plugin_up(node: &CriNode, tw: &PrivateConfig, socket: &Path, n: usize) -> NriDaemon {
+    plugin_up_with(node, tw, socket, n, &[])
+}
+
+/// [`plugin_up`] with `extra` arguments (`--watch-all`).
+fn plugin_up_with(
+    node: &CriNode,
+    tw: &PrivateConfig,
+    socket: &Path,
+    n: usize,
+    extra: &[&str],
+) -> NriDaemon {
     let out = node.dir.0.join(format!("nri-plugin-{n}.out"));
-    let plugin = NriDaemon::start(tw, socket, out);
+    let plugin = NriDaemon::start(tw, socket, out, extra);
     wait_until(
         &format!("containerd to synchronize {PLUGIN} (time {n})"),
         || synchronized(node) >= n,
@@ -608,4 +620,45 @@ fn a_stopped_agent_holds_no_pod_up() {
     let path = tw.log_of(&id);
     node.stop_and_remove(&pod);
     throttlewatch_integration::assert_whole_log(&path);
+}
+
+/// Node-wide (`--watch-all`, as the DaemonSet's option or `watch = "all"` in
+/// the runtime's plugin configuration): a pod without any annotation is
+/// logged from its start to its end; `throttlewatch.io/watch: "false"`
+/// still opts a pod out.
+#[test]
+fn node_wide_the_plugin_watches_every_pod_but_those_that_opt_out() {
+    let _cpu = cpu_lock();
+    let tw = PrivateConfig::new("");
+    let _agent = Agent::start(&tw);
+    let (node, socket) = started_node(&tw);
+    let mut plugin = plugin_up_with(&node, &tw, &socket, 1, &["--watch-all"]);
+    let (pod, id, _) = pod_with_container(&node, "plain", &[], &["sleep", "600"]);
+    let (out_pod, out, _) = pod_with_container(
+        &node,
+        "opted-out",
+        &[("throttlewatch.io/watch", "false")],
+        &["sleep", "600"],
+    );
+    wait_until(
+        "the unannotated pod's start record",
+        || {
+            let p = tw.log_of(&id);
+            p.exists() && !of_type(&read_log(&p), "start").is_empty()
+        },
+        || plugin.output(),
+    );
+    let path = tw.log_of(&id);
+    node.stop_and_remove(&pod);
+    node.stop_and_remove(&out_pod);
+    let log = throttlewatch_integration::assert_whole_log(&path);
+    assert_eq!(log[0]["container_name"], "work", "{}", log[0]);
+    assert_eq!(
+        logs_in(&tw.log_dir),
+        vec![path],
+        "one log: the unannotated pod's, none for {out}"
+    );
+    assert_eq!(leftovers(&tw), Vec::<PathBuf>::new(), "state left behind");
+    assert_eq!(tw.hook_log(), "", "the plugin reported problems");
+    plugin.stop();
 }
