@@ -114,6 +114,12 @@ fn started_node(tw: &PrivateConfig) -> (CriNode, PathBuf) {
     (node, socket)
 }
 
+/// Whether the container `id`'s log has its `start` record.
+fn has_start(tw: &PrivateConfig, id: &str) -> bool {
+    let p = tw.log_of(id);
+    p.exists() && !of_type(&read_log(&p), "start").is_empty()
+}
+
 /// Start the plugin and wait until containerd has synchronized it `n` times in all.
 fn plugin_up(node: &CriNode, tw: &PrivateConfig, socket: &Path, n: usize) -> NriDaemon {
     plugin_up_with(node, tw, socket, n, &[])
@@ -260,10 +266,7 @@ fn nri_plugin_on_a_containerd_2_node() {
     // The log's name has the container's scope: resolved once it exists.
     wait_until(
         "the start record",
-        || {
-            let p = tw.log_of(&id);
-            p.exists() && !of_type(&read_log(&p), "start").is_empty()
-        },
+        || has_start(&tw, &id),
         || {
             format!(
                 "logs: {:?}\nplugin:\n{}\nhook.log:\n{}",
@@ -367,10 +370,7 @@ fn nri_plugin_on_a_containerd_2_node() {
     );
     wait_until(
         "the start record of the pod that runs across the restart",
-        || {
-            let p = tw.log_of(&id_across);
-            p.exists() && !of_type(&read_log(&p), "start").is_empty()
-        },
+        || has_start(&tw, &id_across),
         || plugin.output(),
     );
     let path_across = tw.log_of(&id_across);
@@ -424,10 +424,7 @@ fn nri_plugin_on_a_containerd_2_node() {
     );
     wait_until(
         "the start record after containerd's restart",
-        || {
-            let p = tw.log_of(&id2);
-            p.exists() && !of_type(&read_log(&p), "start").is_empty()
-        },
+        || has_start(&tw, &id2),
         || {
             format!(
                 "logs: {:?}\nplugin:\n{}",
@@ -524,10 +521,7 @@ fn plugin_launched_by_containerd() {
     );
     wait_until(
         "the start record",
-        || {
-            let p = tw.log_of(&id);
-            p.exists() && !of_type(&read_log(&p), "start").is_empty()
-        },
+        || has_start(&tw, &id),
         || {
             format!(
                 "logs: {:?}\ncontainerd log:\n{}",
@@ -605,10 +599,7 @@ fn a_stopped_agent_holds_no_pod_up() {
     );
     wait_until(
         "the start record once the agent runs again",
-        || {
-            let p = tw.log_of(&id);
-            p.exists() && !of_type(&read_log(&p), "start").is_empty()
-        },
+        || has_start(&tw, &id),
         || {
             format!(
                 "logs: {:?}\nplugin:\n{}",
@@ -642,10 +633,7 @@ fn node_wide_the_plugin_watches_every_pod_but_those_that_opt_out() {
     );
     wait_until(
         "the unannotated pod's start record",
-        || {
-            let p = tw.log_of(&id);
-            p.exists() && !of_type(&read_log(&p), "start").is_empty()
-        },
+        || has_start(&tw, &id),
         || plugin.output(),
     );
     let path = tw.log_of(&id);

@@ -69,10 +69,7 @@ fn plugin_down(node: &CriNode, plugin: &mut NriDaemon, n: usize) {
 fn wait_for_start(tw: &PrivateConfig, id: &str, plugin: &NriDaemon) -> PathBuf {
     wait_until(
         "the start record",
-        || {
-            let p = tw.log_of(id);
-            p.exists() && !of_type(&read_log(&p), "start").is_empty()
-        },
+        || has_start(tw, id),
         || {
             format!(
                 "logs: {:?}\nplugin:\n{}\nhook.log:\n{}",
