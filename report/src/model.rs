@@ -101,6 +101,9 @@ pub struct Container {
     /// Frozen time by the cgroup whose quota froze it (`throttled_cgroup_id`).
     pub frozen_by_group: BTreeMap<u64, u64>,
     pub heat: HeatmapBins,
+    /// The CPUs its threads were frozen on, over the whole log (bounded by
+    /// the machine's CPU ids): the CPUs it can run on.
+    pub frozen_on_cpus: std::collections::BTreeSet<u32>,
     /// period index -> CPU -> (first freeze start, last thaw), and its threads.
     periods: BTreeMap<u64, PeriodSpans>,
     /// Periods no longer open, 16 bytes each (memory grows with the log's duration, not its records).
@@ -200,6 +203,9 @@ impl Container {
         }
         th.freezes += 1;
         th.frozen_ns += t.frozen_ns;
+        if self.frozen_on_cpus.len() < 8192 {
+            self.frozen_on_cpus.insert(t.cpu);
+        }
         *self
             .frozen_by_group
             .entry(t.throttled_cgroup_id)

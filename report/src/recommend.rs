@@ -199,14 +199,16 @@ pub fn model(c: &Container) -> Option<Model> {
         .map(|v| v.len() as f64)
         .filter(|n| *n > 0.0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64));
-    // The most CPUs it was frozen on at once in a period: what it can run
-    // on side by side (threads pinned to one CPU never show two; beside a
-    // neighbour, the periods it got both do).
+    // The CPUs it can run on side by side: the most it was frozen on at
+    // once in a period, or all it was ever frozen on (beside a neighbour
+    // its threads may share one CPU in every period, but not the same one
+    // all run long); threads pinned to one CPU never show two.
+    let seen = c.frozen_on_cpus.len() as u32;
     let spread = periods
         .iter()
         .map(|(_, p)| p.cpus)
         .max()
-        .map_or(cpus, |n| (n.max(1) as f64).min(cpus));
+        .map_or(cpus, |n| (n.max(seen).max(1) as f64).min(cpus));
     Some(Model {
         demand: demand(&t, quota_ns, period_ns, Competition::AsObserved),
         demand_alone: demand(&t, quota_ns, period_ns, Competition::Alone { cpus: spread }),

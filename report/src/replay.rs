@@ -47,7 +47,8 @@ pub enum Competition {
     /// As if the group had CPUs to itself: a group busy all period would
     /// have run all period on as many CPUs as it had threads frozen (they
     /// were runnable; beside other work they may all have been frozen on
-    /// one CPU), at most `cpus`: the most it was seen frozen on at once.
+    /// one CPU), at most `cpus`: the CPUs it was seen frozen on (at once, or
+    /// over the run).
     /// What it needs on a quiet host, the same whatever else ran beside
     /// this run.
     Alone { cpus: f64 },
