@@ -235,7 +235,11 @@ fn throttled_pod_is_watched(release: ContainerdRelease, handler: &str) {
             // whose last episode the kernel adds to cpu.stat only when the
             // next period unthrottles the emptied group (fc3: the probe
             // 35 ms above the `end`'s cpu.stat read before that).
-            &["sh", "-c", "timeout 4 sh -c 'while :; do :; done'; exec sleep 600"],
+            &[
+                "sh",
+                "-c",
+                "timeout 4 sh -c 'while :; do :; done'; exec sleep 600",
+            ],
             Some((30_000, 100_000)),
         )
         .unwrap_or_else(|e| panic!("{e}\n{}", node.log()));
