@@ -190,72 +190,54 @@ fn a_limit_is_sized_the_same_beside_other_work() {
     assert!(!why.contains("would do while"), "{why}");
 }
 
+/// `threads` busy threads under 0.5 CPUs of the two the container may
+/// use, 30 periods, each frozen the second half of every period on the CPU
+/// `cpu_of(period)` gives: the quota advice (value, reason).
+fn advice_frozen_on(threads: u32, cpu_of: impl Fn(u64) -> u32) -> (String, String) {
+    let ms = 1_000_000u64;
+    let mut c = Container::default();
+    c.add(
+        0,
+        Record::Start(Start {
+            period_us: 100_000,
+            quota_us: Some(50_000),
+            cpus: Some("0-1".into()),
+            ..Default::default()
+        }),
+    );
+    for k in 0..30u64 {
+        for tid in 1..=threads {
+            c.add(
+                k * 100 * ms,
+                Record::Throttle(Throttle {
+                    tid,
+                    cpu: cpu_of(k),
+                    start_ns: k * 100 * ms + 50 * ms,
+                    frozen_ns: 50 * ms,
+                    ..Default::default()
+                }),
+            );
+        }
+    }
+    let m = model(&c).unwrap();
+    let r = quota(&c, &m).unwrap();
+    (r.value, r.reason)
+}
+
 #[test]
 fn threads_moved_between_cpus_are_sized_for_both() {
     // Beside a neighbour the four threads share one CPU in every period
     // (never frozen on two at once), but the CPU changes over the run:
     // with CPUs to itself the group runs on both, as the quiet run does.
-    let ms = 1_000_000u64;
-    let mut c = Container::default();
-    c.add(
-        0,
-        Record::Start(Start {
-            period_us: 100_000,
-            quota_us: Some(50_000),
-            cpus: Some("0-1".into()),
-            ..Default::default()
-        }),
-    );
-    for k in 0..30u64 {
-        for tid in 1..=4u32 {
-            c.add(
-                k * 100 * ms,
-                Record::Throttle(Throttle {
-                    tid,
-                    cpu: ((k / 5) % 2) as u32,
-                    start_ns: k * 100 * ms + 50 * ms,
-                    frozen_ns: 50 * ms,
-                    ..Default::default()
-                }),
-            );
-        }
-    }
-    let m = model(&c).unwrap();
-    let r = quota(&c, &m).unwrap();
-    assert_eq!(r.value, "2", "{}", r.reason);
+    let (value, reason) = advice_frozen_on(4, |k| ((k / 5) % 2) as u32);
+    assert_eq!(value, "2", "{reason}");
 }
 
 #[test]
 fn threads_pinned_to_one_cpu_are_not_sized_for_two() {
-    // Two busy threads pinned to CPU 0 of the two the container may use,
-    // under 0.5 CPUs: never frozen on two CPUs at once, so one is what
+    // Two busy threads pinned to CPU 0 of the two the container may use:
+    // never frozen on two CPUs at once, nor on another CPU, so one is what
     // they can use.
-    let ms = 1_000_000u64;
-    let mut c = Container::default();
-    c.add(
-        0,
-        Record::Start(Start {
-            period_us: 100_000,
-            quota_us: Some(50_000),
-            cpus: Some("0-1".into()),
-            ..Default::default()
-        }),
-    );
-    for k in 0..30u64 {
-        for tid in 1..=2u32 {
-            c.add(
-                k * 100 * ms,
-                Record::Throttle(Throttle {
-                    tid,
-                    cpu: 0,
-                    start_ns: k * 100 * ms + 50 * ms,
-                    frozen_ns: 50 * ms,
-                    ..Default::default()
-                }),
-            );
-        }
-    }
-    let m = model(&c).unwrap();
-    let r = quota(&c, &m).unwrap();
-    assert_eq!(r.value, "1", "{}", r.reason);
+    let (value, reason) = advice_frozen_on(2, |_| 0);
+    assert_eq!(value, "1", "{reason}");
 }
