@@ -19,10 +19,14 @@ use throttlewatch_integration::daemons::{stop_child, Agent, PrivateConfig};
 use throttlewatch_integration::modern_node::{containerd_2_node, logs_in};
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
 
+#[path = "nri/fail_open.rs"]
+mod fail_open;
 #[path = "nri/fidelity.rs"]
 mod fidelity;
 #[path = "nri/latency.rs"]
 mod latency;
+#[path = "nri/node_wide.rs"]
+mod node_wide;
 #[path = "nri/restart.rs"]
 mod restart;
 
@@ -550,103 +554,4 @@ fn plugin_launched_by_containerd() {
     assert_eq!(logs_in(&tw.log_dir), vec![path], "logs");
     assert_eq!(leftovers(&tw), Vec::<PathBuf>::new(), "state left behind");
     assert_eq!(tw.hook_log(), "", "the plugin reported problems");
-}
-
-/// Fail-open against the real runtime: with the agent stopped (SIGSTOP: it
-/// accepts nothing and answers nothing), a pod still starts, its
-/// StartContainer answered by the plugin's deadline (three quarters of
-/// NRI's 2 s request timeout) instead of failing at NRI's timeout; once the
-/// agent runs again the register, still waiting behind the answer, lands
-/// and the container is logged.
-#[test]
-fn a_stopped_agent_holds_no_pod_up() {
-    use nix::sys::signal::{kill, Signal};
-    use nix::unistd::Pid;
-    let _cpu = cpu_lock();
-    // The agent's own timeout above the plugin's deadline: the deadline
-    // is what answers.
-    let tw = PrivateConfig::new("agent_timeout_ms = 5000");
-    let agent = Agent::start(&tw);
-    let (node, socket) = started_node(&tw);
-    let plugin = plugin_up(&node, &tw, &socket, 1);
-    let agent_pid = Pid::from_raw(agent.child.id() as i32);
-    kill(agent_pid, Signal::SIGSTOP).unwrap();
-    let t0 = Instant::now();
-    let config = node.pod_config("frozen", "default", &[("throttlewatch.io/watch", "true")]);
-    let started = node.run_pod("runc", config).and_then(|pod| {
-        let id = node.create_container(&pod, "work", &["sleep", "600"], Some((50_000, 100_000)))?;
-        let t1 = Instant::now();
-        node.start_container(&id)?;
-        Ok((pod, id, t1.elapsed()))
-    });
-    // The agent runs again whatever happened above.
-    kill(agent_pid, Signal::SIGCONT).unwrap();
-    let (pod, id, start_took) =
-        started.unwrap_or_else(|e| panic!("{e}\nplugin:\n{}\n{}", plugin.output(), node.log()));
-    eprintln!(
-        "agent stopped: pod started in {} ms, StartContainer {} ms",
-        t0.elapsed().as_millis(),
-        start_took.as_millis()
-    );
-    // A plugin past NRI's timeout fails the StartContainer above; the
-    // plugin says it answered without the agent.
-    assert!(
-        plugin
-            .output()
-            .contains("answered without waiting (fail-open)"),
-        "{}",
-        plugin.output()
-    );
-    wait_until(
-        "the start record once the agent runs again",
-        || has_start(&tw, &id),
-        || {
-            format!(
-                "logs: {:?}\nplugin:\n{}",
-                logs_in(&tw.log_dir),
-                plugin.output()
-            )
-        },
-    );
-    let path = tw.log_of(&id);
-    node.stop_and_remove(&pod);
-    throttlewatch_integration::assert_whole_log(&path);
-}
-
-/// Node-wide (`--watch-all`, as the DaemonSet's option or `watch = "all"` in
-/// the runtime's plugin configuration): a pod without any annotation is
-/// logged from its start to its end; `throttlewatch.io/watch: "false"`
-/// still opts a pod out.
-#[test]
-fn node_wide_the_plugin_watches_every_pod_but_those_that_opt_out() {
-    let _cpu = cpu_lock();
-    let tw = PrivateConfig::new("");
-    let _agent = Agent::start(&tw);
-    let (node, socket) = started_node(&tw);
-    let mut plugin = plugin_up_with(&node, &tw, &socket, 1, &["--watch-all"]);
-    let (pod, id, _) = pod_with_container(&node, "plain", &[], &["sleep", "600"]);
-    let (out_pod, out, _) = pod_with_container(
-        &node,
-        "opted-out",
-        &[("throttlewatch.io/watch", "false")],
-        &["sleep", "600"],
-    );
-    wait_until(
-        "the unannotated pod's start record",
-        || has_start(&tw, &id),
-        || plugin.output(),
-    );
-    let path = tw.log_of(&id);
-    node.stop_and_remove(&pod);
-    node.stop_and_remove(&out_pod);
-    let log = throttlewatch_integration::assert_whole_log(&path);
-    assert_eq!(log[0]["container_name"], "work", "{}", log[0]);
-    assert_eq!(
-        logs_in(&tw.log_dir),
-        vec![path],
-        "one log: the unannotated pod's, none for {out}"
-    );
-    assert_eq!(leftovers(&tw), Vec::<PathBuf>::new(), "state left behind");
-    assert_eq!(tw.hook_log(), "", "the plugin reported problems");
-    plugin.stop();
 }
