@@ -69,6 +69,10 @@ pub struct Config {
     /// Seconds an ended container's series stay in /metrics (so the last
     /// increments are scraped) before they are removed.
     pub metrics_grace_s: u64,
+    /// Series per watched container: `basic` (at most 16 where Prometheus
+    /// scrapes native histograms) or `full` (every split; docs/metrics.md).
+    /// A pod's `throttlewatch.io/metrics-detail` annotation overrides it.
+    pub metrics_detail: crate::metrics_detail::MetricsDetail,
     /// Whether the hook starts an agent when none answers.
     pub start_agent: bool,
     /// The `throttlewatch` binary the hook starts; empty: next to the hook, then PATH.
@@ -130,6 +134,7 @@ impl Default for Config {
             threshold: "0".into(),
             metrics_addr: "127.0.0.1:9477".into(),
             metrics_grace_s: 300,
+            metrics_detail: Default::default(),
             start_agent: true,
             agent_binary: String::new(),
             snapshot_interval_s: 10,

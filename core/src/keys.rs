@@ -35,6 +35,8 @@ pub enum Key {
     CreatedUnixNs,
     /// Not QoS: the CPU that completes a cold start, for the agent (a duration).
     ColdStartCpu,
+    /// Not QoS: the container's series in `/metrics`, for the agent (`basic`, `full`).
+    MetricsDetail,
 }
 
 impl Key {
@@ -52,7 +54,7 @@ impl Key {
         Key::CpuControl,
     ];
     /// Every key under [`PREFIX`].
-    pub const ALL: [Key; 11] = [
+    pub const ALL: [Key; 12] = [
         Key::Watch,
         Key::Threshold,
         Key::CpuBurst,
@@ -64,6 +66,7 @@ impl Key {
         Key::CpuControl,
         Key::CreatedUnixNs,
         Key::ColdStartCpu,
+        Key::MetricsDetail,
     ];
 
     /// Whether the key is a QoS setting (else it is read by the agent or
@@ -86,6 +89,7 @@ impl Key {
             Key::CpuControl => "cpu-control",
             Key::CreatedUnixNs => "created-unix-ns",
             Key::ColdStartCpu => "cold-start-cpu",
+            Key::MetricsDetail => "metrics-detail",
         }
     }
 
@@ -106,7 +110,7 @@ impl Key {
             Key::CpusetCpus => "THROTTLEWATCH_CPUSET_CPUS",
             Key::Gpus => "THROTTLEWATCH_GPUS",
             Key::CpuControl => "THROTTLEWATCH_CPU_CONTROL",
-            Key::CreatedUnixNs | Key::ColdStartCpu => return None,
+            Key::CreatedUnixNs | Key::ColdStartCpu | Key::MetricsDetail => return None,
         })
     }
 
@@ -125,6 +129,7 @@ impl Key {
             Key::CpuControl => "expected auto or off",
             Key::CreatedUnixNs => "expected a Unix time in nanoseconds",
             Key::ColdStartCpu => "expected a duration such as 10ms",
+            Key::MetricsDetail => crate::metrics_detail::MetricsDetail::ACCEPTED,
         }
     }
 

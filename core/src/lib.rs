@@ -11,6 +11,7 @@ pub mod cpulist;
 pub mod end_reason;
 pub mod keys;
 pub mod logfmt;
+pub mod metrics_detail;
 pub mod printable;
 pub mod protocol;
 pub mod state_dir;

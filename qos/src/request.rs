@@ -298,7 +298,7 @@ fn parse_value(
             })
         }
         Key::CpuControl => req.cpu_control = Some(CpuControl::parse(v).ok_or_else(not_accepted)?),
-        Key::CreatedUnixNs | Key::ColdStartCpu => {} // not QoS: never collected
+        Key::CreatedUnixNs | Key::ColdStartCpu | Key::MetricsDetail => {} // not QoS: never collected
     }
     Ok(())
 }

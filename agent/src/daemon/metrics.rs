@@ -1,9 +1,7 @@
 //! Prometheus metrics (prometheus-client), labelled per container with the
 //! Kubernetes names where the OCI annotations carry them.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -17,6 +15,7 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 use throttlewatch_bpf::runq::RUNQ_SLOTS;
+use throttlewatch_core::metrics_detail::MetricsDetail;
 
 use crate::histograms::Log2Histogram;
 pub(crate) use crate::labels::{ContainerLabels, LabelValue};
@@ -153,6 +152,10 @@ pub(crate) struct Metrics {
     node_idle_read: Mutex<f64>,
     /// Ended containers and when their series go.
     retiring: Mutex<HashMap<ContainerLabels, Instant>>,
+    /// The node's `metrics_detail`, and the containers whose annotation
+    /// asked for another level.
+    detail: MetricsDetail,
+    detail_of: Mutex<HashMap<ContainerLabels, MetricsDetail>>,
 }
 
 /// Cold-start bounds: 5 ms … 30 s.
@@ -177,8 +180,16 @@ fn reg<M: prometheus_client::registry::Metric + Default + Clone>(
 }
 
 impl Metrics {
-    /// Registration order is the exposition order.
+    /// At the default detail (`basic`).
+    #[cfg(test)]
     pub(crate) fn new() -> Metrics {
+        Self::with_detail(MetricsDetail::Basic)
+    }
+
+    /// Registration order is the exposition order. A family whose series
+    /// a level leaves out is still registered: it has no series, and costs
+    /// Prometheus nothing.
+    pub(crate) fn with_detail(detail: MetricsDetail) -> Metrics {
         let mut r = Registry::with_prefix("throttlewatch");
         let cold_start_seconds = Family::<StageLabels, Histogram>::new_with_constructor(
             cold_start_histogram as fn() -> Histogram,
@@ -213,8 +224,33 @@ impl Metrics {
             node_cpus: reg(&mut r, "node_cpus", "CPUs online on the node"),
             node_idle_read: Mutex::new(0.0),
             retiring: Mutex::new(HashMap::new()),
+            detail,
+            detail_of: Mutex::new(HashMap::new()),
             registry: r,
         }
+    }
+
+    /// A container's own level (its `throttlewatch.io/metrics-detail`),
+    /// kept until its series are forgotten.
+    pub(crate) fn set_detail(&self, l: &ContainerLabels, d: MetricsDetail) {
+        if let Ok(mut m) = self.detail_of.lock() {
+            if d == self.detail {
+                m.remove(l);
+            } else {
+                m.insert(l.clone(), d);
+            }
+        }
+    }
+
+    /// Whether a container gets the `full` series.
+    fn full(&self, l: &ContainerLabels) -> bool {
+        let d = self
+            .detail_of
+            .lock()
+            .ok()
+            .and_then(|m| m.get(l).copied())
+            .unwrap_or(self.detail);
+        d == MetricsDetail::Full
     }
 
     /// The one way metrics are fed: what the engine's poll returned.
@@ -290,8 +326,13 @@ impl Metrics {
         self.throttled_periods
             .get_or_create(l)
             .inc_by(d.nr_throttled as f64);
-        self.bursts.get_or_create(l).inc_by(d.nr_bursts as f64);
         self.burst_seconds.get_or_create(l).inc_by(secs(d.burst_ns));
+        if !self.full(l) {
+            return;
+        }
+        // The probe's own count of what the kernel counts (the fidelity
+        // check), and bursts counted by period: `full` only.
+        self.bursts.get_or_create(l).inc_by(d.nr_bursts as f64);
         self.throttled_seconds
             .get_or_create(l)
             .inc_by(secs(probe_ns));
@@ -312,6 +353,9 @@ impl Metrics {
         self.gpu_utilization
             .get_or_create(&k)
             .set(r.util_pct as f64 / 100.0);
+        if !self.full(l) {
+            return;
+        }
         self.gpu_memory_used
             .get_or_create(&k)
             .set(r.mem_used_bytes as f64);
@@ -354,6 +398,9 @@ impl Metrics {
         for cause in WAIT_CAUSES {
             self.runnable_waiting_seconds
                 .remove(&WaitLabels::new(l, cause));
+        }
+        if let Ok(mut m) = self.detail_of.lock() {
+            m.remove(l);
         }
     }
 
@@ -408,7 +455,9 @@ impl Metrics {
         self.runq_latency
             .get_or_create(l)
             .add_slots(slots, r.total_ns);
-        for (by, t) in r.wakeups.iter().flat_map(|w| w.by_waker.iter()) {
+        let full = self.full(l);
+        let wakers = r.wakeups.iter().flat_map(|w| w.by_waker.iter());
+        for (by, t) in wakers.filter(|_| full) {
             let k = PreemptLabels::new(l, by);
             self.wakeups.get_or_create(&k).inc_by(t.count as f64);
             self.wakeup_wait_seconds
@@ -425,9 +474,11 @@ impl Metrics {
         ];
         let n: u64 = by.iter().map(|b| b.2).sum();
         for (by, cause, k) in by {
-            self.runq_preemptions
-                .get_or_create(&PreemptLabels::new(l, by))
-                .inc_by(k as f64);
+            if full {
+                self.runq_preemptions
+                    .get_or_create(&PreemptLabels::new(l, by))
+                    .inc_by(k as f64);
+            }
             // The interval's waits split as the report's diagnosis does.
             let share = match n {
                 0 => f64::from(u8::from(cause == "host")),
@@ -478,11 +529,29 @@ impl Metrics {
         }
     }
 
+    /// OpenMetrics text (what the agent served before protobuf, and what
+    /// a scraper that asks for nothing in particular gets).
     pub(crate) fn encode(&self) -> String {
         self.sample_node();
         let mut s = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
+    }
+
+    /// Prometheus text format 0.0.4 (`text/plain`).
+    pub(crate) fn encode_prometheus_text(&self) -> String {
+        self.sample_node();
+        let mut s = String::new();
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut s, &self.registry);
+        s
+    }
+
+    /// Length-delimited `io.prometheus.client.MetricFamily` messages: the
+    /// protobuf exposition, the one that carries native histograms.
+    pub(crate) fn encode_protobuf(&self) -> Vec<u8> {
+        self.sample_node();
+        prometheus_client::encoding::prometheus_protobuf::encode_to_vec(&self.registry)
+            .unwrap_or_default()
     }
 }
 
@@ -516,55 +585,6 @@ fn parse_proc_stat(text: &str, ticks: f64) -> Option<(f64, usize)> {
         .filter(|l| l[3..].starts_with(|c: char| c.is_ascii_digit()))
         .count();
     Some((idle / ticks, cpus))
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// The most of a request the metrics server reads (line and headers).
-pub(crate) const MAX_REQUEST_BYTES: u64 = 8 * 1024;
-
-/// Serve GET /metrics on `addr` in a background thread.
-pub(crate) fn serve(
-    addr: &str,
-    metrics: Arc<Mutex<Metrics>>,
-) -> std::io::Result<std::net::SocketAddr> {
-    let l = TcpListener::bind(addr)?;
-    let local = l.local_addr()?;
-    std::thread::Builder::new().name("metrics".into()).spawn(move || {
-        for conn in l.incoming() {
-            let Some(conn) = crate::socket::accepted(conn, "metrics") else {
-                continue;
-            };
-            let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(2)));
-            // A client that never reads its answer cannot hold the server.
-            let _ = conn.set_write_timeout(Some(std::time::Duration::from_secs(2)));
-            // The request line and headers together: at most MAX_REQUEST_BYTES.
-            let mut r = BufReader::new(std::io::Read::take(&conn, MAX_REQUEST_BYTES));
-            let mut first = String::new();
-            if r.read_line(&mut first).is_err() {
-                continue;
-            }
-            loop {
-                let mut h = String::new();
-                if r.read_line(&mut h).map(|n| n == 0).unwrap_or(true) || h == "\r\n" || h == "\n" {
-                    break;
-                }
-            }
-            let (status, ctype, body) = if first.starts_with("GET /metrics") {
-                let body = metrics.lock().map(|m| m.encode()).unwrap_or_default();
-                ("200 OK", "application/openmetrics-text; version=1.0.0; charset=utf-8", body)
-            } else {
-                ("404 Not Found", "text/plain", "try /metrics\n".to_string())
-            };
-            let mut w = &conn;
-            let _ = write!(w, "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-        }
-    })?;
-    Ok(local)
 }
 
 #[cfg(test)]

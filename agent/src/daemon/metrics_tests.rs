@@ -4,6 +4,7 @@ use std::sync::Arc;
 use throttlewatch_core::logfmt::{ColdStart, ColdStartStage, Runq};
 
 use super::*;
+use throttlewatch_core::metrics_detail::MetricsDetail;
 
 fn labels(id: &str) -> Arc<ContainerLabels> {
     Arc::new(ContainerLabels::plain(id, "n"))
@@ -16,7 +17,7 @@ fn lines_of<'a>(body: &'a str, id: &str) -> Vec<&'a str> {
 
 #[test]
 fn runq_slots_become_buckets_and_preemptions_by_who() {
-    let m = Metrics::new();
+    let m = Metrics::with_detail(MetricsDetail::Full);
     let mut slots = [0u64; RUNQ_SLOTS];
     slots[21] = 3; // [2.1, 4.2) ms
     m.observe(&Output::Runq {
@@ -149,29 +150,165 @@ fn ended_containers_go_after_the_grace_period() {
     assert!(!lines_of(&body, "back").is_empty(), "watched again: kept");
 }
 
-#[test]
-fn per_container_series_are_bounded() {
-    let m = Metrics::new();
-    let l = labels("x");
-    m.observe(&Output::Freeze {
-        container: l.clone(),
-        frozen_ns: 1,
-        record: None,
-    });
+/// Everything a busy container can be seen doing: freezes by its own and an
+/// ancestor's quota, run-queue waits preempted by all three kinds and woken
+/// by all five, the counters, the controller, two GPUs.
+fn everything(m: &Metrics, l: &Arc<ContainerLabels>) {
+    use throttlewatch_core::logfmt::wakeups::{WakeTotals, Wakeups};
+    for by in [7, 5] {
+        m.observe(&Output::Freeze {
+            container: l.clone(),
+            frozen_ns: 30_000_000,
+            record: Some(throttlewatch_core::logfmt::Throttle {
+                cgroup_id: 7,
+                throttled_cgroup_id: by,
+                ..Default::default()
+            }),
+        });
+    }
+    let mut w = Wakeups::default();
+    for k in WAKERS {
+        w.by_waker.insert(k.into(), WakeTotals { count: 1, ..Default::default() });
+    }
+    let mut slots = [0u64; RUNQ_SLOTS];
+    slots[20] = 3;
     m.observe(&Output::Runq {
         container: l.clone(),
-        record: Runq::default(),
-        slots: [0; RUNQ_SLOTS],
+        record: Runq {
+            count: 3,
+            total_ns: 3_000_000,
+            preempted_by_same: 1,
+            preempted_by_other: 1,
+            preempted_by_host: 1,
+            wakeups: Some(w),
+            ..Default::default()
+        },
+        slots,
     });
     m.observe(&Output::Counters {
         container: l.clone(),
         kernel: Default::default(),
         probe_throttled_ns: 0,
     });
-    let body = m.encode();
-    // 2 histograms × (18 bounds + Inf + sum + count) + 6 counters + 3 preemption
-    // kinds + the causes seen of runnable time (at most 5; here the freeze's own_limit).
-    assert_eq!(lines_of(&body, "x").len(), 2 * 21 + 6 + 3 + 1, "{body}");
+    m.control_changes.get_or_create(l).inc();
+    for gpu in [0, 1] {
+        m.observe(&Output::Gpu {
+            container: l.clone(),
+            gpu,
+            reading: crate::gpu::GpuReading {
+                util_pct: 50,
+                sm_active_pct: Some(20),
+                ..Default::default()
+            },
+        });
+    }
+}
+
+/// The container's series as a Prometheus stores them: from the protobuf
+/// exposition, a native histogram is one series; from the text, a classic
+/// one is a series per bucket, `_sum` and `_count`.
+fn series(m: &Metrics, id: &str, native: bool) -> usize {
+    if !native {
+        return lines_of(&m.encode(), id).len();
+    }
+    let families =
+        prometheus_client::encoding::prometheus_protobuf::encode(&m.registry).unwrap();
+    families
+        .iter()
+        .flat_map(|f| &f.metric)
+        .filter(|s| s.label.iter().any(|l| l.name == "container_id" && l.value == id))
+        .map(|s| match &s.histogram {
+            Some(h) => {
+                assert!(h.zero_threshold > 0.0, "a native histogram, also empty");
+                1
+            }
+            None => 1,
+        })
+        .sum()
+}
+
+/// docs/metrics.md's budget: per container, 12 series of its own and one
+/// per GPU at `basic` with native histograms (two GPUs here: 14 ≤ 16); the
+/// classic exposition of the same, and `full`.
+#[test]
+fn per_container_series_are_within_the_budget() {
+    for (detail, native, want) in [
+        (MetricsDetail::Basic, true, 2 + 4 + 5 + 1 + 2),
+        (MetricsDetail::Basic, false, 2 * 21 + 4 + 5 + 1 + 2),
+        (MetricsDetail::Full, true, 2 + 6 + 5 + 1 + 3 + 15 + 2 * 3),
+        (MetricsDetail::Full, false, 2 * 21 + 6 + 5 + 1 + 3 + 15 + 2 * 3),
+    ] {
+        let m = Metrics::with_detail(detail);
+        let l = labels("x");
+        everything(&m, &l);
+        let n = series(&m, "x", native);
+        assert_eq!(n, want, "{detail:?} native {native}:\n{}", m.encode());
+        if detail == MetricsDetail::Basic && native {
+            assert!(n <= 16, "the budget: {n}");
+        }
+    }
+    // An idle container: its histograms, the cpu.stat counters.
+    let m = Metrics::new();
+    m.observe(&Output::Runq {
+        container: labels("idle"),
+        record: Runq::default(),
+        slots: [0; RUNQ_SLOTS],
+    });
+    m.observe(&Output::Counters {
+        container: labels("idle"),
+        kernel: Default::default(),
+        probe_throttled_ns: 0,
+    });
+    // (The freeze histogram appears with the first freeze.)
+    assert_eq!(series(&m, "idle", true), 1 + 4, "{}", m.encode());
+}
+
+/// A pod's annotation over the node's level, in both directions, and
+/// forgotten with the container.
+#[test]
+fn a_container_may_have_its_own_level() {
+    let m = Metrics::new();
+    let (a, b) = (labels("a"), labels("b"));
+    m.set_detail(&a, MetricsDetail::Full);
+    everything(&m, &a);
+    everything(&m, &b);
+    assert_eq!(series(&m, "a", true), 38);
+    assert_eq!(series(&m, "b", true), 14);
+    let full = Metrics::with_detail(MetricsDetail::Full);
+    full.set_detail(&b, MetricsDetail::Basic);
+    everything(&full, &b);
+    assert_eq!(series(&full, "b", true), 14);
+    m.forget(&a);
+    everything(&m, &a);
+    assert_eq!(series(&m, "a", true), 14, "the level went with the series");
+}
+
+/// A label value a container chose reaches the protobuf exposition as it
+/// is (no escapes, nothing else to parse) and the text one escaped.
+#[test]
+fn chosen_label_values_cannot_forge_a_series() {
+    let m = Metrics::new();
+    let forged = "x\"} 1\nforged{a=\"b\\";
+    let mut l = ContainerLabels::plain("p", "n");
+    l.pod = forged.into();
+    m.observe(&Output::Counters {
+        container: Arc::new(l),
+        kernel: Default::default(),
+        probe_throttled_ns: 0,
+    });
+    let text = m.encode();
+    assert!(!text.lines().any(|l| l.starts_with("forged")), "{text}");
+    assert!(text.contains(r#"pod="x\"} 1\nforged{a=\"b\\""#), "{text}");
+    let families =
+        prometheus_client::encoding::prometheus_protobuf::encode(&m.registry).unwrap();
+    let pods: Vec<&str> = families
+        .iter()
+        .flat_map(|f| &f.metric)
+        .flat_map(|s| &s.label)
+        .filter(|l| l.name == "pod")
+        .map(|l| l.value.as_str())
+        .collect();
+    assert!(!pods.is_empty() && pods.iter().all(|p| *p == forged), "{pods:?}");
 }
 
 #[test]
@@ -249,7 +386,7 @@ fn runnable_time_is_split_by_cause_as_the_report_does() {
 
 #[test]
 fn gpu_utilisation_per_container_gpu_and_forgotten_with_it() {
-    let m = Metrics::new();
+    let m = Metrics::with_detail(MetricsDetail::Full);
     for (gpu, util, sm) in [(0, 90, Some(38)), (3, 5, None)] {
         m.observe(&Output::Gpu {
             container: labels("g"),
@@ -294,12 +431,28 @@ fn gpu_utilisation_per_container_gpu_and_forgotten_with_it() {
     );
     m.forget(&labels("g"));
     assert!(lines_of(&m.encode(), "g").is_empty());
+    let basic = Metrics::new();
+    basic.observe(&Output::Gpu {
+        container: labels("g"),
+        gpu: 0,
+        reading: crate::gpu::GpuReading {
+            util_pct: 90,
+            sm_active_pct: Some(38),
+            ..Default::default()
+        },
+    });
+    let g = basic.encode();
+    let g = lines_of(&g, "g");
+    assert!(
+        g.len() == 1 && g[0].starts_with("throttlewatch_gpu_utilization_ratio{"),
+        "basic: utilisation alone: {g:?}"
+    );
 }
 
 #[test]
 fn wakeups_are_counted_by_who_woke_and_removed_with_the_container() {
     use throttlewatch_core::logfmt::wakeups::{WakeTotals, Wakeups};
-    let m = Metrics::new();
+    let m = Metrics::with_detail(MetricsDetail::Full);
     let mut w = Wakeups::default();
     w.by_waker.insert(
         "interrupt".into(),

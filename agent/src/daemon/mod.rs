@@ -24,6 +24,7 @@ use crate::{signals, CliError};
 
 pub(crate) mod logdir;
 pub(crate) mod metrics;
+pub(crate) mod metrics_http;
 mod register;
 pub(crate) mod socket;
 pub(crate) mod state;
@@ -156,9 +157,9 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
     .map_err(|e| CliError::fail(e.to_string()))?;
     let state = ContainersDir::open(&cfg.state_dir)
         .map_err(|e| CliError::fail(format!("{}: {e}", cfg.state_dir.display())))?;
-    let metrics = Arc::new(Mutex::new(Metrics::new()));
+    let metrics = Arc::new(Mutex::new(Metrics::with_detail(cfg.metrics_detail)));
     if !cfg.metrics_addr.is_empty() {
-        match crate::metrics::serve(&cfg.metrics_addr, metrics.clone()) {
+        match metrics_http::serve(&cfg.metrics_addr, metrics.clone()) {
             Ok(a) => eprintln!("throttlewatch agent: metrics on http://{a}/metrics"),
             Err(e) => eprintln!(
                 "throttlewatch agent: metrics on {} disabled: {e}",

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use throttlewatch_cgroup::CpuCgroup;
 use throttlewatch_core::protocol::{Register, Response};
+use throttlewatch_core::metrics_detail::MetricsDetail;
 use throttlewatch_core::ContainerKey;
 use throttlewatch_qos::Key;
 
@@ -95,6 +96,37 @@ fn cold_start_spec(r: &Register) -> ColdStartSpec {
         init_pid: r.pid,
         cpu_target_ns: target.as_nanos() as u64,
     }
+}
+
+/// The container's series: its `throttlewatch.io/metrics-detail`
+/// annotation where the node's `allowed_keys` lets containers use it, else
+/// the node's `metrics_detail`. A bad value is said and the node's level kept.
+fn metrics_detail(r: &Register, cfg: &throttlewatch_core::config::Config) -> MetricsDetail {
+    let key = Key::MetricsDetail.annotation();
+    let Some(v) = r.annotations.get(&key) else {
+        return cfg.metrics_detail;
+    };
+    if !throttlewatch_qos::Policy::from(&cfg.qos).allows(Key::MetricsDetail) {
+        tracing::warn!(
+            "{}: {key}={v:?}: not in the node's qos.allowed_keys; metrics_detail = {:?} kept",
+            r.container_id,
+            cfg.metrics_detail.name()
+        );
+        return cfg.metrics_detail;
+    }
+    MetricsDetail::parse(v).unwrap_or_else(|| {
+        tracing::warn!(
+            "{}: {key}={:?}: {}; metrics_detail = {:?} kept",
+            r.container_id,
+            throttlewatch_core::printable::printable(v)
+                .chars()
+                .take(64)
+                .collect::<String>(),
+            MetricsDetail::ACCEPTED,
+            cfg.metrics_detail.name()
+        );
+        cfg.metrics_detail
+    })
 }
 
 impl Agent {
@@ -241,8 +273,10 @@ impl Agent {
         let labels = ContainerLabels::new(&r.container_id, &r.container_name, &r.annotations)
             .with_qos_summary(r.qos.as_ref())
             .with_scope(r.scope.as_ref());
+        let detail = metrics_detail(&r, &self.cfg);
         if let Ok(m) = self.metrics.lock() {
             m.keep(&labels);
+            m.set_detail(&labels, detail);
         }
         // (scope, id): `web` of two runc roots or namespaces has two logs.
         let log_path: PathBuf = self.cfg.log_dir.join(key.log_file_name());

@@ -22,12 +22,12 @@ pub(crate) struct ContainerLabels {
     pub qos_class: LabelValue,
 }
 
-/// A label value that a container chose (its id, names, annotations),
-/// escaped as the exposition formats require: prometheus-client 0.22 writes
-/// `String` values raw, so a pod named `x"} 1\nforged{a="b` would add a
-/// series. `\` → `\\`, `"` → `\"`, line feed → `\n` (text format 0.0.4
-/// and OpenMetrics alike); other characters pass as they are (the agent
-/// decodes requests lossily, so the value is valid UTF-8).
+/// A label value that a container chose (its id, names, annotations). The
+/// text formats escape it (prometheus-client 0.25.2 and later escape `\\`,
+/// `"` and line feed in every label value they write, so a pod named
+/// `x"} 1\nforged{a="b` cannot add a series); the protobuf exposition
+/// carries it as a length-delimited string, where nothing needs escaping.
+/// Written here as it is: escaping it again would double the escapes.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 pub(crate) struct LabelValue(pub String);
 
@@ -49,20 +49,7 @@ impl prometheus_client::encoding::EncodeLabelValue for LabelValue {
         encoder: &mut prometheus_client::encoding::LabelValueEncoder,
     ) -> Result<(), std::fmt::Error> {
         use std::fmt::Write;
-        let s = self.0.as_str();
-        let mut from = 0;
-        for (i, c) in s.char_indices() {
-            let esc = match c {
-                '\\' => "\\\\",
-                '"' => "\\\"",
-                '\n' => "\\n",
-                _ => continue,
-            };
-            encoder.write_str(&s[from..i])?;
-            encoder.write_str(esc)?;
-            from = i + 1;
-        }
-        encoder.write_str(&s[from..])
+        encoder.write_str(&self.0)
     }
 }
 
