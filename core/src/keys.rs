@@ -178,5 +178,12 @@ mod tests {
                 k.name()
             );
         }
+        for k in Key::ALL.into_iter().filter(|k| !k.is_qos() && *k != Key::CreatedUnixNs) {
+            assert!(
+                doc.contains(&format!("| `{}` | ", k.name())),
+                "{} is not in the agent's key table",
+                k.name()
+            );
+        }
     }
 }

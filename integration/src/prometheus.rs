@@ -69,8 +69,22 @@ pub struct Prometheus {
     _dir: Scratch,
 }
 
+/// How the private Prometheus stores histograms: as classic `_bucket`
+/// series (Prometheus 2.x's default), or native histograms
+/// (`--enable-feature=native-histograms`: it then asks for the protobuf
+/// exposition in its `Accept` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Histograms {
+    Classic,
+    Native,
+}
+
 impl Prometheus {
     pub fn start(agent_port: u16, rule_files: &[PathBuf]) -> Prometheus {
+        Self::start_with(agent_port, rule_files, Histograms::Classic)
+    }
+
+    pub fn start_with(agent_port: u16, rule_files: &[PathBuf], mode: Histograms) -> Prometheus {
         let dir = Scratch::new("prom");
         let port = free_port();
         let rules: String = rule_files
@@ -96,6 +110,7 @@ impl Prometheus {
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--log.level=warn")
+            .args((mode == Histograms::Native).then_some("--enable-feature=native-histograms"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -134,6 +149,21 @@ impl Prometheus {
             serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
         assert_eq!(v["status"], "success", "{path}: {v}");
         v["data"].clone()
+    }
+
+    /// The server's own figure `name` (e.g. `prometheus_tsdb_head_series`)
+    /// from its /metrics.
+    pub fn own_metric(&self, name: &str) -> f64 {
+        let body = http_get(self.port, "/metrics");
+        body.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in Prometheus' /metrics"))
+    }
+
+    /// The server's process id (for its RSS).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// An instant query's result vector.
@@ -181,11 +211,28 @@ pub fn label_values(q: &str) -> (String, String) {
     (sel.trim().to_string(), label.trim().to_string())
 }
 
+/// A sample's value; a native histogram's (`"histogram"`) is its count.
 pub fn num(v: &Value) -> f64 {
+    if let Some(h) = v.get("histogram") {
+        return h[1]["count"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no count: {v}"));
+    }
     v["value"][1]
         .as_str()
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no value: {v}"))
+}
+
+/// A native-histogram sample's buckets: (lower, upper, count), as the
+/// HTTP API gives them (`[boundary rule, lower, upper, count]`).
+pub fn native_buckets(v: &Value) -> Vec<(f64, f64, f64)> {
+    let f = |x: &Value| x.as_str().and_then(|s| s.parse::<f64>().ok()).unwrap();
+    v["histogram"][1]["buckets"]
+        .as_array()
+        .map(|b| b.iter().map(|b| (f(&b[1]), f(&b[2]), f(&b[3]))).collect())
+        .unwrap_or_default()
 }
 
 /// The sample of `result` whose `label` is `value`.

@@ -88,6 +88,10 @@ fn dashboard_structure_matches_what_is_tested() {
                 e.starts_with("sum by (le)") && e.contains("_bucket{"),
                 "{e}"
             );
+            assert!(
+                e.contains(" or sum(increase(throttlewatch_"),
+                "the native histogram where Prometheus stores one: {e}"
+            );
         }
     }
     for title in [
@@ -95,7 +99,7 @@ fn dashboard_structure_matches_what_is_tested() {
         "Freeze durations",
         "Run-queue latency",
         "Periods throttled vs burst used",
-        "Run-queue p99 and who preempted",
+        "Run-queue p99 and whom it waited behind",
         "Cold-start stages (p50, p99)",
         "Top throttled pods",
         "Probe health",
@@ -115,6 +119,10 @@ fn dashboard_structure_matches_what_is_tested() {
         .sum();
     assert_eq!(all.len(), counted);
     let docs = std::fs::read_to_string(repo().join("docs/metrics.md")).unwrap();
+    for (p, t) in &all {
+        let e = t["expr"].as_str().unwrap();
+        assert_both_modes(e, &format!("panel {}", p["title"]));
+    }
     for (p, t) in all {
         assert_eq!(p["datasource"]["uid"], ds_ref.as_str(), "{}", p["title"]);
         assert_eq!(t["datasource"]["uid"], ds_ref.as_str(), "{}", p["title"]);
@@ -134,4 +142,51 @@ fn dashboard_structure_matches_what_is_tested() {
             );
         }
     }
+}
+
+/// Series that only `metrics_detail = "full"` serves (docs/metrics.md,
+/// "Series budget"): no panel or rule may need them.
+const FULL_ONLY: [&str; 6] = [
+    "throttlewatch_throttled_seconds_total",
+    "throttlewatch_bursts_total",
+    "throttlewatch_runq_preemptions_total",
+    "throttlewatch_wakeups_total",
+    "throttlewatch_wakeup_wait_seconds_total",
+    "throttlewatch_gpu_memory_used_bytes",
+];
+
+/// An expression over a freeze or run-queue histogram reads it in both
+/// modes: the classic `_bucket` series and the native histogram, one
+/// `or` the other; and it reads no `full`-only series.
+fn assert_both_modes(e: &str, what: &str) {
+    let words: Vec<&str> = e
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .collect();
+    for f in FULL_ONLY {
+        assert!(!words.contains(&f), "{what}: {f} is served at metrics_detail = full only: {e}");
+    }
+    for h in ["throttlewatch_freeze_duration_seconds", "throttlewatch_runq_latency_seconds"] {
+        let classic = words.contains(&format!("{h}_bucket").as_str());
+        let native = words.contains(&h);
+        assert_eq!(classic, native, "{what}: {h} in one mode only: {e}");
+        if classic {
+            assert!(e.contains(" or"), "{what}: {e}");
+        }
+    }
+}
+
+#[test]
+fn rules_read_both_histogram_modes_and_basic_series_only() {
+    let text = std::fs::read_to_string(repo().join(RULES)).unwrap();
+    let rules: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let mut n = 0;
+    for g in rules["groups"].as_sequence().unwrap() {
+        for r in g["rules"].as_sequence().unwrap() {
+            let e = r["expr"].as_str().unwrap();
+            let name = r.get("record").or(r.get("alert")).and_then(|v| v.as_str()).unwrap();
+            assert_both_modes(e, name);
+            n += 1;
+        }
+    }
+    assert_eq!(n, count_rules(&repo().join(RULES)));
 }
