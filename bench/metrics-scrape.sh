@@ -7,10 +7,13 @@
 # in one run), and each server's prometheus_tsdb_head_series and RSS after
 # SECONDS of scraping (default 180). Run as root; docs/metrics.md has a run.
 #
-#   bench/metrics-scrape.sh [SECONDS]
+#   bench/metrics-scrape.sh [SECONDS] [basic|full]
+#
+# full: the agent at metrics_detail = "full", every series (what every agent
+# served before the budget): the before figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export TW_BENCH_SCRAPE_S=${1:-180}
+export TW_BENCH_SCRAPE_S=${1:-180} TW_BENCH_DETAIL=${2:-basic}
 cargo build --workspace --bins --quiet
 exec cargo test -q -p throttlewatch-integration --test metrics_budget -- --nocapture 2>&1 \
   | grep -E "^(scrape|classic|native|test result)"

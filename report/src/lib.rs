@@ -204,7 +204,7 @@ pub fn run(args: &ReportArgs, log_dir: &Path) -> Result<(), ReportError> {
             s.push_str(&render_terminal::container(r, st));
             s.push('\n');
         }
-        s
+        render_terminal::fit::fit(&s, render_terminal::fit::width())
     };
     let mut so = std::io::stdout().lock();
     // A closed pipe (| head) is not an error worth a message.

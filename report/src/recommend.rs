@@ -223,6 +223,18 @@ pub fn model(c: &Container) -> Option<Model> {
     })
 }
 
+/// The least a cause must cost before advice names it: 100 ms of thread
+/// time in all, and 1 % of the wall time the log covers (docs/report.md,
+/// "When there is no advice"). A container that lost less to its limit and
+/// to contention gets no limit, burst or cpuset advice.
+pub const SIGNIFICANT_MIN_NS: u64 = 100_000_000;
+pub const SIGNIFICANT_WALL_SHARE: f64 = 0.01;
+
+/// Whether `ns` of lost time over `wall_ns` is worth advice.
+pub fn significant(ns: u64, wall_ns: u64) -> bool {
+    ns >= SIGNIFICANT_MIN_NS && ns as f64 >= SIGNIFICANT_WALL_SHARE * wall_ns as f64
+}
+
 /// Advice that follows the diagnosis (diagnosis.rs): a container that
 /// mostly waits for CPUs others hold gets placement and priority advice and
 /// no limit (more quota is more CPU time it cannot get); a burst only for
@@ -231,7 +243,14 @@ pub fn recommend(c: &Container) -> Vec<Recommendation> {
     let levels = crate::summary::levels(c);
     let d = diagnose(c, &levels);
     let mut out = Vec::new();
-    let contended = d.contended();
+    let wall = c.wall_ns();
+    let waited: u64 = d
+        .shares
+        .iter()
+        .filter(|s| CONTENTION.contains(&s.cause))
+        .map(|s| s.ns)
+        .sum();
+    let contended = d.contended() && significant(waited, wall);
     if contended {
         out.extend(contention(c, &d));
     }
@@ -246,7 +265,7 @@ pub fn recommend(c: &Container) -> Vec<Recommendation> {
         // a large part (the advice says it leaves the wait); a burst never
         // helps there: the quota left unused was CPU the group could not get.
         let limits = d.share_of(crate::diagnosis::LIMITS);
-        if m.observed_ns > 0 && (!contended || limits >= 0.25) {
+        if significant(m.observed_ns, wall) && (!contended || limits >= 0.25) {
             if d.shape == Shape::Bursts && !contended {
                 out.extend(burst(&m).map(said));
             }

@@ -241,3 +241,48 @@ fn threads_pinned_to_one_cpu_are_not_sized_for_two() {
     let (value, reason) = advice_frozen_on(2, |_| 0);
     assert_eq!(value, "1", "{reason}");
 }
+
+/// A container that slept 24 s with 2.8 ms of run-queue wait behind other
+/// containers and no throttling: nothing worth naming, so no advice (it
+/// once got `cpuset-exclusive`, "raising the limit will not help").
+#[test]
+fn a_container_that_lost_nothing_worth_naming_gets_no_advice() {
+    use throttlewatch_core::logfmt::{End, Runq};
+    let ms = 1_000_000u64;
+    let mut c = Container::default();
+    c.add(
+        0,
+        Record::Start(Start {
+            period_us: 100_000,
+            quota_us: Some(50_000),
+            ..Default::default()
+        }),
+    );
+    c.add(
+        24_000 * ms,
+        Record::Runq(Runq {
+            interval_ns: 24_000 * ms,
+            count: 40,
+            total_ns: 2_800_000,
+            preempted_by_other: 30,
+            preempted_by_host: 2,
+            ..Default::default()
+        }),
+    );
+    c.add(
+        24_000 * ms,
+        Record::End(End {
+            reason: "exit".into(),
+            duration_ns: 24_000 * ms,
+            ..Default::default()
+        }),
+    );
+    let advice = recommend(&c);
+    assert!(advice.is_empty(), "{advice:?}");
+    assert!(!significant(2_800_000, 24_000 * ms));
+    assert!(!significant(200 * ms, 24_000 * ms), "under 1 % of the wall time");
+    assert!(significant(300 * ms, 24_000 * ms));
+    assert!(!significant(90 * ms, 1_000 * ms), "under 100 ms");
+    // The overload of the tests above is well past the bound.
+    assert!(recommend(&overloaded(false)).iter().any(|r| r.kind == "quota"));
+}

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use crate::heatmap::{short, Grid};
 use crate::summary::ContainerReport;
 
+pub mod fit;
 mod wake_chains;
 mod waterfall;
 use waterfall::waterfall;

@@ -24,10 +24,18 @@ pub(super) fn waterfall(cs: &throttlewatch_core::logfmt::ColdStart, st: Style) -
     let Some(first) = cs.stages.iter().map(|x| x.unix_ns).min() else {
         return s;
     };
+    // The scale takes the exec→cpu split too: a start that never reached
+    // its CPU target has a split longer than its stages (20 s of a
+    // sleeping process), and its bar must fit the same 40 columns.
+    let split_end = cs.exec_to_cpu.as_ref().and_then(|sp| {
+        let exec = cs.stages.iter().find(|x| x.stage == "exec")?.unix_ns - first;
+        Some(exec + sp.running_ns + sp.runq_ns + sp.frozen_ns + sp.blocked_ns)
+    });
     let span = cs
         .stages
         .iter()
         .map(|x| x.unix_ns - first)
+        .chain(split_end)
         .max()
         .unwrap_or(0)
         .max(1);
@@ -97,15 +105,13 @@ fn split_bar(
         })
         .collect();
     Some(format!(
-        "  {:<10} {:>10}  |{bar}\n  {:<10} {:>10}   {}\n",
+        "  {:<10} {:>10}  |{bar}\n  {}\n",
         if st.unicode {
             "exec→cpu"
         } else {
             "exec..cpu"
         },
         short(total),
-        "",
-        "",
         legend.join("  ")
     ))
 }
@@ -170,5 +176,34 @@ mod tests {
             ..cs
         };
         assert!(!waterfall(&old, Style::plain()).contains("exec..cpu"));
+    }
+
+    /// A start that never reached its CPU target (a process that slept
+    /// 20 s): the split is longer than the stages, and still fits.
+    #[test]
+    fn a_split_longer_than_the_stages_fits_the_bars() {
+        let at = |stage: &str, ms: u64| ColdStartStage {
+            stage: stage.into(),
+            unix_ns: 1_000_000_000 + ms * 1_000_000,
+            since_create_ns: Some(ms as i64 * 1_000_000),
+        };
+        let cs = ColdStart {
+            comm: "sleeper".into(),
+            cpu_target_ns: 10_000_000,
+            stages: vec![at("create", 0), at("exec", 40), at("first_run", 41)],
+            exec_to_cpu: Some(ColdStartSplit {
+                running_ns: 1_000_000,
+                runq_ns: 2_000_000,
+                frozen_ns: 0,
+                blocked_ns: 20_000_000_000,
+            }),
+            ..Default::default()
+        };
+        let s = waterfall(&cs, Style::plain());
+        for l in s.lines() {
+            assert!(l.chars().count() <= 80, "{} columns: {l}", l.chars().count());
+        }
+        let bar = s.lines().find(|l| l.contains("exec..cpu")).unwrap();
+        assert!(bar.split('|').nth(1).unwrap().len() <= 40, "{s}");
     }
 }
