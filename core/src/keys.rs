@@ -178,7 +178,10 @@ mod tests {
                 k.name()
             );
         }
-        for k in Key::ALL.into_iter().filter(|k| !k.is_qos() && *k != Key::CreatedUnixNs) {
+        for k in Key::ALL
+            .into_iter()
+            .filter(|k| !k.is_qos() && *k != Key::CreatedUnixNs)
+        {
             assert!(
                 doc.contains(&format!("| `{}` | ", k.name())),
                 "{} is not in the agent's key table",

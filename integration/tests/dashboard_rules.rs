@@ -163,9 +163,15 @@ fn assert_both_modes(e: &str, what: &str) {
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
         .collect();
     for f in FULL_ONLY {
-        assert!(!words.contains(&f), "{what}: {f} is served at metrics_detail = full only: {e}");
+        assert!(
+            !words.contains(&f),
+            "{what}: {f} is served at metrics_detail = full only: {e}"
+        );
     }
-    for h in ["throttlewatch_freeze_duration_seconds", "throttlewatch_runq_latency_seconds"] {
+    for h in [
+        "throttlewatch_freeze_duration_seconds",
+        "throttlewatch_runq_latency_seconds",
+    ] {
         let classic = words.contains(&format!("{h}_bucket").as_str());
         let native = words.contains(&h);
         assert_eq!(classic, native, "{what}: {h} in one mode only: {e}");
@@ -183,7 +189,11 @@ fn rules_read_both_histogram_modes_and_basic_series_only() {
     for g in rules["groups"].as_sequence().unwrap() {
         for r in g["rules"].as_sequence().unwrap() {
             let e = r["expr"].as_str().unwrap();
-            let name = r.get("record").or(r.get("alert")).and_then(|v| v.as_str()).unwrap();
+            let name = r
+                .get("record")
+                .or(r.get("alert"))
+                .and_then(|v| v.as_str())
+                .unwrap();
             assert_both_modes(e, name);
             n += 1;
         }

@@ -280,9 +280,14 @@ fn a_container_that_lost_nothing_worth_naming_gets_no_advice() {
     let advice = recommend(&c);
     assert!(advice.is_empty(), "{advice:?}");
     assert!(!significant(2_800_000, 24_000 * ms));
-    assert!(!significant(200 * ms, 24_000 * ms), "under 1 % of the wall time");
+    assert!(
+        !significant(200 * ms, 24_000 * ms),
+        "under 1 % of the wall time"
+    );
     assert!(significant(300 * ms, 24_000 * ms));
     assert!(!significant(90 * ms, 1_000 * ms), "under 100 ms");
     // The overload of the tests above is well past the bound.
-    assert!(recommend(&overloaded(false)).iter().any(|r| r.kind == "quota"));
+    assert!(recommend(&overloaded(false))
+        .iter()
+        .any(|r| r.kind == "quota"));
 }

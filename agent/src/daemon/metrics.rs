@@ -6,7 +6,6 @@ use std::sync::Mutex;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -18,86 +17,9 @@ use throttlewatch_bpf::runq::RUNQ_SLOTS;
 use throttlewatch_core::metrics_detail::MetricsDetail;
 
 use crate::histograms::Log2Histogram;
-pub(crate) use crate::labels::{ContainerLabels, LabelValue};
 use crate::output::Output;
 
-/// Node-wide failed map inserts, by the map that was full.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct MapLabels {
-    pub map: LabelValue,
-}
-
-/// A container's preemptions by who preempted it: `same` (its own threads),
-/// `other` (another container's), `host` (anything else).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct PreemptLabels {
-    pub by: LabelValue,
-    #[prometheus(flatten)]
-    pub container: ContainerLabels,
-}
-
-impl PreemptLabels {
-    pub(crate) fn new(container: &ContainerLabels, by: &str) -> PreemptLabels {
-        PreemptLabels {
-            container: container.clone(),
-            by: by.into(),
-        }
-    }
-}
-
-/// A container's runnable-but-not-running time by cause (the report's
-/// diagnosis, docs/report.md): `own_limit`, `ancestor_limit` (a pod's or a
-/// parent's quota froze it), `own_threads`, `other_containers`, `host`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct WaitLabels {
-    pub cause: LabelValue,
-    #[prometheus(flatten)]
-    pub container: ContainerLabels,
-}
-
-impl WaitLabels {
-    pub(crate) fn new(container: &ContainerLabels, cause: &str) -> WaitLabels {
-        WaitLabels {
-            container: container.clone(),
-            cause: cause.into(),
-        }
-    }
-}
-
-pub(crate) const WAIT_CAUSES: [&str; 5] = [
-    "own_limit",
-    "ancestor_limit",
-    "own_threads",
-    "other_containers",
-    "host",
-];
-
-/// Cold starts are aggregated per namespace and class: one observation per
-/// container would be 6 stages × 14 series that nobody reads alone.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct StageLabels {
-    pub namespace: LabelValue,
-    pub qos_class: LabelValue,
-    pub stage: LabelValue,
-}
-
-/// One of a container's GPUs (`gpu`: NVML's index, as the log's
-/// `start.topology.container_gpus`; at most `gpu::MAX_GPUS` per container).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub(crate) struct GpuLabels {
-    pub gpu: LabelValue,
-    #[prometheus(flatten)]
-    pub container: ContainerLabels,
-}
-
-impl GpuLabels {
-    pub(crate) fn new(container: &ContainerLabels, gpu: usize) -> GpuLabels {
-        GpuLabels {
-            container: container.clone(),
-            gpu: gpu.to_string().as_str().into(),
-        }
-    }
-}
+pub(crate) use super::metric_labels::*;
 
 type FGauge = Family<GpuLabels, Gauge<f64, AtomicU64>>;
 
@@ -152,6 +74,11 @@ pub(crate) struct Metrics {
     node_idle_read: Mutex<f64>,
     /// Ended containers and when their series go.
     retiring: Mutex<HashMap<ContainerLabels, Instant>>,
+    /// Each container's advice (advice.rs) and its predicted effect; the
+    /// advice each has now, to remove its series when it changes.
+    pub recommended: Family<AdviceLabels, Gauge<f64, AtomicU64>>,
+    pub recommended_ratio: Family<KeyLabels, Gauge<f64, AtomicU64>>,
+    advice_of: Mutex<HashMap<ContainerLabels, crate::daemon::advice::Advice>>,
     /// The node's `metrics_detail`, and the containers whose annotation
     /// asked for another level.
     detail: MetricsDetail,
@@ -220,6 +147,9 @@ impl Metrics {
             gpu_memory_used: reg(&mut r, "gpu_memory_used_bytes", "Device memory in use on a GPU the container uses (NVML), by gpu index"),
             gpu_sm_active: reg(&mut r, "gpu_sm_active_ratio", "Share of the SMs busy on a GPU the container uses since its previous reading (NVML GPM, Hopper and later; absent without), 0-1, by gpu index"),
             gpus_of: Mutex::new(HashMap::new()),
+            recommended: reg(&mut r, "recommended", "The container's advice: its node report's first recommendation a fleet can apply (key: the setting, value: as the report writes it); the gauge is the value as a number (CPUs, seconds of burst) or 1"),
+            recommended_ratio: reg(&mut r, "recommended_throttled_ratio", "The throttled time the report's replay predicts with the recommended setting, over the observed (0-1), by key"),
+            advice_of: Mutex::new(HashMap::new()),
             node_idle_seconds: reg(&mut r, "node_idle_cpu_seconds", "Idle CPU time of the node (/proc/stat idle + iowait, all CPUs)"),
             node_cpus: reg(&mut r, "node_cpus", "CPUs online on the node"),
             node_idle_read: Mutex::new(0.0),
@@ -402,6 +332,41 @@ impl Metrics {
         if let Ok(mut m) = self.detail_of.lock() {
             m.remove(l);
         }
+        self.set_advice(l, None);
+    }
+
+    /// A container's advice now (None: none). Ignored for a container whose
+    /// series are gone (a reading that finished after its grace period).
+    pub(crate) fn set_advice(
+        &self,
+        l: &ContainerLabels,
+        a: Option<&crate::daemon::advice::Advice>,
+    ) {
+        let Ok(mut of) = self.advice_of.lock() else {
+            return;
+        };
+        if of.get(l) == a {
+            return;
+        }
+        if let Some(old) = of.remove(l) {
+            self.recommended.remove(&AdviceLabels::new(l, &old));
+            self.recommended_ratio.remove(&KeyLabels::new(l, &old.key));
+        }
+        let Some(a) = a else {
+            return;
+        };
+        if self.periods.get(l).is_none() && self.runq_latency.get(l).is_none() {
+            return;
+        }
+        self.recommended
+            .get_or_create(&AdviceLabels::new(l, a))
+            .set(a.number);
+        if let Some(r) = a.throttled_ratio {
+            self.recommended_ratio
+                .get_or_create(&KeyLabels::new(l, &a.key))
+                .set(r);
+        }
+        of.insert(l.clone(), a.clone());
     }
 
     /// A container ended: its series stay `grace` longer (so a scrape sees

@@ -47,7 +47,12 @@ impl Format {
         let media = parts.next()?.to_ascii_lowercase();
         let params: Vec<(String, String)> = parts
             .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().trim_matches('"').to_string()))
+            .map(|(k, v)| {
+                (
+                    k.trim().to_ascii_lowercase(),
+                    v.trim().trim_matches('"').to_string(),
+                )
+            })
             .collect();
         let param = |k: &str| params.iter().find(|p| p.0 == k).map(|p| p.1.as_str());
         match media.as_str() {

@@ -168,7 +168,13 @@ fn everything(m: &Metrics, l: &Arc<ContainerLabels>) {
     }
     let mut w = Wakeups::default();
     for k in WAKERS {
-        w.by_waker.insert(k.into(), WakeTotals { count: 1, ..Default::default() });
+        w.by_waker.insert(
+            k.into(),
+            WakeTotals {
+                count: 1,
+                ..Default::default()
+            },
+        );
     }
     let mut slots = [0u64; RUNQ_SLOTS];
     slots[20] = 3;
@@ -191,6 +197,7 @@ fn everything(m: &Metrics, l: &Arc<ContainerLabels>) {
         probe_throttled_ns: 0,
     });
     m.control_changes.get_or_create(l).inc();
+    m.set_advice(l, Some(&advice("0.7")));
     for gpu in [0, 1] {
         m.observe(&Output::Gpu {
             container: l.clone(),
@@ -204,6 +211,15 @@ fn everything(m: &Metrics, l: &Arc<ContainerLabels>) {
     }
 }
 
+fn advice(v: &str) -> crate::daemon::advice::Advice {
+    crate::daemon::advice::Advice {
+        key: "resources.limits.cpu".into(),
+        value: v.into(),
+        number: v.parse().unwrap(),
+        throttled_ratio: Some(0.05),
+    }
+}
+
 /// The container's series as a Prometheus stores them: from the protobuf
 /// exposition, a native histogram is one series; from the text, a classic
 /// one is a series per bucket, `_sum` and `_count`.
@@ -211,12 +227,15 @@ fn series(m: &Metrics, id: &str, native: bool) -> usize {
     if !native {
         return lines_of(&m.encode(), id).len();
     }
-    let families =
-        prometheus_client::encoding::prometheus_protobuf::encode(&m.registry).unwrap();
+    let families = prometheus_client::encoding::prometheus_protobuf::encode(&m.registry).unwrap();
     families
         .iter()
         .flat_map(|f| &f.metric)
-        .filter(|s| s.label.iter().any(|l| l.name == "container_id" && l.value == id))
+        .filter(|s| {
+            s.label
+                .iter()
+                .any(|l| l.name == "container_id" && l.value == id)
+        })
         .map(|s| match &s.histogram {
             Some(h) => {
                 assert!(h.zero_threshold > 0.0, "a native histogram, also empty");
@@ -227,16 +246,24 @@ fn series(m: &Metrics, id: &str, native: bool) -> usize {
         .sum()
 }
 
-/// docs/metrics.md's budget: per container, 12 series of its own and one
-/// per GPU at `basic` with native histograms (two GPUs here: 14 ≤ 16); the
+/// docs/metrics.md's budget: per container, 14 series of its own and one
+/// per GPU at `basic` with native histograms (two GPUs here: 16); the
 /// classic exposition of the same, and `full`.
 #[test]
 fn per_container_series_are_within_the_budget() {
     for (detail, native, want) in [
-        (MetricsDetail::Basic, true, 2 + 4 + 5 + 1 + 2),
-        (MetricsDetail::Basic, false, 2 * 21 + 4 + 5 + 1 + 2),
-        (MetricsDetail::Full, true, 2 + 6 + 5 + 1 + 3 + 15 + 2 * 3),
-        (MetricsDetail::Full, false, 2 * 21 + 6 + 5 + 1 + 3 + 15 + 2 * 3),
+        (MetricsDetail::Basic, true, 2 + 4 + 5 + 1 + 2 + 2),
+        (MetricsDetail::Basic, false, 2 * 21 + 4 + 5 + 1 + 2 + 2),
+        (
+            MetricsDetail::Full,
+            true,
+            2 + 6 + 5 + 1 + 2 + 3 + 15 + 2 * 3,
+        ),
+        (
+            MetricsDetail::Full,
+            false,
+            2 * 21 + 6 + 5 + 1 + 2 + 3 + 15 + 2 * 3,
+        ),
     ] {
         let m = Metrics::with_detail(detail);
         let l = labels("x");
@@ -272,15 +299,15 @@ fn a_container_may_have_its_own_level() {
     m.set_detail(&a, MetricsDetail::Full);
     everything(&m, &a);
     everything(&m, &b);
-    assert_eq!(series(&m, "a", true), 38);
-    assert_eq!(series(&m, "b", true), 14);
+    assert_eq!(series(&m, "a", true), 40);
+    assert_eq!(series(&m, "b", true), 16);
     let full = Metrics::with_detail(MetricsDetail::Full);
     full.set_detail(&b, MetricsDetail::Basic);
     everything(&full, &b);
-    assert_eq!(series(&full, "b", true), 14);
+    assert_eq!(series(&full, "b", true), 16);
     m.forget(&a);
     everything(&m, &a);
-    assert_eq!(series(&m, "a", true), 14, "the level went with the series");
+    assert_eq!(series(&m, "a", true), 16, "the level went with the series");
 }
 
 /// A label value a container chose reaches the protobuf exposition as it
@@ -299,8 +326,7 @@ fn chosen_label_values_cannot_forge_a_series() {
     let text = m.encode();
     assert!(!text.lines().any(|l| l.starts_with("forged")), "{text}");
     assert!(text.contains(r#"pod="x\"} 1\nforged{a=\"b\\""#), "{text}");
-    let families =
-        prometheus_client::encoding::prometheus_protobuf::encode(&m.registry).unwrap();
+    let families = prometheus_client::encoding::prometheus_protobuf::encode(&m.registry).unwrap();
     let pods: Vec<&str> = families
         .iter()
         .flat_map(|f| &f.metric)
@@ -308,7 +334,10 @@ fn chosen_label_values_cannot_forge_a_series() {
         .filter(|l| l.name == "pod")
         .map(|l| l.value.as_str())
         .collect();
-    assert!(!pods.is_empty() && pods.iter().all(|p| *p == forged), "{pods:?}");
+    assert!(
+        !pods.is_empty() && pods.iter().all(|p| *p == forged),
+        "{pods:?}"
+    );
 }
 
 #[test]
@@ -505,4 +534,43 @@ fn wakeups_are_counted_by_who_woke_and_removed_with_the_container() {
         !m.encode().contains("throttlewatch_wakeups_total{"),
         "removed with the container"
     );
+}
+
+/// The advice's two series follow the advice: replaced when it changes,
+/// gone with none, never made for a container whose series are gone.
+#[test]
+fn advice_series_follow_the_advice() {
+    let m = Metrics::new();
+    let l = labels("adv");
+    m.set_advice(&l, Some(&advice("0.7")));
+    assert!(
+        lines_of(&m.encode(), "adv").is_empty(),
+        "unknown container: nothing"
+    );
+    m.observe(&Output::Counters {
+        container: l.clone(),
+        kernel: Default::default(),
+        probe_throttled_ns: 0,
+    });
+    m.set_advice(&l, Some(&advice("0.7")));
+    m.set_advice(&l, Some(&advice("1.5")));
+    let body = m.encode();
+    let rec: Vec<&str> = lines_of(&body, "adv")
+        .into_iter()
+        .filter(|l| l.starts_with("throttlewatch_recommended"))
+        .collect();
+    assert_eq!(rec.len(), 2, "{body}");
+    assert!(
+        rec.iter()
+            .any(|r| r.starts_with("throttlewatch_recommended{")
+                && r.contains("key=\"resources.limits.cpu\"")
+                && r.contains("value=\"1.5\"")
+                && r.ends_with(" 1.5")),
+        "{rec:?}"
+    );
+    assert!(rec.iter().any(
+        |r| r.starts_with("throttlewatch_recommended_throttled_ratio{") && r.ends_with(" 0.05")
+    ));
+    m.set_advice(&l, None);
+    assert!(!m.encode().contains("throttlewatch_recommended{"));
 }

@@ -22,7 +22,9 @@ use crate::socket::{bind, raise_nofile_limit, Server};
 use crate::state::{ContainersDir, Persisted};
 use crate::{signals, CliError};
 
+pub(crate) mod advice;
 pub(crate) mod logdir;
+mod metric_labels;
 pub(crate) mod metrics;
 pub(crate) mod metrics_http;
 mod register;
@@ -133,6 +135,8 @@ struct Agent {
     #[allow(clippy::vec_box)] // the Box that `Begun::InFlight` holds, not moved out
     deferred: Vec<Box<RegisterInFlight>>,
     deferred_due: Option<Instant>,
+    /// Reads throttled containers' logs for their advice (advice.rs).
+    advisor: advice::Advisor,
 }
 
 pub fn run(cfg: &Config) -> Result<i32, CliError> {
@@ -167,7 +171,9 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
             ),
         }
     }
+    let advisor = advice::Advisor::start(metrics.clone());
     let mut agent = Agent {
+        advisor,
         cfg: cfg.clone(),
         h,
         engine,
@@ -256,6 +262,7 @@ impl Agent {
                 if due == Due::Snapshot {
                     last_snap = last_tick;
                     self.sweep_logs();
+                    self.advise();
                 }
                 self.reap_gone();
                 self.persist_all();
@@ -266,11 +273,32 @@ impl Agent {
         }
     }
 
-    fn observe(&self, outputs: &[Output]) {
+    fn observe(&mut self, outputs: &[Output]) {
         if let Ok(m) = self.metrics.lock() {
             for o in outputs {
                 m.observe(o);
             }
+        }
+        for o in outputs {
+            match o {
+                Output::Counters {
+                    container, kernel, ..
+                } if kernel.throttled_ns > 0 => self.advisor.news(container),
+                Output::Runq {
+                    container, record, ..
+                } if record.preempted_by_other + record.preempted_by_host > 0 => {
+                    self.advisor.news(container)
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Containers with news get their log read for advice (at most once a
+    /// minute each; advice.rs).
+    fn advise(&mut self) {
+        for (_, s) in self.engine.sessions() {
+            self.advisor.due(&s.spec.labels, &s.spec.log_path, false);
         }
     }
 
@@ -322,6 +350,7 @@ impl Agent {
         self.control_records(id, rec.into_iter().collect());
         let f = self.engine.finish(id, reason, exit_code)?;
         self.observe(&f.outputs);
+        self.advisor.due(&f.spec.labels, &f.spec.log_path, true);
         self.state.remove(&f.spec.key());
         if let Ok(m) = self.metrics.lock() {
             let grace = Duration::from_secs(self.cfg.metrics_grace_s);

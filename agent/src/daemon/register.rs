@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use throttlewatch_cgroup::CpuCgroup;
-use throttlewatch_core::protocol::{Register, Response};
 use throttlewatch_core::metrics_detail::MetricsDetail;
+use throttlewatch_core::protocol::{Register, Response};
 use throttlewatch_core::ContainerKey;
 use throttlewatch_qos::Key;
 

@@ -110,7 +110,10 @@ mod tests {
             assert_eq!(words(&f), words(&reason), "{width}");
             // Continuations sit under the row's text.
             let lines: Vec<&str> = f.lines().collect();
-            let at = lines.iter().position(|l| l.starts_with("    4 runnable")).unwrap();
+            let at = lines
+                .iter()
+                .position(|l| l.starts_with("    4 runnable"))
+                .unwrap();
             assert!(lines[at + 1].starts_with("        "), "{f}");
         }
         let coloured = "\x1b[1mbold\x1b[0m ".repeat(30);

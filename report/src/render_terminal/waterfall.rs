@@ -201,7 +201,11 @@ mod tests {
         };
         let s = waterfall(&cs, Style::plain());
         for l in s.lines() {
-            assert!(l.chars().count() <= 80, "{} columns: {l}", l.chars().count());
+            assert!(
+                l.chars().count() <= 80,
+                "{} columns: {l}",
+                l.chars().count()
+            );
         }
         let bar = s.lines().find(|l| l.contains("exec..cpu")).unwrap();
         assert!(bar.split('|').nth(1).unwrap().len() <= 40, "{s}");
