@@ -43,6 +43,9 @@ pub enum Command {
     Uninstall(UninstallArgs),
     /// Summary, heatmaps (--svg, --html) and recommendations from container logs.
     Report(throttlewatch_report::ReportArgs),
+    /// Across a fleet, from Prometheus: which workloads are throttled, why, and what
+    /// each Deployment (StatefulSet, DaemonSet, CronJob) should get (docs/fleet.md).
+    Fleet(throttlewatch_fleet::FleetArgs),
     /// The configuration file: `config check [FILE]` validates it and says what it would do.
     #[command(subcommand)]
     Config(ConfigCommand),

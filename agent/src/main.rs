@@ -53,6 +53,17 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
         Command::Report(a) => throttlewatch_report::run(a, &cfg.log_dir)
             .map(|()| 0)
             .map_err(|e| CliError::fail(e.to_string())),
+        Command::Fleet(a) => match throttlewatch_fleet::run(a) {
+            Ok(out) => {
+                use std::io::Write;
+                let mut so = std::io::stdout().lock();
+                // A closed pipe (| head) is not an error worth a message.
+                let _ = so.write_all(out.as_bytes()).and_then(|_| so.flush());
+                Ok(0)
+            }
+            Err(e) if e.is_usage() => Err(CliError::usage(e.to_string())),
+            Err(e) => Err(CliError::fail(e.to_string())),
+        },
         Command::Topology(a) => throttlewatch::topology(&cfg, a),
         Command::Install(a) => {
             let o = install_options(cli, &cfg, a.dry_run, &a.etc_root, &a.bin_dir, &a.restart)?;
