@@ -85,11 +85,33 @@ impl Prometheus {
     }
 
     pub fn start_with(agent_port: u16, rule_files: &[PathBuf], mode: Histograms) -> Prometheus {
+        Self::start_nodes(&[(agent_port, "")], rule_files, mode)
+    }
+
+    /// Scraping several agents, each target labelled `node` as the
+    /// PodMonitor's relabelling does (`__meta_kubernetes_pod_node_name`;
+    /// "" leaves the label out), with `honor_labels` as documented.
+    pub fn start_nodes(
+        agents: &[(u16, &str)],
+        rule_files: &[PathBuf],
+        mode: Histograms,
+    ) -> Prometheus {
         let dir = Scratch::new("prom");
         let port = free_port();
         let rules: String = rule_files
             .iter()
             .map(|p| format!("  - {:?}\n", p.display().to_string()))
+            .collect();
+        let targets: String = agents
+            .iter()
+            .map(|(p, node)| {
+                let labels = if node.is_empty() {
+                    String::new()
+                } else {
+                    format!("        labels: {{node: {node:?}}}\n")
+                };
+                format!("      - targets: ['127.0.0.1:{p}']\n{labels}")
+            })
             .collect();
         let config = dir.0.join("prometheus.yml");
         std::fs::write(
@@ -97,7 +119,7 @@ impl Prometheus {
             format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
                  rule_files:\n{rules}\
-                 scrape_configs:\n  - job_name: throttlewatch\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n"
+                 scrape_configs:\n  - job_name: throttlewatch\n    honor_labels: true\n    static_configs:\n{targets}"
             ),
         )
         .unwrap();
@@ -159,6 +181,11 @@ impl Prometheus {
             .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or_else(|| panic!("no {name} in Prometheus' /metrics"))
+    }
+
+    /// `http://127.0.0.1:PORT`, the API's root.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
     }
 
     /// The server's process id (for its RSS).

@@ -381,10 +381,22 @@ impl Metrics {
         }
     }
 
-    /// A container watched again (a restarted agent resuming it) keeps its series.
+    /// A container registered, or watched again (a restarted agent
+    /// resuming it, which keeps its series). Its cpu.stat counters exist
+    /// from here, at 0 until the first tick: a Prometheus that scrapes
+    /// before that tick sees the counter start at 0, and `increase()` over
+    /// the container's life counts its first second too.
     pub(crate) fn keep(&self, l: &ContainerLabels) {
         if let Ok(mut r) = self.retiring.lock() {
             r.remove(l);
+        }
+        for f in [
+            &self.kernel_throttled_seconds,
+            &self.periods,
+            &self.throttled_periods,
+            &self.burst_seconds,
+        ] {
+            let _ = f.get_or_create(l);
         }
     }
 

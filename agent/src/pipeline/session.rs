@@ -446,9 +446,16 @@ impl Session {
     }
 
     /// The kernel counters and the probe's time since the last export.
+    /// The first export covers everything since the session's kernel
+    /// baseline (the register), as the `end` record counts it: a counter
+    /// that started at the first tick's reading lost what came before it
+    /// (the fleet test's `increase()` came out short of the logs' totals).
     fn export_counters(&mut self, cg: &CgroupReading, out: &mut Vec<Output>) {
-        let Some(now) = cg.stat else { return };
-        let prev = self.exported_kernel.replace(now).unwrap_or(now);
+        if cg.stat.is_none() {
+            return;
+        }
+        let now = self.kernel.delta(cg);
+        let prev = self.exported_kernel.replace(now).unwrap_or_default();
         let probe = self.now.episodes.total_ns;
         let before = std::mem::replace(&mut self.exported_probe_ns, probe);
         out.push(Output::Counters {
