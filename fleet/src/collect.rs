@@ -118,7 +118,7 @@ impl Reader<'_> {
 
     /// The number of queries [`Reader::replicas`] sends for one namespace.
     pub fn queries_per_namespace(s: &Scope) -> usize {
-        window::chunks(s.end, s.window, s.chunk).len() * 8 + 3
+        window::chunks(s.end, s.window, s.chunk).len() * 10 + 3
     }
 
     /// Every replica of one namespace.
@@ -127,7 +127,7 @@ impl Reader<'_> {
         let sel = |extra: &str| s.selector(ns, extra);
         for (at, len) in window::chunks(s.end, s.window, s.chunk) {
             let r = window::promql(len);
-            let inc = |metric: &str| format!("sum by ({BY}) (increase({metric}{}[{r}]))", sel(""));
+            let inc = |metric: &str| grown(metric, &sel(""), &r, BY);
             for (metric, field) in [
                 ("throttlewatch_kernel_throttled_seconds_total", 0),
                 ("throttlewatch_periods_total", 1),
@@ -143,9 +143,11 @@ impl Reader<'_> {
                     }
                 }
             }
-            let q = format!(
-                "sum by ({BY}, cause) (increase(throttlewatch_runnable_waiting_seconds_total{}[{r}]))",
-                sel("")
+            let q = grown(
+                "throttlewatch_runnable_waiting_seconds_total",
+                &sel(""),
+                &r,
+                &format!("{BY}, cause"),
             );
             for v in self.q(&q, at)? {
                 let cause = label(&v, "cause").to_string();
@@ -170,7 +172,7 @@ impl Reader<'_> {
                     e.freezes.add_native(&v);
                 }
             }
-            self.advice(&mut out, &sel(""), &r, at)?;
+            self.advice(&mut out, &sel(""), len, at)?;
         }
         Ok(out)
     }
@@ -181,32 +183,54 @@ impl Reader<'_> {
         &mut self,
         out: &mut HashMap<Key, Replica>,
         sel: &str,
-        r: &str,
+        len: Duration,
         at: f64,
     ) -> Result<(), PromError> {
+        let r = window::promql(len);
+        // When a container's advice changed, the old series went stale and
+        // a new one began: the one seen last is the advice. A subquery at a
+        // step of at most 1,440 points per series in a chunk tells when.
+        let step = window::promql(Duration::from_secs((len.as_secs() / 1440).max(1)));
+        let when = |m: &str| format!("last_over_time(timestamp({m}{sel})[{r}:{step}])");
         let rec = self.q(
             &format!("last_over_time(throttlewatch_recommended{sel}[{r}])"),
             at,
         )?;
+        let rec_at = self.q(&when("throttlewatch_recommended"), at)?;
         let ratio = self.q(
             &format!("last_over_time(throttlewatch_recommended_throttled_ratio{sel}[{r}])"),
             at,
         )?;
-        for v in rec {
-            let Some(e) = out.get_mut(&key_of(&v)) else {
+        let ratio_at = self.q(&when("throttlewatch_recommended_throttled_ratio"), at)?;
+        let same = |a: &Value, b: &Value, labels: &[&str]| {
+            key_of(a) == key_of(b) && labels.iter().all(|l| label(a, l) == label(b, l))
+        };
+        let seen = |of: &[Value], v: &Value, labels: &[&str]| {
+            of.iter().find(|t| same(t, v, labels)).map_or(0.0, value)
+        };
+        let mut latest: HashMap<Key, (f64, &Value)> = HashMap::new();
+        for v in &rec {
+            let t = seen(&rec_at, v, &["key", "value"]);
+            let e = latest.entry(key_of(v)).or_insert((t, v));
+            if t > e.0 {
+                *e = (t, v);
+            }
+        }
+        for (k, (_, v)) in latest {
+            let Some(e) = out.get_mut(&k).filter(|e| e.advice.is_none()) else {
                 continue;
             };
-            if e.advice.is_some() {
-                continue;
-            }
-            let key = label(&v, "key").to_string();
+            let key = label(v, "key").to_string();
             let throttled_ratio = ratio
                 .iter()
-                .find(|x| key_of(x) == key_of(&v) && label(x, "key") == key)
+                .filter(|x| key_of(x) == k && label(x, "key") == key)
+                .max_by(|a, b| {
+                    seen(&ratio_at, a, &["key"]).total_cmp(&seen(&ratio_at, b, &["key"]))
+                })
                 .map(value);
             e.advice = Some(ReplicaAdvice {
-                value: label(&v, "value").to_string(),
-                number: value(&v),
+                value: label(v, "value").to_string(),
+                number: value(v),
                 key,
                 throttled_ratio,
             });
@@ -278,6 +302,21 @@ impl Reader<'_> {
             })
             .collect())
     }
+}
+
+/// How much a counter grew over `[r]`, summed `by`: the last sample less
+/// the first for a series that did not reset, `increase()` for one that
+/// did (an agent's restart). Not `increase()` throughout: its
+/// extrapolation to the window's edges adds up to a scrape interval's worth
+/// at each, 5 % of a short container's throttled time in the fleet test;
+/// a container's first sample is 0 (the agent holds a new container's
+/// values back until a scrape has seen it, docs/metrics.md), so last − first
+/// is all of it.
+fn grown(metric: &str, sel: &str, r: &str, by: &str) -> String {
+    format!(
+        "sum by ({by}) ((max_over_time({metric}{sel}[{r}]) - min_over_time({metric}{sel}[{r}])) \
+         unless resets({metric}{sel}[{r}]) > 0 or increase({metric}{sel}[{r}]))"
+    )
 }
 
 fn entry<'a>(out: &'a mut HashMap<Key, Replica>, v: &Value) -> &'a mut Replica {

@@ -64,6 +64,9 @@ pub struct FleetArgs {
     /// PEM certificates to trust for an https:// URL (else the web's roots).
     #[arg(long, value_name = "FILE")]
     pub ca_file: Option<PathBuf>,
+    /// Print each query to stderr (with its evaluation time) as it is sent.
+    #[arg(long)]
+    pub show_queries: bool,
     /// Seconds each request may take.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
@@ -196,6 +199,7 @@ fn validate(a: &FleetArgs) -> Result<(collect::Scope, prom::Access), FleetError>
             basic_password_file: a.password_file.clone(),
             ca_file: a.ca_file.clone(),
             timeout: Duration::from_secs(a.timeout),
+            show_queries: a.show_queries,
         },
     ))
 }

@@ -53,9 +53,12 @@ pub struct Access {
     pub basic_password_file: Option<PathBuf>,
     pub ca_file: Option<PathBuf>,
     pub timeout: Duration,
+    /// Say each query on stderr.
+    pub show_queries: bool,
 }
 
 pub struct Client {
+    show_queries: bool,
     agent: ureq::Agent,
     base: String,
     auth: Option<String>,
@@ -132,6 +135,7 @@ impl Client {
             None
         };
         Ok(Client {
+            show_queries: a.show_queries,
             agent: cfg.build().into(),
             base: a.url.trim_end_matches('/').to_string(),
             auth,
@@ -145,6 +149,14 @@ impl Client {
     /// GET `path` with `params`; the API's `data`.
     fn get(&self, path: &str, params: &[(&str, String)], query: &str) -> Result<Value, PromError> {
         let url = format!("{}{path}", self.base);
+        if self.show_queries {
+            let at: Vec<String> = params
+                .iter()
+                .skip(1)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            eprintln!("query [{}]: {query}", at.join(" "));
+        }
         let mut req = self.agent.get(&url);
         for (k, v) in params {
             req = req.query(k, v);

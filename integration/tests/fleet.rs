@@ -5,7 +5,7 @@
 //! of three Deployments run through the runtime wrapper and runc with the
 //! CRI annotations kubelet's containerd writes (`io.kubernetes.cri.*`):
 //! - `steady`: a steady overload (a busy thread under 0.3 CPUs) on every node;
-//! - `bursty`: 2 workers with 30 ms of work every 400 ms under 0.5 CPUs, on two
+//! - `bursty`: 2 workers with 40 ms of work every 400 ms under 0.5 CPUs, on two
 //!   nodes, at the highest CPU weight (so that it waits for its quota, not
 //!   behind the steady ones on this 2-CPU machine);
 //! - `idle`: asleep, on one.
@@ -41,7 +41,7 @@ impl Node {
     fn start(name: &str) -> Node {
         let port = free_port();
         let cfg = PrivateConfig::new(&format!(
-            "metrics_addr = \"127.0.0.1:{port}\"\nsnapshot_interval_s = 2\nmetrics_grace_s = 4"
+            "metrics_addr = \"127.0.0.1:{port}\"\nsnapshot_interval_s = 2\nmetrics_grace_s = {GRACE_S}"
         ));
         let text = std::fs::read_to_string(&cfg.path).unwrap();
         std::fs::write(&cfg.path, text.replacen("metrics_addr = \"\"\n", "", 1)).unwrap();
@@ -54,6 +54,28 @@ impl Node {
             _agent: agent,
             rt,
         }
+    }
+}
+
+/// How long an ended container's series stay (its last advice is read at
+/// its end, on the agent's advice thread, and must be scraped before they go).
+const GRACE_S: u64 = 6;
+
+/// Until no node serves a series of the namespace's containers any more
+/// (their grace is over: everything they had was there to scrape).
+fn wait_retired(nodes: &[Node], ns: &str) {
+    let t = Instant::now();
+    let key = format!("namespace=\"{ns}\"");
+    while nodes.iter().any(|n| {
+        throttlewatch_integration::prometheus::http_get(n.port, "/metrics")
+            .lines()
+            .any(|l| l.contains(&key) && l.contains("container_id="))
+    }) {
+        assert!(
+            t.elapsed() < Duration::from_secs(GRACE_S + 20),
+            "series of {ns} still served"
+        );
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
@@ -119,11 +141,12 @@ fn run_all(rs: &[Replica], secs: u64) {
     }
 }
 
-/// 2 workers, each `ms` ms of work (a counted busybox loop, ~2 ms per
-/// 1000) then 400 ms asleep, for `secs`.
+/// 2 workers, each ~40 ms of CPU work (a counted busybox loop: the same
+/// work however busy the machine) then 400 ms asleep, for `secs`: 80 ms a
+/// batch against a quota of 50 ms.
 fn bursty(secs: u64) -> ContainerOpts {
     let worker = format!(
-        "(end=$(( $(date +%s) + {secs} )); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 15000 ]; do i=$((i+1)); done; sleep 0.4; done) &"
+        "(end=$(( $(date +%s) + {secs} )); while [ $(date +%s) -lt $end ]; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 0.4; done) &"
     );
     ContainerOpts::sh(&format!("{worker} {worker} wait"))
 }
@@ -241,8 +264,7 @@ fn the_fleet_answer_on_three_nodes() {
     ));
     let t0 = now() - 2.0;
     run_all(&rs, secs);
-    // The advice read at each end, scraped (grace 4 s, scrapes every second).
-    std::thread::sleep(Duration::from_secs(3));
+    wait_retired(&nodes, &ns);
     let t1 = now();
     let a = fleet_json(&prom, &ns, t0, t1);
     eprintln!(
@@ -301,7 +323,9 @@ fn the_fleet_answer_on_three_nodes() {
             })
             .collect();
         for r in &ours {
+            let t = Instant::now();
             let want = node_advice(r).map(|(k, v)| format!("{k}={v}"));
+            eprintln!("{}: node report {want:?} in {:?}", r.pod, t.elapsed());
             assert_eq!(
                 per.get(&r.pod).cloned().flatten(),
                 want,
@@ -348,8 +372,8 @@ fn the_fleet_answer_on_three_nodes() {
     let limit: f64 = rec["value"].as_str().unwrap().parse().unwrap();
     let observed = st["throttled_seconds"].as_f64().unwrap();
     let predicted = rec["predicted_throttled_seconds"].as_f64().unwrap();
-    // The first run's series gone (grace 4 s) before the second window opens.
-    std::thread::sleep(Duration::from_secs(8));
+    // The first run's series are gone (wait_retired) before the second window opens.
+    std::thread::sleep(Duration::from_secs(2));
     let t2 = now();
     let again: Vec<Replica> = nodes
         .iter()
@@ -364,7 +388,7 @@ fn the_fleet_answer_on_three_nodes() {
         })
         .collect();
     run_all(&again, secs);
-    std::thread::sleep(Duration::from_secs(3));
+    wait_retired(&nodes, &ns);
     let t3 = Instant::now();
     let b = fleet_json(&prom, &ns, t2, now());
     let st2 = workload(&b, "steady");

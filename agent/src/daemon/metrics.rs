@@ -74,6 +74,9 @@ pub(crate) struct Metrics {
     node_idle_read: Mutex<f64>,
     /// Ended containers and when their series go.
     retiring: Mutex<HashMap<ContainerLabels, Instant>>,
+    /// Registered containers no scrape has seen yet, and their outputs
+    /// kept back until one has ([`Metrics::observe`]).
+    unscraped: Mutex<HashMap<ContainerLabels, Vec<Output>>>,
     /// Each container's advice (advice.rs) and its predicted effect; the
     /// advice each has now, to remove its series when it changes.
     pub recommended: Family<AdviceLabels, Gauge<f64, AtomicU64>>,
@@ -84,6 +87,10 @@ pub(crate) struct Metrics {
     detail: MetricsDetail,
     detail_of: Mutex<HashMap<ContainerLabels, MetricsDetail>>,
 }
+
+/// Outputs kept back for a container no scrape has seen; past it they are
+/// applied (nobody scrapes: the zero is nobody's to see).
+const HELD_BACK: usize = 64;
 
 /// Cold-start bounds: 5 ms … 30 s.
 fn cold_start_histogram() -> Histogram {
@@ -150,6 +157,7 @@ impl Metrics {
             recommended: reg(&mut r, "recommended", "The container's advice: its node report's first recommendation a fleet can apply (key: the setting, value: as the report writes it); the gauge is the value as a number (CPUs, seconds of burst) or 1"),
             recommended_ratio: reg(&mut r, "recommended_throttled_ratio", "The throttled time the report's replay predicts with the recommended setting, over the observed (0-1), by key"),
             advice_of: Mutex::new(HashMap::new()),
+            unscraped: Mutex::new(HashMap::new()),
             node_idle_seconds: reg(&mut r, "node_idle_cpu_seconds", "Idle CPU time of the node (/proc/stat idle + iowait, all CPUs)"),
             node_cpus: reg(&mut r, "node_cpus", "CPUs online on the node"),
             node_idle_read: Mutex::new(0.0),
@@ -183,8 +191,43 @@ impl Metrics {
         d == MetricsDetail::Full
     }
 
-    /// The one way metrics are fed: what the engine's poll returned.
+    /// The one way metrics are fed: what the engine's poll returned. A
+    /// container no scrape has seen yet keeps its outputs back (at most
+    /// [`HELD_BACK`]) until one has: that scrape sees its counters and
+    /// histograms at 0, so `increase()` over its life counts its first
+    /// second too (a counter first scraped at its first tick's value loses
+    /// that value: 0.07 s of a 0.29 s bursty container's in the fleet test).
     pub(crate) fn observe(&self, o: &Output) {
+        if let Some(l) = o.container() {
+            if let Ok(mut u) = self.unscraped.lock() {
+                if let Some(q) = u.get_mut(l.as_ref()) {
+                    if q.len() < HELD_BACK {
+                        q.push(o.clone());
+                        return;
+                    }
+                    let q = u.remove(l.as_ref()).unwrap_or_default();
+                    drop(u);
+                    for o in &q {
+                        self.observe_now(o);
+                    }
+                }
+            }
+        }
+        self.observe_now(o);
+    }
+
+    /// After a scrape: every container it saw gets what was kept back.
+    fn scraped(&self) {
+        let held = match self.unscraped.lock() {
+            Ok(mut u) => std::mem::take(&mut *u),
+            Err(_) => return,
+        };
+        for o in held.values().flatten() {
+            self.observe_now(o);
+        }
+    }
+
+    fn observe_now(&self, o: &Output) {
         match o {
             Output::Freeze {
                 container,
@@ -332,6 +375,9 @@ impl Metrics {
         if let Ok(mut m) = self.detail_of.lock() {
             m.remove(l);
         }
+        if let Ok(mut u) = self.unscraped.lock() {
+            u.remove(l);
+        }
         self.set_advice(l, None);
     }
 
@@ -390,6 +436,13 @@ impl Metrics {
         if let Ok(mut r) = self.retiring.lock() {
             r.remove(l);
         }
+        if self.periods.get(l).is_none() {
+            if let Ok(mut u) = self.unscraped.lock() {
+                u.insert(l.clone(), Vec::new());
+            }
+        }
+        let _ = self.freeze_seconds.get_or_create(l);
+        let _ = self.runq_latency.get_or_create(l);
         for f in [
             &self.kernel_throttled_seconds,
             &self.periods,
@@ -512,6 +565,7 @@ impl Metrics {
         self.sample_node();
         let mut s = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        self.scraped();
         s
     }
 
@@ -520,6 +574,7 @@ impl Metrics {
         self.sample_node();
         let mut s = String::new();
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut s, &self.registry);
+        self.scraped();
         s
     }
 
@@ -527,8 +582,10 @@ impl Metrics {
     /// protobuf exposition, the one that carries native histograms.
     pub(crate) fn encode_protobuf(&self) -> Vec<u8> {
         self.sample_node();
-        prometheus_client::encoding::prometheus_protobuf::encode_to_vec(&self.registry)
-            .unwrap_or_default()
+        let b = prometheus_client::encoding::prometheus_protobuf::encode_to_vec(&self.registry)
+            .unwrap_or_default();
+        self.scraped();
+        b
     }
 }
 

@@ -574,3 +574,59 @@ fn advice_series_follow_the_advice() {
     m.set_advice(&l, None);
     assert!(!m.encode().contains("throttlewatch_recommended{"));
 }
+
+/// A registered container's first scrape sees its counters and histograms
+/// at 0; what came before it is applied after, for the next scrape.
+#[test]
+fn the_first_scrape_of_a_container_sees_zero() {
+    let m = Metrics::new();
+    let l = labels("new");
+    m.keep(&l);
+    m.observe(&Output::Counters {
+        container: l.clone(),
+        kernel: throttlewatch_cgroup::CpuStat {
+            throttled_ns: 700_000_000,
+            nr_periods: 10,
+            ..Default::default()
+        },
+        probe_throttled_ns: 0,
+    });
+    let value = |body: &str| {
+        lines_of(body, "new")
+            .into_iter()
+            .find(|l| l.starts_with("throttlewatch_kernel_throttled_seconds_total{"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{body}"))
+    };
+    let first = m.encode();
+    assert_eq!(value(&first), 0.0, "{first}");
+    assert!(lines_of(&first, "new")
+        .iter()
+        .any(|l| l.starts_with("throttlewatch_freeze_duration_seconds_count{")));
+    assert_eq!(value(&m.encode()), 0.7);
+    // Seen once, then fed at once.
+    m.observe(&Output::Counters {
+        container: l.clone(),
+        kernel: throttlewatch_cgroup::CpuStat {
+            throttled_ns: 300_000_000,
+            ..Default::default()
+        },
+        probe_throttled_ns: 0,
+    });
+    assert_eq!(value(&m.encode()), 1.0);
+    // Nobody scrapes: past HELD_BACK outputs they are applied anyway.
+    let q = labels("unscraped");
+    m.keep(&q);
+    for _ in 0..=HELD_BACK {
+        m.observe(&Output::Counters {
+            container: q.clone(),
+            kernel: throttlewatch_cgroup::CpuStat {
+                nr_periods: 1,
+                ..Default::default()
+            },
+            probe_throttled_ns: 0,
+        });
+    }
+    let periods = m.periods.get(&q).map(|c| c.get()).unwrap();
+    assert_eq!(periods, (HELD_BACK + 1) as f64);
+}
