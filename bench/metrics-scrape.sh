@@ -16,4 +16,4 @@ cd "$(dirname "$0")/.."
 export TW_BENCH_SCRAPE_S=${1:-180} TW_BENCH_DETAIL=${2:-basic}
 cargo build --workspace --bins --quiet
 exec cargo test -q -p throttlewatch-integration --test metrics_budget -- --nocapture 2>&1 \
-  | grep -E "^(scrape|classic|native|test result)"
+  | grep -E "^(scrape|classic|native|fleet|test result)"
