@@ -8,6 +8,27 @@ use serde::Serialize;
 
 use crate::aggregate::Workload;
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_wrapped_patch_is_the_same_json() {
+        let cmd = r#"kubectl -n shop patch deployment web --type=strategic -p '{"spec":{"template":{"spec":{"containers":[{"name":"app","resources":{"limits":{"cpu":"0.7"}}}]}}}}'"#;
+        let w = super::wrap_patch(cmd, 30);
+        assert!(
+            w.lines().count() > 2 && w.lines().all(|l| l.len() <= 80),
+            "{w}"
+        );
+        let json = w.split_once(" -p '").unwrap().1.trim_end_matches('\'');
+        let v: serde_json::Value = serde_json::from_str(&json.replace('\n', "")).unwrap();
+        assert_eq!(
+            v["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"],
+            "0.7"
+        );
+        let v2: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(v, v2, "the newlines are JSON whitespace");
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct Answer {
     pub prometheus: String,
@@ -73,7 +94,7 @@ pub fn table(a: &Answer) -> String {
         let name = format!("{}/{}/{}", w.namespace, w.workload, w.container);
         let _ = writeln!(
             s,
-            "{:<3} {:<34} {:>4} {:>5} {:>9} {:>6} {:>8} {:>8}  {}",
+            "{:<3} {:<30} {:>4} {:>5} {:>9} {:>5} {:>8} {:>8}",
             i + 1,
             name,
             w.replicas,
@@ -83,12 +104,15 @@ pub fn table(a: &Answer) -> String {
                 .map_or("-".into(), |v| format!("{:.0}%", v * 100.0)),
             opt_ms(w.freeze_p50_seconds),
             opt_ms(w.freeze_p99_seconds),
-            cause(w)
         );
         let _ = writeln!(
             s,
-            "      {} {}: spread {}: {}",
-            w.kind, w.workload, w.spread.verdict, w.spread.detail
+            "      {} {}; runnable time: {}; spread {}: {}",
+            w.kind,
+            w.workload,
+            cause(w),
+            w.spread.verdict,
+            w.spread.detail
         );
         if !w.contention_nodes.is_empty() {
             let _ = writeln!(
@@ -107,10 +131,30 @@ pub fn table(a: &Answer) -> String {
             });
             let _ = writeln!(s, "      * {}={}{pred}", r.key, r.value);
             let _ = writeln!(s, "        {}", r.rule);
-            let _ = writeln!(s, "        {}", r.kubectl_patch);
+            let _ = writeln!(s, "{}", wrap_patch(&r.kubectl_patch, 72));
         }
     }
     s
+}
+
+/// A patch command over lines of at most `width` (+ indent) that a shell
+/// still takes whole: the JSON inside its single quotes is broken after
+/// commas (JSON allows the newlines), the command before it at spaces.
+fn wrap_patch(cmd: &str, width: usize) -> String {
+    let Some((head, json)) = cmd.split_once(" -p '") else {
+        return format!("        {cmd}");
+    };
+    let mut lines = vec![format!("        {head} -p '")];
+    let mut cur = String::new();
+    for (i, part) in json.split_inclusive(',').enumerate() {
+        if i > 0 && cur.len() + part.len() > width {
+            lines.push(format!("          {cur}"));
+            cur.clear();
+        }
+        cur.push_str(part);
+    }
+    lines.push(format!("          {cur}"));
+    lines.join("\n")
 }
 
 fn csv_field(v: &str) -> String {
