@@ -125,4 +125,45 @@ mod tests {
         // Vowels are not in the alphabet: "a-train" is no hash.
         assert_eq!(k("hello-world"), ("Pod".into(), "hello-world".into()));
     }
+
+    #[test]
+    fn kube_state_metrics_owners_resolve_to_the_top() {
+        let mut k = KsmOwners::default();
+        let o = |kind: &str, name: &str| Owner {
+            kind: kind.into(),
+            name: name.into(),
+        };
+        let key = |p: &str| ("shop".to_string(), p.to_string());
+        k.pods.insert(key("web-abc-x"), o("ReplicaSet", "web-abc"));
+        k.pods.insert(key("job-1-y"), o("Job", "nightly-28950720"));
+        k.pods.insert(key("bare-rs-z"), o("ReplicaSet", "bare-rs"));
+        k.pods.insert(key("db-0"), o("StatefulSet", "db"));
+        k.sets.insert(
+            ("shop".into(), "ReplicaSet".into(), "web-abc".into()),
+            o("Deployment", "web"),
+        );
+        k.sets.insert(
+            ("shop".into(), "Job".into(), "nightly-28950720".into()),
+            o("CronJob", "nightly"),
+        );
+        k.sets.insert(
+            ("shop".into(), "ReplicaSet".into(), "bare-rs".into()),
+            o("<none>", "<none>"),
+        );
+        assert_eq!(
+            k.owner_of("shop", "web-abc-x"),
+            Some(o("Deployment", "web"))
+        );
+        assert_eq!(k.owner_of("shop", "job-1-y"), Some(o("CronJob", "nightly")));
+        assert_eq!(
+            k.owner_of("shop", "bare-rs-z"),
+            Some(o("ReplicaSet", "bare-rs"))
+        );
+        assert_eq!(k.owner_of("shop", "db-0"), Some(o("StatefulSet", "db")));
+        assert_eq!(
+            k.owner_of("other", "db-0"),
+            None,
+            "not known: the pod name decides"
+        );
+    }
 }
