@@ -280,7 +280,7 @@ impl Reader<'_> {
         &mut self,
         s: &Scope,
         ns: &str,
-    ) -> Result<Vec<(Key, Vec<(f64, f64)>)>, PromError> {
+    ) -> Result<Vec<(Key, crate::Timeline)>, PromError> {
         let w = s.window.as_secs_f64();
         let step = (w / 120.0).max(1.0);
         let range = window::promql(Duration::from_secs_f64((step * 2.0).max(5.0)));

@@ -234,7 +234,10 @@ impl Progress {
 }
 
 /// The answer, and the HTML page's timelines when asked for.
-pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Vec<(f64, f64)>>), FleetError> {
+/// Each workload's throttled CPU-seconds per second over the window: (t, v).
+pub type Timeline = Vec<(f64, f64)>;
+
+pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Timeline>), FleetError> {
     let (scope, access) = validate(a)?;
     let client = prom::Client::new(&access)?;
     let mut p = Progress {
@@ -250,7 +253,7 @@ pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Vec<(f64, f64)>>), F
     let namespaces = r.namespaces(&scope)?;
     let mut replicas = Vec::new();
     let mut ksm = owner::KsmOwners::default();
-    let mut timelines: Vec<(collect::Key, Vec<(f64, f64)>)> = Vec::new();
+    let mut timelines: Vec<(collect::Key, Timeline)> = Vec::new();
     for ns in &namespaces {
         replicas.extend(r.replicas(&scope, ns)?.into_values());
         r.owners(&scope, ns, &mut ksm)?;
@@ -258,11 +261,9 @@ pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Vec<(f64, f64)>>), F
             timelines.extend(r.timeline(&scope, ns)?);
         }
     }
-    let queries_done = {
-        drop(r);
-        p.finish();
-        p.done
-    };
+    let _ = r;
+    p.finish();
+    let queries_done = p.done;
     if replicas.is_empty() {
         return Err(FleetError::Empty(format!(
             "{}: no throttlewatch series over the {} before {:.0}{}{}: is Prometheus scraping the agents (docs/metrics.md), and the window right?",

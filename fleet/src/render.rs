@@ -79,16 +79,8 @@ pub fn table(a: &Answer) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<3} {:<34} {:>4} {:>5} {:>9} {:>6} {:>8} {:>8}  {}",
-        "#",
-        "namespace/workload/container",
-        "repl",
-        "nodes",
-        "throttled",
-        "thr%",
-        "p50",
-        "p99",
-        "cause"
+        "{:<3} {:<30} {:>4} {:>5} {:>9} {:>5} {:>8} {:>8}",
+        "#", "namespace/workload/container", "repl", "nodes", "throttled", "thr%", "p50", "p99",
     );
     for (i, w) in a.workloads.iter().enumerate() {
         let name = format!("{}/{}/{}", w.namespace, w.workload, w.container);
@@ -232,9 +224,9 @@ pub fn html(a: &Answer, timelines: &[Vec<(f64, f64)>]) -> String {
     let mut rows = String::new();
     for (i, w) in a.workloads.iter().enumerate() {
         let r = w.recommendations.first();
-        let _ = write!(
+        let _ = writeln!(
             rows,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td data-v=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>\n",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td data-v=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
             i + 1,
             esc(&w.namespace),
             esc(&w.workload),

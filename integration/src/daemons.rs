@@ -50,6 +50,15 @@ impl PrivateConfig {
             state_dir,
         }
     }
+    /// As [`PrivateConfig::new`], the agent serving metrics on
+    /// 127.0.0.1:`port` (in place of the default `metrics_addr = ""`).
+    pub fn serving_metrics(port: u16, extra: &str) -> PrivateConfig {
+        let cfg = PrivateConfig::new(&format!("metrics_addr = \"127.0.0.1:{port}\"\n{extra}"));
+        let text = std::fs::read_to_string(&cfg.path).unwrap();
+        std::fs::write(&cfg.path, text.replacen("metrics_addr = \"\"\n", "", 1)).unwrap();
+        cfg
+    }
+
     /// Registers the cgroup `cgroup_path` (process `pid`) as container `id`
     /// with this configuration's agent, the dynamic CPU controller asked for
     /// (`throttlewatch.io/cpu-control=auto`) when `cpu_control`; the log's

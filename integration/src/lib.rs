@@ -94,6 +94,19 @@ pub fn read_log(path: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The exact p99 of a log's freezes (its `throttle` records' `frozen_ns`,
+/// every freeze where the threshold is 0), in seconds.
+pub fn log_p99_freeze(path: &std::path::Path) -> f64 {
+    let mut f: Vec<u64> = read_log(path)
+        .iter()
+        .filter(|r| r["type"] == "throttle")
+        .filter_map(|r| r["frozen_ns"].as_u64())
+        .collect();
+    assert!(!f.is_empty(), "no throttle records in {}", path.display());
+    f.sort_unstable();
+    f[((f.len() as f64 * 0.99).ceil() as usize).clamp(1, f.len()) - 1] as f64 / 1e9
+}
+
 /// Panics with the process's stderr unless it exited 0.
 #[track_caller]
 pub fn assert_ok(out: &std::process::Output) {

@@ -40,11 +40,10 @@ struct Node {
 impl Node {
     fn start(name: &str) -> Node {
         let port = free_port();
-        let cfg = PrivateConfig::new(&format!(
-            "metrics_addr = \"127.0.0.1:{port}\"\nsnapshot_interval_s = 2\nmetrics_grace_s = {GRACE_S}"
-        ));
-        let text = std::fs::read_to_string(&cfg.path).unwrap();
-        std::fs::write(&cfg.path, text.replacen("metrics_addr = \"\"\n", "", 1)).unwrap();
+        let cfg = PrivateConfig::serving_metrics(
+            port,
+            &format!("snapshot_interval_s = 2\nmetrics_grace_s = {GRACE_S}"),
+        );
         let agent = Agent::start(&cfg);
         let rt = OciCli::throttlewatch(&cfg);
         Node {

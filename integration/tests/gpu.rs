@@ -268,13 +268,10 @@ const STUB: &str = include_str!("../../agent/src/pipeline/gpu/stub_nvml.c");
 /// A private configuration serving metrics on `port`, at `metrics_detail =
 /// "full"` (the GPUs' SM and memory gauges are `full` only).
 fn with_metrics(port: u16) -> PrivateConfig {
-    let cfg = PrivateConfig::new(&format!(
-        "snapshot_interval_s = 1\nmetrics_grace_s = 60\nmetrics_addr = \"127.0.0.1:{port}\"\n\
-         metrics_detail = \"full\""
-    ));
-    let text = std::fs::read_to_string(&cfg.path).unwrap();
-    std::fs::write(&cfg.path, text.replacen("metrics_addr = \"\"\n", "", 1)).unwrap();
-    cfg
+    PrivateConfig::serving_metrics(
+        port,
+        "snapshot_interval_s = 1\nmetrics_grace_s = 60\nmetrics_detail = \"full\"",
+    )
 }
 
 /// The `name{...}` lines of a scrape.

@@ -58,18 +58,6 @@ fn scrape(port: u16, accept: &str) -> (String, usize, f64) {
     (ctype, out.len() - split - 4, secs)
 }
 
-/// The exact p99 of a container's freezes, from its log's `throttle` records.
-fn log_p99(cfg: &PrivateConfig, id: &str) -> f64 {
-    let mut f: Vec<u64> = throttlewatch_integration::read_log(&cfg.log_of(id))
-        .iter()
-        .filter(|r| r["type"] == "throttle")
-        .filter_map(|r| r["frozen_ns"].as_u64())
-        .collect();
-    assert!(!f.is_empty(), "no throttle records for {id}");
-    f.sort_unstable();
-    f[((f.len() as f64 * 0.99).ceil() as usize).clamp(1, f.len()) - 1] as f64 / 1e9
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -85,11 +73,10 @@ fn the_budget_holds_at_220_containers_in_both_formats() {
         "full" => (34.0, 74.0),
         other => panic!("TW_BENCH_DETAIL={other:?}: expected basic or full"),
     };
-    let cfg = PrivateConfig::new(&format!(
-        "metrics_addr = \"127.0.0.1:{port}\"\nsnapshot_interval_s = 2\nmetrics_detail = {detail:?}"
-    ));
-    let text = std::fs::read_to_string(&cfg.path).unwrap();
-    std::fs::write(&cfg.path, text.replacen("metrics_addr = \"\"\n", "", 1)).unwrap();
+    let cfg = PrivateConfig::serving_metrics(
+        port,
+        &format!("snapshot_interval_s = 2\nmetrics_detail = {detail:?}"),
+    );
     let agent = Agent::start(&cfg);
     let h = Hierarchies::discover().unwrap();
     let ns = format!("tw-budget-{}-{}", std::process::id(), unique());
@@ -204,7 +191,10 @@ fn the_budget_holds_at_220_containers_in_both_formats() {
         let mut p99s = vec![];
         for s in &q {
             let id = s["metric"]["container_id"].as_str().unwrap();
-            let (got, exact) = (num(s), log_p99(&cfg, id));
+            let (got, exact) = (
+                num(s),
+                throttlewatch_integration::log_p99_freeze(&cfg.log_of(id)),
+            );
             assert!(
                 got > exact / 2.2 && got < exact * 2.2,
                 "{name}: {id}: p99 {got} against the log's {exact}"

@@ -90,19 +90,6 @@ fn count_of(name: &str, sel: &str, mode: Histograms) -> String {
     }
 }
 
-/// The p99 of the throttled container's freezes, exactly, from its log's
-/// `throttle` records (every freeze: the threshold is 0).
-fn log_p99_freeze(cfg: &PrivateConfig, id: &str) -> f64 {
-    let mut f: Vec<u64> = throttlewatch_integration::read_log(&cfg.log_of(id))
-        .iter()
-        .filter(|r| r["type"] == "throttle")
-        .filter_map(|r| r["frozen_ns"].as_u64())
-        .collect();
-    assert!(!f.is_empty(), "no throttle records for {id}");
-    f.sort_unstable();
-    f[((f.len() as f64 * 0.99).ceil() as usize).clamp(1, f.len()) - 1] as f64 / 1e9
-}
-
 fn dashboard_and_rules(mode: Histograms) {
     let _cpu = cpu_lock();
     let agent_port = free_port();
@@ -372,7 +359,10 @@ fn dashboard_and_rules(mode: Histograms) {
         "throttlewatch:freeze_duration_seconds:p99_rate5m{{container_id=\"{throttled_id}\"}}"
     ));
     assert_eq!(q.len(), 1, "{q:?}");
-    let (got, exact) = (num(&q[0]), log_p99_freeze(&cfg, &throttled_id));
+    let (got, exact) = (
+        num(&q[0]),
+        throttlewatch_integration::log_p99_freeze(&cfg.log_of(&throttled_id)),
+    );
     eprintln!("{mode:?}: p99 freeze {got:.4} s, the log's exact p99 {exact:.4} s");
     assert!(
         got > exact / 2.2 && got < exact * 2.2,

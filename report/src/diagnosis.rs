@@ -62,6 +62,15 @@ impl Diagnosis {
             .sum()
     }
 
+    /// Thread time spent waiting for CPUs others hold (containers, the host).
+    pub fn contention_ns(&self) -> u64 {
+        self.shares
+            .iter()
+            .filter(|s| CONTENTION.contains(&s.cause))
+            .map(|s| s.ns)
+            .sum()
+    }
+
     /// Waiting for CPUs others hold (containers, the host) is the larger part.
     pub fn contended(&self) -> bool {
         self.share_of(CONTENTION) > self.share_of(LIMITS)

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::diagnosis::{diagnose, Diagnosis, Shape, CONTENTION};
+use crate::diagnosis::{diagnose, Diagnosis, Shape};
 use crate::heatmap::short;
 use crate::model::{Container, PeriodThrottle};
 use crate::replay::{demand, replay, Bucket, Competition, PeriodDemand};
@@ -244,13 +244,7 @@ pub fn recommend(c: &Container) -> Vec<Recommendation> {
     let d = diagnose(c, &levels);
     let mut out = Vec::new();
     let wall = c.wall_ns();
-    let waited: u64 = d
-        .shares
-        .iter()
-        .filter(|s| CONTENTION.contains(&s.cause))
-        .map(|s| s.ns)
-        .sum();
-    let contended = d.contended() && significant(waited, wall);
+    let contended = d.contended() && significant(d.contention_ns(), wall);
     if contended {
         out.extend(contention(c, &d));
     }
@@ -447,12 +441,7 @@ pub const COVERS_LIMIT: &str = "the kernel's throttled time only, replayed from 
 
 /// Waiting for CPUs others hold: more quota will not help.
 fn contention(c: &Container, d: &Diagnosis) -> Option<Recommendation> {
-    let wait: u64 = d
-        .shares
-        .iter()
-        .filter(|s| CONTENTION.contains(&s.cause))
-        .map(|s| s.ns)
-        .sum();
+    let wait = d.contention_ns();
     let frozen = c.frozen_ns();
     let who = if d.share_of(&["host"]) >= d.share_of(&["other_containers"]) {
         "the host's other processes"
