@@ -76,7 +76,7 @@ pub(crate) struct Metrics {
     retiring: Mutex<HashMap<ContainerLabels, Instant>>,
     /// Registered containers no scrape has seen yet, and their outputs
     /// kept back until one has ([`Metrics::observe`]).
-    unscraped: Mutex<HashMap<ContainerLabels, Vec<Output>>>,
+    unscraped: Mutex<HashMap<ContainerLabels, Held>>,
     /// Each container's advice (advice.rs) and its predicted effect; the
     /// advice each has now, to remove its series when it changes.
     pub recommended: Family<AdviceLabels, Gauge<f64, AtomicU64>>,
@@ -88,9 +88,41 @@ pub(crate) struct Metrics {
     detail_of: Mutex<HashMap<ContainerLabels, MetricsDetail>>,
 }
 
-/// Outputs kept back for a container no scrape has seen; past it they are
-/// applied (nobody scrapes: the zero is nobody's to see).
-const HELD_BACK: usize = 64;
+/// How long a new container's counters wait for a first scrape at most;
+/// past it they are applied (nobody scrapes: the zero is nobody's to see).
+/// Longer than any scrape interval in use (15 s to 1 min).
+pub(crate) const HELD_AT_MOST: Duration = Duration::from_secs(300);
+
+/// A new container's cpu.stat deltas and probe time since its register,
+/// kept back until a scrape has seen its counters at 0.
+#[derive(Debug)]
+pub(crate) struct Held {
+    kernel: throttlewatch_cgroup::CpuStat,
+    probe_ns: u64,
+    since: Instant,
+}
+
+impl Default for Held {
+    fn default() -> Self {
+        Held {
+            kernel: Default::default(),
+            probe_ns: 0,
+            since: Instant::now(),
+        }
+    }
+}
+
+impl Held {
+    fn add(&mut self, d: &throttlewatch_cgroup::CpuStat, probe_ns: u64) {
+        let k = &mut self.kernel;
+        k.nr_periods += d.nr_periods;
+        k.nr_throttled += d.nr_throttled;
+        k.throttled_ns += d.throttled_ns;
+        k.nr_bursts += d.nr_bursts;
+        k.burst_ns += d.burst_ns;
+        self.probe_ns += probe_ns;
+    }
+}
 
 /// Cold-start bounds: 5 ms … 30 s.
 fn cold_start_histogram() -> Histogram {
@@ -192,24 +224,28 @@ impl Metrics {
     }
 
     /// The one way metrics are fed: what the engine's poll returned. A
-    /// container no scrape has seen yet keeps its outputs back (at most
-    /// [`HELD_BACK`]) until one has: that scrape sees its counters and
-    /// histograms at 0, so `increase()` over its life counts its first
-    /// second too (a counter first scraped at its first tick's value loses
-    /// that value: 0.07 s of a 0.29 s bursty container's in the fleet test).
+    /// container no scrape has seen yet keeps its cpu.stat counters back,
+    /// summed (constant memory), until one has, or for [`HELD_AT_MOST`]:
+    /// that scrape sees them at 0, so their growth over the container's
+    /// life counts its first seconds too (a counter first scraped at its
+    /// first tick's value loses that value: 0.07 s of a 0.29 s bursty
+    /// container's in the fleet test). Everything else goes through.
     pub(crate) fn observe(&self, o: &Output) {
-        if let Some(l) = o.container() {
+        if let Output::Counters {
+            container,
+            kernel,
+            probe_throttled_ns,
+        } = o
+        {
             if let Ok(mut u) = self.unscraped.lock() {
-                if let Some(q) = u.get_mut(l.as_ref()) {
-                    if q.len() < HELD_BACK {
-                        q.push(o.clone());
+                if let Some(h) = u.get_mut(container.as_ref()) {
+                    h.add(kernel, *probe_throttled_ns);
+                    if h.since.elapsed() < HELD_AT_MOST {
                         return;
                     }
-                    let q = u.remove(l.as_ref()).unwrap_or_default();
+                    let h = u.remove(container.as_ref()).unwrap_or_default();
                     drop(u);
-                    for o in &q {
-                        self.observe_now(o);
-                    }
+                    return self.observe_counters(container, &h.kernel, h.probe_ns);
                 }
             }
         }
@@ -222,8 +258,8 @@ impl Metrics {
             Ok(mut u) => std::mem::take(&mut *u),
             Err(_) => return,
         };
-        for o in held.values().flatten() {
-            self.observe_now(o);
+        for (l, h) in held {
+            self.observe_counters(&l, &h.kernel, h.probe_ns);
         }
     }
 
@@ -439,7 +475,7 @@ impl Metrics {
         }
         if self.periods.get(l).is_none() {
             if let Ok(mut u) = self.unscraped.lock() {
-                u.insert(l.clone(), Vec::new());
+                u.insert(l.clone(), Held::default());
             }
         }
         for f in [

@@ -611,19 +611,35 @@ fn the_first_scrape_of_a_container_sees_zero() {
         probe_throttled_ns: 0,
     });
     assert_eq!(value(&m.encode()), 1.0);
-    // Nobody scrapes: past HELD_BACK outputs they are applied anyway.
+    // Nobody scrapes: past HELD_AT_MOST they are applied anyway.
     let q = labels("unscraped");
     m.keep(&q);
-    for _ in 0..=HELD_BACK {
-        m.observe(&Output::Counters {
-            container: q.clone(),
-            kernel: throttlewatch_cgroup::CpuStat {
-                nr_periods: 1,
-                ..Default::default()
-            },
-            probe_throttled_ns: 0,
-        });
+    let one = Output::Counters {
+        container: q.clone(),
+        kernel: throttlewatch_cgroup::CpuStat {
+            nr_periods: 1,
+            ..Default::default()
+        },
+        probe_throttled_ns: 0,
+    };
+    m.observe(&one);
+    assert_eq!(m.periods.get(&q).map(|c| c.get()), Some(0.0), "held");
+    if let Ok(mut u) = m.unscraped.lock() {
+        u.get_mut(q.as_ref()).unwrap().since -= HELD_AT_MOST;
     }
-    let periods = m.periods.get(&q).map(|c| c.get()).unwrap();
-    assert_eq!(periods, (HELD_BACK + 1) as f64);
+    m.observe(&one);
+    assert_eq!(
+        m.periods.get(&q).map(|c| c.get()),
+        Some(2.0),
+        "both, once held too long"
+    );
+    // Freezes are never held: a histogram appears with its first one.
+    let f = labels("frozen");
+    m.keep(&f);
+    m.observe(&Output::Freeze {
+        container: f.clone(),
+        frozen_ns: 1_000_000,
+        record: None,
+    });
+    assert!(m.freeze_seconds.get(&f).is_some());
 }
