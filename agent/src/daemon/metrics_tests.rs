@@ -4,6 +4,8 @@ use std::sync::Arc;
 use throttlewatch_core::logfmt::{ColdStart, ColdStartStage, Runq};
 
 use super::*;
+use crate::output::Output;
+use throttlewatch_bpf::runq::RUNQ_SLOTS;
 use throttlewatch_core::metrics_detail::MetricsDetail;
 
 fn labels(id: &str) -> Arc<ContainerLabels> {

@@ -57,18 +57,3 @@ pub(crate) enum Output {
         map_full: throttlewatch_core::logfmt::MapFull,
     },
 }
-
-impl Output {
-    /// The container it is about (None: node-wide).
-    pub(crate) fn container(&self) -> Option<&Arc<ContainerLabels>> {
-        match self {
-            Output::Freeze { container, .. }
-            | Output::ColdStart { container, .. }
-            | Output::Runq { container, .. }
-            | Output::Counters { container, .. }
-            | Output::Control { container, .. }
-            | Output::Gpu { container, .. } => Some(container),
-            Output::LostEvents { .. } => None,
-        }
-    }
-}
