@@ -94,6 +94,13 @@ pub fn read_log(path: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Terminal text with its rows joined and every run of blanks one space:
+/// what a phrase is matched in when the report wraps rows to the
+/// terminal's width (80 columns in a pipe).
+pub fn squash(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// The exact p99 of a log's freezes (its `throttle` records' `frozen_ns`,
 /// every freeze where the threshold is 0), in seconds.
 pub fn log_p99_freeze(path: &std::path::Path) -> f64 {

@@ -378,7 +378,7 @@ fn a_log_still_being_written_a_directory_and_the_terminal() {
         .args(["report", log.to_str().unwrap()])
         .output()
         .unwrap();
-    let text = String::from_utf8(plain.stdout).unwrap();
+    let text = throttlewatch_integration::squash(&String::from_utf8(plain.stdout).unwrap());
     assert!(
         text.contains("frozen by offset") || text.contains("offset in the CFS period"),
         "{text}"
@@ -517,7 +517,7 @@ fn gpu_samples_are_aligned_with_the_freezes_in_json_terminal_and_html() {
         .output()
         .unwrap();
     assert_ok(&out);
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = throttlewatch_integration::squash(&String::from_utf8_lossy(&out.stdout));
     assert!(
         text.contains("GPUs while frozen")
             && text.contains("GPU 0: 10% busy while frozen (1.6s frozen), 94% while not")
