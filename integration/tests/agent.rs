@@ -217,9 +217,14 @@ fn two_containers_two_logs_metrics_and_clean_unregister() {
     }
     let st = a.call(Request::Status);
     assert_eq!(st.watch_map_entries, Some(0), "watch map emptied");
+    let left: Vec<String> = http_get(a.metrics_port, "/metrics")
+        .lines()
+        .filter(|l| l.contains("ctr-two"))
+        .map(str::to_string)
+        .collect();
     assert!(
-        !http_get(a.metrics_port, "/metrics").contains("ctr-two"),
-        "series of ended containers are dropped (metrics_grace_s = 0)"
+        left.is_empty(),
+        "series of ended containers are dropped (metrics_grace_s = 0): {left:?}"
     );
     let bad = a.call(Request::Register(Register {
         container_id: "x".into(),

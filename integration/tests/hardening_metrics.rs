@@ -97,7 +97,10 @@ fn metrics_labels_are_escaped_and_promtool_accepts_them() {
             .map(|x| x.1)
             .unwrap_or("")
             .to_string();
-        if body.contains("container_id=\"raw\"") || t.elapsed() > Duration::from_secs(10) {
+        // (The counters exist from the register; the gauge follows.)
+        let both = body.contains("container_id=\"raw\"")
+            && body.contains("throttlewatch_watched_containers 2");
+        if both || t.elapsed() > Duration::from_secs(10) {
             break body;
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -181,7 +181,9 @@ fn processes_chain_in_json_terminal_svg_and_the_page() {
     );
     // Rows are wrapped to 80 columns in a pipe: match in the joined text.
     let flat = throttlewatch_integration::squash(section);
-    let line = &flat[flat.find("critical path per round").expect("no critical path line")..];
+    let line = &flat[flat
+        .find("critical path per round")
+        .expect("no critical path line")..];
     assert!(
         line.contains("tw-src -> tw-pipe -> tw-sock -> tw-futex"),
         "{line}"
