@@ -205,24 +205,26 @@ fn validate(a: &FleetArgs) -> Result<(collect::Scope, prom::Access), FleetError>
 }
 
 /// A progress line on stderr while the queries run (a terminal only).
-struct Progress {
-    total: usize,
+struct Progress<'a> {
+    /// Known once the namespaces are: set by [`answer`].
+    total: &'a std::cell::Cell<usize>,
     done: usize,
     tty: bool,
 }
 
-impl Progress {
+impl Progress<'_> {
     fn tick(&mut self) {
         self.done += 1;
         if self.tty {
-            let f = (self.done as f64 / self.total.max(1) as f64).min(1.0);
+            let total = self.total.get().max(self.done);
+            let f = (self.done as f64 / total.max(1) as f64).min(1.0);
             let n = (f * 30.0) as usize;
             eprint!(
                 "\r  [{}{}] {}/{} queries",
                 "#".repeat(n),
                 " ".repeat(30 - n),
                 self.done,
-                self.total
+                total
             );
         }
     }
@@ -240,8 +242,9 @@ pub type Timeline = Vec<(f64, f64)>;
 pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Timeline>), FleetError> {
     let (scope, access) = validate(a)?;
     let client = prom::Client::new(&access)?;
+    let total = std::cell::Cell::new(0);
     let mut p = Progress {
-        total: 0,
+        total: &total,
         done: 0,
         tty: std::io::stderr().is_terminal(),
     };
@@ -251,6 +254,13 @@ pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Timeline>), FleetErr
         progress: &mut tick,
     };
     let namespaces = r.namespaces(&scope)?;
+    let per_ns = collect::Reader::queries_per_namespace(&scope) + usize::from(a.html.is_some());
+    let discovery = if a.namespaces.is_empty() {
+        window::chunks(scope.end, scope.window, scope.chunk).len()
+    } else {
+        0
+    };
+    total.set(discovery + namespaces.len() * per_ns);
     let mut replicas = Vec::new();
     let mut ksm = owner::KsmOwners::default();
     let mut timelines: Vec<(collect::Key, Timeline)> = Vec::new();

@@ -407,3 +407,7 @@ pub(crate) use feed::HELD_AT_MOST;
 #[cfg(test)]
 #[path = "metrics_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "metrics_budget_tests.rs"]
+mod budget_tests;

@@ -446,10 +446,8 @@ impl Session {
     }
 
     /// The kernel counters and the probe's time since the last export.
-    /// The first export covers everything since the session's kernel
-    /// baseline (the register), as the `end` record counts it: a counter
-    /// that started at the first tick's reading lost what came before it
-    /// (the fleet test's `increase()` came out short of the logs' totals).
+    /// The first export covers the time since the kernel baseline (the
+    /// register), as the `end` record counts it.
     fn export_counters(&mut self, cg: &CgroupReading, out: &mut Vec<Output>) {
         if cg.stat.is_none() {
             return;

@@ -121,13 +121,17 @@ mod tests {
     use super::*;
     use throttlewatch_core::logfmt::{ColdStart, ColdStartSplit, ColdStartStage};
 
-    #[test]
-    fn waterfall_draws_the_split_from_exec_to_the_target() {
-        let at = |stage: &str, ms: u64| ColdStartStage {
+    /// A stage `ms` after create.
+    fn at(stage: &str, ms: u64) -> ColdStartStage {
+        ColdStartStage {
             stage: stage.into(),
             unix_ns: 1_000_000_000 + ms * 1_000_000,
             since_create_ns: Some(ms as i64 * 1_000_000),
-        };
+        }
+    }
+
+    #[test]
+    fn waterfall_draws_the_split_from_exec_to_the_target() {
         let cs = ColdStart {
             comm: "app".into(),
             cpu_target_ns: 10_000_000,
@@ -182,11 +186,6 @@ mod tests {
     /// 20 s): the split is longer than the stages, and still fits.
     #[test]
     fn a_split_longer_than_the_stages_fits_the_bars() {
-        let at = |stage: &str, ms: u64| ColdStartStage {
-            stage: stage.into(),
-            unix_ns: 1_000_000_000 + ms * 1_000_000,
-            since_create_ns: Some(ms as i64 * 1_000_000),
-        };
         let cs = ColdStart {
             comm: "sleeper".into(),
             cpu_target_ns: 10_000_000,
