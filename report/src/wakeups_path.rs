@@ -4,10 +4,11 @@
 //! Rounds: a count of edges, those within 2 % (or one wake-up) of it taken
 //! together, of at least 5. For a number of
 //! rounds, the pipeline's hops are the edges with at least 80 % of its
-//! wake-ups, their cycles broken (below); each costs (wait + frozen) /
+//! wake-ups, their cycles broken (below, along the edges nearest once a
+//! round first); each costs (wait + frozen) /
 //! max(count, rounds) a round: per round, or per wake-up where a hop woke
 //! more often than once a round; its path is the path of pipeline hops
-//! whose costs add up to the most. The critical path is the path, of all
+//! that is longest, then nearest once a round, then costliest. The critical path is the path, of all
 //! the candidate rounds, that explains the most latency (each hop's wait +
 //! frozen, in full where it woke once a round, else by the ratio of its
 //! wake-ups to the rounds) times its hops; its rounds are then the count
@@ -68,7 +69,12 @@ pub struct CriticalPath {
 /// sources (most wake-ups out first), then from the rest, along the
 /// `first` edges and then the edges with the most wake-ups; an edge to a
 /// node still on the stack is a back-edge.
-fn back_edges(r: &WakeReport, allowed: &dyn Fn(usize) -> bool, first: &[usize]) -> Vec<bool> {
+fn back_edges(
+    r: &WakeReport,
+    allowed: &dyn Fn(usize) -> bool,
+    first: &[usize],
+    rounds: Option<u64>,
+) -> Vec<bool> {
     let n = r.nodes.len();
     let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut indeg = vec![0usize; n];
@@ -82,9 +88,11 @@ fn back_edges(r: &WakeReport, allowed: &dyn Fn(usize) -> bool, first: &[usize]) 
     }
     for o in out.iter_mut() {
         o.sort_by_key(|&i| {
+            let c = r.edges[i].edge.count;
             (
                 !first.contains(&i),
-                std::cmp::Reverse(r.edges[i].edge.count),
+                rounds.map_or(0, |n| c.abs_diff(n)),
+                std::cmp::Reverse(c),
                 i,
             )
         });
@@ -131,7 +139,7 @@ fn back_edges(r: &WakeReport, allowed: &dyn Fn(usize) -> bool, first: &[usize]) 
 /// Flags back-edges (the critical path's edges `first` are never one)
 /// and gives each node its layer: the longest path to it over the rest.
 pub fn layer(r: &mut WakeReport, first: &[usize]) {
-    let back = back_edges(r, &|_| true, first);
+    let back = back_edges(r, &|_| true, first, None);
     for (e, b) in r.edges.iter_mut().zip(back) {
         e.back_edge = b;
     }
@@ -224,16 +232,28 @@ fn best_path(r: &WakeReport, rounds: u64) -> Option<(Vec<usize>, u64)> {
         let e = &r.edges[i];
         !e.self_edge && e.edge.count as f64 >= rounds as f64 * IN_PIPELINE
     };
-    let back = back_edges(r, &hop, &[]);
+    // The search takes the edges nearest once a round first: a stage's
+    // hand-off is kept and a shortcut back against it broken, not the
+    // stage (fc19 in CI: a GIL wait's timer edge, 85 wake-ups in 44
+    // rounds, went first and broke tw-src -> tw-pipe).
+    let back = back_edges(r, &hop, &[], Some(rounds));
     let dag = |i: usize| hop(i) && !back[i];
     // best[v]: the longest path of hops ending in v (a pipeline is the
     // chain of hand-offs that each happen about once a round: a shortcut
     // such as a lock's timed wait woken by a timer is not one of its
-    // stages), the costliest of those, and its last edge.
-    let mut best: Vec<((usize, u64), Option<usize>)> = vec![((0, 0), None); r.nodes.len()];
+    // stages), of those the one whose hops are nearest once a round, the
+    // costliest of those, and its last edge.
+    type Score = (usize, std::cmp::Reverse<u64>, u64);
+    let mut best: Vec<(Score, Option<usize>)> =
+        vec![((0, std::cmp::Reverse(0), 0), None); r.nodes.len()];
     for v in topo_order(r, &dag) {
         for (i, e) in r.edges.iter().enumerate().filter(|(_, e)| e.from == v) {
-            let c = (best[v].0 .0 + 1, best[v].0 .1 + hop_cost(e, rounds));
+            let (len, std::cmp::Reverse(off), cost) = best[v].0;
+            let c = (
+                len + 1,
+                std::cmp::Reverse(off + e.edge.count.abs_diff(rounds)),
+                cost + hop_cost(e, rounds),
+            );
             if dag(i) && (best[e.to].1.is_none() || c > best[e.to].0) {
                 best[e.to] = (c, Some(i));
             }
@@ -252,7 +272,7 @@ fn best_path(r: &WakeReport, rounds: u64) -> Option<(Vec<usize>, u64)> {
         v = r.edges[i].from;
     }
     path.reverse();
-    Some((path, best[end].0 .1))
+    Some((path, best[end].0 .2))
 }
 
 /// The latency `path` explains over `rounds`: each hop's wait + frozen,

@@ -419,3 +419,22 @@ fn a_timers_shortcut_past_a_stage_does_not_take_the_path() {
     ]);
     assert_eq!(path_names(&r), ["interrupt", "t1", "t2", "t3", "t4"]);
 }
+
+/// CI, stop 44: Python's 5 ms GIL interval under a quota. The timer's edge
+/// into the second stage (85 wake-ups in 44 rounds) and the GIL handed
+/// back up from it to the first (50) made the search for cycles take the
+/// shortcut first and break the first stage's hand-off (41). The search
+/// goes along the edges nearest once a round first, and the hand-off back
+/// up is the one broken.
+#[test]
+fn a_lock_handed_back_past_a_timers_shortcut_breaks_the_hand_back() {
+    let r = of(vec![
+        e("interrupt", 0, 1, 40, 20 * US, 0, 0),
+        e("same", 1, 2, 41, 10 * US, 0, 0),
+        e("interrupt", 0, 2, 85, 30 * US, 0, 0),
+        e("same", 2, 1, 50, 10 * US, 0, 0),
+        e("same", 2, 3, 44, 60 * US, 70 * MS * 44 / 10, 36),
+        e("same", 3, 4, 56, 27 * US, 55 * MS * 44 / 10, 36),
+    ]);
+    assert_eq!(path_names(&r), ["interrupt", "t1", "t2", "t3", "t4"]);
+}
