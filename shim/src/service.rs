@@ -30,7 +30,7 @@ use crate::runc::{runc_binary, runc_root, Runc};
 use crate::state::Event;
 use crate::task::TaskService;
 
-pub const RUNTIME_ID: &str = "io.containerd.throttlewatch.v2";
+pub use crate::info::RUNTIME_ID;
 
 /// Spec annotations that put containers into one shim, first match wins
 /// (the runc shim's list, ours first).

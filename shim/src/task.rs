@@ -153,7 +153,7 @@ mod create;
 #[path = "task_process.rs"]
 mod process;
 
-use process::{mount_rootfs, unmount_rootfs};
+use crate::rootfs::{mount_rootfs, unmount_rootfs};
 
 impl Task for TaskService {
     fn create(
