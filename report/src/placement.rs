@@ -7,7 +7,7 @@ use throttlewatch_core::logfmt::StartTopology;
 use throttlewatch_core::CpuList;
 
 use crate::model::Container;
-use crate::recommend::{Effect, Recommendation};
+use crate::recommendation::{Effect, Recommendation};
 
 const KEY: &str = "throttlewatch.io/cpuset";
 

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::Style;
+use super::style::Style;
 use crate::wakeups::WakeReport;
 
 /// Edges shown (the rest are in `--json` and the HTML page).
