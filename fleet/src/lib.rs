@@ -13,6 +13,8 @@ pub mod prom;
 pub mod render;
 pub mod window;
 
+pub use collect::Timeline;
+
 use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -236,9 +238,6 @@ impl Progress<'_> {
 }
 
 /// The answer, and the HTML page's timelines when asked for.
-/// Each workload's throttled CPU-seconds per second over the window: (t, v).
-pub type Timeline = Vec<(f64, f64)>;
-
 pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Timeline>), FleetError> {
     let (scope, access) = validate(a)?;
     let client = prom::Client::new(&access)?;
