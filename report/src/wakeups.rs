@@ -149,6 +149,33 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
     if w.edges.is_empty() {
         return None;
     }
+    let (nodes, edges) = nodes_and_edges(w.edges);
+    let mut r = WakeReport {
+        source,
+        nodes,
+        edges,
+        rest: w.rest,
+        dropped: w.dropped,
+        by_waker: w.by_waker,
+        left_out,
+        critical_path: None,
+    };
+    r.critical_path = crate::wakeups_path::critical_path(&r);
+    let path: Vec<usize> = r
+        .critical_path
+        .iter()
+        .flat_map(|p| p.hops.iter().map(|h| h.edge))
+        .collect();
+    for &i in &path {
+        r.edges[i].on_critical_path = true;
+    }
+    crate::wakeups_path::layer(&mut r, &path);
+    Some(r)
+}
+
+/// The graph's nodes (one per thread, one for the interrupts) and its
+/// edges between them, in the log's order.
+fn nodes_and_edges(log_edges: Vec<WakeEdge>) -> (Vec<WakeNode>, Vec<ChainEdge>) {
     let mut nodes: Vec<WakeNode> = Vec::new();
     // A node's comm: as a wakee before as a waker (the waker's can be the
     // name before the thread set its own), from the edge with the most
@@ -176,8 +203,8 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
         }
         at
     };
-    let mut edges = Vec::with_capacity(w.edges.len());
-    for e in w.edges {
+    let mut edges = Vec::with_capacity(log_edges.len());
+    for e in log_edges {
         let kind = NodeKind::of_waker(&e.waker.kind);
         let from = node(
             kind,
@@ -203,27 +230,7 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
             on_critical_path: false,
         });
     }
-    let mut r = WakeReport {
-        source,
-        nodes,
-        edges,
-        rest: w.rest,
-        dropped: w.dropped,
-        by_waker: w.by_waker,
-        left_out,
-        critical_path: None,
-    };
-    r.critical_path = crate::wakeups_path::critical_path(&r);
-    let path: Vec<usize> = r
-        .critical_path
-        .iter()
-        .flat_map(|p| p.hops.iter().map(|h| h.edge))
-        .collect();
-    for &i in &path {
-        r.edges[i].on_critical_path = true;
-    }
-    crate::wakeups_path::layer(&mut r, &path);
-    Some(r)
+    (nodes, edges)
 }
 
 #[cfg(test)]
