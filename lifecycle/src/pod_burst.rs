@@ -169,7 +169,7 @@ fn share_level(
     Level {
         cgroup_path: g.rel.clone(),
         quota_us: quota,
-        period_us: period_us,
+        period_us,
         burst_us: now,
         from_containers_us: now.saturating_sub(base),
     }

@@ -88,12 +88,9 @@ pub(crate) struct Metrics {
 
 /// Cold-start bounds: 5 ms … 30 s.
 fn cold_start_histogram() -> Histogram {
-    Histogram::new(
-        [
-            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-        ]
-        .into_iter(),
-    )
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ])
 }
 
 /// A metric registered under `name`.
