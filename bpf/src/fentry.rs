@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, MapMut, OpenObject};
 
-use crate::probe::{episode_key, read_episode, EpisodeTotals};
+use crate::episodes::{episode_key, read_episode, EpisodeTotals};
 
 mod skel {
     #![allow(

@@ -12,10 +12,12 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/throttle.skel.rs"));
 }
 
+mod episodes;
 pub mod event;
 pub mod fentry;
 mod load;
 pub mod memory;
+mod options;
 pub mod probe;
 pub mod runq;
 mod task_iter;

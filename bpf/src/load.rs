@@ -10,7 +10,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject, RingBuffer, RingBufferBuilder};
 
 use crate::event::Event;
-use crate::probe::{ProbeError, ProbeKind, ProbeOptions, ThrottleModel};
+use crate::options::{ProbeError, ProbeKind, ProbeOptions, ThrottleModel};
 use crate::skel::{ThrottleSkel, ThrottleSkelBuilder};
 
 /// `enum tw_model` of throttle.h.

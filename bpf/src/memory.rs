@@ -11,7 +11,7 @@ use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, OpenObject};
 
-use crate::probe::{ProbeError, ProbeOptions};
+use crate::options::{ProbeError, ProbeOptions};
 use crate::skel::{OpenThrottleSkel, ThrottleSkelBuilder};
 
 /// The smallest ring buffer the kernel takes (a page).

@@ -202,25 +202,7 @@ pub fn fail_mode_meant(text: &str) -> FailMode {
 const MIN_LOG_BYTES: u64 = 4096;
 const MAX_LOG_KEEP: u32 = 100;
 
-/// A configuration value out of range: the field, its value and what is
-/// accepted ("log_keep = 500: expected 0 to 100 parts").
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field} = {value}: expected {accepted}")]
-pub struct BadValue {
-    pub field: String,
-    pub value: String,
-    pub accepted: String,
-}
-
-impl BadValue {
-    pub fn new(field: &str, value: impl ToString, accepted: &str) -> BadValue {
-        BadValue {
-            field: field.into(),
-            value: value.to_string(),
-            accepted: accepted.into(),
-        }
-    }
-}
+pub use crate::bad_value::BadValue;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -321,17 +303,7 @@ impl Config {
         Self::checked(Self::load(explicit))
     }
 
-    /// [`Config::load_checked`] through [`crate::config_cache`]: for the
-    /// wrapper and the hook, which load the same file at every container start.
-    pub fn load_checked_cached(explicit: Option<&Path>) -> Result<Config, BadConfig> {
-        let cache = Path::new(crate::config_cache::CACHE_DIR);
-        Self::checked(match Self::path_to_load(explicit) {
-            None => Ok(Config::default()),
-            Some(path) => crate::config_cache::load(cache, &path),
-        })
-    }
-
-    fn checked(loaded: Result<Config, ConfigError>) -> Result<Config, BadConfig> {
+    pub(crate) fn checked(loaded: Result<Config, ConfigError>) -> Result<Config, BadConfig> {
         loaded.map_err(|e| {
             let text = match &e {
                 ConfigError::Parse { path, .. } => {

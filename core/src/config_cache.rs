@@ -23,7 +23,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, ConfigError};
+use crate::config::{BadConfig, Config, ConfigError};
 use crate::state_dir::{
     is_root, is_root_private_dir, make_root_private_dir, write_atomic, WriteOptions,
 };
@@ -113,6 +113,18 @@ fn read(entry: &Path, text: TextId) -> Option<Config> {
     f.take(MAX_ENTRY_BYTES).read_to_end(&mut buf).ok()?;
     let e: Entry = serde_json::from_slice(&buf).ok()?;
     (e.text == text).then_some(e.config)
+}
+
+impl Config {
+    /// [`Config::load_checked`] through this cache: for the
+    /// wrapper and the hook, which load the same file at every container start.
+    pub fn load_checked_cached(explicit: Option<&Path>) -> Result<Config, BadConfig> {
+        let cache = Path::new(CACHE_DIR);
+        Self::checked(match Self::path_to_load(explicit) {
+            None => Ok(Config::default()),
+            Some(path) => load(cache, &path),
+        })
+    }
 }
 
 #[cfg(test)]

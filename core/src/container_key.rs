@@ -18,8 +18,6 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::logfmt::escape_id;
-
 /// runc's state root when `--root` is not given (as root).
 pub const RUNC_DEFAULT_ROOT: &str = "/run/runc";
 /// Runc roots whose last component is a containerd namespace.
@@ -205,6 +203,29 @@ fn normalise(p: &Path) -> PathBuf {
         Ok(rest) => Path::new("/run").join(rest),
         Err(_) => out,
     }
+}
+
+/// A file-name stem for a container id whatever characters it holds: safe
+/// characters are kept, anything else (including `/` and `..`) is
+/// percent-encoded, and long ids are cut with a hash suffix.
+pub fn escape_id(container_id: &str) -> String {
+    let mut s = String::new();
+    for b in container_id.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if s.is_empty() {
+        s.push_str("%00");
+    }
+    if s.len() > 200 {
+        let h = fnv64(container_id.as_bytes());
+        s.truncate(180);
+        s.push_str(&format!("~{h:016x}"));
+    }
+    s
 }
 
 #[cfg(test)]

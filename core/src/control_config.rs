@@ -58,9 +58,9 @@ impl Default for ControlConfig {
 
 impl ControlConfig {
     /// Every value in range, or the field, its value and what is accepted.
-    pub fn check(&self) -> Result<(), crate::config::BadValue> {
+    pub fn check(&self) -> Result<(), crate::bad_value::BadValue> {
         let bad = |k: &str, v: String, want: &str| {
-            Err(crate::config::BadValue::new(
+            Err(crate::bad_value::BadValue::new(
                 &format!("[control] {k}"),
                 v,
                 want,

@@ -2,6 +2,7 @@
 //! configuration and the agent protocol. No BPF, no async runtime: the hook
 //! and the runtime wrapper link this and stay small.
 
+pub mod bad_value;
 pub mod config;
 pub mod config_cache;
 pub mod config_check;

@@ -15,6 +15,9 @@ use crate::owner::{KsmOwners, Owner};
 use crate::prom::{label, value, Client, PromError};
 use crate::window;
 
+/// Each workload's throttled CPU-seconds per second over the window: (t, v).
+pub type Timeline = Vec<(f64, f64)>;
+
 /// One replica's figures over the window.
 #[derive(Debug, Clone, Default)]
 pub struct Replica {
@@ -276,11 +279,7 @@ impl Reader<'_> {
 
     /// Throttled seconds per second of each replica over the window, for
     /// the HTML page's lines: (key, [(t, value)]).
-    pub fn timeline(
-        &mut self,
-        s: &Scope,
-        ns: &str,
-    ) -> Result<Vec<(Key, crate::Timeline)>, PromError> {
+    pub fn timeline(&mut self, s: &Scope, ns: &str) -> Result<Vec<(Key, Timeline)>, PromError> {
         let w = s.window.as_secs_f64();
         let step = (w / 120.0).max(1.0);
         let range = window::promql(Duration::from_secs_f64((step * 2.0).max(5.0)));

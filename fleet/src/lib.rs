@@ -13,6 +13,8 @@ pub mod prom;
 pub mod render;
 pub mod window;
 
+pub use collect::Timeline;
+
 use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -236,9 +238,6 @@ impl Progress<'_> {
 }
 
 /// The answer, and the HTML page's timelines when asked for.
-/// Each workload's throttled CPU-seconds per second over the window: (t, v).
-pub type Timeline = Vec<(f64, f64)>;
-
 pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Timeline>), FleetError> {
     let (scope, access) = validate(a)?;
     let client = prom::Client::new(&access)?;
@@ -285,6 +284,29 @@ pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Timeline>), FleetErr
         )));
     }
     let mut ws = aggregate::workloads(replicas, &ksm, scope.window.as_secs_f64());
+    select(&mut ws, a)?;
+    let sources: HashSet<_> = ws.iter().map(|w| w.owner_source).collect();
+    let owner_source = match (sources.len(), sources.iter().next()) {
+        (1, Some(owner::OwnerSource::KubeStateMetrics)) => "kube-state-metrics",
+        (1, _) => "pod-name",
+        _ => "mixed",
+    };
+    let lines = workload_lines(&ws, &timelines);
+    Ok((
+        render::Answer {
+            prometheus: client.url().to_string(),
+            window_seconds: scope.window.as_secs(),
+            end_unix: scope.end,
+            owner_source: owner_source.into(),
+            queries: queries_done,
+            workloads: ws,
+        },
+        lines,
+    ))
+}
+
+/// `--workload` and `--top`: the workloads asked for.
+fn select(ws: &mut Vec<aggregate::Workload>, a: &FleetArgs) -> Result<(), FleetError> {
     if let Some(w) = &a.workload {
         ws.retain(|x| x.workload == *w || format!("{}/{}", x.kind, x.workload) == *w);
         if ws.is_empty() {
@@ -296,17 +318,18 @@ pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Timeline>), FleetErr
     if let Some(n) = a.top {
         ws.truncate(n);
     }
-    let sources: HashSet<_> = ws.iter().map(|w| w.owner_source).collect();
-    let owner_source = match (sources.len(), sources.iter().next()) {
-        (1, Some(owner::OwnerSource::KubeStateMetrics)) => "kube-state-metrics",
-        (1, _) => "pod-name",
-        _ => "mixed",
-    };
-    let lines = ws
-        .iter()
+    Ok(())
+}
+
+/// Each workload's timeline: its replicas' timelines summed at each instant.
+fn workload_lines(
+    ws: &[aggregate::Workload],
+    timelines: &[(collect::Key, Timeline)],
+) -> Vec<Timeline> {
+    ws.iter()
         .map(|w| {
             let mut sum: std::collections::BTreeMap<i64, f64> = Default::default();
-            for ((ns, pod, c), pts) in &timelines {
+            for ((ns, pod, c), pts) in timelines {
                 let ours = *ns == w.namespace
                     && *c == w.container
                     && w.spread.per_replica.iter().any(|r| r.pod == *pod);
@@ -320,18 +343,7 @@ pub fn answer(a: &FleetArgs) -> Result<(render::Answer, Vec<Timeline>), FleetErr
                 .map(|(t, v)| (t as f64 / 1000.0, v))
                 .collect()
         })
-        .collect();
-    Ok((
-        render::Answer {
-            prometheus: client.url().to_string(),
-            window_seconds: scope.window.as_secs(),
-            end_unix: scope.end,
-            owner_source: owner_source.into(),
-            queries: queries_done,
-            workloads: ws,
-        },
-        lines,
-    ))
+        .collect()
 }
 
 /// `throttlewatch fleet`: the answer in the format asked for; the text to print.

@@ -92,6 +92,16 @@ pub struct Cpu {
     pub cpus: Option<String>,
 }
 
+impl SpecFile {
+    /// The typed reading (annotations, environment, CPU resources).
+    pub fn typed(&self) -> Result<BundleSpec, SpecError> {
+        BundleSpec::from_value(&self.value).map_err(|source| SpecError::Shape {
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
 impl BundleSpec {
     /// Read `<bundle>/config.json` (see [`SpecFile::read`]) and type it.
     pub fn load(bundle: &Path) -> Result<BundleSpec, SpecError> {

@@ -95,55 +95,15 @@ pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str) -> Shared {
         }
         let table = table.get_or_insert_with(|| load_table(state, &mut out.warnings));
         let records = records.get_or_insert_with(|| live_records(state, h));
-        let below = format!("{}/", g.rel);
-        let sum: u64 = records
-            .iter()
-            .filter(|r| r.cgroup_path.starts_with(&below))
-            .map(|r| r.applied_us)
-            .sum();
-        let base = match table.get(&g.rel) {
-            Some(w) if w.written_us == current => w.base_us,
-            _ => current,
-        };
-        let target = if sum == 0 {
-            base
-        } else {
-            (base + sum)
-                .min(
-                    children_quota(h, &g, bw.period_us)
-                        .unwrap_or(quota)
-                        .max(base),
-                )
-                .min(quota)
-        };
-        let mut now = current;
-        if target != current {
-            match g.set_burst(target) {
-                Ok(()) => now = target,
-                Err(e) => out.warnings.push(format!(
-                    "the kernel refused {} = {target}: {e}; the containers below it burst only within its quota",
-                    g.burst_file().display()
-                )),
-            }
-        }
-        if sum == 0 {
-            table.remove(&g.rel);
-        } else {
-            table.insert(
-                g.rel.clone(),
-                AncestorBurst {
-                    base_us: base,
-                    written_us: now,
-                },
-            );
-        }
-        out.levels.push(Level {
-            cgroup_path: g.rel.clone(),
-            quota_us: quota,
-            period_us: bw.period_us,
-            burst_us: now,
-            from_containers_us: now.saturating_sub(base),
-        });
+        let level = share_level(
+            h,
+            &g,
+            (quota, current, bw.period_us),
+            table,
+            records,
+            &mut out.warnings,
+        );
+        out.levels.push(level);
     }
     if let Some(t) = &table {
         if let Err(e) = save_table(state, t) {
@@ -155,6 +115,64 @@ pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str) -> Shared {
     }
     drop(lock);
     out
+}
+
+/// One ancestor's burst: its base (what it had before any container's)
+/// plus the bursts recorded below it, within its children's quotas and its
+/// own; written when it changes, and kept in the table.
+fn share_level(
+    h: &Hierarchies,
+    g: &CpuCgroup,
+    (quota, current, period_us): (u64, u64, u64),
+    table: &mut BTreeMap<String, AncestorBurst>,
+    records: &[BurstRecord],
+    warnings: &mut Vec<String>,
+) -> Level {
+    let below = format!("{}/", g.rel);
+    let sum: u64 = records
+        .iter()
+        .filter(|r| r.cgroup_path.starts_with(&below))
+        .map(|r| r.applied_us)
+        .sum();
+    let base = match table.get(&g.rel) {
+        Some(w) if w.written_us == current => w.base_us,
+        _ => current,
+    };
+    let target = if sum == 0 {
+        base
+    } else {
+        (base + sum)
+            .min(children_quota(h, g, period_us).unwrap_or(quota).max(base))
+            .min(quota)
+    };
+    let mut now = current;
+    if target != current {
+        match g.set_burst(target) {
+            Ok(()) => now = target,
+            Err(e) => warnings.push(format!(
+                "the kernel refused {} = {target}: {e}; the containers below it burst only within its quota",
+                g.burst_file().display()
+            )),
+        }
+    }
+    if sum == 0 {
+        table.remove(&g.rel);
+    } else {
+        table.insert(
+            g.rel.clone(),
+            AncestorBurst {
+                base_us: base,
+                written_us: now,
+            },
+        );
+    }
+    Level {
+        cgroup_path: g.rel.clone(),
+        quota_us: quota,
+        period_us,
+        burst_us: now,
+        from_containers_us: now.saturating_sub(base),
+    }
 }
 
 /// [`share`] on the hierarchies of this host.

@@ -17,8 +17,6 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use throttlewatch_core::state_dir::{write_atomic, WriteOptions};
 
-use crate::bundle_spec::BundleSpec;
-
 pub const CONFIG_JSON: &str = "config.json";
 /// config.json files above this size are refused (real ones are a few KiB).
 pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
@@ -103,14 +101,6 @@ impl SpecFile {
             Ok(value) => Ok(SpecFile { path, value, meta }),
             Err(source) => Err(SpecError::Json { path, source }),
         }
-    }
-
-    /// The typed reading (annotations, environment, CPU resources).
-    pub fn typed(&self) -> Result<BundleSpec, SpecError> {
-        BundleSpec::from_value(&self.value).map_err(|source| SpecError::Shape {
-            path: self.path.clone(),
-            source,
-        })
     }
 
     /// Write the (edited) document back with its mode and owner. No fsync:

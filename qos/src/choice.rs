@@ -6,7 +6,7 @@ use throttlewatch_core::CpuList;
 use crate::exclusive::ExclusiveAllocator;
 use crate::gpu::{container_gpus, VISIBLE_DEVICES_ENV};
 use crate::keys::Key;
-use crate::plan::{cpus_for_quota, Plan, PlanInput};
+use crate::planning::{cpus_for_quota, Plan, PlanInput};
 use crate::request::{CpusetTarget, QosRequest};
 use crate::topology::Topology;
 

@@ -11,12 +11,16 @@ pub mod apply;
 mod choice;
 pub mod exclusive;
 pub mod gpu;
+mod gpu_devices;
 pub mod plan;
+mod planning;
 pub mod policy;
 pub mod refusal;
 pub mod render;
 pub mod request;
 mod ser;
+mod sysfs;
+pub mod targets;
 pub mod topology;
 pub mod values;
 

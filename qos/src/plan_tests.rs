@@ -1,10 +1,13 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::exclusive::ExclusiveAllocator;
 use crate::fixtures;
 use crate::keys::PREFIX;
 use crate::policy::Policy;
 use crate::request::parse_request;
+use crate::topology::Topology;
+use throttlewatch_core::CpuList;
 
 const PERIOD: u64 = 100_000;
 

@@ -5,7 +5,6 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::{Serialize, Serializer};
-use throttlewatch_core::CpuList;
 
 use crate::keys::{Key, ENV_PREFIX, MAX_VALUE_BYTES, PREFIX};
 use crate::policy::{Policy, PolicyError};
@@ -50,34 +49,7 @@ impl CpuControl {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BurstSpec {
-    Micros(u64),
-    /// Percent of the quota.
-    Percent(u32),
-}
-
-/// Where the cpuset should come from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CpusetTarget {
-    List(CpuList),
-    Numa(u32),
-    GpuLocal,
-    /// gpu-local when the container has GPUs, otherwise one NUMA node.
-    Auto,
-}
-
-impl fmt::Display for CpusetTarget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CpusetTarget::List(l) => write!(f, "{l}"),
-            CpusetTarget::Numa(n) => write!(f, "numa:{n}"),
-            CpusetTarget::GpuLocal => f.write_str("gpu-local"),
-            CpusetTarget::Auto => f.write_str("auto"),
-        }
-    }
-}
+pub use crate::targets::{BurstSpec, CpusetTarget};
 
 impl Serialize for CpusetTarget {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

@@ -3,34 +3,19 @@
 //! production).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 use throttlewatch_core::CpuList;
 
-use crate::gpu::{discover_gpus, Gpu};
+use crate::gpu_devices::{discover_gpus, Gpu};
 use crate::ser::{cpulist_str, cpulists_str};
+pub(crate) use crate::sysfs::{numbered, read_trim};
 
 pub const NODE_DIR: &str = "devices/system/node";
 pub const CPU_DIR: &str = "devices/system/cpu";
 
-#[derive(Debug, thiserror::Error)]
-pub enum TopologyError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: cannot parse {what} from {value:?}")]
-    Parse {
-        path: PathBuf,
-        what: &'static str,
-        value: String,
-    },
-    #[error("{0}: no online CPUs found")]
-    NoCpus(PathBuf),
-}
+pub use crate::sysfs::TopologyError;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct NumaNode {
@@ -139,19 +124,6 @@ impl Topology {
     }
 }
 
-pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TopologyError + '_ {
-    move |source| TopologyError::Io {
-        path: path.into(),
-        source,
-    }
-}
-
-pub(crate) fn read_trim(path: &Path) -> Result<String, TopologyError> {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .map_err(io_err(path))
-}
-
 fn parse_list(path: &Path) -> Result<CpuList, TopologyError> {
     let s = read_trim(path)?;
     CpuList::parse("", &s).map_err(|_| TopologyError::Parse {
@@ -159,23 +131,6 @@ fn parse_list(path: &Path) -> Result<CpuList, TopologyError> {
         what: "a CPU list",
         value: s,
     })
-}
-
-/// Numbered entries `<prefix>N` of a directory, sorted by N.
-pub(crate) fn numbered(dir: &Path, prefix: &str) -> Result<Vec<u32>, TopologyError> {
-    let mut ids: Vec<u32> = std::fs::read_dir(dir)
-        .map_err(io_err(dir))?
-        .filter_map(|e| {
-            e.ok()?
-                .file_name()
-                .to_str()?
-                .strip_prefix(prefix)?
-                .parse()
-                .ok()
-        })
-        .collect();
-    ids.sort_unstable();
-    Ok(ids)
 }
 
 fn read_online(cpu_dir: &Path) -> Result<CpuList, TopologyError> {

@@ -7,7 +7,7 @@ use throttlewatch_core::units::parse_duration;
 use throttlewatch_core::CpuList;
 
 use crate::keys::{Key, MAX_CPU_COUNT, MAX_DURATION};
-use crate::request::{BurstSpec, CpusetTarget};
+use crate::targets::{BurstSpec, CpusetTarget};
 
 pub const EXCLUSIVE_SUFFIX: &str = ",exclusive";
 

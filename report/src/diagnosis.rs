@@ -14,8 +14,8 @@
 
 use serde::Serialize;
 
+use crate::levels::LevelShare;
 use crate::model::Container;
-use crate::summary::LevelShare;
 
 /// One cause and its share of the runnable-but-not-running time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -256,13 +256,13 @@ fn sentence(c: &Container, shares: &[CauseShare], shape: Shape, levels: &[LevelS
             .start
             .as_ref()
             .and_then(|s| Some(s.quota_us? as f64 / s.period_us.max(1) as f64))
-            .map(|cpus| format!(" ({} CPUs)", crate::recommend::trim_float(cpus)))
+            .map(|cpus| format!(" ({} CPUs)", crate::format::trim_float(cpus)))
             .unwrap_or_default(),
         "pod_limit" | "ancestor_limit" => levels
             .iter()
             .find(|l| l.level != "container")
             .and_then(|l| Some(l.quota_us? as f64 / l.period_us.max(1) as f64))
-            .map(|cpus| format!(" ({} CPUs)", crate::recommend::trim_float(cpus)))
+            .map(|cpus| format!(" ({} CPUs)", crate::format::trim_float(cpus)))
             .unwrap_or_default(),
         _ => String::new(),
     };
@@ -343,7 +343,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let d = diagnose(&c, &crate::summary::levels(&c));
+        let d = diagnose(&c, &crate::levels::levels(&c));
         assert_eq!(d.cause, "own_limit");
         assert_eq!(d.shape, Shape::Steady);
         assert!(!d.contended());
@@ -358,7 +358,7 @@ mod tests {
     #[test]
     fn spikes_after_idle_periods_are_bursts() {
         let c = container(&[3, 10, 17, 24, 31], 200_000_000, Runq::default());
-        let d = diagnose(&c, &crate::summary::levels(&c));
+        let d = diagnose(&c, &crate::levels::levels(&c));
         assert_eq!((d.cause, d.shape), ("own_limit", Shape::Bursts));
     }
 
@@ -375,7 +375,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        let d = diagnose(&c, &crate::summary::levels(&c));
+        let d = diagnose(&c, &crate::levels::levels(&c));
         assert_eq!(d.cause, "host");
         assert!(d.contended());
         assert!((d.share_of(&["other_containers"]) - 750.0 / 3400.0).abs() < 1e-3);
@@ -414,7 +414,7 @@ mod tests {
                 ..Default::default()
             }),
         );
-        let d = diagnose(&c, &crate::summary::levels(&c));
+        let d = diagnose(&c, &crate::levels::levels(&c));
         assert_eq!(d.cause, "host", "{d:?}");
         assert!(d.contended());
         assert_eq!(d.share_of(&["own_threads"]), 0.0);

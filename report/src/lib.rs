@@ -3,18 +3,26 @@
 //! (docs/report.md).
 
 pub mod diagnosis;
+pub mod format;
 pub mod gpu;
+pub mod gpu_samples;
 pub mod heatmap;
 pub mod histogram;
+pub mod html_escape;
+pub mod levels;
+pub mod log_source;
 pub mod model;
 pub mod placement;
+pub mod read_error;
 pub mod reader;
 pub mod recommend;
+pub mod recommendation;
 pub mod render_html;
 pub mod render_svg;
 pub mod render_terminal;
 pub mod replay;
 pub mod summary;
+pub mod wake_graph;
 pub mod wakeups;
 mod wakeups_path;
 pub mod wakeups_svg;

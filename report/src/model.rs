@@ -87,7 +87,7 @@ pub struct Container {
     pub controls: Vec<(u64, throttlewatch_core::logfmt::Control)>,
     pub last_cpu_stat: Option<CpuStatSnapshot>,
     /// The `cpu_stat` records' GPU samples (gpu.rs).
-    pub gpu: crate::gpu::GpuSamples,
+    pub gpu: crate::gpu_samples::GpuSamples,
     /// Interval `runq` records summed (used while there is no `end`).
     pub runq_intervals: Runq,
     pub runq_p99_max: Option<u64>,

@@ -7,7 +7,7 @@ use throttlewatch_core::logfmt::StartTopology;
 use throttlewatch_core::CpuList;
 
 use crate::model::Container;
-use crate::recommend::{Effect, Recommendation};
+use crate::recommendation::{Effect, Recommendation};
 
 const KEY: &str = "throttlewatch.io/cpuset";
 
@@ -32,40 +32,12 @@ pub fn placement(c: &Container) -> Option<Recommendation> {
     let quota = start.quota_us? as f64 / start.period_us.max(1) as f64;
     let on = |l: &CpuList| cpus.intersect(l).len() as f64 / cpus.len() as f64;
     let observed = c.kernel_throttled_ns().unwrap_or(0);
-    // `run --cpuset` takes the CPU list the annotation's value resolves to.
-    let rec = |value: String, node: &CpuList, reason: String, metric, now: f64| {
-        Recommendation {
-        kind: "cpuset",
-        key: KEY.into(),
-        run_flag: format!("--cpuset {node}"),
-        value,
-        reason,
-        observed_throttled_ns: observed,
-        predicted_throttled_ns: None,
-        covers: "where its CPUs are (the share near its GPUs or on one node), from the start record's topology",
-        predicted_effect: Some(Effect {
-            metric,
-            observed: now,
-            predicted: 1.0,
-        }),
-    }
+    let rec = |value, node: &CpuList, reason, metric, now| {
+        advice(observed, value, node, reason, metric, now)
     };
     if !topo.container_gpus.is_empty() {
-        let mut gpu_nodes: Vec<Option<u32>> = topo
-            .container_gpus
-            .iter()
-            .map(|i| {
-                topo.gpus
-                    .iter()
-                    .find(|g| g.index == *i)
-                    .and_then(|g| g.numa_node)
-            })
-            .collect();
-        gpu_nodes.sort();
-        gpu_nodes.dedup();
-        let [Some(n)] = gpu_nodes[..] else {
-            return None; // GPUs on several nodes, or on an unknown one
-        };
+        // None: GPUs on several nodes, or on an unknown one.
+        let n = gpus_node(topo)?;
         let (_, node) = nodes.iter().find(|(id, _)| *id == n)?;
         let local = on(node);
         if local >= 1.0 || quota > node.len() as f64 {
@@ -104,6 +76,54 @@ pub fn placement(c: &Container) -> Option<Recommendation> {
         "cpus_on_one_node",
         share,
     ))
+}
+
+/// The advice to move the cpuset: `run --cpuset` takes the CPU list the
+/// annotation's value resolves to.
+fn advice(
+    observed: u64,
+    value: String,
+    node: &CpuList,
+    reason: String,
+    metric: &'static str,
+    now: f64,
+) -> Recommendation {
+    Recommendation {
+        kind: "cpuset",
+        key: KEY.into(),
+        run_flag: format!("--cpuset {node}"),
+        value,
+        reason,
+        observed_throttled_ns: observed,
+        predicted_throttled_ns: None,
+        covers: "where its CPUs are (the share near its GPUs or on one node), from the start record's topology",
+        predicted_effect: Some(Effect {
+            metric,
+            observed: now,
+            predicted: 1.0,
+        }),
+    }
+}
+
+/// The one NUMA node of the container's GPUs; None when they are on
+/// several or on an unknown one.
+fn gpus_node(topo: &StartTopology) -> Option<u32> {
+    let mut gpu_nodes: Vec<Option<u32>> = topo
+        .container_gpus
+        .iter()
+        .map(|i| {
+            topo.gpus
+                .iter()
+                .find(|g| g.index == *i)
+                .and_then(|g| g.numa_node)
+        })
+        .collect();
+    gpu_nodes.sort();
+    gpu_nodes.dedup();
+    match gpu_nodes[..] {
+        [Some(n)] => Some(n),
+        _ => None,
+    }
 }
 
 /// Nodes with CPUs.

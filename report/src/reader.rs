@@ -1,4 +1,5 @@
-//! Finding and streaming per-container logs (docs/log-format.md).
+//! Streaming per-container logs (docs/log-format.md); finding them is
+//! log_source.rs.
 //!
 //! A log is read one line at a time into a reused buffer, so memory stays flat
 //! in the log's size. Rotated parts (`X.jsonl.2`, `X.jsonl.1`, then `X.jsonl`)
@@ -9,76 +10,15 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use throttlewatch_core::logfmt::rotate::LIFETIME_SEPARATOR;
-use throttlewatch_core::logfmt::{log_file_name, Line, Record, Throttle, SCHEMA_VERSION};
+use throttlewatch_core::logfmt::{Line, Record, Throttle, SCHEMA_VERSION};
 
-/// The record types schema version 1 defines.
-const RECORD_TYPES: &str =
-    "start, resume, throttle, process, throttle_summary, cpu_stat, runq, cold_start, control, end";
-
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}: {problem}")]
-    Malformed {
-        path: PathBuf,
-        line: u64,
-        problem: LineError,
-    },
-    #[error("{0}")]
-    NotFound(String),
-}
-
-/// Why one line of a log cannot be read; each names the field, the value
-/// and what is accepted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LineError {
-    /// serde_json's message with the field and column (`describe`).
-    #[error("not JSON: {0}")]
-    NotJson(String),
-    #[error("a `{ty}` record that schema version {SCHEMA_VERSION} cannot read: {detail}")]
-    Unreadable { ty: String, detail: String },
-    #[error("no `v` (schema version) field")]
-    NoVersion,
-    #[error("`v` is 0: schema versions start at 1")]
-    ZeroVersion,
-    #[error("schema version {0} is newer than this reader's ({SCHEMA_VERSION}); use a newer throttlewatch")]
-    NewerVersion(u64),
-    #[error("no `type` field (accepted: {RECORD_TYPES})")]
-    NoType,
-    #[error("unknown record type `{0}` (accepted: {RECORD_TYPES})")]
-    UnknownType(String),
-}
-
-/// One container's log: its parts, oldest first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogSource {
-    pub parts: Vec<PathBuf>,
-}
-
-impl LogSource {
-    /// The current (newest) part, which names the log.
-    pub fn path(&self) -> &Path {
-        self.parts
-            .last()
-            .map(PathBuf::as_path)
-            .unwrap_or(Path::new(""))
-    }
-    pub fn total_bytes(&self) -> u64 {
-        self.parts
-            .iter()
-            .filter_map(|p| std::fs::metadata(p).ok())
-            .map(|m| m.len())
-            .sum()
-    }
-}
+pub use crate::log_source::{
+    earlier_lifetimes, logs_in_dir, resolve, with_rotated_parts, LogSource,
+};
+use crate::read_error::RECORD_TYPES;
+pub use crate::read_error::{LineError, ReadError};
 
 /// Counters from one read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -89,195 +29,6 @@ pub struct ReadStats {
     pub truncated_lines: u64,
     /// Lines with a schema version older than this reader's (read as v1 reads them).
     pub older_version_lines: u64,
-}
-
-/// Resolve the command-line arguments: files, directories (every log in
-/// them), or container ids / names looked up in `log_dir`.
-pub fn resolve(args: &[String], log_dir: &Path) -> Result<Vec<LogSource>, ReadError> {
-    let mut out = Vec::new();
-    for a in args {
-        let p = Path::new(a);
-        if p.is_dir() {
-            let found = logs_in_dir(p)?;
-            if found.is_empty() {
-                return Err(ReadError::NotFound(format!(
-                    "{a}: no *.jsonl logs in this directory"
-                )));
-            }
-            out.extend(found);
-        } else if p.is_file() {
-            out.push(with_rotated_parts(p));
-        } else {
-            out.push(by_container(a, log_dir)?);
-        }
-    }
-    Ok(out)
-}
-
-/// Every log in a directory (rotated parts folded into their log), by name.
-pub fn logs_in_dir(dir: &Path) -> Result<Vec<LogSource>, ReadError> {
-    let io = |source| ReadError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(io)?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl") && p.is_file())
-        .collect();
-    names.sort();
-    Ok(names.iter().map(|p| with_rotated_parts(p)).collect())
-}
-
-/// `X.jsonl` with its rotated parts `X.jsonl.N` (N = 1 is the newest of them).
-pub fn with_rotated_parts(current: &Path) -> LogSource {
-    let mut parts = Vec::new();
-    let mut n = 1;
-    loop {
-        let mut s = current.as_os_str().to_owned();
-        s.push(format!(".{n}"));
-        let p = PathBuf::from(s);
-        if !p.is_file() {
-            break;
-        }
-        parts.push(p);
-        n += 1;
-    }
-    parts.reverse();
-    parts.push(current.to_path_buf());
-    LogSource { parts }
-}
-
-/// A container id, an unambiguous id prefix, a log's file stem (`web@ns-k8s.io`:
-/// the id of a runc root or containerd namespace), or a container name, in `log_dir`.
-/// Each lifetime of a container has its own log; the latest is `X.jsonl`,
-/// earlier ones `X+<start ts>.jsonl` (give that stem to read one of them).
-fn by_container(key: &str, log_dir: &Path) -> Result<LogSource, ReadError> {
-    let exact = log_dir.join(log_file_name(key));
-    if exact.is_file() {
-        return Ok(latest_lifetime(&exact));
-    }
-    let stem = log_dir.join(format!("{key}.jsonl"));
-    if !key.contains('/') && stem.is_file() {
-        return Ok(latest_lifetime(&stem));
-    }
-    // Only earlier lifetimes left (the latest removed by the directory cap).
-    if let Some(newest) = earlier_lifetimes(&exact).pop() {
-        return Ok(with_rotated_parts(&newest));
-    }
-    let all = logs_in_dir(log_dir).map_err(|_| {
-        ReadError::NotFound(format!(
-            "{key}: not a file, a directory, or a container with a log in {} (the configured log_dir, which cannot be read)",
-            log_dir.display()
-        ))
-    })?;
-    let prefix = log_file_name(key);
-    let prefix = prefix.trim_end_matches(".jsonl");
-    // An id prefix names a container, not one of its lifetimes: earlier
-    // lifetimes (`X+<ts>.jsonl`) are found through their container's latest.
-    let mut hits: Vec<LogSource> = all
-        .iter()
-        .filter(|s| {
-            s.path().file_name().is_some_and(|n| {
-                let n = n.to_string_lossy();
-                n.starts_with(prefix) && !n.contains(LIFETIME_SEPARATOR)
-            })
-        })
-        .cloned()
-        .collect();
-    if hits.len() == 1 {
-        return Ok(latest_lifetime(hits.remove(0).path()));
-    }
-    if hits.is_empty() {
-        hits = all
-            .into_iter()
-            .filter(|s| {
-                !s.path()
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().contains(LIFETIME_SEPARATOR))
-            })
-            .filter(|s| start_of(s).is_some_and(|st| st.container_name == key))
-            .collect();
-        if hits.len() == 1 {
-            return Ok(latest_lifetime(hits.remove(0).path()));
-        }
-    }
-    match hits.len() {
-        1 => Ok(hits.remove(0)),
-        0 => Err(ReadError::NotFound(format!(
-            "{key}: not a file, a directory, or a container id/name with a log in {} (the configured log_dir)",
-            log_dir.display()
-        ))),
-        n => Err(ReadError::NotFound(format!(
-            "{key}: matches {n} logs in {} ({}); give more of the id",
-            log_dir.display(),
-            hits.iter()
-                .map(|h| h.path().display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
-}
-
-/// The earlier lifetimes of the container whose latest log is `current`
-/// (`X.jsonl`): `X+<ts>.jsonl`, oldest first.
-pub fn earlier_lifetimes(current: &Path) -> Vec<PathBuf> {
-    let (Some(dir), Some(stem)) = (
-        current.parent(),
-        current
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix(".jsonl")),
-    ) else {
-        return Vec::new();
-    };
-    let head = format!("{stem}{LIFETIME_SEPARATOR}");
-    let mut found: Vec<(u64, u64, PathBuf)> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let life = name.strip_prefix(&head)?.strip_suffix(".jsonl")?;
-            let (ts, n) = life.split_once('-').unwrap_or((life, "0"));
-            Some((ts.parse().ok()?, n.parse().ok()?, e.path()))
-        })
-        .filter(|(.., p)| p.is_file())
-        .collect();
-    found.sort();
-    found.into_iter().map(|(.., p)| p).collect()
-}
-
-/// The latest lifetime's log; the earlier ones listed on stderr, once.
-fn latest_lifetime(current: &Path) -> LogSource {
-    let earlier = earlier_lifetimes(current);
-    if !earlier.is_empty() {
-        let stem = |p: &Path| {
-            p.file_name()
-                .map(|n| n.to_string_lossy().trim_end_matches(".jsonl").to_string())
-                .unwrap_or_default()
-        };
-        eprintln!(
-            "report: {} lifetimes of this container in {}: {} (earlier; give one of these to report it), {} (the latest, reported here)",
-            earlier.len() + 1,
-            current.parent().unwrap_or(Path::new(".")).display(),
-            earlier.iter().map(|p| stem(p)).collect::<Vec<_>>().join(", "),
-            stem(current)
-        );
-    }
-    with_rotated_parts(current)
-}
-
-/// The start record of a log, if its first line is one.
-fn start_of(s: &LogSource) -> Option<throttlewatch_core::logfmt::Start> {
-    let f = File::open(s.parts.first()?).ok()?;
-    let mut line = String::new();
-    BufReader::new(f).read_line(&mut line).ok()?;
-    match serde_json::from_str::<Line>(&line).ok()?.record {
-        Record::Start(st) => Some(st),
-        _ => None,
-    }
 }
 
 /// Enough of a line to check its version and pick how to read the rest.
@@ -471,7 +222,10 @@ impl From<ThrottleLine> for Throttle {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+    use crate::log_source::by_container;
 
     const START: &str = r#"{"v":1,"ts":5,"type":"start","container_id":"abc","container_name":"web","pid":null,"cgroup_path":"/x","cgroup_id":1,"cgroup_mode":"v1","quota_us":50000,"period_us":100000,"burst_us":0,"cpus":"0-1","mems":"0","kernel_release":"6.18","throttle_model":"task","probe":"tp_btf","threshold_ns":0}"#;
     const THR: &str = r#"{"v":1,"ts":6,"type":"throttle","tid":7,"pid":7,"comm":"w","cpu":1,"cpu_in":1,"start_ns":10,"frozen_ns":20,"cgroup_id":1,"throttled_cgroup_id":1,"throttled_level":1}"#;

@@ -1,55 +1,13 @@
 //! Advice from one container's log, each with the setting to change and the
 //! throttled time the replay (replay.rs) predicts with it.
 
-use serde::Serialize;
-
 use crate::diagnosis::{diagnose, Diagnosis, Shape};
+use crate::format::trim_float;
 use crate::heatmap::short;
 use crate::model::{Container, PeriodThrottle};
 use crate::replay::{demand, replay, Bucket, Competition, PeriodDemand};
 
-/// One piece of advice.
-#[derive(Debug, Clone, Serialize)]
-pub struct Recommendation {
-    /// `cpu-burst`, `quota`, `threshold`, `cpuset`.
-    pub kind: &'static str,
-    /// The setting: an annotation key, or the orchestrator's field.
-    pub key: String,
-    pub value: String,
-    /// The same for `throttlewatch run`.
-    pub run_flag: String,
-    pub reason: String,
-    /// Throttled time observed and predicted with the change (kernel's measure).
-    pub observed_throttled_ns: u64,
-    pub predicted_throttled_ns: Option<u64>,
-    /// What the prediction is about, and how far to trust it.
-    pub covers: &'static str,
-    /// For advice whose effect is not throttled time (`cpuset`): the figure it
-    /// changes, now and with the change.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub predicted_effect: Option<Effect>,
-}
-
-/// A predicted effect other than throttled time.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Effect {
-    /// What is measured, e.g. `cpus_local_to_gpus`.
-    pub metric: &'static str,
-    pub observed: f64,
-    pub predicted: f64,
-}
-
-impl Effect {
-    /// ` -> metric 50 % (was 100 %)`, for the terminal and the page.
-    pub fn describe(&self) -> String {
-        format!(
-            " -> predicted {} {:.0} % (was {:.0} %)",
-            self.metric.replace('_', " "),
-            self.predicted * 100.0,
-            self.observed * 100.0
-        )
-    }
-}
+pub use crate::recommendation::{Effect, Recommendation};
 
 /// The demand rebuilt from the log, and what the replay needs.
 pub struct Model {
@@ -240,7 +198,7 @@ pub fn significant(ns: u64, wall_ns: u64) -> bool {
 /// no limit (more quota is more CPU time it cannot get); a burst only for
 /// throttling in spikes; a limit (or fewer workers) for a steady overload.
 pub fn recommend(c: &Container) -> Vec<Recommendation> {
-    let levels = crate::summary::levels(c);
+    let levels = crate::levels::levels(c);
     let d = diagnose(c, &levels);
     let mut out = Vec::new();
     let wall = c.wall_ns();
@@ -352,7 +310,7 @@ fn quota(c: &Container, m: &Model) -> Option<Recommendation> {
     let workers = cpus_now.floor().max(1.0);
     // Frozen mostly by the pod's quota: that is the limit to name (kubelet
     // makes it the sum of the pod's containers' limits).
-    let above = crate::summary::levels(c)
+    let above = crate::levels::levels(c)
         .into_iter()
         .find(|x| x.level != "container" && x.share > 0.5)
         .map(|x| {
@@ -502,11 +460,6 @@ fn short_exact(ns: u64) -> String {
     } else {
         format!("{}us", ns / 1000)
     }
-}
-
-pub(crate) fn trim_float(v: f64) -> String {
-    let s = format!("{v:.2}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 #[cfg(test)]

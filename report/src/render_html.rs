@@ -8,6 +8,8 @@ use crate::heatmap::short;
 use crate::render_svg;
 use crate::summary::ContainerReport;
 
+pub use crate::html_escape::esc;
+
 mod control_chart;
 mod gpu_chart;
 mod wake_chart;
@@ -21,13 +23,6 @@ th{border-bottom:1px solid #999}td.l,th.l{text-align:left}.missing{color:#777;fo
 figure{margin:1em 0}section{border-top:2px solid #c40;margin-top:2em}code{background:#f3f3f3}\
 svg.control .quota{stroke:#47a;fill:none;stroke-width:1.5}svg.control .limit{stroke:#2a7;fill:none;stroke-dasharray:4 2}\
 svg.control .raise{fill:#2a7}svg.control .lower{fill:#e90}svg.control .restore,svg.control .adopt{fill:#777}";
-
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 fn opt(v: Option<u64>) -> String {
     v.map_or("-".into(), short)
@@ -259,7 +254,7 @@ fn recommendations(s: &mut String, r: &ContainerReport) {
                     .or_else(|| x
                         .predicted_effect
                         .as_ref()
-                        .map(crate::recommend::Effect::describe))
+                        .map(crate::recommendation::Effect::describe))
                     .unwrap_or_default(),
                 esc(x.covers)
             );

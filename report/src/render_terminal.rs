@@ -7,49 +7,11 @@ use crate::heatmap::{short, Grid};
 use crate::summary::ContainerReport;
 
 pub mod fit;
+mod style;
 mod wake_chains;
 mod waterfall;
+pub use style::Style;
 use waterfall::waterfall;
-
-#[derive(Debug, Clone, Copy)]
-pub struct Style {
-    pub color: bool,
-    pub unicode: bool,
-}
-
-impl Style {
-    /// Decide from the output and the environment (https://no-color.org).
-    pub fn detect() -> Style {
-        use std::io::IsTerminal;
-        let on = throttlewatch_core::printable::colour_on(std::io::stdout().is_terminal());
-        Style {
-            color: on,
-            unicode: on,
-        }
-    }
-    pub fn plain() -> Style {
-        Style {
-            color: false,
-            unicode: false,
-        }
-    }
-    fn paint(&self, code: &str, s: &str) -> String {
-        if self.color {
-            format!("\x1b[{code}m{s}\x1b[0m")
-        } else {
-            s.to_string()
-        }
-    }
-    fn bold(&self, s: &str) -> String {
-        self.paint("1", s)
-    }
-    fn warn(&self, s: &str) -> String {
-        self.paint("1;31", s)
-    }
-    fn dim(&self, s: &str) -> String {
-        self.paint("2", s)
-    }
-}
 
 fn opt(v: Option<u64>) -> String {
     v.map_or("-".into(), short)
@@ -421,7 +383,7 @@ fn recommendations(s: &mut String, r: &ContainerReport, st: Style) {
                 .or_else(|| {
                     x.predicted_effect
                         .as_ref()
-                        .map(crate::recommend::Effect::describe)
+                        .map(crate::recommendation::Effect::describe)
                 })
                 .unwrap_or_default();
             let _ = writeln!(s, "  * {}={}  ({}){pred}", x.key, x.value, x.run_flag);

@@ -7,124 +7,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::Serialize;
 use throttlewatch_core::logfmt::wakeups::{WakeEdge, WakeRest, WakeTotals, Wakeups, EDGES_AT_END};
 use throttlewatch_core::logfmt::Record;
 
 use crate::model::Container;
-pub use crate::wakeups_path::{CriticalPath, PathHop};
+pub use crate::wake_graph::{ChainEdge, CriticalPath, NodeKind, PathHop, WakeNode, WakeReport};
 
 /// Distinct edges kept while the intervals are summed (each record brings
 /// at most 8; the rest are counted in `left_out`).
 pub const MAX_SUMMED_EDGES: usize = 4096;
-
-/// What a node is: a thread of the container (a wakee, or a waker of kind
-/// `same`), a thread of another watched container, of the host, or the
-/// interrupts (one node for all of them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum NodeKind {
-    Same,
-    Other,
-    Host,
-    Interrupt,
-}
-
-impl NodeKind {
-    /// The log's `waker.kind`; an unknown one is the host's (not ours).
-    pub fn of_waker(kind: &str) -> NodeKind {
-        match kind {
-            "same" => NodeKind::Same,
-            "other" => NodeKind::Other,
-            "interrupt" => NodeKind::Interrupt,
-            _ => NodeKind::Host,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            NodeKind::Same => "same",
-            NodeKind::Other => "other",
-            NodeKind::Host => "host",
-            NodeKind::Interrupt => "interrupt",
-        }
-    }
-}
-
-/// One thread of the graph (or the interrupts).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WakeNode {
-    pub kind: NodeKind,
-    pub tid: u32,
-    pub pid: u32,
-    pub comm: String,
-    /// Its column in the drawing: the longest path to it from a source,
-    /// back-edges left out.
-    pub layer: usize,
-}
-
-impl WakeNode {
-    /// `comm/tid`, `interrupt`, with the kind for threads not the container's.
-    pub fn label(&self) -> String {
-        match self.kind {
-            NodeKind::Interrupt => "interrupt".into(),
-            NodeKind::Same => format!("{}/{}", self.comm, self.tid),
-            NodeKind::Other => format!("{}/{} (other container)", self.comm, self.tid),
-            NodeKind::Host => format!("{}/{} (host)", self.comm, self.tid),
-        }
-    }
-
-    /// The name in a path sentence: its comm (`interrupt` for those).
-    pub fn name(&self) -> String {
-        match self.kind {
-            NodeKind::Interrupt => "interrupt".into(),
-            _ if self.comm.is_empty() => format!("tid {}", self.tid),
-            _ => self.comm.clone(),
-        }
-    }
-}
-
-/// One edge of the graph: the log's figures, its nodes, and how the graph
-/// treats it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChainEdge {
-    /// Indices into `nodes`.
-    pub from: usize,
-    pub to: usize,
-    #[serde(flatten)]
-    pub edge: WakeEdge,
-    /// wait_ns / count (null without wake-ups).
-    pub mean_wait_ns: Option<u64>,
-    /// A thread woken by itself (another of its wake-ups' paths): no hop.
-    pub self_edge: bool,
-    /// Closes a cycle: left out of the layers and the critical path.
-    pub back_edge: bool,
-    pub on_critical_path: bool,
-}
-
-/// The report's wake-up chains (`wakeups` in `--json`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WakeReport {
-    /// `end` (end.runq.wakeups: the whole watch's costliest edges) or
-    /// `intervals` (the runq records' edges summed: each interval's
-    /// costliest only).
-    pub source: &'static str,
-    pub nodes: Vec<WakeNode>,
-    /// Costliest (wait + frozen) first, at most [`EDGES_AT_END`].
-    pub edges: Vec<ChainEdge>,
-    /// What the log's edges left out, summed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rest: Option<WakeRest>,
-    /// Wake-ups the kernel could not count (its edge map was full).
-    pub dropped: u64,
-    /// All the wake-ups (the edges listed or not) by the waker's kind
-    /// (empty in logs of agents before it).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub by_waker: BTreeMap<String, WakeTotals>,
-    /// Edges past [`EDGES_AT_END`] (or [`MAX_SUMMED_EDGES`]) left out here.
-    pub left_out: u64,
-    pub critical_path: Option<CriticalPath>,
-}
 
 /// An edge summed over intervals: the p50s weighted by wake-ups.
 #[derive(Debug, Clone, Default)]
@@ -258,6 +149,33 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
     if w.edges.is_empty() {
         return None;
     }
+    let (nodes, edges) = nodes_and_edges(w.edges);
+    let mut r = WakeReport {
+        source,
+        nodes,
+        edges,
+        rest: w.rest,
+        dropped: w.dropped,
+        by_waker: w.by_waker,
+        left_out,
+        critical_path: None,
+    };
+    r.critical_path = crate::wakeups_path::critical_path(&r);
+    let path: Vec<usize> = r
+        .critical_path
+        .iter()
+        .flat_map(|p| p.hops.iter().map(|h| h.edge))
+        .collect();
+    for &i in &path {
+        r.edges[i].on_critical_path = true;
+    }
+    crate::wakeups_path::layer(&mut r, &path);
+    Some(r)
+}
+
+/// The graph's nodes (one per thread, one for the interrupts) and its
+/// edges between them, in the log's order.
+fn nodes_and_edges(log_edges: Vec<WakeEdge>) -> (Vec<WakeNode>, Vec<ChainEdge>) {
     let mut nodes: Vec<WakeNode> = Vec::new();
     // A node's comm: as a wakee before as a waker (the waker's can be the
     // name before the thread set its own), from the edge with the most
@@ -285,8 +203,8 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
         }
         at
     };
-    let mut edges = Vec::with_capacity(w.edges.len());
-    for e in w.edges {
+    let mut edges = Vec::with_capacity(log_edges.len());
+    for e in log_edges {
         let kind = NodeKind::of_waker(&e.waker.kind);
         let from = node(
             kind,
@@ -312,67 +230,7 @@ pub fn graph(source: &'static str, mut w: Wakeups, left_out: u64) -> Option<Wake
             on_critical_path: false,
         });
     }
-    let mut r = WakeReport {
-        source,
-        nodes,
-        edges,
-        rest: w.rest,
-        dropped: w.dropped,
-        by_waker: w.by_waker,
-        left_out,
-        critical_path: None,
-    };
-    r.critical_path = crate::wakeups_path::critical_path(&r);
-    let path: Vec<usize> = r
-        .critical_path
-        .iter()
-        .flat_map(|p| p.hops.iter().map(|h| h.edge))
-        .collect();
-    for &i in &path {
-        r.edges[i].on_critical_path = true;
-    }
-    crate::wakeups_path::layer(&mut r, &path);
-    Some(r)
-}
-
-impl WakeReport {
-    /// A node's name in a sentence: its comm, with its tid where another
-    /// of `among` has the same comm.
-    pub fn name(&self, n: usize, among: &[usize]) -> String {
-        let node = &self.nodes[n];
-        let base = node.name();
-        let twins = among
-            .iter()
-            .filter(|&&m| m != n && self.nodes[m].name() == base)
-            .count();
-        match (twins > 0, node.kind) {
-            (true, k) if k != NodeKind::Interrupt => format!("{base}/{}", node.tid),
-            _ => base,
-        }
-    }
-
-    /// `tw-src/123 -> tw-pipe/124  200 wake-ups, wait p50 12µs p99 60µs,
-    /// frozen 0ms` (the terminal's and the table's line for an edge).
-    pub fn describe(&self, e: &ChainEdge) -> String {
-        let opt = |v: Option<u64>| v.map_or("-".into(), crate::heatmap::short);
-        let mut s = format!(
-            "{} -> {}  {} wake-up{}, wait p50 {} p99 {}, frozen {}",
-            self.nodes[e.from].label(),
-            self.nodes[e.to].label(),
-            e.edge.count,
-            if e.edge.count == 1 { "" } else { "s" },
-            opt(e.edge.p50_ns),
-            opt(e.edge.p99_ns),
-            crate::heatmap::short(e.edge.frozen_ns)
-        );
-        if e.edge.frozen_hops > 0 {
-            s.push_str(&format!(
-                " ({} of {} wake-ups)",
-                e.edge.frozen_hops, e.edge.count
-            ));
-        }
-        s
-    }
+    (nodes, edges)
 }
 
 #[cfg(test)]

@@ -21,10 +21,8 @@
 //! self-edges) the graph is a DAG. A node's layer is the longest path to
 //! it in hops.
 
-use serde::Serialize;
-
 use crate::heatmap::short;
-use crate::wakeups::{ChainEdge, WakeReport};
+use crate::wake_graph::{ChainEdge, CriticalPath, PathHop, WakeReport};
 
 /// Counts within this share of each other are the same number of rounds.
 const SAME_ROUNDS: f64 = 0.02;
@@ -32,37 +30,6 @@ const SAME_ROUNDS: f64 = 0.02;
 const IN_PIPELINE: f64 = 0.8;
 /// Fewer rounds are no periodic pipeline (one-off edges of a start-up).
 pub const MIN_ROUNDS: u64 = 5;
-
-/// One hop of the critical path.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PathHop {
-    /// Index into `edges`.
-    pub edge: usize,
-    pub waker: String,
-    pub wakee: String,
-    pub count: u64,
-    /// (wait + frozen) / max(count, rounds), and its two parts.
-    pub per_round_ns: u64,
-    pub wait_per_round_ns: u64,
-    pub frozen_per_round_ns: u64,
-    /// `round`, or `wake-up` where the hop woke more often than once a round.
-    pub costed_per: &'static str,
-    /// Its wake-ups that saw a freeze of the wakee (frozen_hops / count).
-    pub frozen_share: f64,
-}
-
-/// The path through the graph whose hops add the most latency a round.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CriticalPath {
-    pub rounds: u64,
-    /// How many edges share that count (within 2 %).
-    pub rounds_edges: usize,
-    pub hops: Vec<PathHop>,
-    pub per_round_ns: u64,
-    pub frozen_per_round_ns: u64,
-    /// The terminal's sentence.
-    pub sentence: String,
-}
 
 /// Back-edges among the edges `allowed`: a depth-first search from the
 /// edges `first` lead along (the critical path's, in order), then from the

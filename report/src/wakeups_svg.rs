@@ -7,7 +7,7 @@
 use std::fmt::Write;
 
 use crate::heatmap::short;
-use crate::render_html::esc;
+use crate::html_escape::esc;
 use crate::wakeups::{NodeKind, WakeReport};
 use crate::wakeups_path::MIN_ROUNDS;
 

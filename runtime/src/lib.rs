@@ -9,6 +9,7 @@
 
 pub mod args;
 pub mod create;
+mod create_helper;
 pub mod delete;
 pub mod lowlevel;
 pub mod runlog;

@@ -35,19 +35,9 @@ pub fn main(args: Vec<OsString>) -> i32 {
             return exec(t, &runtime, &args.argv, &log);
         }
     }
-    let (cfg, cfg_ok) = match throttlewatch_core::config_check::load_cached(config_path.as_deref())
-    {
-        Ok(c) => (c, true),
-        Err(bad) if bad.fail_mode == FailMode::Closed && command.creates() => {
-            log.error(&format!("{bad} (fail-closed: create refused)"));
-            return 1;
-        }
-        Err(bad) => {
-            log.error(&format!(
-                "{bad}; passing through to the low-level runtime unchanged"
-            ));
-            (Config::default(), false)
-        }
+    let (cfg, cfg_ok) = match load_config(config_path.as_deref(), command, &log) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
     t.mark("config");
     let runtime = match lowlevel::resolve(&cfg) {
@@ -96,6 +86,29 @@ pub fn main(args: Vec<OsString>) -> i32 {
     }
     t.mark("subcommand");
     exec(t, &runtime, argv.as_deref().unwrap_or(&args.argv), &log)
+}
+
+/// The configuration (cached), and whether it loaded: a bad one passes
+/// through with the defaults, except that fail-closed refuses a create
+/// (the exit status).
+fn load_config(
+    config_path: Option<&std::path::Path>,
+    command: Subcommand,
+    log: &RuncLog,
+) -> Result<(Config, bool), i32> {
+    match throttlewatch_core::config_check::load_cached(config_path) {
+        Ok(c) => Ok((c, true)),
+        Err(bad) if bad.fail_mode == FailMode::Closed && command.creates() => {
+            log.error(&format!("{bad} (fail-closed: create refused)"));
+            Err(1)
+        }
+        Err(bad) => {
+            log.error(&format!(
+                "{bad}; passing through to the low-level runtime unchanged"
+            ));
+            Ok((Config::default(), false))
+        }
+    }
 }
 
 /// The phases written, then the runtime in this process's place; 127 when

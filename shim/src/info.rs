@@ -13,7 +13,7 @@ use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::{Message, MessageField};
 use containerd_shim::protos::types::introspection::{RuntimeInfo, RuntimeVersion};
 
-use crate::service::RUNTIME_ID;
+pub const RUNTIME_ID: &str = "io.containerd.throttlewatch.v2";
 
 /// The type URL the runc shim gives the OCI runtime features (typeurl's
 /// registration of runtime-spec's `features.Features`).

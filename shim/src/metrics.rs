@@ -57,12 +57,42 @@ pub fn metrics(data: &Value) -> Metrics {
         throttled_time: u(&t["throttledTime"]),
         ..Default::default()
     };
-    let mem = &data["memory"];
-    // memory.stat by its own names (runc's `raw`); what kubelet's working
-    // set (usage - total_inactive_file) and the CRI's page-fault and RSS
-    // figures read.
+    let memory = memory_stat(&data["memory"]);
+    // memory.oom_control (the CRI's container_oom_events_total), read from
+    // the cgroup as the runc shim does; runc events has none.
+    let oom = &data["memory_oom_control"];
+    let memory_oom_control = match oom.is_object() {
+        true => MessageField::some(MemoryOomControl {
+            oom_kill_disable: u(&oom["oom_kill_disable"]),
+            under_oom: u(&oom["under_oom"]),
+            oom_kill: u(&oom["oom_kill"]),
+            ..Default::default()
+        }),
+        false => MessageField::none(),
+    };
+    Metrics {
+        cpu: MessageField::some(CPUStat {
+            usage: MessageField::some(usage),
+            throttling: MessageField::some(throttling),
+            ..Default::default()
+        }),
+        memory: MessageField::some(memory),
+        pids: MessageField::some(PidsStat {
+            current: u(&data["pids"]["current"]),
+            limit: u(&data["pids"]["limit"]),
+            ..Default::default()
+        }),
+        memory_oom_control,
+        ..Default::default()
+    }
+}
+
+/// memory.stat by its own names (runc's `raw`); what kubelet's working
+/// set (usage - total_inactive_file) and the CRI's page-fault and RSS
+/// figures read.
+fn memory_stat(mem: &Value) -> MemoryStat {
     let r = |k: &str| u(&mem["raw"][k]);
-    let memory = MemoryStat {
+    MemoryStat {
         cache: u(&mem["cache"]),
         rss: r("rss"),
         rss_huge: r("rss_huge"),
@@ -99,33 +129,6 @@ pub fn metrics(data: &Value) -> Metrics {
         swap: entry(&mem["swap"]),
         kernel: entry(&mem["kernel"]),
         kernel_tcp: entry(&mem["kernelTCP"]),
-        ..Default::default()
-    };
-    // memory.oom_control (the CRI's container_oom_events_total), read from
-    // the cgroup as the runc shim does; runc events has none.
-    let oom = &data["memory_oom_control"];
-    let memory_oom_control = match oom.is_object() {
-        true => MessageField::some(MemoryOomControl {
-            oom_kill_disable: u(&oom["oom_kill_disable"]),
-            under_oom: u(&oom["under_oom"]),
-            oom_kill: u(&oom["oom_kill"]),
-            ..Default::default()
-        }),
-        false => MessageField::none(),
-    };
-    Metrics {
-        cpu: MessageField::some(CPUStat {
-            usage: MessageField::some(usage),
-            throttling: MessageField::some(throttling),
-            ..Default::default()
-        }),
-        memory: MessageField::some(memory),
-        pids: MessageField::some(PidsStat {
-            current: u(&data["pids"]["current"]),
-            limit: u(&data["pids"]["limit"]),
-            ..Default::default()
-        }),
-        memory_oom_control,
         ..Default::default()
     }
 }

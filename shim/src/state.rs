@@ -12,6 +12,7 @@ use containerd_shim::protos::protobuf::{Message, MessageField};
 use containerd_shim::protos::topics;
 use log::{info, warn};
 
+use crate::error::Error;
 use crate::runc::Runc;
 
 use crate::stdio::ProcIo;
@@ -195,6 +196,22 @@ pub fn should_kill_all_on_exit(bundle: &std::path::Path) -> bool {
     };
     !ns.iter()
         .any(|n| n["type"] == "pid" && n["path"].as_str().is_none_or(str::is_empty))
+}
+
+/// The container `id` and its init (`exec_id` empty) or exec process.
+pub(crate) fn lookup<'a>(
+    st: &'a ShimState,
+    id: &str,
+    exec_id: &str,
+) -> crate::error::Result<(&'a TaskEntry, &'a ShimProcess)> {
+    let c = st.containers.get(id).ok_or(Error::ContainerNotFound)?;
+    let p = if exec_id.is_empty() {
+        Some(&c.init)
+    } else {
+        c.execs.get(exec_id)
+    };
+    let p = p.ok_or_else(|| Error::ExecNotFound(exec_id.into()))?;
+    Ok((c, p))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::console::{Console, ConsoleSocket};
-use crate::runc::RuncError;
+use crate::runc_error::RuncError;
 
 /// How long runc may take to send the pty master after `create`/`exec` returned.
 const CONSOLE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -7,9 +7,7 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use containerd_shim::api::{self, Status};
 use containerd_shim::monitor::{monitor_subscribe, Subject, Topic};
-use containerd_shim::protos::events::task::{
-    TaskCreate, TaskExecAdded, TaskIO, TaskOOM, TaskPaused, TaskResumed,
-};
+use containerd_shim::protos::events::task::{TaskCreate, TaskExecAdded, TaskIO, TaskOOM};
 use containerd_shim::protos::protobuf::well_known_types::any::Any;
 use containerd_shim::protos::protobuf::{Message, MessageField};
 use containerd_shim::protos::topics;
@@ -23,7 +21,8 @@ use crate::error::Error;
 use crate::metrics::metrics_any;
 use crate::runc::Runc;
 use crate::state::{
-    apply_exit, event, go_zero_time, on_exit, Event, Shared, ShimProcess, ShimState, TaskEntry,
+    apply_exit, event, go_zero_time, lookup, on_exit, Event, Shared, ShimProcess, ShimState,
+    TaskEntry,
 };
 use crate::stdio::ProcIo;
 
@@ -150,10 +149,12 @@ impl TaskService {
 
 #[path = "task_create.rs"]
 mod create;
+#[path = "task_paused.rs"]
+mod paused;
 #[path = "task_process.rs"]
 mod process;
 
-use process::{mount_rootfs, unmount_rootfs};
+use crate::rootfs::{mount_rootfs, unmount_rootfs};
 
 impl Task for TaskService {
     fn create(
@@ -492,63 +493,4 @@ impl Task for TaskService {
         }
         Ok(api::Empty::new())
     }
-}
-
-impl TaskService {
-    /// Freeze or thaw a running container (runc pause / resume), and say so.
-    fn set_paused(&self, id: String, pause: bool) -> crate::error::Result<api::Empty> {
-        let (from, to) = if pause {
-            (Status::RUNNING, Status::PAUSED)
-        } else {
-            (Status::PAUSED, Status::RUNNING)
-        };
-        let p = self.process(&id, "")?;
-        if p.status != from {
-            return Err(Error::FailedPrecondition(format!(
-                "container {id} is {:?}, not {from:?}",
-                p.status
-            )));
-        }
-        self.runc.pause(&id, pause)?;
-        if let Some(c) = self.lock().containers.get_mut(&id) {
-            if c.init.status == from {
-                c.init.status = to;
-            }
-        }
-        if pause {
-            let ev = TaskPaused {
-                container_id: id,
-                ..Default::default()
-            };
-            self.publish(topics::TASK_PAUSED_EVENT_TOPIC, ev);
-        } else {
-            let ev = TaskResumed {
-                container_id: id,
-                ..Default::default()
-            };
-            self.publish(topics::TASK_RESUMED_EVENT_TOPIC, ev);
-        }
-        Ok(api::Empty::new())
-    }
-
-    /// A copy of the container's init (`exec_id` empty) or exec process.
-    fn process(&self, id: &str, exec_id: &str) -> crate::error::Result<ShimProcess> {
-        lookup(&self.lock(), id, exec_id).map(|(_, p)| p.clone())
-    }
-}
-
-/// The container `id` and its init (`exec_id` empty) or exec process.
-fn lookup<'a>(
-    st: &'a ShimState,
-    id: &str,
-    exec_id: &str,
-) -> crate::error::Result<(&'a TaskEntry, &'a ShimProcess)> {
-    let c = st.containers.get(id).ok_or(Error::ContainerNotFound)?;
-    let p = if exec_id.is_empty() {
-        Some(&c.init)
-    } else {
-        c.execs.get(exec_id)
-    };
-    let p = p.ok_or_else(|| Error::ExecNotFound(exec_id.into()))?;
-    Ok((c, p))
 }

@@ -1,7 +1,6 @@
 //! The halves of the Task service's `start` and `delete` (the container's
-//! init process, or an exec process) and the rootfs mounts of `create`.
+//! init process, or an exec process).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use containerd_shim::api::{self, Status};
@@ -16,25 +15,6 @@ use super::{TaskService, SHIM_NAME};
 use crate::error::{Error, Result};
 use crate::state::now;
 use crate::stdio::ProcIo;
-
-/// Mount the rootfs containerd sent into `<bundle>/rootfs`; whether any was mounted.
-pub(super) fn mount_rootfs(
-    bundle: &Path,
-    mounts: &[containerd_shim::protos::api::Mount],
-) -> Result<bool> {
-    let rootfs = bundle.join("rootfs");
-    for m in mounts {
-        containerd_shim::mount::mount_rootfs(Some(&m.type_), Some(&m.source), &m.options, &rootfs)
-            .map_err(|e| Error::Internal(format!("mount rootfs: {e}")))?;
-    }
-    Ok(!mounts.is_empty())
-}
-
-pub(super) fn unmount_rootfs(bundle: &Path, mounted: bool) {
-    if mounted {
-        let _ = containerd_shim::mount::umount_recursive(bundle.join("rootfs").to_str(), 0);
-    }
-}
 
 /// The halves of `start` and `delete`: the container's init, or an exec.
 impl TaskService {

@@ -10,6 +10,7 @@
 //! controller did not write are an operator's update: they win and become
 //! the new originals.
 
+mod bandwidth;
 pub(crate) mod journal;
 pub(crate) mod node;
 pub(crate) mod policy;
@@ -17,7 +18,7 @@ pub(crate) mod policy;
 use std::collections::HashMap;
 
 use throttlewatch_bpf::EpisodeTotals;
-use throttlewatch_cgroup::{CgroupError, CpuCgroup, CpuStat};
+use throttlewatch_cgroup::{CpuCgroup, CpuStat};
 use throttlewatch_core::control_config::ControlConfig;
 use throttlewatch_core::logfmt::control::{Bandwidth, Control, ControlSignal};
 use throttlewatch_core::protocol::Register;
@@ -27,9 +28,11 @@ use throttlewatch_qos::Key;
 use crate::clock::Clock;
 use crate::engine::Engine;
 use crate::output::Output;
+pub(crate) use bandwidth::{read_bandwidth, states_between, write_bandwidth};
+use bandwidth::{write_both, PodQuota};
 use journal::{Journal, Journalled};
 use node::NodeSignal;
-use policy::{ControlPolicy, Interval, Settings};
+use policy::{Change, ControlPolicy, Interval, Pressure, Settings};
 
 /// Why the originals go back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,165 +62,6 @@ pub(crate) fn requested(r: &Register) -> bool {
         .get(&Key::CpuControl.annotation())
         .and_then(|v| throttlewatch_qos::CpuControl::parse(v))
         == Some(throttlewatch_qos::CpuControl::Auto)
-}
-
-/// The bandwidth in the cgroup; None without a quota or when unreadable.
-/// Without a burst file, burst reads 0 and is never written.
-pub(crate) fn read_bandwidth(cg: &CpuCgroup) -> Option<(Bandwidth, bool)> {
-    let l = cg.bandwidth().ok()?;
-    Some((
-        Bandwidth {
-            quota_us: l.quota_us?,
-            period_us: l.period_us,
-            burst_us: l.burst_us.unwrap_or(0),
-        },
-        l.burst_us.is_some(),
-    ))
-}
-
-/// Write `after` over `before`: the quota (and period) only when they
-/// change, then the burst (the cgroup crate clears burst before a quota
-/// write, since the kernel refuses a burst above the quota).
-pub(crate) fn write_bandwidth(
-    cg: &CpuCgroup,
-    before: Bandwidth,
-    after: Bandwidth,
-    has_burst: bool,
-) -> Result<(), CgroupError> {
-    let quota_changed = (before.quota_us, before.period_us) != (after.quota_us, after.period_us);
-    if quota_changed {
-        cg.set_quota(Some(after.quota_us), after.period_us)?;
-    }
-    if has_burst && (quota_changed || before.burst_us != after.burst_us) {
-        cg.set_burst(after.burst_us)?;
-    }
-    Ok(())
-}
-
-/// Every value the cgroup can hold while [`write_bandwidth`] moves it from
-/// `before` to `after`: the ends, and, when the quota changes, both quotas
-/// with the burst at 0 (the cgroup crate clears the burst before a quota
-/// write). An agent killed between two of those file writes finds one of
-/// them at its restart, and must know it for its own.
-pub(crate) fn states_between(
-    before: Bandwidth,
-    after: Bandwidth,
-    has_burst: bool,
-) -> Vec<Bandwidth> {
-    let mut v = vec![before];
-    let quota_changed = (before.quota_us, before.period_us) != (after.quota_us, after.period_us);
-    if has_burst && quota_changed {
-        for b in [before, after] {
-            v.push(Bandwidth { burst_us: 0, ..b });
-        }
-    }
-    v.push(after);
-    v.dedup();
-    v
-}
-
-/// The nearest ancestor with a quota (a kubelet pod cgroup: the sum of its
-/// containers' limits), whose quota follows the container's: raised by
-/// what the container's is raised, back with it. Without it a raise only
-/// moves the throttling up to the pod.
-struct PodQuota {
-    group: CpuCgroup,
-    original_quota_us: u64,
-    period_us: u64,
-    /// What the controller last wrote (the original until it writes).
-    written_quota_us: u64,
-}
-
-impl PodQuota {
-    fn of(cg: &CpuCgroup) -> Option<PodQuota> {
-        let (group, l) = cg.limited_ancestors().into_iter().next()?;
-        let q = l.quota_us?;
-        Some(PodQuota {
-            group,
-            original_quota_us: q,
-            period_us: l.period_us,
-            written_quota_us: q,
-        })
-    }
-
-    /// The pod a dead agent journalled, if it is still `cg`'s nearest
-    /// ancestor with a quota; what it holds now counts as ours.
-    fn journalled_for(cg: &CpuCgroup, p: &journal::JournalledPod) -> Option<PodQuota> {
-        let group = cg.limited_ancestors().into_iter().next()?.0;
-        (group.rel == p.cgroup_path).then(|| PodQuota {
-            written_quota_us: group
-                .bandwidth()
-                .ok()
-                .and_then(|l| l.quota_us)
-                .unwrap_or(p.original_quota_us),
-            group,
-            original_quota_us: p.original_quota_us,
-            period_us: p.period_us,
-        })
-    }
-
-    fn journalled(&self) -> journal::JournalledPod {
-        journal::JournalledPod {
-            cgroup_path: self.group.rel.clone(),
-            original_quota_us: self.original_quota_us,
-            period_us: self.period_us,
-        }
-    }
-
-    /// The pod's quota for the container at `after` (its original `orig`):
-    /// the pod's original plus the container's raise, in the pod's period.
-    fn target(&self, orig: Bandwidth, after: Bandwidth) -> u64 {
-        let rate = |b: Bandwidth| b.quota_us as f64 / b.period_us.max(1) as f64;
-        let raise = ((rate(after) - rate(orig)) * self.period_us as f64).round() as i64;
-        (self.original_quota_us as i64 + raise).max(1000) as u64
-    }
-
-    /// A pod quota the controller did not write (kubelet's resize, an
-    /// operator) becomes the new original, less the raise in effect.
-    fn adopt(&mut self) {
-        let Ok(l) = self.group.bandwidth() else {
-            return;
-        };
-        let Some(now) = l.quota_us else { return };
-        if now != self.written_quota_us {
-            let raise = self.written_quota_us as i64 - self.original_quota_us as i64;
-            self.original_quota_us = (now as i64 - raise).max(1000) as u64;
-            self.written_quota_us = now;
-        }
-    }
-
-    fn write(&mut self, quota_us: u64) -> Result<(), CgroupError> {
-        if quota_us != self.written_quota_us {
-            self.group.set_quota_only(quota_us, self.period_us)?;
-            self.written_quota_us = quota_us;
-        }
-        Ok(())
-    }
-}
-
-/// The container's bandwidth from `before` to `after`, the pod's quota
-/// with it: a raise writes the pod first, a cut the container first, so
-/// the pod's quota is never below what its containers may use.
-fn write_both(
-    cg: &CpuCgroup,
-    pod: Option<&mut PodQuota>,
-    orig: Bandwidth,
-    before: Bandwidth,
-    after: Bandwidth,
-    has_burst: bool,
-) -> Result<(), CgroupError> {
-    let Some(pod) = pod else {
-        return write_bandwidth(cg, before, after, has_burst);
-    };
-    pod.adopt();
-    let target = pod.target(orig, after);
-    if target >= pod.written_quota_us {
-        pod.write(target)?;
-        write_bandwidth(cg, before, after, has_burst)
-    } else {
-        write_bandwidth(cg, before, after, has_burst)?;
-        pod.write(target)
-    }
 }
 
 struct Controlled {
@@ -276,61 +120,9 @@ impl Controls {
             return records;
         };
         if let Some(prev) = journalled.filter(|j| j.cgroup_id == id) {
-            if prev.written.contains(&now) {
-                if now != prev.original {
-                    let cause = if control {
-                        "agent_restart"
-                    } else {
-                        "control_off"
-                    };
-                    // Killed again mid-restore: the next restart knows these too.
-                    let mut written = prev.written.clone();
-                    written.extend(states_between(now, prev.original, has_burst));
-                    self.journal.save(
-                        key,
-                        &Journalled {
-                            written,
-                            ..prev.clone()
-                        },
-                    );
-                    // The pod's quota the dead agent raised goes back too.
-                    let mut pod = prev
-                        .pod
-                        .as_ref()
-                        .and_then(|p| PodQuota::journalled_for(cg, p));
-                    let restored = match pod.as_mut() {
-                        Some(p) => {
-                            let r = write_bandwidth(cg, now, prev.original, has_burst);
-                            r.and_then(|()| p.write(p.original_quota_us))
-                        }
-                        None => write_bandwidth(cg, now, prev.original, has_burst),
-                    };
-                    match restored {
-                        Ok(()) => {
-                            records.push(record(
-                                "restore",
-                                cause,
-                                now,
-                                prev.original,
-                                prev.original,
-                                Default::default(),
-                            ));
-                            now = prev.original;
-                        }
-                        Err(e) => tracing::warn!("{key}: restoring the original bandwidth: {e}"),
-                    }
-                }
-            } else {
-                // Changed while no agent ran: an operator's update.
-                records.push(record(
-                    "adopt",
-                    "operator_update",
-                    prev.original,
-                    now,
-                    now,
-                    Default::default(),
-                ));
-            }
+            let (rec, after) = self.resume(key, cg, &prev, now, has_burst, control);
+            records.extend(rec);
+            now = after;
         }
         self.journal.remove(key);
         if !control {
@@ -354,6 +146,76 @@ impl Controls {
         records
     }
 
+    /// What a dead agent journalled for this cgroup: its writes undone (the
+    /// originals back, the pod's quota too), or, where the cgroup holds a
+    /// value it never wrote, an operator's update adopted. The record, and
+    /// the bandwidth the cgroup holds after.
+    fn resume(
+        &self,
+        key: &ContainerKey,
+        cg: &CpuCgroup,
+        prev: &Journalled,
+        now: Bandwidth,
+        has_burst: bool,
+        control: bool,
+    ) -> (Option<Control>, Bandwidth) {
+        if !prev.written.contains(&now) {
+            // Changed while no agent ran: an operator's update.
+            let rec = record(
+                "adopt",
+                "operator_update",
+                prev.original,
+                now,
+                now,
+                Default::default(),
+            );
+            return (Some(rec), now);
+        }
+        if now == prev.original {
+            return (None, now);
+        }
+        let cause = if control {
+            "agent_restart"
+        } else {
+            "control_off"
+        };
+        // Killed again mid-restore: the next restart knows these too.
+        let mut written = prev.written.clone();
+        written.extend(states_between(now, prev.original, has_burst));
+        self.journal.save(
+            key,
+            &Journalled {
+                written,
+                ..prev.clone()
+            },
+        );
+        // The pod's quota the dead agent raised goes back too.
+        let mut pod = prev
+            .pod
+            .as_ref()
+            .and_then(|p| PodQuota::journalled_for(cg, p));
+        let restored = match pod.as_mut() {
+            Some(p) => {
+                let r = write_bandwidth(cg, now, prev.original, has_burst);
+                r.and_then(|()| p.write(p.original_quota_us))
+            }
+            None => write_bandwidth(cg, now, prev.original, has_burst),
+        };
+        match restored {
+            Ok(()) => {
+                let o = prev.original;
+                (
+                    Some(record("restore", cause, now, o, o, Default::default())),
+                    o,
+                )
+            }
+            Err(e) => {
+                tracing::warn!("{key}: restoring the original bandwidth: {e}");
+                (None, now)
+            }
+        }
+    }
+
     /// One poll: every controlled container's interval, its decision, the
     /// write and its `control` record. Returns the outputs for the metrics.
     pub(crate) fn poll(&mut self, engine: &mut Engine) -> Vec<Output> {
@@ -365,87 +227,7 @@ impl Controls {
         let mut out = vec![];
         for (id, g) in self.groups.iter_mut() {
             let totals = engine.probe().episode_totals(*id);
-            let prev = std::mem::replace(&mut g.last, totals);
-            let prev_mono = std::mem::replace(&mut g.last_mono, mono);
-            let used_now = g.cgroup.usage_ns().map_or(0, |(ns, _)| ns);
-            let prev_used = std::mem::replace(&mut g.last_used, used_now);
-            let stat_now = g.cgroup.cpu_stat().ok();
-            let prev_stat = std::mem::replace(&mut g.last_stat, stat_now);
-            let periods = match (stat_now, prev_stat) {
-                (Some(n), Some(p)) => n.since(&p),
-                _ => CpuStat::default(),
-            };
-            if prev_mono == 0 {
-                continue; // the first reading is the baseline
-            }
-            let Some((now, has_burst)) = read_bandwidth(&g.cgroup) else {
-                continue; // gone, or the quota removed: nothing to control
-            };
-            g.has_burst = has_burst;
-            let rec = if now != g.policy.current() {
-                let before = g.policy.current();
-                g.policy.adopt(now, mono);
-                Some(record(
-                    "adopt",
-                    "operator_update",
-                    before,
-                    now,
-                    g.policy.original(),
-                    Default::default(),
-                ))
-            } else {
-                let iv = Interval {
-                    now_ns: mono,
-                    length_ns: mono.saturating_sub(prev_mono),
-                    throttled_ns: totals.total_ns.saturating_sub(prev.total_ns),
-                    episodes: totals.count.saturating_sub(prev.count),
-                    used_ns: match prev_used {
-                        0 => 0,
-                        p => used_now.saturating_sub(p),
-                    },
-                    throttled_periods: periods.nr_throttled,
-                    active_periods: periods.nr_periods,
-                };
-                g.policy.step(&iv, &pressure).and_then(|c| {
-                    let original = g.policy.original();
-                    self.journal.save(
-                        &g.key,
-                        &Journalled {
-                            cgroup_id: *id,
-                            original,
-                            written: states_between(c.before, c.after, g.has_burst),
-                            pod: g.pod.as_ref().map(PodQuota::journalled),
-                        },
-                    );
-                    // An operator's update since this tick's read wins (adopted next tick).
-                    if read_bandwidth(&g.cgroup).map(|(b, _)| b) != Some(c.before) {
-                        g.policy.undo(&c);
-                        return None;
-                    }
-                    match write_both(
-                        &g.cgroup,
-                        g.pod.as_mut(),
-                        original,
-                        c.before,
-                        c.after,
-                        g.has_burst,
-                    ) {
-                        Ok(()) => Some(record(
-                            c.action(),
-                            c.cause.as_str(),
-                            c.before,
-                            c.after,
-                            original,
-                            c.signal,
-                        )),
-                        Err(e) => {
-                            tracing::warn!("{}: writing the bandwidth: {e}", g.key);
-                            g.policy.undo(&c);
-                            None
-                        }
-                    }
-                })
-            };
+            let rec = poll_one(&self.journal, *id, g, totals, mono, &pressure);
             if let Some(rec) = rec {
                 if let Some(s) = engine.session_mut(*id) {
                     s.write_control(rec.clone());
@@ -527,6 +309,104 @@ impl Controls {
 
     pub(crate) fn ids(&self) -> Vec<u64> {
         self.groups.keys().copied().collect()
+    }
+}
+
+/// One controlled container's poll: its interval read, an operator's update
+/// adopted or the policy's decision written; the `control` record.
+fn poll_one(
+    journal: &Journal,
+    id: u64,
+    g: &mut Controlled,
+    totals: EpisodeTotals,
+    mono: u64,
+    pressure: &Pressure,
+) -> Option<Control> {
+    let prev = std::mem::replace(&mut g.last, totals);
+    let prev_mono = std::mem::replace(&mut g.last_mono, mono);
+    let used_now = g.cgroup.usage_ns().map_or(0, |(ns, _)| ns);
+    let prev_used = std::mem::replace(&mut g.last_used, used_now);
+    let stat_now = g.cgroup.cpu_stat().ok();
+    let prev_stat = std::mem::replace(&mut g.last_stat, stat_now);
+    let periods = match (stat_now, prev_stat) {
+        (Some(n), Some(p)) => n.since(&p),
+        _ => CpuStat::default(),
+    };
+    if prev_mono == 0 {
+        return None; // the first reading is the baseline
+    }
+    // Gone, or the quota removed: nothing to control.
+    let (now, has_burst) = read_bandwidth(&g.cgroup)?;
+    g.has_burst = has_burst;
+    if now != g.policy.current() {
+        let before = g.policy.current();
+        g.policy.adopt(now, mono);
+        let original = g.policy.original();
+        return Some(record(
+            "adopt",
+            "operator_update",
+            before,
+            now,
+            original,
+            Default::default(),
+        ));
+    }
+    let iv = Interval {
+        now_ns: mono,
+        length_ns: mono.saturating_sub(prev_mono),
+        throttled_ns: totals.total_ns.saturating_sub(prev.total_ns),
+        episodes: totals.count.saturating_sub(prev.count),
+        used_ns: match prev_used {
+            0 => 0,
+            p => used_now.saturating_sub(p),
+        },
+        throttled_periods: periods.nr_throttled,
+        active_periods: periods.nr_periods,
+    };
+    let c = g.policy.step(&iv, pressure)?;
+    apply_change(journal, id, g, c)
+}
+
+/// The policy's change journalled, then written (the pod's quota with it),
+/// unless an operator wrote the cgroup since this tick's read.
+fn apply_change(journal: &Journal, id: u64, g: &mut Controlled, c: Change) -> Option<Control> {
+    let original = g.policy.original();
+    journal.save(
+        &g.key,
+        &Journalled {
+            cgroup_id: id,
+            original,
+            written: states_between(c.before, c.after, g.has_burst),
+            pod: g.pod.as_ref().map(PodQuota::journalled),
+        },
+    );
+    // An operator's update since this tick's read wins (adopted next tick).
+    if read_bandwidth(&g.cgroup).map(|(b, _)| b) != Some(c.before) {
+        g.policy.undo(&c);
+        return None;
+    }
+    let written = write_both(
+        &g.cgroup,
+        g.pod.as_mut(),
+        original,
+        c.before,
+        c.after,
+        g.has_burst,
+    );
+    match written {
+        Ok(()) => Some(record(
+            c.action(),
+            c.cause.as_str(),
+            c.before,
+            c.after,
+            original,
+            c.signal,
+        )),
+        Err(e) => {
+            tracing::warn!("{}: writing the bandwidth: {e}", g.key);
+            g.policy.undo(&c);
+            None
+        }
     }
 }
 

@@ -95,7 +95,10 @@ pub(crate) struct AdviceLabels {
 }
 
 impl AdviceLabels {
-    pub(crate) fn new(c: &ContainerLabels, a: &crate::daemon::advice::Advice) -> AdviceLabels {
+    pub(crate) fn new(
+        c: &ContainerLabels,
+        a: &crate::daemon::exported_advice::Advice,
+    ) -> AdviceLabels {
         AdviceLabels {
             key: a.key.as_str().into(),
             value: a.value.as_str().into(),

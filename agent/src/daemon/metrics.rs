@@ -79,7 +79,7 @@ pub(crate) struct Metrics {
     /// advice each has now, to remove its series when it changes.
     pub recommended: Family<AdviceLabels, Gauge<f64, AtomicU64>>,
     pub recommended_ratio: Family<KeyLabels, Gauge<f64, AtomicU64>>,
-    advice_of: Mutex<HashMap<ContainerLabels, crate::daemon::advice::Advice>>,
+    advice_of: Mutex<HashMap<ContainerLabels, crate::daemon::exported_advice::Advice>>,
     /// The node's `metrics_detail`, and the containers whose annotation
     /// asked for another level.
     detail: MetricsDetail,
@@ -88,12 +88,9 @@ pub(crate) struct Metrics {
 
 /// Cold-start bounds: 5 ms … 30 s.
 fn cold_start_histogram() -> Histogram {
-    Histogram::new(
-        [
-            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-        ]
-        .into_iter(),
-    )
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ])
 }
 
 /// A metric registered under `name`.
@@ -234,7 +231,7 @@ impl Metrics {
     pub(crate) fn set_advice(
         &self,
         l: &ContainerLabels,
-        a: Option<&crate::daemon::advice::Advice>,
+        a: Option<&crate::daemon::exported_advice::Advice>,
     ) {
         let Ok(mut of) = self.advice_of.lock() else {
             return;
@@ -400,9 +397,11 @@ fn parse_proc_stat(text: &str, ticks: f64) -> Option<(f64, usize)> {
 
 #[path = "metrics_feed.rs"]
 mod feed;
-use feed::Held;
+#[path = "metrics_held.rs"]
+mod held;
+use held::Held;
 #[cfg(test)]
-pub(crate) use feed::HELD_AT_MOST;
+pub(crate) use held::HELD_AT_MOST;
 
 #[cfg(test)]
 #[path = "metrics_tests.rs"]

@@ -2,7 +2,7 @@
 //! session per registered container, a root-only unix socket for the hook,
 //! Prometheus metrics, and state that survives a restart.
 
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,6 +23,9 @@ use crate::state::{ContainersDir, Persisted};
 use crate::{signals, CliError};
 
 pub(crate) mod advice;
+mod dirs;
+pub(crate) mod exported_advice;
+mod in_flight;
 pub(crate) mod logdir;
 mod metric_labels;
 pub(crate) mod metrics;
@@ -30,7 +33,8 @@ pub(crate) mod metrics_http;
 mod register;
 pub(crate) mod socket;
 pub(crate) mod state;
-use register::RegisterInFlight;
+pub(crate) use dirs::mkdir;
+use in_flight::RegisterInFlight;
 
 /// Start an agent in the background and wait until it answers.
 pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError> {
@@ -87,14 +91,6 @@ pub fn detach(cfg: &Config, config_path: Option<&Path>) -> Result<i32, CliError>
         cfg.socket.display(),
         log.display()
     )))
-}
-
-pub(crate) fn mkdir(p: &Path, mode: u32) -> Result<(), CliError> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(mode)
-        .create(p)
-        .map_err(|e| CliError::fail(format!("{}: {e}", p.display())))
 }
 
 /// Hold `<state_dir>/agent.lock` for the life of the process: one agent per node.

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use throttlewatch_cgroup::CpuCgroup;
 use throttlewatch_core::metrics_detail::MetricsDetail;
 use throttlewatch_core::protocol::{Register, Response};
-use throttlewatch_core::ContainerKey;
 use throttlewatch_qos::Key;
 
+use super::in_flight::RegisterInFlight;
 use super::Agent;
 use crate::coldstart::ColdStartSpec;
 use crate::labels::ContainerLabels;
@@ -27,15 +27,6 @@ use throttlewatch_core::timing::Phases;
 /// `runc run -d` returns, and readers that open it at once (a log shipper,
 /// `throttlewatch report ID`) find no file (bench/README.md).
 const COMPLETE_AFTER_ANSWER: Duration = Duration::ZERO;
-
-/// A register past its kernel half (see `Agent::register_answering`).
-pub(super) struct RegisterInFlight {
-    draft: crate::session::SessionDraft,
-    key: ContainerKey,
-    log_path: PathBuf,
-    control_cgroup: CpuCgroup,
-    wants_control: bool,
-}
 
 /// Why a container could not be registered; the text is the answer's error.
 #[derive(Debug, thiserror::Error)]

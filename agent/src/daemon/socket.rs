@@ -50,7 +50,7 @@ impl Drop for Slot {
 pub(crate) fn bind(socket: &Path) -> Result<UnixListener, CliError> {
     let err = |e: std::io::Error| CliError::fail(format!("{}: {e}", socket.display()));
     if let Some(dir) = socket.parent() {
-        crate::daemon::mkdir(dir, 0o700)?;
+        crate::daemon::dirs::mkdir(dir, 0o700)?;
     }
     match std::fs::symlink_metadata(socket) {
         Ok(m) if std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()) => {

@@ -20,7 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::ContainerEngine;
+use super::engine::ContainerEngine;
 use crate::CliError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

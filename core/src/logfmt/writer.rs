@@ -6,8 +6,8 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use super::records::{now_unix_ns, Line, Record, SCHEMA_VERSION};
 use super::rotate::{self, Rotation};
-use super::{now_unix_ns, Line, Record, SCHEMA_VERSION};
 
 /// Writes one container's log, batching lines; `finish` flushes and syncs.
 pub struct LogWriter {

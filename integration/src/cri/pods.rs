@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use k8s_cri::v1 as api;
 
-use super::CriNode;
+use super::node::CriNode;
 use crate::containerd::IMAGE_NAME;
 
 /// kubelet's pod and container labels (the CRI plugin copies metadata, not these).

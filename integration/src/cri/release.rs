@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{ALLOWLISTS, PAUSE_IMAGE};
+use super::names::{ALLOWLISTS, PAUSE_IMAGE};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ContainerdRelease {

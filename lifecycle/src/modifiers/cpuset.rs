@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use throttlewatch_core::CpuList;
 use throttlewatch_qos::{plan, CpusetTarget, PlanInput, Topology};
 
+use super::context::ModifyContext;
 use super::json::{object_path, FieldError};
-use super::ModifyContext;
 use crate::bundle_spec::BundleSpec;
 use crate::qos::DEFAULT_PERIOD_US;
 

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use serde_json::{json, Value};
 
+use super::context::ModifyContext;
 use super::json::{object_at, FieldError};
-use super::ModifyContext;
 use crate::binaries::HOOK_BINARY;
 use crate::stage::HookStage;
 

@@ -7,18 +7,18 @@
 //! when its edit is already there; they compose into [`MODIFIERS`]
 //! (NVIDIA container toolkit's `internal/modifier/list.go` is the model).
 
+mod context;
 mod cpuset;
 mod hooks;
 pub mod json;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
-use throttlewatch_core::config::Config;
 
-use crate::binaries::{beside_me_or_in_path, HOOK_BINARY};
 use crate::bundle_spec::is_pod_sandbox;
 use crate::spec_file::{SpecError, SpecFile};
+pub use context::{default_hook_path, ModifyContext, NoHookBinary};
 pub use json::FieldError;
 
 pub use cpuset::cpuset_resources;
@@ -28,39 +28,6 @@ pub use hooks::{add_create_runtime_hook, add_poststop_hook, CREATED_FLAG};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Modified {
     pub changes: Vec<String>,
-}
-
-/// What the modifiers need beyond the configuration.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModifyContext {
-    /// The hook executable written into the spec.
-    pub hook_path: PathBuf,
-    /// Passed to the hook as `--config`, when known.
-    pub config_path: Option<PathBuf>,
-    pub cfg: Config,
-    /// Whether the createRuntime hook does the create work (QoS, register).
-    /// False when the caller does it itself once the runtime's `create`
-    /// returns (the wrapper's `create`): then the spec holds none of ours.
-    pub create_runtime_hook: bool,
-    /// When the runtime was asked to create the container: passed to the
-    /// createRuntime hook as `--created-unix-ns` (the cold-start timeline);
-    /// nothing of it goes into the spec's own fields.
-    pub created_unix_ns: Option<u64>,
-}
-
-impl ModifyContext {
-    /// The hook next to this executable (else in PATH); its `--config` is
-    /// `$THROTTLEWATCH_CONFIG` when set; no create time (the caller that
-    /// writes our createRuntime hook gives it).
-    pub fn from_env(cfg: &Config) -> Result<ModifyContext, NoHookBinary> {
-        Ok(ModifyContext {
-            hook_path: default_hook_path()?,
-            config_path: Config::env_path(),
-            cfg: cfg.clone(),
-            create_runtime_hook: true,
-            created_unix_ns: None,
-        })
-    }
 }
 
 /// One edit: returns a description when it changed the spec; the error
@@ -123,20 +90,6 @@ pub fn apply_to_value(
 pub fn is_pod_sandbox_spec(spec: &Value) -> bool {
     let ann = spec.get("annotations");
     is_pod_sandbox(|k| ann?.get(k)?.as_str())
-}
-
-/// No hook executable next to this one (`exe`) nor in PATH.
-#[derive(Debug, thiserror::Error)]
-#[error("{HOOK_BINARY} not found next to {} nor in PATH", exe.display())]
-pub struct NoHookBinary {
-    pub exe: PathBuf,
-}
-
-/// `throttlewatch-hook` next to this executable, else in PATH.
-pub fn default_hook_path() -> Result<PathBuf, NoHookBinary> {
-    beside_me_or_in_path(HOOK_BINARY).ok_or_else(|| NoHookBinary {
-        exe: std::env::current_exe().unwrap_or_default(),
-    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 
 use serde_json::json;
+use throttlewatch_core::config::Config;
 
 use super::*;
 use crate::spec_file::CONFIG_JSON;

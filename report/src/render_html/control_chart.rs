@@ -6,8 +6,8 @@ use std::fmt::Write;
 use throttlewatch_core::logfmt::control::Bandwidth;
 use throttlewatch_core::logfmt::Control;
 
-use super::esc;
 use crate::heatmap::short;
+use crate::html_escape::esc;
 use crate::summary::ControlAt;
 
 const W: f64 = 600.0;

@@ -7,9 +7,9 @@
 
 use std::fmt::Write;
 
-use super::esc;
 use crate::gpu::{pct, GpuReport, GpuTimeline};
 use crate::heatmap::short;
+use crate::html_escape::esc;
 
 const W: f64 = 600.0;
 const H: f64 = 120.0;

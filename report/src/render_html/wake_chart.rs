@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use super::esc;
 use crate::heatmap::short;
+use crate::html_escape::esc;
 use crate::wakeups::WakeReport;
 
 fn opt(v: Option<u64>) -> String {

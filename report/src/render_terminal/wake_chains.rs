@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::Style;
+use super::style::Style;
 use crate::wakeups::WakeReport;
 
 /// Edges shown (the rest are in `--json` and the HTML page).
@@ -49,6 +49,15 @@ pub(super) fn wake_chains(s: &mut String, w: Option<&WakeReport>, st: Style) {
             ))
         );
     }
+    left_out(s, w, st);
+    if let Some(p) = &w.critical_path {
+        let _ = writeln!(s, "  {}", st.bold(&p.sentence));
+    }
+}
+
+/// What the edges shown leave out: the log's smaller edges, every
+/// wake-up by its waker's kind, and those the kernel could not count.
+fn left_out(s: &mut String, w: &WakeReport, st: Style) {
     if let Some(r) = &w.rest {
         let _ = writeln!(
             s,
@@ -90,8 +99,5 @@ pub(super) fn wake_chains(s: &mut String, w: Option<&WakeReport>, st: Style) {
                 w.dropped
             ))
         );
-    }
-    if let Some(p) = &w.critical_path {
-        let _ = writeln!(s, "  {}", st.bold(&p.sentence));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::Style;
+use super::style::Style;
 use crate::heatmap::short;
 
 /// The cold start as bars from `create` (or the first stage known).

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use toml_edit::DocumentMut;
 
-use super::{MAIN, PLUGIN_V2, PLUGIN_V3};
+use super::names::{MAIN, PLUGIN_V2, PLUGIN_V3};
 use crate::install::files::read_optional;
 use crate::install::under_root;
 use crate::CliError;

@@ -3,7 +3,8 @@
 
 use toml_edit::{value, Array, DocumentMut, Item, Table};
 
-use super::{CriTable, ANNOTATIONS, DEFAULT_RUNTIME, RUNC_TYPE, RUNTIME_TYPE};
+use super::chain::CriTable;
+use super::names::{ANNOTATIONS, DEFAULT_RUNTIME, RUNC_TYPE, RUNTIME_TYPE};
 use crate::install::RUNTIME_NAME;
 
 /// Why a containerd configuration cannot take (or give back) our runtime:

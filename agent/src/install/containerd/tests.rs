@@ -5,6 +5,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 
+use super::names::*;
 use super::*;
 use crate::install::files;
 use crate::install::test_support::{install, uninstall};
