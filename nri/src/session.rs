@@ -21,9 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api;
+use crate::diag::say;
 use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::options::Identity;
-use crate::plugin::{say, Plugin, RUNTIME_SERVICE};
+use crate::plugin::{Plugin, RUNTIME_SERVICE};
 use crate::rpc::{self, Client, Handler, RpcError};
 use crate::NRI_VERSION;
 

@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use protobuf::{Message, MessageField};
@@ -47,12 +47,14 @@ use ttrpc::{Code, Status};
 
 use crate::api;
 use crate::container::{burst_for, spec_of};
+use crate::diag::{self, say};
+use crate::locked::lock;
 use crate::options::{NriConfig, WatchMode};
 use crate::registered::Registered;
 use crate::rpc::Answer;
 use crate::NAME;
 use held::Holds;
-use sync::Listed;
+use listed::Listed;
 
 /// The plugin service's name on the wire.
 pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
@@ -86,17 +88,8 @@ pub fn event_mask(events: &[api::Event]) -> i32 {
         .fold(0, |m, b| m | b)
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// One line on stderr, never a terminal escape or a forged second line.
 /// Set to 1: each event's answer time is said (the latency test reads it).
 pub const TIMINGS_ENV: &str = "THROTTLEWATCH_NRI_TIMINGS";
-
-pub fn say(msg: &str) {
-    eprintln!("{NAME}: {}", throttlewatch_core::printable::printable(msg));
-}
 
 /// What `Configure` told about the runtime.
 #[derive(Debug, Clone)]
@@ -304,18 +297,7 @@ impl Plugin {
             name: req.runtime_name.clone(),
             request_timeout: timeout,
         };
-        let watch = match NriConfig::parse(&req.config) {
-            Ok(c) => {
-                if let Some(path) = c.config {
-                    self.load_settings(path);
-                }
-                c.watch.unwrap_or(self.cli_watch)
-            }
-            Err(e) => {
-                say(&format!("{e}; watching {:?} containers", self.cli_watch));
-                self.cli_watch
-            }
-        };
+        let watch = self.take_plugin_config(&req.config);
         *lock(&self.watch) = watch;
         // A new connection: its Synchronize lists the containers anew.
         lock(&self.listed).clear();
@@ -332,6 +314,30 @@ impl Plugin {
         let mut res = api::ConfigureResponse::new();
         res.events = event_mask(&EVENTS);
         res
+    }
+
+    /// The runtime's plugin configuration: throttlewatch's configuration
+    /// file, a launched plugin's log file, the watch mode (returned).
+    fn take_plugin_config(&self, text: &str) -> WatchMode {
+        let c = match NriConfig::parse(text) {
+            Ok(c) => c,
+            Err(e) => {
+                say(&format!("{e}; watching {:?} containers", self.cli_watch));
+                NriConfig::default()
+            }
+        };
+        if let Some(path) = c.config {
+            self.load_settings(path);
+        }
+        if diag::to_file() {
+            let log = c
+                .log
+                .unwrap_or_else(|| self.settings().cfg.log_dir.join(diag::LOG_FILE));
+            if let Err(e) = diag::log_to(&log) {
+                say(&format!("cannot write this plugin's lines to {e}"));
+            }
+        }
+        c.watch.unwrap_or(self.cli_watch)
     }
 
     /// throttlewatch's configuration from `path` (named by the runtime's
@@ -479,7 +485,8 @@ fn unimplemented(service: &str, method: &str) -> Status {
 
 mod end;
 pub mod held;
-mod sync;
+pub mod listed;
+pub(crate) mod sync;
 mod update;
 
 #[cfg(test)]
