@@ -210,4 +210,20 @@ mod tests {
             .to_string();
         assert!(e.contains("log \"nri.log\" is not an absolute path"), "{e}");
     }
+
+    /// The conf file packaging/ installs for a launched plugin is accepted
+    /// and names the node's configuration.
+    #[test]
+    fn the_packaged_conf_file_parses() {
+        let text = include_str!("../../packaging/nri/90-throttlewatch.conf");
+        let c = NriConfig::parse(text).unwrap();
+        assert_eq!(
+            c.config.as_deref(),
+            Some(std::path::Path::new(
+                throttlewatch_core::config::DEFAULT_PATH
+            ))
+        );
+        assert_eq!(c.watch, Some(WatchMode::Annotated));
+        assert_eq!(c.log, None, "the log follows the configuration's log_dir");
+    }
 }
