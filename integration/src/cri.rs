@@ -22,6 +22,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use crate::containerd::{build_busybox_image, build_busybox_image_as, procs_matching, IMAGE_NAME};
 use crate::Scratch;
 
+pub mod kubelet_spec;
 mod pods;
 mod release;
 pub use pods::{Pod, CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL};
