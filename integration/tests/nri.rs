@@ -562,8 +562,14 @@ fn plugin_launched_by_containerd() {
     eprintln!("launched plugin's own lines:\n{own}");
     let lines: Vec<&str> = own.lines().collect();
     assert!(
-        lines[0].starts_with("throttlewatch-nri: registered as 10-throttlewatch"),
+        lines[0].starts_with("throttlewatch-nri: launched by the runtime as 10-throttlewatch"),
         "its first line, said before Configure named the file: {own}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("registered as 10-throttlewatch")),
+        "{own}"
     );
     assert!(
         lines

@@ -98,15 +98,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Some(log) = &args.log {
-        if let Err(e) = diag::log_to(log) {
-            say(&format!("--log: {e}"));
-            return ExitCode::from(2);
-        }
-    } else if std::env::var_os(session::SOCKET_ENV).is_some() {
-        // Launched by the runtime: stderr is /dev/null; the lines wait for
-        // the file the node's configuration names (at Configure).
-        diag::hold();
+    if let Err(code) = where_lines_go(&args) {
+        return code;
     }
     let file_name = std::path::Path::new(&argv0)
         .file_name()
@@ -141,7 +134,7 @@ fn main() -> ExitCode {
     };
     let plugin = Arc::new(Plugin::new(cfg, args.config.clone(), watch));
     match session::inherited_socket() {
-        Ok(Some(stream)) => match session::run_session(stream, &plugin, &id) {
+        Ok(Some(stream)) => match launched(stream, &plugin, &id) {
             Ok(()) => {
                 say("the runtime closed the connection; exiting (it launches the plugin again)");
                 ExitCode::SUCCESS
@@ -160,6 +153,35 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--log FILE`: the lines go there too. Launched by the runtime (its
+/// stderr is /dev/null): they wait for the file the node's configuration
+/// names at `Configure`.
+fn where_lines_go(args: &Args) -> Result<(), ExitCode> {
+    if let Some(log) = &args.log {
+        if let Err(e) = diag::log_to(log) {
+            say(&format!("--log: {e}"));
+            return Err(ExitCode::from(2));
+        }
+    } else if std::env::var_os(session::SOCKET_ENV).is_some() {
+        diag::hold();
+    }
+    Ok(())
+}
+
+/// A plugin the runtime launched: said first (held until `Configure`
+/// names the log file), then the session on the handed-over connection.
+fn launched(
+    stream: std::os::unix::net::UnixStream,
+    plugin: &Arc<Plugin>,
+    id: &Identity,
+) -> Result<(), session::SessionError> {
+    say(&format!(
+        "launched by the runtime as {}-{}; registering on the connection it handed over",
+        id.idx, id.name
+    ));
+    session::run_session(stream, plugin, id)
 }
 
 #[cfg(test)]
