@@ -22,6 +22,8 @@ cargo build --quiet --workspace --bins
 if [[ ${TW_BENCH_DEBUG:-0} != 1 ]]; then
   cargo build --quiet --release -p throttlewatch -p throttlewatch-nri -p containerd-shim-throttlewatch-v2 \
     -p throttlewatch-hook -p throttlewatch-runtime --bins
+  # Absolute: the tests run in integration/.
+  case $T in /*) ;; *) T=$PWD/$T ;; esac
   export TW_TEST_BIN_DIR=$T/release
 fi
 TW_NRI_BENCH_ROUNDS=$ROUNDS cargo test --quiet -p throttlewatch-integration --test nri \
