@@ -1,7 +1,7 @@
 //! The plugin's answers to the runtime: what each NRI event does with a
 //! container, through `throttlewatch-lifecycle` as the other front ends do.
 //!
-//! - `Configure`: the runtime, its timeouts, the plugin configuration; the
+//! - `Configure` (`configure.rs`): the runtime, its timeouts, the plugin configuration; the
 //!   answer subscribes to the container events below.
 //! - `Synchronize` (`sync.rs`): containers this plugin registered that
 //!   the runtime no longer runs are ended; the running ones get their
@@ -47,9 +47,9 @@ use ttrpc::{Code, Status};
 
 use crate::api;
 use crate::container::{burst_for, spec_of};
-use crate::diag::{self, say};
+use crate::diag::say;
 use crate::locked::lock;
-use crate::options::{NriConfig, WatchMode};
+use crate::options::WatchMode;
 use crate::registered::Registered;
 use crate::rpc::Answer;
 use crate::NAME;
@@ -287,80 +287,6 @@ impl Plugin {
         }
     }
 
-    fn configure(&self, req: api::ConfigureRequest) -> api::ConfigureResponse {
-        let timeout = u64::try_from(req.request_timeout)
-            .ok()
-            .filter(|ms| *ms > 0)
-            .map(Duration::from_millis)
-            .unwrap_or(DEFAULT_REQUEST_TIMEOUT);
-        *lock(&self.runtime) = RuntimeInfo {
-            name: req.runtime_name.clone(),
-            request_timeout: timeout,
-        };
-        let watch = self.take_plugin_config(&req.config);
-        *lock(&self.watch) = watch;
-        // A new connection: its Synchronize lists the containers anew.
-        lock(&self.listed).clear();
-        say(&format!(
-            "configured by {}/{} (NRI {}), request timeout {timeout:?}, watching {} containers",
-            req.runtime_name,
-            req.runtime_version,
-            req.NRI_version,
-            match watch {
-                WatchMode::All => "all",
-                WatchMode::Annotated => "annotated",
-            }
-        ));
-        let mut res = api::ConfigureResponse::new();
-        res.events = event_mask(&EVENTS);
-        res
-    }
-
-    /// The runtime's plugin configuration: throttlewatch's configuration
-    /// file, a launched plugin's log file, the watch mode (returned).
-    fn take_plugin_config(&self, text: &str) -> WatchMode {
-        let c = match NriConfig::parse(text) {
-            Ok(c) => c,
-            Err(e) => {
-                say(&format!("{e}; watching {:?} containers", self.cli_watch));
-                NriConfig::default()
-            }
-        };
-        if let Some(path) = c.config {
-            self.load_settings(path);
-        }
-        if diag::to_file() {
-            let log = c
-                .log
-                .unwrap_or_else(|| self.settings().cfg.log_dir.join(diag::LOG_FILE));
-            if let Err(e) = diag::log_to(&log) {
-                say(&format!("cannot write this plugin's lines to {e}"));
-            }
-        }
-        c.watch.unwrap_or(self.cli_watch)
-    }
-
-    /// throttlewatch's configuration from `path` (named by the runtime's
-    /// plugin configuration); one that cannot be used leaves the current one.
-    fn load_settings(&self, path: PathBuf) {
-        if self.settings().path.as_deref() == Some(path.as_path()) {
-            return;
-        }
-        match throttlewatch_core::config_check::load_cached(Some(&path)) {
-            Ok(cfg) => {
-                say(&format!(
-                    "throttlewatch configuration from {}",
-                    path.display()
-                ));
-                *lock(&self.settings) = Arc::new(LoadedConfig {
-                    cfg,
-                    path: Some(path),
-                });
-            }
-            Err(bad) => say(&format!("{bad}; keeping the configuration in use")),
-        }
-    }
-
     /// Whether the plugin watches this container: not our shim's, and
     /// annotated (pod or container) unless every container is watched.
     pub fn wanted(&self, pod: &api::PodSandbox, c: &api::Container) -> bool {
@@ -483,6 +409,7 @@ fn unimplemented(service: &str, method: &str) -> Status {
     )
 }
 
+mod configure;
 mod end;
 pub mod held;
 pub mod listed;
