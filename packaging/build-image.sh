@@ -4,7 +4,7 @@
 # tar that is both an OCI image layout (index.json: `ctr images import`,
 # `podman load`) and a docker archive (manifest.json: `docker load`).
 #
-#   packaging/build-image.sh [--bin-dir DIR] [--out FILE] [--name NAME:TAG] [--allow-dynamic]
+#   packaging/build-image.sh [--bin-dir DIR] [--out FILE] [--name NAME:TAG] [--allow-dynamic [--with-host-libs]]
 #
 # One layer: the four binaries in /usr/local/bin and busybox-static in /bin
 # (the DaemonSet's installer steps are shell scripts: sh, cp, mv, mkdir, rm).
@@ -13,7 +13,10 @@
 # with RUSTFLAGS="-C target-feature=+crt-static" --target <host triple>, the
 # hook and the wrapper by scripts/build-front-ends.sh (musl).
 # --allow-dynamic accepts dynamically linked binaries (the tests use debug
-# builds; such an image imports, but its binaries do not run).
+# builds; such an image imports, but its binaries do not run); with
+# --with-host-libs the shared libraries they load on this machine (ldd) go
+# into the image at the same paths, so they run there (the DaemonSet test
+# runs the image's own pods from debug builds; not for shipping).
 # Deterministic: fixed mtimes, owners and order, so the same binaries give
 # the same image digest.
 set -euo pipefail
@@ -24,6 +27,7 @@ NAME="throttlewatch-node:${VERSION}"
 BIN_DIR=""
 OUT=""
 ALLOW_DYNAMIC=0
+HOST_LIBS=0
 BUSYBOX=${BUSYBOX:-/bin/busybox}
 BINS=(throttlewatch throttlewatch-hook throttlewatch-runtime containerd-shim-throttlewatch-v2 throttlewatch-nri)
 
@@ -34,7 +38,8 @@ while (($#)); do
     --out) OUT=${2:?--out needs a file}; shift 2 ;;
     --name) NAME=${2:?--name needs NAME:TAG}; shift 2 ;;
     --allow-dynamic) ALLOW_DYNAMIC=1; shift ;;
-    *) die "unknown argument ${1@Q}; accepted: --bin-dir DIR, --out FILE, --name NAME:TAG, --allow-dynamic" ;;
+    --with-host-libs) HOST_LIBS=1; shift ;;
+    *) die "unknown argument ${1@Q}; accepted: --bin-dir DIR, --out FILE, --name NAME:TAG, --allow-dynamic, --with-host-libs" ;;
   esac
 done
 [[ $NAME == *:* && $NAME != *:*:* && $NAME != *[[:space:]]* ]] || die "--name ${NAME@Q}: accepted: NAME:TAG (e.g. throttlewatch-node:${VERSION})"
@@ -67,6 +72,15 @@ mkdir -p "$ROOTFS/bin" "$ROOTFS/usr/local/bin" "$ROOTFS/etc" "$ROOTFS/tmp" "$IMG
 install -m 0755 "$BUSYBOX" "$ROOTFS/bin/busybox"
 for a in sh cp mv mkdir rm rmdir cat ls test sleep chmod install echo tr grep; do ln -s busybox "$ROOTFS/bin/$a"; done
 for b in "${BINS[@]}"; do install -m 0755 "$BIN_DIR/$b" "$ROOTFS/usr/local/bin/$b"; done
+if ((HOST_LIBS)); then
+  ((ALLOW_DYNAMIC)) || die "--with-host-libs: only with --allow-dynamic"
+  # Each library ldd resolves (and the loader) at its own path, links followed.
+  for lib in $(for b in "${BINS[@]}"; do ldd "$BIN_DIR/$b" 2>/dev/null; done |
+      grep -o '/[^ ]*' | sort -u); do
+    mkdir -p "$ROOTFS$(dirname "$lib")"
+    cp -L "$lib" "$ROOTFS$lib"
+  done
+fi
 printf 'root:x:0:0:root:/:/bin/sh\n' >"$ROOTFS/etc/passwd"
 printf 'root:x:0:\n' >"$ROOTFS/etc/group"
 chmod 1777 "$ROOTFS/tmp"

@@ -10,6 +10,7 @@
 
 mod names;
 mod node;
+pub mod kubelet_spec;
 mod pods;
 mod release;
 pub use names::{ALLOWLISTS, CRI_TABLE, ETC_CONTAINERD, NAMESPACE, PAUSE_IMAGE};

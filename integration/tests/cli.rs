@@ -462,7 +462,8 @@ fn every_binary_answers_help_like_the_component_it_stands_in_for() {
 /// The quickstart's demo on this machine as it is (the suite runs other
 /// binaries at the same time): the limit it picks is below what the threads
 /// got, the kernel throttles them, the log agrees with `cpu.stat`, and it
-/// prints the `run` command it amounts to. No cgroup of its own is left.
+/// prints the `run` command it amounts to, and nothing of the workload's
+/// own (its `{"pid":…,"tids":[…]}` line). No cgroup of its own is left.
 #[test]
 fn demo_throttles_whatever_else_runs_and_prints_its_command() {
     let _l = cpu_lock();
@@ -478,6 +479,11 @@ fn demo_throttles_whatever_else_runs_and_prints_its_command() {
     ]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains("\"tids\"") && !err.contains("\"tids\""),
+        "the workload's tids line among the demo's output:\n{out}\n{err}"
+    );
     let said: Vec<&str> = err.lines().take(2).collect();
     assert!(said[0].starts_with("demo: 4 busy threads got "), "{err}");
     let (got, cpus) = {

@@ -237,7 +237,9 @@ fn nri_overlay_deploys_the_plugin_beside_the_agent() {
             "--socket",
             "/var/run/nri/nri.sock",
             "--config",
-            "/etc/throttlewatch/throttlewatch.toml"
+            "/etc/throttlewatch/throttlewatch.toml",
+            "--idx",
+            "90"
         ]
     );
     assert_eq!(

@@ -482,8 +482,11 @@ fn pids_of(exe: &Path) -> Vec<u32> {
 /// The plugin as the runtime launches it: installed in containerd's NRI
 /// plugin directory as `10-throttlewatch`, throttlewatch's configuration
 /// named in `conf.d/10-throttlewatch.conf` (a launched plugin gets no
-/// arguments and none of containerd's environment). containerd starts it
-/// with the connection open (`NRI_PLUGIN_SOCKET`); it exits with containerd.
+/// arguments and none of containerd's environment: NRI hands it that
+/// file's text in `Configure`). containerd starts it with the connection
+/// open (`NRI_PLUGIN_SOCKET`) and its stderr on /dev/null: its own lines
+/// go to `throttlewatch-nri.log` in that configuration's `log_dir`, from
+/// its first; it exits with containerd.
 #[test]
 fn plugin_launched_by_containerd() {
     let _cpu = cpu_lock();
@@ -554,4 +557,31 @@ fn plugin_launched_by_containerd() {
     assert_eq!(logs_in(&tw.log_dir), vec![path], "logs");
     assert_eq!(leftovers(&tw), Vec::<PathBuf>::new(), "state left behind");
     assert_eq!(tw.hook_log(), "", "the plugin reported problems");
+    let own = std::fs::read_to_string(tw.log_dir.join("throttlewatch-nri.log"))
+        .expect("the launched plugin's own log in the node's log_dir");
+    eprintln!("launched plugin's own lines:\n{own}");
+    let lines: Vec<&str> = own.lines().collect();
+    assert!(
+        lines[0].starts_with("throttlewatch-nri: launched by the runtime as 10-throttlewatch"),
+        "its first line, said before Configure named the file: {own}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("registered as 10-throttlewatch")),
+        "{own}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("configured by containerd/")),
+        "{own}"
+    );
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .contains("the runtime closed the connection"),
+        "its last line, at containerd's stop: {own}"
+    );
 }

@@ -13,7 +13,7 @@ use throttlewatch_lifecycle::held_burst::HeldBurst;
 use throttlewatch_lifecycle::{qos, StateDir};
 
 use crate::api;
-use crate::plugin::say;
+use crate::diag::say;
 
 /// The burst record and the exclusive cores of a container that ended.
 pub(crate) fn release(cfg: &Config, key: &ContainerKey) {

@@ -15,7 +15,10 @@
 //! - [`container`]: a container's spec, burst and clean-up in lifecycle's terms;
 //! - [`registered`]: the containers this plugin registered, for the
 //!   `Synchronize` that finds them gone;
-//! - [`options`]: the plugin's identity and watch mode.
+//! - [`options`]: the plugin's identity and watch mode;
+//! - [`diag`]: the plugin's own diagnostic lines (stderr, or a file for a
+//!   plugin the runtime launched);
+//! - [`locked`]: a mutex taken whatever a panicked holder left.
 
 /// The NRI API (`nri.pkg.api.v1alpha1`), generated.
 #[allow(
@@ -37,6 +40,8 @@ pub mod api {
 }
 
 pub mod container;
+pub mod diag;
+pub mod locked;
 pub mod mux;
 pub mod options;
 pub mod plugin;

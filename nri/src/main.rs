@@ -4,24 +4,30 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use throttlewatch_nri::diag::{self, say};
 use throttlewatch_nri::options::{Identity, WatchMode};
-use throttlewatch_nri::plugin::{say, Plugin};
+use throttlewatch_nri::plugin::Plugin;
 use throttlewatch_nri::session;
 
 const HELP: &str = "\
 throttlewatch-nri: throttlewatch as an NRI plugin (containerd 2.x, CRI-O)
 
 USAGE:
-    throttlewatch-nri [--socket PATH] [--config PATH] [--name NAME] [--idx NN] [--watch-all]
+    throttlewatch-nri [--socket PATH] [--config PATH] [--log PATH] [--name NAME] [--idx NN] [--watch-all]
 
 As a daemon it dials the runtime's NRI socket (default /var/run/nri/nri.sock)
 and dials again when the runtime restarts. Installed in the runtime's NRI
 plugin directory as NN-NAME (e.g. 10-throttlewatch) it is launched by the
-runtime, which hands it the connection (NRI_PLUGIN_SOCKET).
+runtime, which hands it the connection (NRI_PLUGIN_SOCKET) and the text of
+its conf file (<plugin_config_path>/NN-NAME.conf): config = \"PATH\" names
+throttlewatch's configuration, log = \"PATH\" the file for this plugin's lines
+(default: throttlewatch-nri.log in the configuration's log_dir; a launched
+plugin's stderr is /dev/null), watch = \"all\" or \"annotated\".
 
 OPTIONS:
     --socket PATH   the runtime's NRI socket (daemon)
     --config PATH   throttlewatch's configuration (default: as the other front ends find it)
+    --log PATH      append this plugin's lines to PATH too (they always go to stderr)
     --name NAME     plugin name (default: NRI_PLUGIN_NAME, the file name, or throttlewatch)
     --idx NN        plugin index, two digits (default: NRI_PLUGIN_IDX, the file name, or 10)
     --watch-all     watch every container, not only those with a throttlewatch.io/ annotation
@@ -32,6 +38,7 @@ OPTIONS:
 struct Args {
     socket: Option<PathBuf>,
     config: Option<PathBuf>,
+    log: Option<PathBuf>,
     name: Option<String>,
     idx: Option<String>,
     watch_all: bool,
@@ -43,7 +50,7 @@ enum ArgError {
     #[error("{flag}: expected a value after it")]
     MissingValue { flag: String },
     #[error(
-        "argument {0:?}: expected one of --socket, --config, --name, --idx, --watch-all, --help"
+        "argument {0:?}: expected one of --socket, --config, --log, --name, --idx, --watch-all, --help"
     )]
     Unknown(String),
 }
@@ -67,6 +74,7 @@ fn parse(mut it: impl Iterator<Item = String>) -> Result<Option<Args>, ArgError>
             "--help" | "-h" => return Ok(None),
             "--socket" => a.socket = Some(value(&flag)?.into()),
             "--config" => a.config = Some(value(&flag)?.into()),
+            "--log" => a.log = Some(value(&flag)?.into()),
             "--name" => a.name = Some(value(&flag)?),
             "--idx" => a.idx = Some(value(&flag)?),
             "--watch-all" => a.watch_all = true,
@@ -90,6 +98,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(code) = where_lines_go(&args) {
+        return code;
+    }
     let file_name = std::path::Path::new(&argv0)
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
@@ -123,7 +134,7 @@ fn main() -> ExitCode {
     };
     let plugin = Arc::new(Plugin::new(cfg, args.config.clone(), watch));
     match session::inherited_socket() {
-        Ok(Some(stream)) => match session::run_session(stream, &plugin, &id) {
+        Ok(Some(stream)) => match launched(stream, &plugin, &id) {
             Ok(()) => {
                 say("the runtime closed the connection; exiting (it launches the plugin again)");
                 ExitCode::SUCCESS
@@ -144,6 +155,35 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--log FILE`: the lines go there too. Launched by the runtime (its
+/// stderr is /dev/null): they wait for the file the node's configuration
+/// names at `Configure`.
+fn where_lines_go(args: &Args) -> Result<(), ExitCode> {
+    if let Some(log) = &args.log {
+        if let Err(e) = diag::log_to(log) {
+            say(&format!("--log: {e}"));
+            return Err(ExitCode::from(2));
+        }
+    } else if std::env::var_os(session::SOCKET_ENV).is_some() {
+        diag::hold();
+    }
+    Ok(())
+}
+
+/// A plugin the runtime launched: said first (held until `Configure`
+/// names the log file), then the session on the handed-over connection.
+fn launched(
+    stream: std::os::unix::net::UnixStream,
+    plugin: &Arc<Plugin>,
+    id: &Identity,
+) -> Result<(), session::SessionError> {
+    say(&format!(
+        "launched by the runtime as {}-{}; registering on the connection it handed over",
+        id.idx, id.name
+    ));
+    session::run_session(stream, plugin, id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +198,8 @@ mod tests {
             "--socket",
             "/s",
             "--config=/c",
+            "--log",
+            "/l",
             "--watch-all",
             "--idx",
             "05",
@@ -166,6 +208,7 @@ mod tests {
         .unwrap();
         assert_eq!(a.socket, Some("/s".into()));
         assert_eq!(a.config, Some("/c".into()));
+        assert_eq!(a.log, Some("/l".into()));
         assert_eq!(a.idx.as_deref(), Some("05"));
         assert!(a.watch_all);
         assert!(p(&["--help"]).unwrap().is_none());

@@ -6,9 +6,14 @@
 //! defaults. The watch mode comes from `--watch-all`, and the runtime's
 //! plugin configuration (`conf.d/<idx>-<name>.conf`, or the configuration
 //! a daemon is given by the runtime) may set it too: `watch = "all"` or
-//! `watch = "annotated"`, and `config = "/path/throttlewatch.toml"` names
+//! `watch = "annotated"`, `config = "/path/throttlewatch.toml"` names
 //! throttlewatch's configuration for a plugin the runtime launches (it gets
-//! no arguments and none of the runtime's environment).
+//! no arguments and none of the runtime's environment), and `log =
+//! "/path/file.log"` where such a plugin writes its own lines. NRI reads
+//! that file (`<plugin_config_path>/<idx>-<name>.conf`, else `<name>.conf`)
+//! only for a plugin it launches, and hands its text over in `Configure`
+//! (`pkg/adaptation/plugin.go`, `getPluginConfig`); an external plugin gets
+//! an empty text and takes its settings from its arguments.
 
 use serde::Deserialize;
 
@@ -104,11 +109,15 @@ pub struct NriConfig {
     /// throttlewatch's configuration file: for a plugin the runtime
     /// launches, which gets neither arguments nor the runtime's environment.
     pub config: Option<std::path::PathBuf>,
+    /// The file a launched plugin writes its own lines to (its stderr is
+    /// `/dev/null`); default: `throttlewatch-nri.log` in the `log_dir` of
+    /// throttlewatch's configuration.
+    pub log: Option<std::path::PathBuf>,
 }
 
 /// A plugin configuration from the runtime that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the runtime's plugin configuration {text:?}: {reason}; accepted: empty, or the keys watch (\"annotated\" or \"all\") and config (a path)")]
+#[error("the runtime's plugin configuration {text:?}: {reason}; accepted: empty, or the keys watch (\"annotated\" or \"all\"), config and log (absolute paths)")]
 pub struct NriConfigError {
     pub text: String,
     pub reason: String,
@@ -119,10 +128,17 @@ impl NriConfig {
         if text.trim().is_empty() {
             return Ok(NriConfig::default());
         }
-        toml::from_str(text).map_err(|e| NriConfigError {
+        let bad = |reason: String| NriConfigError {
             text: text.chars().take(200).collect(),
-            reason: e.message().to_string(),
-        })
+            reason,
+        };
+        let c: NriConfig = toml::from_str(text).map_err(|e| bad(e.message().to_string()))?;
+        for (key, p) in [("config", &c.config), ("log", &c.log)] {
+            if let Some(p) = p.as_ref().filter(|p| !p.is_absolute()) {
+                return Err(bad(format!("{key} {p:?} is not an absolute path")));
+            }
+        }
+        Ok(c)
     }
 }
 
@@ -180,12 +196,34 @@ mod tests {
         );
         assert!(
             e.ends_with(
-                "accepted: empty, or the keys watch (\"annotated\" or \"all\") and config (a path)"
+                "accepted: empty, or the keys watch (\"annotated\" or \"all\"), config and log (absolute paths)"
             ),
             "{e}"
         );
         let c = NriConfig::parse("config = \"/etc/tw.toml\"").unwrap();
         assert_eq!(c.config, Some("/etc/tw.toml".into()));
         assert!(NriConfig::parse("other = 1").is_err());
+        let c = NriConfig::parse("log = \"/var/log/tw/nri.log\"").unwrap();
+        assert_eq!(c.log, Some("/var/log/tw/nri.log".into()));
+        let e = NriConfig::parse("log = \"nri.log\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log \"nri.log\" is not an absolute path"), "{e}");
+    }
+
+    /// The conf file packaging/ installs for a launched plugin is accepted
+    /// and names the node's configuration.
+    #[test]
+    fn the_packaged_conf_file_parses() {
+        let text = include_str!("../../packaging/nri/90-throttlewatch.conf");
+        let c = NriConfig::parse(text).unwrap();
+        assert_eq!(
+            c.config.as_deref(),
+            Some(std::path::Path::new(
+                throttlewatch_core::config::DEFAULT_PATH
+            ))
+        );
+        assert_eq!(c.watch, Some(WatchMode::Annotated));
+        assert_eq!(c.log, None, "the log follows the configuration's log_dir");
     }
 }

@@ -21,9 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api;
+use crate::diag::say;
 use crate::mux::{Mux, MuxError, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::options::Identity;
-use crate::plugin::{say, Plugin, RUNTIME_SERVICE};
+use crate::plugin::{Plugin, RUNTIME_SERVICE};
 use crate::rpc::{self, Client, Handler, RpcError};
 use crate::NRI_VERSION;
 
@@ -34,6 +35,8 @@ pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
 pub const REDIAL_INTERVAL: Duration = Duration::from_millis(500);
 /// NRI's environment variable for an inherited connection.
 pub const SOCKET_ENV: &str = "NRI_PLUGIN_SOCKET";
+/// How long a daemon waits for the agent before it registers anyway.
+pub const AGENT_WAIT: Duration = Duration::from_secs(30);
 
 /// Why a connection to the runtime ended or never began.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +134,7 @@ fn serve_and_register(mux: &Mux, plugin: &Arc<Plugin>, id: &Identity) -> Result<
 pub fn run_daemon(socket: &Path, plugin: &Arc<Plugin>, id: &Identity) -> ! {
     let mut last: Option<String> = None;
     loop {
+        wait_for_agent(plugin, AGENT_WAIT);
         match UnixStream::connect(socket) {
             Ok(s) => {
                 say(&format!("connected to {}", socket.display()));
@@ -149,6 +153,41 @@ pub fn run_daemon(socket: &Path, plugin: &Arc<Plugin>, id: &Identity) -> ! {
             }
         }
         std::thread::sleep(REDIAL_INTERVAL);
+    }
+}
+
+/// A daemon whose configuration expects an agent that runs elsewhere
+/// (`start_agent = false`: the DaemonSet's other container, the agent's
+/// unit) registers only once that agent answers (at most `limit`): a
+/// container that starts before then is left to the runtime, and the
+/// `Synchronize` of the registration that follows registers it, where a
+/// container started while the plugin was registered and the agent not yet
+/// up would go unwatched for good. Said once.
+pub fn wait_for_agent(plugin: &Plugin, limit: Duration) {
+    let cfg = &plugin.settings().cfg;
+    if cfg.start_agent {
+        return;
+    }
+    let agent = throttlewatch_lifecycle::AgentClient::of(cfg);
+    let status = throttlewatch_core::protocol::Request::Status;
+    let t0 = std::time::Instant::now();
+    let mut said = false;
+    while agent.call(&status).is_err() {
+        if t0.elapsed() >= limit {
+            say(&format!(
+                "no agent answers on {} after {limit:?}; registering anyway (QoS without logs until it does)",
+                agent.socket().display()
+            ));
+            return;
+        }
+        if !said {
+            say(&format!(
+                "waiting for the agent on {} before registering (containers started meanwhile are registered at the Synchronize)",
+                agent.socket().display()
+            ));
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

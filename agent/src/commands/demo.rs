@@ -189,7 +189,9 @@ pub fn demo(cfg: &Config, a: &DemoArgs) -> Result<i32, CliError> {
             ms,
         ],
     };
-    let (code, end) = run::run_to_end(cfg, &r)?;
+    // The workload's `{"pid":…,"tids":[…]}` line is for scripts that run
+    // `burn` themselves, not part of the demo's output.
+    let (code, end) = run::run_to_end(cfg, &r, std::process::Stdio::null)?;
     if code != 0 {
         return Ok(code);
     }

@@ -257,14 +257,17 @@ fn parent_cgroup(h: &Hierarchies, a: &RunArgs) -> Result<String, CliError> {
 }
 
 pub fn run(cfg: &Config, a: &RunArgs) -> Result<i32, CliError> {
-    run_to_end(cfg, a).map(|(code, _)| code)
+    run_to_end(cfg, a, std::process::Stdio::inherit).map(|(code, _)| code)
 }
 
 /// `run`, returning the command's exit status and the log's `end` record
-/// (none when the command never ran).
+/// (none when the command never ran). The command's stdout is `stdout()`
+/// (`demo` keeps its workload's machine-readable line out of its own
+/// output).
 pub(crate) fn run_to_end(
     cfg: &Config,
     a: &RunArgs,
+    stdout: fn() -> std::process::Stdio,
 ) -> Result<(i32, Option<throttlewatch_core::logfmt::End>), CliError> {
     // Before the probe loads (slow on a busy or emulated machine): a signal
     // from then on still removes the cgroup and writes the `end` record.
@@ -312,12 +315,7 @@ pub(crate) fn run_to_end(
         cg.remove();
         return Ok((128 + sig, None));
     }
-    let child = match spawn_in(
-        &cg.group,
-        &prog,
-        &a.cmd[1..],
-        std::process::Stdio::inherit(),
-    ) {
+    let child = match spawn_in(&cg.group, &prog, &a.cmd[1..], stdout()) {
         Ok(c) => c,
         Err(e) => {
             engine.finish(id, EndReason::SpawnFailed, None);

@@ -130,6 +130,38 @@ impl CriNode {
         Ok(r.container_id)
     }
 
+    /// CreateContainer in `pod` with a whole `config` (a pod spec kubelet
+    /// would run: `kubelet_spec`).
+    pub fn create_with(&self, pod: &Pod, config: api::ContainerConfig) -> Result<String, String> {
+        let req = api::CreateContainerRequest {
+            pod_sandbox_id: pod.id.clone(),
+            config: Some(config),
+            sandbox_config: Some(pod.config.clone()),
+        };
+        let r = self.call("CreateContainer", self.runtime().create_container(req))?;
+        self.ids.lock().unwrap().push(r.container_id.clone());
+        Ok(r.container_id)
+    }
+
+    /// StopContainer with kubelet's grace period (`timeout` s: SIGTERM,
+    /// then SIGKILL after it).
+    pub fn stop_container(&self, id: &str, timeout: i64) -> Result<(), String> {
+        let req = api::StopContainerRequest {
+            container_id: id.into(),
+            timeout,
+        };
+        self.call("StopContainer", self.runtime().stop_container(req))
+            .map(drop)
+    }
+
+    pub fn remove_container(&self, id: &str) -> Result<(), String> {
+        let req = api::RemoveContainerRequest {
+            container_id: id.into(),
+        };
+        self.call("RemoveContainer", self.runtime().remove_container(req))
+            .map(drop)
+    }
+
     pub fn start_container(&self, id: &str) -> Result<(), String> {
         let req = api::StartContainerRequest {
             container_id: id.into(),

@@ -14,9 +14,11 @@ use throttlewatch_core::{ContainerKey, EndReason};
 use throttlewatch_lifecycle::create_marks::CreateMarks;
 use throttlewatch_lifecycle::{AgentClient, AgentError, Unregistered};
 
-use super::{lock, say, Plugin};
+use super::Plugin;
 use crate::api;
 use crate::container::release;
+use crate::diag::say;
+use crate::locked::lock;
 use crate::registered::Registered;
 
 /// What an end did with the log.

@@ -1,7 +1,7 @@
 //! The plugin's answers to the runtime: what each NRI event does with a
 //! container, through `throttlewatch-lifecycle` as the other front ends do.
 //!
-//! - `Configure`: the runtime, its timeouts, the plugin configuration; the
+//! - `Configure` (`configure.rs`): the runtime, its timeouts, the plugin configuration; the
 //!   answer subscribes to the container events below.
 //! - `Synchronize` (`sync.rs`): containers this plugin registered that
 //!   the runtime no longer runs are ended; the running ones get their
@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use protobuf::{Message, MessageField};
@@ -47,12 +47,14 @@ use ttrpc::{Code, Status};
 
 use crate::api;
 use crate::container::{burst_for, spec_of};
-use crate::options::{NriConfig, WatchMode};
+use crate::diag::say;
+use crate::locked::lock;
+use crate::options::WatchMode;
 use crate::registered::Registered;
 use crate::rpc::Answer;
 use crate::NAME;
 use held::Holds;
-use sync::Listed;
+use listed::Listed;
 
 /// The plugin service's name on the wire.
 pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
@@ -86,17 +88,8 @@ pub fn event_mask(events: &[api::Event]) -> i32 {
         .fold(0, |m, b| m | b)
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// One line on stderr, never a terminal escape or a forged second line.
 /// Set to 1: each event's answer time is said (the latency test reads it).
 pub const TIMINGS_ENV: &str = "THROTTLEWATCH_NRI_TIMINGS";
-
-pub fn say(msg: &str) {
-    eprintln!("{NAME}: {}", throttlewatch_core::printable::printable(msg));
-}
 
 /// What `Configure` told about the runtime.
 #[derive(Debug, Clone)]
@@ -294,67 +287,6 @@ impl Plugin {
         }
     }
 
-    fn configure(&self, req: api::ConfigureRequest) -> api::ConfigureResponse {
-        let timeout = u64::try_from(req.request_timeout)
-            .ok()
-            .filter(|ms| *ms > 0)
-            .map(Duration::from_millis)
-            .unwrap_or(DEFAULT_REQUEST_TIMEOUT);
-        *lock(&self.runtime) = RuntimeInfo {
-            name: req.runtime_name.clone(),
-            request_timeout: timeout,
-        };
-        let watch = match NriConfig::parse(&req.config) {
-            Ok(c) => {
-                if let Some(path) = c.config {
-                    self.load_settings(path);
-                }
-                c.watch.unwrap_or(self.cli_watch)
-            }
-            Err(e) => {
-                say(&format!("{e}; watching {:?} containers", self.cli_watch));
-                self.cli_watch
-            }
-        };
-        *lock(&self.watch) = watch;
-        // A new connection: its Synchronize lists the containers anew.
-        lock(&self.listed).clear();
-        say(&format!(
-            "configured by {}/{} (NRI {}), request timeout {timeout:?}, watching {} containers",
-            req.runtime_name,
-            req.runtime_version,
-            req.NRI_version,
-            match watch {
-                WatchMode::All => "all",
-                WatchMode::Annotated => "annotated",
-            }
-        ));
-        let mut res = api::ConfigureResponse::new();
-        res.events = event_mask(&EVENTS);
-        res
-    }
-
-    /// throttlewatch's configuration from `path` (named by the runtime's
-    /// plugin configuration); one that cannot be used leaves the current one.
-    fn load_settings(&self, path: PathBuf) {
-        if self.settings().path.as_deref() == Some(path.as_path()) {
-            return;
-        }
-        match throttlewatch_core::config_check::load_cached(Some(&path)) {
-            Ok(cfg) => {
-                say(&format!(
-                    "throttlewatch configuration from {}",
-                    path.display()
-                ));
-                *lock(&self.settings) = Arc::new(LoadedConfig {
-                    cfg,
-                    path: Some(path),
-                });
-            }
-            Err(bad) => say(&format!("{bad}; keeping the configuration in use")),
-        }
-    }
-
     /// Whether the plugin watches this container: not our shim's, and
     /// annotated (pod or container) unless every container is watched.
     pub fn wanted(&self, pod: &api::PodSandbox, c: &api::Container) -> bool {
@@ -477,9 +409,11 @@ fn unimplemented(service: &str, method: &str) -> Status {
     )
 }
 
+mod configure;
 mod end;
 pub mod held;
-mod sync;
+pub mod listed;
+pub(crate) mod sync;
 mod update;
 
 #[cfg(test)]

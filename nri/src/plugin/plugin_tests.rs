@@ -391,3 +391,29 @@ fn a_started_container_is_noted_until_it_stops() {
     let _: api::StopContainerResponse = call(&p, "StopContainer", &q);
     assert!(!reg.contains(&p.key("noted")));
 }
+
+/// A Synchronize counts every running container in its summary, not only
+/// those the plugin asks for (the trial's "1 of 1 running containers
+/// watched" with two running: the unannotated one was left out of "of").
+#[test]
+fn synchronize_counts_every_running_container() {
+    let d = tempfile::tempdir().unwrap();
+    let p = plugin(d.path(), WatchMode::Annotated, CgroupMode::V1);
+    let running = api::ContainerState::CONTAINER_RUNNING;
+    let annotated = container("annotated", &[("throttlewatch.io/watch", "true")], None);
+    let plain = container("plain", &[], None);
+    let stopped = container("stopped", &[("throttlewatch.io/watch", "true")], None);
+    let (all, wanted) = p.running_of(
+        vec![],
+        vec![
+            in_state(annotated, running),
+            in_state(plain, running),
+            in_state(stopped, api::ContainerState::CONTAINER_STOPPED),
+        ],
+    );
+    assert_eq!(all, 2, "both running containers count");
+    let ids: Vec<&str> = wanted.iter().map(|(_, c)| c.id.as_str()).collect();
+    assert_eq!(ids, ["annotated"]);
+    assert!(sync::summary(all, wanted.len(), 1)
+        .starts_with("Synchronize: 1 of 2 running containers watched (1 not asked for"));
+}

@@ -19,43 +19,12 @@ use std::sync::Arc;
 use throttlewatch_core::{ContainerKey, EndReason, StateDir};
 
 use super::end::Ended;
-use super::{lock, say, Plugin};
+use super::listed::{gone, Listed};
+use super::Plugin;
 use crate::api;
+use crate::diag::say;
+use crate::locked::lock;
 use crate::registered::Registered;
-
-/// How a `Synchronize` lists a container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listed {
-    /// Created, running, paused or unknown: not ended here.
-    Present,
-    /// Stopped, with its exit code.
-    Stopped(i32),
-}
-
-impl Listed {
-    fn of(c: &api::Container) -> Listed {
-        match c.state.enum_value_or_default() {
-            api::ContainerState::CONTAINER_STOPPED => Listed::Stopped(c.exit_code),
-            _ => Listed::Present,
-        }
-    }
-}
-
-/// The registrations a whole `Synchronize` no longer lists running, and
-/// the exit code of those it lists stopped: what ends them.
-pub fn gone(
-    registered: Vec<ContainerKey>,
-    listed: &HashMap<ContainerKey, Listed>,
-) -> Vec<(ContainerKey, Option<i32>)> {
-    registered
-        .into_iter()
-        .filter_map(|k| match listed.get(&k) {
-            None => Some((k, None)),
-            Some(Listed::Stopped(code)) => Some((k, Some(*code))),
-            Some(Listed::Present) => None,
-        })
-        .collect()
-}
 
 impl Plugin {
     pub(super) fn synchronize(
@@ -69,25 +38,40 @@ impl Plugin {
         // Read now, before the answer: a container started after it has
         // its registration and is not in this list.
         let gone = if req.more { vec![] } else { self.gone_now() };
-        let pods: HashMap<String, api::PodSandbox> =
-            req.pods.into_iter().map(|p| (p.id.clone(), p)).collect();
-        let running: Vec<(api::PodSandbox, api::Container)> = req
-            .containers
-            .into_iter()
-            .filter(|c| c.state.enum_value_or_default() == api::ContainerState::CONTAINER_RUNNING)
-            .map(|c| (pods.get(&c.pod_sandbox_id).cloned().unwrap_or_default(), c))
-            .filter(|(p, c)| self.wanted(p, c))
-            .collect();
+        let (all_running, wanted) = self.running_of(req.pods, req.containers);
         let me = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("nri-sync".into())
-            .spawn(move || me.synchronized(gone, running));
+            .spawn(move || me.synchronized(gone, all_running, wanted));
         if let Err(e) = spawned {
             say(&format!(
                 "cannot end or register the synchronized containers: {e}"
             ));
         }
         res
+    }
+
+    /// The running containers of a `Synchronize` (piece): how many in all
+    /// (watched or not: the summary's "of N" is what the runtime runs),
+    /// and those this plugin asks for, each with its pod.
+    pub(super) fn running_of(
+        &self,
+        pods: Vec<api::PodSandbox>,
+        containers: Vec<api::Container>,
+    ) -> (usize, Vec<(api::PodSandbox, api::Container)>) {
+        let pods: HashMap<String, api::PodSandbox> =
+            pods.into_iter().map(|p| (p.id.clone(), p)).collect();
+        let running: Vec<(api::PodSandbox, api::Container)> = containers
+            .into_iter()
+            .filter(|c| c.state.enum_value_or_default() == api::ContainerState::CONTAINER_RUNNING)
+            .map(|c| (pods.get(&c.pod_sandbox_id).cloned().unwrap_or_default(), c))
+            .collect();
+        let all = running.len();
+        let wanted = running
+            .into_iter()
+            .filter(|(p, c)| self.wanted(p, c))
+            .collect();
+        (all, wanted)
     }
 
     /// The registrations the pieces of this connection did not list
@@ -110,6 +94,7 @@ impl Plugin {
     fn synchronized(
         &self,
         gone: Vec<(ContainerKey, Option<i32>)>,
+        all_running: usize,
         running: Vec<(api::PodSandbox, api::Container)>,
     ) {
         self.restore_all_held();
@@ -124,17 +109,14 @@ impl Plugin {
                 gone.len()
             ));
         }
-        if running.is_empty() {
+        if all_running == 0 {
             return;
         }
         let watched = running
             .iter()
             .filter(|(p, c)| self.register_running(p, c))
             .count();
-        say(&format!(
-            "Synchronize: {watched} of {} running containers watched",
-            running.len()
-        ));
+        say(&summary(all_running, running.len(), watched));
     }
 
     /// A container running before this plugin connected: its QoS again
@@ -156,31 +138,44 @@ impl Plugin {
     }
 }
 
+/// What a `Synchronize` did with the running containers it listed:
+/// `running` in all, `asked` of them this plugin watches (annotated, or
+/// every one with `watch = "all"`), `watched` of those now watched.
+pub fn summary(running: usize, asked: usize, watched: usize) -> String {
+    let mut s = format!("Synchronize: {watched} of {running} running containers watched");
+    let mut why = Vec::new();
+    if running > asked {
+        why.push(format!(
+            "{} not asked for (no throttlewatch.io/ annotation, a pod of throttlewatch's own runtime handler, or a sandbox)",
+            running - asked
+        ));
+    }
+    if asked > watched {
+        why.push(format!(
+            "{} asked for but not watched (said above)",
+            asked - watched
+        ));
+    }
+    if !why.is_empty() {
+        s.push_str(&format!(" ({})", why.join("; ")));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn gone_is_what_a_whole_sync_does_not_list_running() {
-        let k = |id: &str| ContainerKey::new(id, None);
-        let listed: HashMap<ContainerKey, Listed> = [
-            (k("running"), Listed::Present),
-            (k("stopped"), Listed::Stopped(137)),
-            (k("other-front-end"), Listed::Stopped(0)),
-        ]
-        .into_iter()
-        .collect();
-        let registered = vec![k("removed"), k("running"), k("stopped")];
+    fn summary_counts_every_running_container() {
         assert_eq!(
-            gone(registered, &listed),
-            vec![(k("removed"), None), (k("stopped"), Some(137))],
-            "only this plugin's registrations, and not the running one"
+            summary(2, 1, 1),
+            "Synchronize: 1 of 2 running containers watched (1 not asked for (no throttlewatch.io/ annotation, a pod of throttlewatch's own runtime handler, or a sandbox))"
         );
-        // The same id in another scope is another container.
-        let scoped = ContainerKey::new(
-            "running",
-            Some(throttlewatch_core::Scope::of_namespace("x")),
+        assert_eq!(
+            summary(3, 3, 3),
+            "Synchronize: 3 of 3 running containers watched"
         );
-        assert_eq!(gone(vec![scoped.clone()], &listed), vec![(scoped, None)]);
+        assert!(summary(3, 2, 1).ends_with("; 1 asked for but not watched (said above))"));
     }
 }

@@ -14,9 +14,11 @@ use throttlewatch_cgroup::proc::cpu_cgroup_of_pid;
 use throttlewatch_cgroup::CgroupMode;
 use throttlewatch_lifecycle::held_burst::{self, HeldBurst};
 
-use super::{lock, say, Plugin, V2_BURST_FILE};
+use super::{Plugin, V2_BURST_FILE};
 use crate::api;
 use crate::container::{burst_request, restore, spec_of};
+use crate::diag::say;
+use crate::locked::lock;
 
 impl Plugin {
     pub(super) fn update_response(

@@ -1,9 +1,9 @@
 #!/bin/sh
 # The cleanup DaemonSet's step, in the node image, with the host's root at
 # $HOST_ROOT: `throttlewatch uninstall containerd` (containerd's files back
-# as they were, containerd restarted), then what node-install.sh copied is
-# removed, unless pods still run through our shim (their deletion needs the
-# binary): then the binaries stay and it says so.
+# as they were, containerd restarted), then what node-install.sh copied and
+# the state directory are removed, unless pods still run through our shim
+# (their deletion needs the binary): then the binaries stay and it says so.
 set -eu
 HOST_ROOT=${HOST_ROOT:-/host}
 BIN_DIR=${BIN_DIR:-/usr/local/bin}
@@ -26,4 +26,8 @@ for b in throttlewatch throttlewatch-hook throttlewatch-runtime containerd-shim-
 done
 rm -f "$HOST_ROOT/etc/throttlewatch/throttlewatch.toml"
 rmdir "$HOST_ROOT/etc/throttlewatch" 2>/dev/null || true
+# The state the agent, the hook and the NRI plugin kept (registrations, burst
+# records, the agent's resume state): run after the DaemonSet is deleted, no
+# agent uses it any more.
+rm -rf "$HOST_ROOT${STATE_DIR:-/run/throttlewatch}"
 echo "node-uninstall: done (logs kept in /var/log/throttlewatch)"
