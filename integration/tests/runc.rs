@@ -74,7 +74,10 @@ fn assert_lifecycle(log: &[Value], cgroup_throttled_ns: u64, what: &str) -> Valu
         err(probe, cgroup_throttled_ns) <= 0.02,
         "{what}: probe {probe} vs cpu.stat {cgroup_throttled_ns}"
     );
-    assert_eq!(end["reason"], "delete", "{what}: end written at delete");
+    assert_eq!(
+        end["reason"], "exit",
+        "{what}: end written at the exit, before delete"
+    );
     start
 }
 
@@ -397,7 +400,8 @@ fn garbage_on_the_hook_stdin() {
     }
 }
 
-/// A short container's log: `start` first, `end` (written at delete) last.
+/// A short container's log: `start` first, `end` (written at its exit,
+/// before the delete) last.
 fn assert_start_to_end(cfg: &PrivateConfig, b: &Bundle) {
     let log = read_log(&cfg.log_of(&b.id));
     assert_eq!(
@@ -413,7 +417,7 @@ fn assert_start_to_end(cfg: &PrivateConfig, b: &Bundle) {
         "{}: {log:?}",
         b.id
     );
-    assert_eq!(of_type(&log, "end")[0]["reason"], "delete");
+    assert_eq!(of_type(&log, "end")[0]["reason"], "exit");
 }
 
 #[test]

@@ -292,6 +292,7 @@ impl Helper<'_> {
                 pid,
                 spec: &spec,
                 created_ns: Some(self.created_ns),
+                exit_reported: false,
             };
             on_prepared(
                 self.cfg,
