@@ -416,3 +416,60 @@ impl Drop for Crio {
         unmount_below(&self.dir.0);
     }
 }
+
+/// `throttlewatch-nri` as an external plugin on CRI-O's `nri_listen`, its
+/// output in a file; stopped (SIGTERM, by its PID) on drop.
+pub struct NriPlugin {
+    child: Option<Child>,
+    pub output: PathBuf,
+}
+
+impl NriPlugin {
+    /// Started with throttlewatch's configuration `tw_config`; returns once
+    /// CRI-O's log says the plugin is synchronized.
+    pub fn start(crio: &Crio, tw_config: &Path) -> NriPlugin {
+        let output = crio.dir.0.join(format!("nri-{}.out", crate::unique()));
+        let f = std::fs::File::create(&output).unwrap();
+        let child = Command::new(crate::bin("throttlewatch-nri"))
+            .arg("--socket")
+            .arg(&crio.nri_socket)
+            .arg("--config")
+            .arg(tw_config)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .unwrap();
+        let p = NriPlugin {
+            child: Some(child),
+            output,
+        };
+        let t0 = Instant::now();
+        let synced = |log: &str| {
+            log.lines()
+                .any(|l| l.contains("throttlewatch") && l.contains("synchronized"))
+        };
+        while !synced(&crio.log()) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the NRI plugin was not synchronized within 30 s; plugin:\n{}\nCRI-O:\n{}",
+                p.output_text(),
+                tail(&crio.log(), 30)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p
+    }
+
+    pub fn output_text(&self) -> String {
+        std::fs::read_to_string(&self.output).unwrap_or_default()
+    }
+}
+
+impl Drop for NriPlugin {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            stop_child(&mut c, Duration::from_secs(5));
+        }
+    }
+}
