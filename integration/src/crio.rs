@@ -311,6 +311,20 @@ impl Crio {
         quota_us: Option<i64>,
         annotations: &[(&str, &str)],
     ) -> String {
+        let id = self.create_container(pod, name, script, quota_us, annotations);
+        self.crictl_ok(&["start", &id]);
+        id
+    }
+
+    /// [`Crio::run_container`] without the start.
+    pub fn create_container(
+        &self,
+        pod: &Pod,
+        name: &str,
+        script: &str,
+        quota_us: Option<i64>,
+        annotations: &[(&str, &str)],
+    ) -> String {
         let mut resources = json!({});
         if let Some(q) = quota_us {
             resources = json!({"cpu_period": 100_000, "cpu_quota": q});
@@ -320,6 +334,12 @@ impl Crio {
             "image": {"image": IMAGE},
             "command": ["sh", "-c", script],
             "annotations": to_map(annotations),
+            // As kubelet labels its containers: CRI-O's log names them so.
+            "labels": {
+                "io.kubernetes.pod.namespace": "tw",
+                "io.kubernetes.pod.name": pod.id,
+                "io.kubernetes.container.name": name,
+            },
             "log_path": format!("{name}.log"),
             "linux": {
                 "resources": resources,
@@ -332,14 +352,12 @@ impl Crio {
             .join("pods")
             .join(format!("{}-{name}.json", pod.id));
         std::fs::write(&path, config.to_string()).unwrap();
-        let id = self.crictl_ok(&[
+        self.crictl_ok(&[
             "create",
             &pod.id,
             path.to_str().unwrap(),
             pod.config.to_str().unwrap(),
-        ]);
-        self.crictl_ok(&["start", &id]);
-        id
+        ])
     }
 
     /// The container's state as `crictl inspect` gives it (`CONTAINER_RUNNING`, …).

@@ -19,10 +19,18 @@ pub mod shim;
 pub mod trees;
 
 /// A binary of this workspace, built by `cargo build --workspace` (the test
-/// command does that first); next to the test executable's `deps/` folder.
+/// command does that first); next to the test executable's `deps/` folder,
+/// or in `$TW_BIN_DIR` when set (the benchmarks' release builds).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let dir = match std::env::var_os("TW_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => exe
+            .parent()
+            .and_then(|d| d.parent())
+            .expect("target dir")
+            .to_path_buf(),
+    };
     let p = dir.join(name);
     assert!(
         p.exists(),
