@@ -3,12 +3,13 @@
 # machine: the BPF toolchain (and a release build unless --no-build).
 #   scripts/setup.sh            build dependencies + release build
 #   scripts/setup.sh --test     packages only, including what the test suite drives
-#                               (runc, containerd, dockerd, busybox, perf, QEMU, protoc)
+#                               (runc, conmon and skopeo for CRI-O, containerd, dockerd,
+#                               busybox, perf, QEMU, protoc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BUILD_PKGS=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc)
-TEST_PKGS=(runc busybox-static containerd docker.io podman linux-perf qemu-system-x86 cpio iproute2 containernetworking-plugins procps protobuf-compiler prometheus chromium)
+TEST_PKGS=(runc conmon skopeo busybox-static containerd docker.io podman linux-perf qemu-system-x86 cpio iproute2 containernetworking-plugins procps protobuf-compiler prometheus chromium)
 
 want=("${BUILD_PKGS[@]}")
 [[ "${1:-}" == "--test" ]] && want+=("${TEST_PKGS[@]}")

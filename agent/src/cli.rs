@@ -79,6 +79,26 @@ pub struct InstallArgs {
     /// reload docker; chrooted into --etc-root when it is not /).
     #[arg(long, default_value = "none")]
     pub restart: String,
+    #[command(flatten)]
+    pub hooks: HookPathArgs,
+}
+
+/// podman and crio: where the hook files go.
+#[derive(Debug, Clone, Args)]
+pub struct HookPathArgs {
+    /// The hooks directory to use (podman: its --hooks-dir; crio: one of its
+    /// hooks_dir); default: podman's /etc/containers/oci/hooks.d, CRI-O's
+    /// configured hooks_dir (the first that exists).
+    #[arg(long, value_name = "DIR")]
+    pub hooks_dir: Option<PathBuf>,
+    /// crio: the configuration file CRI-O runs with, as `crio --config` names
+    /// it (default /etc/crio/crio.conf).
+    #[arg(long, value_name = "FILE")]
+    pub crio_config: Option<PathBuf>,
+    /// crio: its drop-in directory, as `crio --config-dir` names it (default
+    /// /etc/crio/crio.conf.d); its *.conf files are read in lexical order.
+    #[arg(long, value_name = "DIR")]
+    pub crio_config_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -94,6 +114,8 @@ pub struct UninstallArgs {
     /// Make the engine load the change: none, signal or systemd (as for install).
     #[arg(long, default_value = "none")]
     pub restart: String,
+    #[command(flatten)]
+    pub hooks: HookPathArgs,
 }
 
 #[derive(Debug, Clone, Args)]

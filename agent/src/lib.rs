@@ -25,6 +25,7 @@ pub use commands::run::run;
 pub use commands::topology::topology;
 pub use commands::watch::watch;
 pub use daemon::{detach as detach_daemon, run as run_daemon};
+pub use install::crio_conf::HookPaths;
 pub use install::restart::Restart;
 pub use install::{install, uninstall, Options as InstallOptions};
 

@@ -66,11 +66,12 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
         },
         Command::Topology(a) => throttlewatch::topology(&cfg, a),
         Command::Install(a) => {
-            let o = install_options(cli, &cfg, a.dry_run, &a.etc_root, &a.bin_dir, &a.restart)?;
+            let mut o = install_options(cli, &cfg, a.dry_run, &a.etc_root, &a.bin_dir, &a.restart)?;
+            o.hook_paths = hook_paths(&a.hooks)?;
             throttlewatch::install(&a.engine, &o)
         }
         Command::Uninstall(a) => {
-            let o = install_options(
+            let mut o = install_options(
                 cli,
                 &cfg,
                 a.dry_run,
@@ -78,12 +79,28 @@ fn dispatch(cli: &Cli) -> Result<i32, CliError> {
                 Path::new("/"),
                 &a.restart,
             )?;
+            o.hook_paths = hook_paths(&a.hooks)?;
             throttlewatch::uninstall(&a.engine, &o)
         }
         Command::Config(ConfigCommand::Check { file }) => {
             throttlewatch::config_check(file.as_deref().or(cli.config.as_deref()))
         }
     }
+}
+
+/// `--hooks-dir`, `--crio-config`, `--crio-config-dir`, made absolute.
+fn hook_paths(a: &throttlewatch::cli::HookPathArgs) -> Result<throttlewatch::HookPaths, CliError> {
+    let abs = |p: &Option<std::path::PathBuf>, flag: &str| {
+        p.as_deref()
+            .map(std::path::absolute)
+            .transpose()
+            .map_err(|e| CliError::usage(format!("{flag}: {e}")))
+    };
+    Ok(throttlewatch::HookPaths {
+        hooks_dir: abs(&a.hooks_dir, "--hooks-dir")?,
+        crio_config: abs(&a.crio_config, "--crio-config")?,
+        crio_config_dir: abs(&a.crio_config_dir, "--crio-config-dir")?,
+    })
 }
 
 fn install_options(

@@ -56,6 +56,13 @@ pub struct Register {
     /// as the cgroup is in the kernel's watch map and writes the log after.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub wait_for_log: bool,
+    /// The front end tells the agent of the container's exit itself, with
+    /// its exit code (NRI's `StopContainer`, the shim's `delete` with the status it
+    /// waited for). When
+    /// false (the OCI hook, the runtime wrapper) the agent ends the log
+    /// when the container's init has exited and its cgroup is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exit_reported: bool,
 }
 
 impl Register {

@@ -57,6 +57,7 @@ fn on_create(
         pid,
         spec: &spec,
         created_ns: args.created_ns,
+        exit_reported: false,
     };
     created::on_created(cfg, args.config.as_deref(), rep, c, t)
 }

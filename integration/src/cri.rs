@@ -14,6 +14,6 @@ pub mod kubelet_spec;
 mod pods;
 mod release;
 pub use names::{ALLOWLISTS, CRI_TABLE, ETC_CONTAINERD, NAMESPACE, PAUSE_IMAGE};
-pub use node::{bridge_cni, CriNode};
+pub use node::{bridge_cni, remove_cgroup_tree, CriNode};
 pub use pods::{Pod, CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL};
 pub use release::ContainerdRelease;

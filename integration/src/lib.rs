@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 pub mod bundle;
 pub mod containerd;
 pub mod cri;
+pub mod crio;
 pub mod daemons;
 pub mod fixtures;
 pub mod kubelet;

@@ -45,7 +45,7 @@ fn a_recreated_id_keeps_each_lifetimes_log_whole() {
     let mut starts = Vec::new();
     for p in &logs {
         let log = assert_whole_log(p);
-        assert_eq!(of_type(&log, "end")[0]["reason"], "delete");
+        assert_eq!(of_type(&log, "end")[0]["reason"], "exit");
         starts.push(log[0]["ts"].as_u64().unwrap());
     }
     assert!(
@@ -72,6 +72,51 @@ fn a_recreated_id_keeps_each_lifetimes_log_whole() {
     assert!(err.contains("3 lifetimes of this container"), "{err}");
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v.to_string().contains(&b.id), "the latest reported: {v}");
+    assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
+}
+
+/// A container that exits after ~2 s and is deleted ~4 s later, through the
+/// runtime wrapper over runc: its log ends at the exit (reason `exit`,
+/// `duration_ns` about 2 s, not 6 s); the later `delete` finds it ended, no
+/// second `end`, and the log is whole.
+#[test]
+fn the_wrapper_ends_the_log_at_the_exit_not_at_delete() {
+    let cfg = PrivateConfig::new("");
+    let _agent = Agent::start(&cfg);
+    let rt = OciCli::throttlewatch(&cfg);
+    let id = format!("tw-exit-{}-{}", std::process::id(), unique());
+    let b = Bundle::new(&id, &ContainerOpts::sh("sleep 2; exit 3"));
+    let t0 = Instant::now();
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "run -d: {}", text(&o));
+    rt.wait_stopped(&b.id, Duration::from_secs(30));
+    let ran = t0.elapsed();
+    // The log is ended while the container, exited, is not deleted yet.
+    wait_until(
+        "the end record, before any delete",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(cfg.log_of(&b.id)).is_ok_and(|t| t.contains("\"type\":\"end\"")),
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(rt.delete(&b.id).status.success(), "delete");
+    let log = assert_whole_log(&cfg.log_of(&b.id));
+    let ends = of_type(&log, "end");
+    assert_eq!(ends.len(), 1, "one end: {log:?}");
+    let end = ends[0];
+    assert_eq!(end["reason"], "exit", "{end}");
+    assert!(
+        end["exit_code"].is_null() || end["exit_code"] == 3,
+        "the exit code, where the zombie was read before its reap: {end}"
+    );
+    let dur = Duration::from_nanos(end["duration_ns"].as_u64().unwrap());
+    eprintln!(
+        "ran {ran:?}, log duration {dur:?}, exit_code {}",
+        end["exit_code"]
+    );
+    assert!(
+        dur >= Duration::from_millis(1800) && dur <= ran + Duration::from_millis(500),
+        "duration {dur:?}: the exit (~2 s, the run took {ran:?}), not the delete 4 s later"
+    );
     assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
 }
 

@@ -6,8 +6,8 @@
 //! runs no hook and gets no log; `uninstall podman` removes exactly our files.
 //! Podman runs on private storage with `--hooks-dir` pointing at the tree the
 //! installer wrote (`--etc-root`), so the host's hooks.d is never touched.
-//! CRI-O (no package here) gets the same files in the hooks_dir its own
-//! configuration names; their content is checked.
+//! CRI-O gets the same files in the hooks_dir its own configuration names;
+//! their content is checked here, and a real CRI-O runs them in crio.rs.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -186,7 +186,7 @@ fn podman_run_with_hook_files_logs_bursts_and_agrees_with_the_kernel() {
     assert_eq!(files(&hooks), before, "uninstall removes exactly our files");
 }
 
-/// CRI-O (no package here): the same files, in the hooks_dir CRI-O's own
+/// CRI-O: the same files, in the hooks_dir CRI-O's own
 /// configuration names (a drop-in here), else CRI-O's default; uninstall
 /// removes exactly them.
 #[test]

@@ -74,7 +74,10 @@ fn assert_lifecycle(log: &[Value], cgroup_throttled_ns: u64, what: &str) -> Valu
         err(probe, cgroup_throttled_ns) <= 0.02,
         "{what}: probe {probe} vs cpu.stat {cgroup_throttled_ns}"
     );
-    assert_eq!(end["reason"], "delete", "{what}: end written at delete");
+    assert_eq!(
+        end["reason"], "exit",
+        "{what}: end written at the exit, before delete"
+    );
     start
 }
 
@@ -397,8 +400,9 @@ fn garbage_on_the_hook_stdin() {
     }
 }
 
-/// A short container's log: `start` first, `end` (written at delete) last.
-fn assert_start_to_end(cfg: &PrivateConfig, b: &Bundle) {
+/// A container's log: `start` first, `end` last, with `reason`: `exit` for
+/// one that exited before its delete, `delete` for one `delete -f` stopped.
+fn assert_start_to_end(cfg: &PrivateConfig, b: &Bundle, reason: &str) {
     let log = read_log(&cfg.log_of(&b.id));
     assert_eq!(
         log.first().map(|r| r["type"].clone()),
@@ -413,7 +417,7 @@ fn assert_start_to_end(cfg: &PrivateConfig, b: &Bundle) {
         "{}: {log:?}",
         b.id
     );
-    assert_eq!(of_type(&log, "end")[0]["reason"], "delete");
+    assert_eq!(of_type(&log, "end")[0]["reason"], reason);
 }
 
 #[test]
@@ -445,13 +449,13 @@ fn hook_starts_the_agent_when_none_answers() {
     rt.wait_stopped(&b.id, Duration::from_secs(30));
     let o = rt.delete(&b.id);
     assert!(o.status.success(), "delete: {}", text(&o));
-    assert_start_to_end(&cfg, &b);
+    assert_start_to_end(&cfg, &b, "exit");
     // A second container uses the running agent: still one.
     let b2 = Bundle::new(&id("autostart2"), &ContainerOpts::default());
     assert!(rt.run_detached(&b2).status.success());
     assert_eq!(agents.settle(Duration::from_secs(10)), pids);
     assert!(rt.run(&["delete", "-f", &b2.id]).status.success());
-    assert_start_to_end(&cfg, &b2);
+    assert_start_to_end(&cfg, &b2, "delete");
 }
 
 #[test]
@@ -485,7 +489,7 @@ fn concurrent_creates_start_only_one_agent() {
     );
     for x in [&a, &b] {
         assert!(rt.run(&["delete", "-f", &x.id]).status.success());
-        assert_start_to_end(&cfg, x);
+        assert_start_to_end(&cfg, x, "delete");
     }
 }
 

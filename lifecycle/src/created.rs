@@ -32,6 +32,9 @@ pub struct Created<'a> {
     pub spec: &'a BundleSpec,
     /// When the runtime was asked to create it (the front end's own clock).
     pub created_ns: Option<u64>,
+    /// The front end reports the exit, with its code, itself
+    /// ([`throttlewatch_core::protocol::Register::exit_reported`]).
+    pub exit_reported: bool,
 }
 
 /// What can be done before the cgroup exists: the request parsed from the
@@ -247,6 +250,7 @@ fn registration(c: &Created, rel: String, q: QosOutcome) -> Register {
         threshold_ns: q.threshold_ns,
         qos: Some(q.summary),
         wait_for_log: false,
+        exit_reported: c.exit_reported,
     }
 }
 

@@ -145,6 +145,7 @@ impl Helper<'_> {
             pid,
             spec,
             created_ns: Some(self.created_ns),
+            exit_reported: false,
         };
         on_prepared(
             self.cfg,

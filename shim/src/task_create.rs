@@ -108,6 +108,7 @@ impl TaskService {
             pid,
             spec,
             created_ns: Some(created_ns),
+            exit_reported: true,
         };
         // Fail-open: the register is sent, not awaited; `start` waits for
         // the watch (lifecycle::pending). Fail-closed waits here.

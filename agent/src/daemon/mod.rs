@@ -26,6 +26,7 @@ pub(crate) mod advice;
 mod dirs;
 pub(crate) mod exported_advice;
 mod in_flight;
+mod exits;
 pub(crate) mod logdir;
 mod metric_labels;
 pub(crate) mod metrics;
@@ -133,6 +134,8 @@ struct Agent {
     deferred_due: Option<Instant>,
     /// Reads throttled containers' logs for their advice (advice.rs).
     advisor: advice::Advisor,
+    /// Hook and wrapper containers' inits, to end their logs at exit.
+    exits: exits::ExitWatch,
 }
 
 pub fn run(cfg: &Config) -> Result<i32, CliError> {
@@ -178,6 +181,7 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         controls: crate::control::Controls::new(&cfg.control, &cfg.state_dir),
         deferred: Vec::new(),
         deferred_due: None,
+        exits: exits::ExitWatch::new(),
     };
     agent.restore();
     let server = Server::new(bind(&cfg.socket)?)
@@ -201,11 +205,20 @@ impl Agent {
         let mut last_snap = Instant::now();
         let snap_every = Duration::from_secs(self.cfg.snapshot_interval_s.max(1));
         let mut next_poll = Instant::now() + self.cfg.poll_interval();
+        server.also_wait_for(self.exits.fd());
         loop {
             // The kernel's events are drained every poll interval (requests
             // do not add drains); deferred registers complete when due.
             let wake = self.deferred_due.map_or(next_poll, |d| d.min(next_poll));
-            for (req, answer) in server.wait(wake.saturating_duration_since(Instant::now())) {
+            let jobs = server.wait(wake.saturating_duration_since(Instant::now()));
+            // Exits first: a delete that came after one finds it ended.
+            if server.take_extra_ready() {
+                self.exits.collect();
+            }
+            if self.exits.take_news() {
+                self.end_exited();
+            }
+            for (req, answer) in jobs {
                 match req {
                     Request::Register(r) => self.register_answering(r, answer),
                     req => {
@@ -260,6 +273,7 @@ impl Agent {
                     self.sweep_logs();
                     self.advise();
                 }
+                self.end_exited();
                 self.reap_gone();
                 self.persist_all();
                 if let Ok(m) = self.metrics.lock() {
@@ -338,8 +352,20 @@ impl Agent {
         }
     }
 
+    /// Containers whose init exited and whose cgroup is empty: ended (exits.rs).
+    fn end_exited(&mut self) {
+        if !self.exits.lingering() {
+            return;
+        }
+        let engine = &self.engine;
+        for e in self.exits.ended(|id| engine.session(id).map(|s| &s.cgroup)) {
+            self.end(e.id, e.reason, e.exit_code);
+        }
+    }
+
     /// End a session: `end` written, state and metrics forgotten. Returns its log.
     fn end(&mut self, id: u64, reason: EndReason, exit_code: Option<i32>) -> Option<PathBuf> {
+        self.exits.disarm(id);
         let rec = self
             .controls
             .release(id, crate::control::Release::ContainerEnd);

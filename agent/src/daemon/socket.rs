@@ -6,7 +6,7 @@
 //! thread and no hand-over between threads on the create path.
 
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
@@ -96,6 +96,10 @@ pub(crate) struct Server {
     active: Arc<AtomicUsize>,
     reading: Vec<PartialRequest>,
     fds: Vec<libc::pollfd>,
+    /// One more descriptor the wait also wakes for (the exit watch's epoll,
+    /// exits.rs), and whether it was readable at the last wait.
+    extra: Option<RawFd>,
+    extra_ready: bool,
 }
 
 impl Server {
@@ -106,7 +110,20 @@ impl Server {
             active: Arc::new(AtomicUsize::new(0)),
             reading: Vec::new(),
             fds: Vec::new(),
+            extra: None,
+            extra_ready: false,
         })
+    }
+
+    /// Also wake [`Server::wait`] when `fd` is readable.
+    pub(crate) fn also_wait_for(&mut self, fd: Option<RawFd>) {
+        self.extra = fd;
+    }
+
+    /// Whether the descriptor of [`Server::also_wait_for`] was readable at
+    /// the last wait (once: reset by this call).
+    pub(crate) fn take_extra_ready(&mut self) -> bool {
+        std::mem::take(&mut self.extra_ready)
     }
 
     /// Wait up to `timeout` for the socket; returns the requests completed
@@ -135,8 +152,12 @@ impl Server {
         self.fds.push(pollfd(self.l.as_raw_fd()));
         self.fds
             .extend(self.reading.iter().map(|r| pollfd(r.conn.as_raw_fd())));
+        self.fds.extend(self.extra.map(pollfd));
         // SAFETY: poll on a valid array of pollfd.
         let n = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
+        if self.extra.is_some() {
+            self.extra_ready |= self.fds.pop().is_some_and(|p| p.revents != 0);
+        }
         let mut jobs = vec![];
         if n <= 0 {
             let e = std::io::Error::last_os_error();

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::crio_conf::{crio_hooks_dir, HookPaths};
 use super::files::read_optional;
 use super::{under_root, Edit, InstallPlan};
 use crate::CliError;
@@ -26,12 +27,6 @@ pub(crate) const HOOK_BINARY: &str = "throttlewatch-hook";
 /// Where Podman (as root) reads hook files with the highest precedence
 /// (after /usr/share/containers/oci/hooks.d, which a same-named file here masks).
 pub(crate) const PODMAN_HOOKS_DIR: &str = "/etc/containers/oci/hooks.d";
-/// CRI-O's compiled-in `hooks_dir` (containers/common `hooks.DefaultDir`),
-/// used when its configuration sets none.
-pub(crate) const CRIO_DEFAULT_HOOKS_DIR: &str = "/usr/share/containers/oci/hooks.d";
-/// CRI-O's configuration file and drop-in directory.
-pub(crate) const CRIO_CONF: &str = "/etc/crio/crio.conf";
-pub(crate) const CRIO_CONF_D: &str = "/etc/crio/crio.conf.d";
 /// The annotation match of `when`: any key under our prefix, any value.
 pub(crate) const WHEN_KEY: &str = r"^throttlewatch\.io/";
 pub(crate) const WHEN_VALUE: &str = ".*";
@@ -121,63 +116,18 @@ fn is_ours(text: &str) -> bool {
         .is_some_and(|p| Path::new(&p).file_name().is_some_and(|n| n == HOOK_BINARY))
 }
 
-/// The hooks directory `engine` reads (as the engine sees it).
-pub(crate) fn hooks_dir(engine: HookEngine, root: &Path) -> Result<PathBuf, CliError> {
-    match engine {
-        HookEngine::Podman => Ok(PathBuf::from(PODMAN_HOOKS_DIR)),
-        HookEngine::Crio => crio_hooks_dir(root),
+/// The hooks directory `engine` reads (as the engine sees it), and a note
+/// to say before writing there.
+pub(crate) fn hooks_dir(
+    engine: HookEngine,
+    root: &Path,
+    paths: &HookPaths,
+) -> Result<(PathBuf, Option<String>), CliError> {
+    match (engine, &paths.hooks_dir) {
+        (HookEngine::Podman, Some(d)) => Ok((d.clone(), None)),
+        (HookEngine::Podman, None) => Ok((PathBuf::from(PODMAN_HOOKS_DIR), None)),
+        (HookEngine::Crio, _) => crio_hooks_dir(root, paths),
     }
-}
-
-/// The first `crio.runtime.hooks_dir` of CRI-O's configuration (crio.conf,
-/// then crio.conf.d/*.conf sorted, later files winning), else CRI-O's default.
-fn crio_hooks_dir(root: &Path) -> Result<PathBuf, CliError> {
-    let mut files = vec![under_root(root, Path::new(CRIO_CONF))];
-    let d = under_root(root, Path::new(CRIO_CONF_D));
-    let mut dropins: Vec<PathBuf> = std::fs::read_dir(&d)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "conf"))
-        .collect();
-    dropins.sort();
-    files.extend(dropins);
-    let mut dir = None;
-    for f in files {
-        let Some(text) = read_optional(&f)? else {
-            continue;
-        };
-        let doc: toml::Table = toml::from_str(&text).map_err(|e| {
-            CliError::usage(format!(
-                "{}: not TOML ({}); accepted: a CRI-O configuration file",
-                f.display(),
-                e.message()
-            ))
-        })?;
-        let Some(v) = doc
-            .get("crio")
-            .and_then(|c| c.get("runtime"))
-            .and_then(|r| r.get("hooks_dir"))
-        else {
-            continue;
-        };
-        let first = v
-            .as_array()
-            .and_then(|a| a.first())
-            .and_then(|x| x.as_str());
-        match (v.as_array().map(Vec::len), first) {
-            (Some(0), _) => dir = None,
-            (_, Some(p)) if p.starts_with('/') => dir = Some(PathBuf::from(p)),
-            _ => {
-                return Err(CliError::usage(format!(
-                    "{}: crio.runtime.hooks_dir = {v} is not accepted; accepted: an array of absolute paths",
-                    f.display()
-                )))
-            }
-        }
-    }
-    Ok(dir.unwrap_or_else(|| PathBuf::from(CRIO_DEFAULT_HOOKS_DIR)))
 }
 
 fn then(engine: HookEngine, dir: &Path) -> String {
@@ -189,8 +139,9 @@ fn then(engine: HookEngine, dir: &Path) -> String {
             dir.display()
         ),
         HookEngine::Crio => format!(
-            "CRI-O runs hooks from {} (its hooks_dir) for containers whose spec carries a \
-             throttlewatch.io/ annotation; restart crio if it does not pick the files up",
+            "CRI-O loads the files in {} (its hooks_dir) by itself, no restart needed, and runs \
+             the hook for containers whose pod or container has a throttlewatch.io/ annotation \
+             (e.g. throttlewatch.io/watch=true); the pod sandbox gets no hook",
             dir.display()
         ),
     }
@@ -201,8 +152,9 @@ pub(crate) fn install_plan(
     engine: HookEngine,
     root: &Path,
     s: &HookSettings,
+    paths: &HookPaths,
 ) -> Result<InstallPlan, CliError> {
-    let dir = hooks_dir(engine, root)?;
+    let (dir, note) = hooks_dir(engine, root, paths)?;
     let host_dir = under_root(root, &dir);
     let mut plan = InstallPlan {
         then: then(engine, &dir),
@@ -212,6 +164,7 @@ pub(crate) fn install_plan(
         ),
         ..InstallPlan::default()
     };
+    plan.notes.extend(note);
     let hook = under_root(root, &s.bin_dir.join(HOOK_BINARY));
     if !hook.exists() {
         plan.notes.push(format!(
@@ -248,8 +201,12 @@ pub(crate) fn install_plan(
 
 /// What `throttlewatch uninstall podman|crio` does under `root`: our two
 /// files removed, nothing else.
-pub(crate) fn uninstall_plan(engine: HookEngine, root: &Path) -> Result<InstallPlan, CliError> {
-    let dir = hooks_dir(engine, root)?;
+pub(crate) fn uninstall_plan(
+    engine: HookEngine,
+    root: &Path,
+    paths: &HookPaths,
+) -> Result<InstallPlan, CliError> {
+    let (dir, _) = hooks_dir(engine, root, paths)?;
     let host_dir = under_root(root, &dir);
     let mut plan = InstallPlan {
         then: format!("{} runs no throttlewatch hook from now on", engine.name()),

@@ -1,4 +1,5 @@
 use super::*;
+use crate::install::crio_conf::CRIO_DEFAULT_HOOKS_DIR;
 use serde_json::json;
 
 fn settings() -> HookSettings {
@@ -36,16 +37,27 @@ fn install_then_uninstall_leaves_the_tree_as_it_was() {
     let dir = d.path().join("etc/containers/oci/hooks.d");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("oci-nvidia-hook.json"), "{}").unwrap();
-    let plan = install_plan(HookEngine::Podman, d.path(), &settings()).unwrap();
+    let plan = install_plan(
+        HookEngine::Podman,
+        d.path(),
+        &settings(),
+        &HookPaths::default(),
+    )
+    .unwrap();
     assert_eq!(plan.edits.len(), 2);
     plan.carry_out(false).unwrap();
     let created = std::fs::read_to_string(dir.join("throttlewatch-poststop.json")).unwrap();
     assert_eq!(created, hook_file("poststop", &settings()));
-    assert!(install_plan(HookEngine::Podman, d.path(), &settings())
-        .unwrap()
-        .edits
-        .is_empty());
-    uninstall_plan(HookEngine::Podman, d.path())
+    assert!(install_plan(
+        HookEngine::Podman,
+        d.path(),
+        &settings(),
+        &HookPaths::default()
+    )
+    .unwrap()
+    .edits
+    .is_empty());
+    uninstall_plan(HookEngine::Podman, d.path(), &HookPaths::default())
         .unwrap()
         .carry_out(false)
         .unwrap();
@@ -63,13 +75,19 @@ fn a_foreign_file_of_our_name_is_refused_and_left_alone() {
     std::fs::create_dir_all(&dir).unwrap();
     let foreign = r#"{"version":"1.0.0","hook":{"path":"/usr/bin/other"},"when":{"always":true},"stages":["poststop"]}"#;
     std::fs::write(dir.join("throttlewatch-poststop.json"), foreign).unwrap();
-    let e = install_plan(HookEngine::Podman, d.path(), &settings()).unwrap_err();
+    let e = install_plan(
+        HookEngine::Podman,
+        d.path(),
+        &settings(),
+        &HookPaths::default(),
+    )
+    .unwrap_err();
     assert!(
         e.message.contains("not a throttlewatch hook file"),
         "{}",
         e.message
     );
-    let plan = uninstall_plan(HookEngine::Podman, d.path()).unwrap();
+    let plan = uninstall_plan(HookEngine::Podman, d.path(), &HookPaths::default()).unwrap();
     assert!(plan.edits.is_empty());
     assert!(plan.notes[0].contains("left alone"), "{:?}", plan.notes);
 }
@@ -78,7 +96,9 @@ fn a_foreign_file_of_our_name_is_refused_and_left_alone() {
 fn crio_uses_its_configured_hooks_dir_else_its_default() {
     let d = tempfile::tempdir().unwrap();
     assert_eq!(
-        hooks_dir(HookEngine::Crio, d.path()).unwrap(),
+        hooks_dir(HookEngine::Crio, d.path(), &HookPaths::default())
+            .unwrap()
+            .0,
         Path::new(CRIO_DEFAULT_HOOKS_DIR)
     );
     std::fs::create_dir_all(d.path().join("etc/crio/crio.conf.d")).unwrap();
@@ -93,7 +113,9 @@ fn crio_uses_its_configured_hooks_dir_else_its_default() {
     )
     .unwrap();
     assert_eq!(
-        hooks_dir(HookEngine::Crio, d.path()).unwrap(),
+        hooks_dir(HookEngine::Crio, d.path(), &HookPaths::default())
+            .unwrap()
+            .0,
         Path::new("/etc/containers/oci/hooks.d")
     );
     std::fs::write(
@@ -101,9 +123,76 @@ fn crio_uses_its_configured_hooks_dir_else_its_default() {
         "[crio.runtime]\nhooks_dir = \"relative\"\n",
     )
     .unwrap();
-    let e = hooks_dir(HookEngine::Crio, d.path()).unwrap_err();
+    let e = hooks_dir(HookEngine::Crio, d.path(), &HookPaths::default()).unwrap_err();
     assert!(
         e.message.contains("20-bad.conf") && e.message.contains("absolute paths"),
+        "{}",
+        e.message
+    );
+}
+
+/// `--crio-config` and `--crio-config-dir` name the files CRI-O runs with
+/// (not /etc/crio's, which are then not read); their drop-ins go in lexical
+/// order, the last `hooks_dir` winning; of its list the first directory that
+/// exists is written to; `--hooks-dir` overrides all of it.
+#[test]
+fn crio_reads_the_config_it_is_started_with() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(d.path().join("etc/crio")).unwrap();
+    std::fs::write(
+        d.path().join("etc/crio/crio.conf"),
+        "[crio.runtime]\nhooks_dir = [\"/not/read\"]\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(d.path().join("srv/crio/conf.d")).unwrap();
+    std::fs::create_dir_all(d.path().join("srv/hooks-b")).unwrap();
+    std::fs::write(
+        d.path().join("srv/crio/main.conf"),
+        "[crio.runtime]\nhooks_dir = [\"/srv/hooks-0\"]\n",
+    )
+    .unwrap();
+    for (name, dirs) in [
+        ("20-b.conf", r#"["/srv/hooks-a", "/srv/hooks-b"]"#),
+        ("10-a.conf", r#"["/srv/hooks-z"]"#),
+    ] {
+        let text = format!("[crio.runtime]\nhooks_dir = {dirs}\n");
+        std::fs::write(d.path().join("srv/crio/conf.d").join(name), text).unwrap();
+    }
+    let mut p = HookPaths {
+        crio_config: Some("/srv/crio/main.conf".into()),
+        crio_config_dir: Some("/srv/crio/conf.d".into()),
+        hooks_dir: None,
+    };
+    let (dir, note) = hooks_dir(HookEngine::Crio, d.path(), &p).unwrap();
+    assert_eq!(
+        dir,
+        Path::new("/srv/hooks-b"),
+        "20-b.conf last; hooks-a missing"
+    );
+    assert_eq!(note, None);
+    std::fs::remove_dir(d.path().join("srv/hooks-b")).unwrap();
+    let (dir, note) = hooks_dir(HookEngine::Crio, d.path(), &p).unwrap();
+    assert_eq!(dir, Path::new("/srv/hooks-a"));
+    assert!(note.unwrap().contains("restart crio once"));
+    p.hooks_dir = Some("/given".into());
+    assert_eq!(
+        hooks_dir(HookEngine::Crio, d.path(), &p).unwrap().0,
+        Path::new("/given")
+    );
+    assert_eq!(
+        hooks_dir(HookEngine::Podman, d.path(), &p).unwrap().0,
+        Path::new("/given")
+    );
+    // hooks_dir = [] with no --hooks-dir: refused, naming what to do.
+    std::fs::write(
+        d.path().join("srv/crio/conf.d/30-none.conf"),
+        "[crio.runtime]\nhooks_dir = []\n",
+    )
+    .unwrap();
+    p.hooks_dir = None;
+    let e = hooks_dir(HookEngine::Crio, d.path(), &p).unwrap_err();
+    assert!(
+        e.message.contains("hooks_dir = []") && e.message.contains("--hooks-dir"),
         "{}",
         e.message
     );

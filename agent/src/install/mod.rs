@@ -12,6 +12,7 @@
 //! written: exit 2 with the file, the problem and what is accepted.
 
 pub(crate) mod containerd;
+pub(crate) mod crio_conf;
 pub(crate) mod diff;
 pub(crate) mod docker;
 mod engine;
@@ -45,6 +46,9 @@ pub struct Options {
     pub hook_config: Option<PathBuf>,
     /// The hook files' `timeout` (the configuration's `hook_timeout_s`).
     pub hook_timeout_s: u64,
+    /// Where the hook files go (`--hooks-dir`), or CRI-O's configuration
+    /// to read it from (`--crio-config`, `--crio-config-dir`).
+    pub hook_paths: crio_conf::HookPaths,
 }
 
 impl Options {
@@ -56,6 +60,7 @@ impl Options {
             restart: restart::Restart::None,
             hook_config: None,
             hook_timeout_s: 15,
+            hook_paths: crio_conf::HookPaths::default(),
         }
     }
 
@@ -92,12 +97,18 @@ pub fn install(engine: &str, o: &Options) -> Result<i32, CliError> {
     let plan = match e {
         ContainerEngine::Containerd => containerd::install_plan(&o.root)?,
         ContainerEngine::Docker => docker::install_plan(&o.root, &o.bin_dir)?,
-        ContainerEngine::Podman => {
-            hooks::install_plan(hooks::HookEngine::Podman, &o.root, &o.hook_settings())?
-        }
-        ContainerEngine::Crio => {
-            hooks::install_plan(hooks::HookEngine::Crio, &o.root, &o.hook_settings())?
-        }
+        ContainerEngine::Podman => hooks::install_plan(
+            hooks::HookEngine::Podman,
+            &o.root,
+            &o.hook_settings(),
+            &o.hook_paths,
+        )?,
+        ContainerEngine::Crio => hooks::install_plan(
+            hooks::HookEngine::Crio,
+            &o.root,
+            &o.hook_settings(),
+            &o.hook_paths,
+        )?,
     };
     finish(plan, e, o)
 }
@@ -109,8 +120,12 @@ pub fn uninstall(engine: &str, o: &Options) -> Result<i32, CliError> {
     let plan = match e {
         ContainerEngine::Containerd => containerd::uninstall_plan(&o.root)?,
         ContainerEngine::Docker => docker::uninstall_plan(&o.root)?,
-        ContainerEngine::Podman => hooks::uninstall_plan(hooks::HookEngine::Podman, &o.root)?,
-        ContainerEngine::Crio => hooks::uninstall_plan(hooks::HookEngine::Crio, &o.root)?,
+        ContainerEngine::Podman => {
+            hooks::uninstall_plan(hooks::HookEngine::Podman, &o.root, &o.hook_paths)?
+        }
+        ContainerEngine::Crio => {
+            hooks::uninstall_plan(hooks::HookEngine::Crio, &o.root, &o.hook_paths)?
+        }
     };
     finish(plan, e, o)
 }

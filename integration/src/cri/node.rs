@@ -521,7 +521,7 @@ pub fn bridge_cni(cni: &Path, name: &str, subnet: &str) {
 
 /// Kill what is left in a private cgroup tree (a test that failed midway),
 /// then remove its directories, deepest first.
-fn remove_cgroup_tree(dir: &Path) {
+pub fn remove_cgroup_tree(dir: &Path) {
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         if e.file_type().is_ok_and(|t| t.is_dir()) {
             remove_cgroup_tree(&e.path());

@@ -369,6 +369,7 @@ impl Plugin {
             pid: c.pid,
             spec: &spec,
             created_ns: u64::try_from(c.created_at).ok().filter(|ns| *ns > 0),
+            exit_reported: true,
         };
         if let Err(e) = created::on_created(cfg, s.path.as_deref(), &mut rep, created, &mut t) {
             rep.error(&format!("{e:#}"));
