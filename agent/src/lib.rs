@@ -32,7 +32,7 @@ pub(crate) use commands::{burn, live, run};
 pub(crate) use daemon::{logdir, metrics, socket, state};
 pub(crate) use pipeline::{
     budget, clock, coldstart, engine, freezes, gpu, histograms, kernel_counters, labels, output,
-    placement, procinfo, reading, records, runq, session, spec, threadcpu, wakeups,
+    placement, probe_facts, procinfo, reading, records, runq, session, spec, threadcpu, wakeups,
 };
 
 /// Exit status for bad input: the one-line error names the value and what is accepted.

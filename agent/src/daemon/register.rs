@@ -30,7 +30,7 @@ const COMPLETE_AFTER_ANSWER: Duration = Duration::ZERO;
 
 /// A register past its kernel half (see `Agent::register_answering`).
 pub(super) struct RegisterInFlight {
-    draft: crate::session::SessionDraft,
+    draft: crate::session::draft::SessionDraft,
     key: ContainerKey,
     log_path: PathBuf,
     control_cgroup: CpuCgroup,

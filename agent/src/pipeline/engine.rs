@@ -13,8 +13,10 @@ use throttlewatch_core::{ContainerKey, EndReason};
 use crate::clock::Clock;
 use crate::gpu::GpuSampler;
 use crate::output::Output;
+use crate::probe_facts::ProbeFacts;
 use crate::reading::{map_full, Due, ProbeTotals, Reading};
-use crate::session::{Opening, ProbeFacts, Session, SessionDraft};
+use crate::session::draft::{Opening, SessionDraft};
+use crate::session::Session;
 use crate::spec::SessionSpec;
 use throttlewatch_core::timing::Phases;
 
@@ -124,8 +126,8 @@ impl Engine {
             .cpu_dir
             .join(throttlewatch_cgroup::files::CGROUP_PROCS);
         let probe = &self.probe;
-        // The baselines once the cgroup is watched (Session::prepare).
-        let prepared = Session::prepare(spec, cgroup, opening, || {
+        // The baselines once the cgroup is watched (SessionDraft::prepare).
+        let prepared = SessionDraft::prepare(spec, cgroup, opening, || {
             probe
                 .watch_group(id, &procs)
                 .map_err(std::io::Error::other)?;
