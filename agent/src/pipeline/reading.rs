@@ -46,6 +46,37 @@ impl ProbeTotals {
             mono_ns: Clock::monotonic_ns(),
         }
     }
+
+    /// [`ProbeTotals::read`] at a tick, after `prev` (the last tick's): the
+    /// run-queue histogram first (one lookup), and the episode maps (one
+    /// lookup per CPU each) only when something may have moved them: events
+    /// came (`news`), a run-queue wait ended (every switch-in after a
+    /// throttle ends one, `excluded`), or an episode was open. Otherwise
+    /// `prev`'s episodes are carried: an idle container costs one lookup
+    /// per tick, not one per CPU. The snapshot and the end read everything.
+    pub(crate) fn read_after(
+        probe: &ThrottleProbe,
+        cgroup_id: u64,
+        map_full: MapFull,
+        prev: &ProbeTotals,
+        news: bool,
+    ) -> ProbeTotals {
+        if news || prev.episodes.open > 0 || prev.fentry.is_some_and(|f| f.open > 0) {
+            return ProbeTotals::read(probe, cgroup_id, map_full);
+        }
+        let runq = probe.runq_totals(cgroup_id);
+        let waits = |r: &Option<RunqTotals>| r.map(|r| (r.count, r.excluded));
+        if !waits(&runq).is_some_and(|w| Some(w) == waits(&prev.runq)) {
+            return ProbeTotals::read(probe, cgroup_id, map_full);
+        }
+        ProbeTotals {
+            runq,
+            lost_events: probe.lost_events(),
+            map_full,
+            mono_ns: Clock::monotonic_ns(),
+            ..*prev
+        }
+    }
 }
 
 impl ProbeTotals {

@@ -319,6 +319,16 @@ impl Session {
         }
     }
 
+    /// The probe's totals as of the last tick.
+    pub(crate) fn totals(&self) -> &ProbeTotals {
+        &self.now
+    }
+
+    /// Events came since the last tick (the probe's totals may have moved).
+    pub(crate) fn events_since_tick(&self) -> bool {
+        self.events_since_tick
+    }
+
     /// The container's GPUs (`start.topology.container_gpus`).
     pub(crate) fn gpus(&self) -> &[usize] {
         self.gpu.gpus()
