@@ -34,7 +34,7 @@ pub(crate) use commands::{burn, live, run};
 pub(crate) use daemon::{logdir, metrics, socket, state};
 pub(crate) use pipeline::{
     budget, clock, coldstart, engine, freezes, gpu, histograms, kernel_counters, labels, output,
-    placement, procinfo, reading, records, runq, session, spec, threadcpu, wakeups,
+    placement, probe_facts, procinfo, reading, records, runq, session, spec, threadcpu, wakeups,
 };
 
 pub use cli_error::{CliError, EXIT_USAGE};

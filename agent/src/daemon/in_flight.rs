@@ -8,7 +8,7 @@ use throttlewatch_core::ContainerKey;
 
 /// A register past its kernel half (see `Agent::register_answering`).
 pub(super) struct RegisterInFlight {
-    pub(super) draft: crate::session::SessionDraft,
+    pub(super) draft: crate::session::draft::SessionDraft,
     pub(super) key: ContainerKey,
     pub(super) log_path: PathBuf,
     pub(super) control_cgroup: CpuCgroup,

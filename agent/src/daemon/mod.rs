@@ -437,16 +437,21 @@ impl Agent {
         }
     }
 
+    /// The container's state file, rewritten only when its figures moved.
     fn persist(&self, id: u64) {
         let Some(s) = self.engine.session(id) else {
             return;
         };
         let Some(r) = &s.spec.register else { return };
+        let baseline = s.baseline();
+        if self.state.holds(&r.key(), &baseline) {
+            return;
+        }
         let p = Persisted {
             register: r.clone(),
             log_path: s.spec.log_path.clone(),
             cgroup_id: id,
-            baseline: s.baseline(),
+            baseline,
         };
         if let Err(e) = self.state.save(&p) {
             tracing::warn!("persisting {}: {e}", r.key());

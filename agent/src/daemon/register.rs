@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use throttlewatch_cgroup::CpuCgroup;
 use throttlewatch_core::metrics_detail::MetricsDetail;
 use throttlewatch_core::protocol::{Register, Response};
-use throttlewatch_core::{ContainerKey, EndReason};
+use throttlewatch_core::EndReason;
 use throttlewatch_qos::Key;
 
 use super::in_flight::RegisterInFlight;

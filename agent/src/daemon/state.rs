@@ -1,6 +1,8 @@
 //! What the agent persists under `<state_dir>/containers/` so a restarted
 //! agent resumes every running container's log instead of starting anew.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -22,6 +24,8 @@ pub(crate) struct Persisted {
 pub(crate) struct ContainersDir {
     layout: state_dir::StateDir,
     dir: PathBuf,
+    /// The baseline each file holds, as this agent last wrote it.
+    written: RefCell<HashMap<ContainerKey, Baseline>>,
 }
 
 impl ContainersDir {
@@ -29,7 +33,11 @@ impl ContainersDir {
         let layout = state_dir::StateDir::new(root);
         let dir = layout.containers_dir();
         state_dir::StateDir::create_dir(&dir)?;
-        Ok(ContainersDir { layout, dir })
+        Ok(ContainersDir {
+            layout,
+            dir,
+            written: RefCell::default(),
+        })
     }
 
     fn path(&self, key: &ContainerKey) -> PathBuf {
@@ -39,11 +47,22 @@ impl ContainersDir {
     /// Write atomically, 0600. No fsync: the state lives on /run (tmpfs)
     /// and matters only while the node is up.
     pub(crate) fn save(&self, p: &Persisted) -> std::io::Result<()> {
-        let path = self.path(&p.register.key());
-        state_dir::write_atomic(&path, &serde_json::to_vec(p)?, &WriteOptions::STATE)
+        let key = p.register.key();
+        let path = self.path(&key);
+        state_dir::write_atomic(&path, &serde_json::to_vec(p)?, &WriteOptions::STATE)?;
+        self.written.borrow_mut().insert(key, p.baseline.clone());
+        Ok(())
+    }
+
+    /// Whether `key`'s file holds `baseline` already, as this agent wrote
+    /// it (the rest of a file never changes): an idle container's state is
+    /// not rewritten every second.
+    pub(crate) fn holds(&self, key: &ContainerKey, baseline: &Baseline) -> bool {
+        self.written.borrow().get(key) == Some(baseline)
     }
 
     pub(crate) fn remove(&self, key: &ContainerKey) {
+        self.written.borrow_mut().remove(key);
         let _ = std::fs::remove_file(self.path(key));
     }
 
@@ -99,7 +118,15 @@ mod tests {
         let mut all = s.load_all();
         all.sort_by_key(|p| p.register.scope.is_some());
         assert_eq!(all, vec![p.clone(), q]);
+        assert!(s.holds(&p.register.key(), &p.baseline));
+        let mut moved = p.baseline.clone();
+        moved.probe_ns += 1;
+        assert!(
+            !s.holds(&p.register.key(), &moved),
+            "a new figure is written"
+        );
         s.remove(&p.register.key());
+        assert!(!s.holds(&p.register.key(), &p.baseline));
         assert_eq!(s.load_all().len(), 1);
     }
 }

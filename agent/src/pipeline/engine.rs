@@ -13,8 +13,10 @@ use throttlewatch_core::{ContainerKey, EndReason};
 use crate::clock::Clock;
 use crate::gpu::GpuSampler;
 use crate::output::Output;
+use crate::probe_facts::ProbeFacts;
 use crate::reading::{map_full, Due, ProbeTotals, Reading};
-use crate::session::{Opening, ProbeFacts, Session, SessionDraft};
+use crate::session::draft::{Opening, SessionDraft};
+use crate::session::Session;
 use crate::spec::SessionSpec;
 use throttlewatch_core::timing::Phases;
 
@@ -124,8 +126,8 @@ impl Engine {
             .cpu_dir
             .join(throttlewatch_cgroup::files::CGROUP_PROCS);
         let probe = &self.probe;
-        // The baselines once the cgroup is watched (Session::prepare).
-        let prepared = Session::prepare(spec, cgroup, opening, || {
+        // The baselines once the cgroup is watched (SessionDraft::prepare).
+        let prepared = SessionDraft::prepare(spec, cgroup, opening, || {
             probe
                 .watch_group(id, &procs)
                 .map_err(std::io::Error::other)?;
@@ -162,8 +164,14 @@ impl Engine {
     }
 
     /// Drain the kernel's events into the sessions; from `Due::Tick` on,
-    /// every session also reads the totals.
+    /// every session also reads the totals (all of them at a snapshot; at a
+    /// tick those of a quiet session only in part, `ProbeTotals::read_after`).
     pub(crate) fn poll(&mut self, due: Due) -> Vec<Output> {
+        self.poll_reading(due, due == Due::Snapshot)
+    }
+
+    /// [`Engine::poll`]; `every_total`: read all of the probe's totals.
+    fn poll_reading(&mut self, due: Due, every_total: bool) -> Vec<Output> {
         let mut readings: HashMap<u64, Reading> = HashMap::new();
         for ev in self.probe.poll() {
             let id = ev.cgroup_id();
@@ -181,7 +189,14 @@ impl Engine {
             };
             for (id, s) in self.sessions.iter() {
                 let r = readings.entry(*id).or_default();
-                r.totals = Some(ProbeTotals::read(&self.probe, s.cgroup_id, full));
+                let news = every_total || !r.events.is_empty() || s.events_since_tick();
+                r.totals = Some(ProbeTotals::read_after(
+                    &self.probe,
+                    s.cgroup_id,
+                    full,
+                    s.totals(),
+                    news,
+                ));
                 r.snapshot = due == Due::Snapshot;
                 if r.snapshot {
                     r.wakes = Some(wakes.remove(id).unwrap_or_default());
@@ -259,7 +274,7 @@ impl Engine {
     /// Drain and flush the logs without ending sessions (agent stopping
     /// while containers run); the totals are read for the last persist.
     pub(crate) fn suspend(&mut self) {
-        self.poll(Due::Tick);
+        self.poll_reading(Due::Tick, true);
         for s in self.sessions.values_mut() {
             s.suspend();
         }

@@ -16,6 +16,7 @@ pub(crate) mod kernel_counters;
 pub(crate) mod labels;
 pub(crate) mod output;
 pub(crate) mod placement;
+pub(crate) mod probe_facts;
 pub(crate) mod procinfo;
 pub(crate) mod reading;
 pub(crate) mod records;

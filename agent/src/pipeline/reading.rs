@@ -46,6 +46,55 @@ impl ProbeTotals {
             mono_ns: Clock::monotonic_ns(),
         }
     }
+
+    /// [`ProbeTotals::read`] at a tick, after `prev` (the last tick's): the
+    /// run-queue histogram first (one lookup), and the episode maps (one
+    /// lookup per CPU each) only when something may have moved them: events
+    /// came (`news`), a run-queue wait ended (every switch-in after a
+    /// throttle ends one, `excluded`), or an episode was open. Otherwise
+    /// `prev`'s episodes are carried: an idle container costs one lookup
+    /// per tick, not one per CPU. The snapshot and the end read everything.
+    pub(crate) fn read_after(
+        probe: &ThrottleProbe,
+        cgroup_id: u64,
+        map_full: MapFull,
+        prev: &ProbeTotals,
+        news: bool,
+    ) -> ProbeTotals {
+        if news || prev.episodes.open > 0 || prev.fentry.is_some_and(|f| f.open > 0) {
+            return ProbeTotals::read(probe, cgroup_id, map_full);
+        }
+        let runq = probe.runq_totals(cgroup_id);
+        let waits = |r: &Option<RunqTotals>| r.map(|r| (r.count, r.excluded));
+        if !waits(&runq).is_some_and(|w| Some(w) == waits(&prev.runq)) {
+            return ProbeTotals::read(probe, cgroup_id, map_full);
+        }
+        ProbeTotals {
+            runq,
+            lost_events: probe.lost_events(),
+            map_full,
+            mono_ns: Clock::monotonic_ns(),
+            ..*prev
+        }
+    }
+}
+
+impl ProbeTotals {
+    /// Whether the watched threads were seen to run between `before` and
+    /// these totals: a run-queue wait ended (every switch-in after a
+    /// wake-up or a preemption ends one; `excluded`: those that ended in a
+    /// thaw), or a throttle episode began, ended or is still open. None:
+    /// the probe cannot tell (no run-queue view).
+    pub(crate) fn activity_since(&self, before: &ProbeTotals) -> Option<bool> {
+        let (now, then) = (self.runq?, before.runq?);
+        Some(
+            now.count != then.count
+                || now.excluded != then.excluded
+                || self.episodes != before.episodes
+                || self.episodes.open > 0
+                || self.fentry != before.fentry,
+        )
+    }
 }
 
 /// The probe's failed-insert counts (three per-CPU map lookups).
@@ -75,4 +124,60 @@ pub(crate) struct Reading {
         u64,
         std::sync::Arc<std::collections::BTreeMap<usize, crate::gpu::GpuReading>>,
     )>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn totals(runq_count: u64, episodes: u64) -> ProbeTotals {
+        ProbeTotals {
+            runq: Some(RunqTotals {
+                count: runq_count,
+                ..Default::default()
+            }),
+            episodes: EpisodeTotals {
+                count: episodes,
+                total_ns: episodes * 1000,
+                open: 0,
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn activity_is_a_wait_ended_or_an_episode() {
+        let idle = totals(5, 2);
+        assert_eq!(totals(5, 2).activity_since(&idle), Some(false));
+        assert_eq!(
+            totals(6, 2).activity_since(&idle),
+            Some(true),
+            "a wait ended"
+        );
+        assert_eq!(
+            totals(5, 3).activity_since(&idle),
+            Some(true),
+            "an episode ended"
+        );
+        let mut open = idle;
+        open.episodes.open = 1;
+        assert_eq!(
+            open.activity_since(&open),
+            Some(true),
+            "throttled right now"
+        );
+        let mut thawed = idle;
+        thawed.runq.as_mut().unwrap().excluded += 1;
+        assert_eq!(
+            thawed.activity_since(&idle),
+            Some(true),
+            "a wait ended in a thaw"
+        );
+        let blind = ProbeTotals::default();
+        assert_eq!(
+            blind.activity_since(&blind),
+            None,
+            "no run-queue view: cannot tell"
+        );
+    }
 }

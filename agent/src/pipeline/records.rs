@@ -6,7 +6,7 @@ use throttlewatch_cgroup::{CpuCgroup, CpuLimits};
 use throttlewatch_core::logfmt::{LimitAbove, Resume, Start, Throttle};
 
 use crate::clock::Clock;
-use crate::session::ProbeFacts;
+use crate::probe_facts::ProbeFacts;
 use crate::spec::SessionSpec;
 
 /// `process` records per container log at most (a fork bomb writes no more).
