@@ -8,9 +8,9 @@
 //! pods' cgroup parent are private; the stream server listens on a random
 //! loopback port. No CNI here: pods use the host network.
 
+pub mod kubelet_spec;
 mod names;
 mod node;
-pub mod kubelet_spec;
 mod pods;
 mod release;
 pub use names::{ALLOWLISTS, CRI_TABLE, ETC_CONTAINERD, NAMESPACE, PAUSE_IMAGE};

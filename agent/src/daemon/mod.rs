@@ -24,9 +24,9 @@ use crate::{signals, CliError};
 
 pub(crate) mod advice;
 mod dirs;
+mod exits;
 pub(crate) mod exported_advice;
 mod in_flight;
-mod exits;
 pub(crate) mod logdir;
 mod metric_labels;
 pub(crate) mod metrics;
@@ -233,22 +233,7 @@ impl Agent {
                 self.complete_deferred();
             }
             if signals::received().is_some() {
-                self.complete_deferred();
-                // Containers keep running: flush and persist, never `end`;
-                // controlled ones get their original bandwidth back.
-                for id in self.controls.ids() {
-                    let rec = self
-                        .controls
-                        .release(id, crate::control::Release::AgentStop);
-                    self.control_records(id, rec.into_iter().collect());
-                }
-                self.engine.suspend();
-                self.persist_all();
-                eprintln!(
-                    "throttlewatch agent: stopping; {} container logs will resume",
-                    self.engine.sessions().count()
-                );
-                let _ = std::fs::remove_file(&self.cfg.socket);
+                self.stop();
                 return;
             }
             if now < next_poll {
@@ -281,6 +266,25 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// A signal: containers keep running, so flush and persist, never
+    /// `end`; controlled ones get their original bandwidth back.
+    fn stop(&mut self) {
+        self.complete_deferred();
+        for id in self.controls.ids() {
+            let rec = self
+                .controls
+                .release(id, crate::control::Release::AgentStop);
+            self.control_records(id, rec.into_iter().collect());
+        }
+        self.engine.suspend();
+        self.persist_all();
+        eprintln!(
+            "throttlewatch agent: stopping; {} container logs will resume",
+            self.engine.sessions().count()
+        );
+        let _ = std::fs::remove_file(&self.cfg.socket);
     }
 
     fn observe(&mut self, outputs: &[Output]) {

@@ -45,138 +45,15 @@
 //! nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet);
 //! ```
 
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void, CStr, CString};
-use std::time::{Duration, Instant};
+use std::ffi::{c_char, c_uint, c_void, CStr, CString};
+use std::time::Instant;
 
-use super::{GpuReadError, GpuReading, GpuSource, NvmlError};
+use super::source::{GpuReadError, GpuReading, GpuSource, NvmlError};
 
 /// The library's name as the driver installs it.
 pub(crate) const NVML_LIBRARY: &str = "libnvidia-ml.so.1";
 
-/// `NVML_DEVICE_UUID_V2_BUFFER_SIZE`.
-const UUID_BUFFER: usize = 96;
-
-type Device = *mut c_void;
-type Ret = c_int;
-
-#[repr(C)]
-#[derive(Default)]
-struct Utilization {
-    gpu: c_uint,
-    memory: c_uint,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct Memory {
-    total: c_ulonglong,
-    free: c_ulonglong,
-    used: c_ulonglong,
-}
-
-/// `NVML_GPM_METRICS_GET_VERSION` and `NVML_GPM_SUPPORT_VERSION` (plain
-/// 1 in nvml.h, not `NVML_STRUCT_VERSION`-encoded).
-const GPM_METRICS_GET_VERSION: c_uint = 1;
-const GPM_SUPPORT_VERSION: c_uint = 1;
-/// `NVML_GPM_METRIC_SM_UTIL`: the share of SMs busy, percent.
-const GPM_METRIC_SM_UTIL: c_uint = 2;
-/// Entries of our `nvmlGpmMetricsGet_t.metrics`: above every
-/// `NVML_GPM_METRIC_MAX` published so far (98, 210, 333), with room for
-/// drivers to come (see the SAFETY note at `metrics_get`).
-const GPM_METRICS_CAPACITY: usize = 1024;
-/// nvml.h: two GPM samples of a GPU at least 100 ms apart; and at most
-/// this far apart for the figure to stand for the tick it is read at.
-const GPM_MIN_GAP: Duration = Duration::from_millis(100);
-const GPM_MAX_GAP: Duration = Duration::from_millis(1_500);
-
-type GpmSample = *mut c_void;
-
-#[repr(C)]
-#[derive(Default)]
-struct GpmSupport {
-    version: c_uint,
-    is_supported_device: c_uint,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct GpmMetricInfo {
-    short_name: *mut c_char,
-    long_name: *mut c_char,
-    unit: *mut c_char,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-struct GpmMetric {
-    metric_id: c_uint,
-    nvml_return: Ret,
-    value: f64,
-    metric_info: GpmMetricInfo,
-}
-
-impl GpmMetric {
-    fn asking(metric_id: c_uint) -> GpmMetric {
-        let null = std::ptr::null_mut();
-        GpmMetric {
-            metric_id,
-            nvml_return: 0,
-            value: 0.0,
-            metric_info: GpmMetricInfo {
-                short_name: null,
-                long_name: null,
-                unit: null,
-            },
-        }
-    }
-}
-
-/// `nvmlGpmMetricsGet_t` with [`GPM_METRICS_CAPACITY`] entries.
-#[repr(C)]
-struct GpmMetricsGet {
-    version: c_uint,
-    num_metrics: c_uint,
-    sample1: GpmSample,
-    sample2: GpmSample,
-    metrics: [GpmMetric; GPM_METRICS_CAPACITY],
-}
-
-/// The GPM entry points (all present, or no GPM).
-struct GpmApi {
-    query_support: unsafe extern "C" fn(Device, *mut GpmSupport) -> Ret,
-    sample_alloc: unsafe extern "C" fn(*mut GpmSample) -> Ret,
-    sample_free: unsafe extern "C" fn(GpmSample) -> Ret,
-    sample_get: unsafe extern "C" fn(Device, GpmSample) -> Ret,
-    metrics_get: unsafe extern "C" fn(*mut GpmMetricsGet) -> Ret,
-}
-
-/// One GPM-capable GPU: two sample buffers, taken in turn each read.
-struct GpmGpu {
-    samples: [GpmSample; 2],
-    /// The buffer the next read fills (the other holds the previous).
-    next: usize,
-    /// When the previous sample was taken (None: none usable).
-    last_at: Option<Instant>,
-}
-
-/// GPM where the library has it: the calls, one request buffer, and per
-/// GPU (NVML's index) its buffers where the GPU supports GPM.
-struct Gpm {
-    api: GpmApi,
-    request: Box<GpmMetricsGet>,
-    gpus: Vec<Option<GpmGpu>>,
-}
-
-/// The entry points, resolved once.
-struct Api {
-    shutdown: unsafe extern "C" fn() -> Ret,
-    error_string: unsafe extern "C" fn(Ret) -> *const c_char,
-    count: unsafe extern "C" fn(*mut c_uint) -> Ret,
-    handle: unsafe extern "C" fn(c_uint, *mut Device) -> Ret,
-    uuid: unsafe extern "C" fn(Device, *mut c_char, c_uint) -> Ret,
-    utilization: unsafe extern "C" fn(Device, *mut Utilization) -> Ret,
-    memory: unsafe extern "C" fn(Device, *mut Memory) -> Ret,
-}
+use super::nvml_ffi::*;
 
 /// An initialised NVML with the handles of its GPUs (NVML's index order).
 pub(crate) struct Nvml {

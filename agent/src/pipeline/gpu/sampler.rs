@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::thread::JoinHandle;
 
 use super::nvml::Nvml;
-use super::{GpuReading, GpuSource, NvmlError, MAX_GPUS, NVML_LIBRARY, NVML_LIB_ENV};
+use super::nvml::NVML_LIBRARY;
+use super::source::{GpuReading, GpuSource, NvmlError, MAX_GPUS, NVML_LIB_ENV};
 
 /// Where the node's GPU source stands.
 enum NvmlState {

@@ -12,7 +12,7 @@ use throttlewatch_core::logfmt::{GpuSample, Record};
 use crate::labels::ContainerLabels;
 use crate::output::Output;
 
-use super::GpuReading;
+use super::source::GpuReading;
 
 /// The first sample of a GPU stands for at most this much time before it.
 const FIRST_INTERVAL_NS: u64 = 1_000_000_000;

@@ -8,7 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::nvml::Nvml;
-use super::{GpuSampler, GpuSource, NvmlError};
+use super::source::{GpuSource, NvmlError};
+use super::GpuSampler;
 
 /// The stub's source (integration/tests/gpu.rs builds it too).
 const STUB: &str = include_str!("stub_nvml.c");
