@@ -162,10 +162,22 @@ fn two_containers_two_logs_metrics_and_clean_unregister() {
     assert!(register(&a, "ctr-two", &c2, b2.id()).ok);
     let st = a.call(Request::Status);
     assert_eq!(st.watch_map_entries, Some(2));
-    wait_burner(&mut b1, &c1);
-    wait_burner(&mut b2, &c2);
-    std::thread::sleep(Duration::from_millis(1200));
-    let metrics = http_get(a.metrics_port, "/metrics");
+    // While they run (2.5 s; their logs end at their exit, and with
+    // metrics_grace_s = 0 their series with them): scraped until the
+    // series are there, for up to 2 s.
+    let t0 = std::time::Instant::now();
+    let metrics = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let m = http_get(a.metrics_port, "/metrics");
+        let all = m.contains("throttlewatch_freeze_duration_seconds_bucket")
+            && m.contains("pod=\"trainer-ctr-two\"")
+            && m.contains("namespace=\"ml\"")
+            && m.contains("throttlewatch_throttled_periods_total")
+            && m.contains("throttlewatch_watched_containers 2");
+        if all || t0.elapsed() > Duration::from_secs(2) {
+            break m;
+        }
+    };
     assert!(
         metrics.contains("throttlewatch_freeze_duration_seconds_bucket"),
         "{metrics}"
@@ -176,6 +188,8 @@ fn two_containers_two_logs_metrics_and_clean_unregister() {
     );
     assert!(metrics.contains("throttlewatch_throttled_periods_total"));
     assert!(metrics.contains("throttlewatch_watched_containers 2"));
+    wait_burner(&mut b1, &c1);
+    wait_burner(&mut b2, &c2);
     for (id, cg, pid) in [("ctr/one", &c1, b1.id()), ("ctr-two", &c2, b2.id())] {
         let r = a.call(Request::Unregister {
             container_id: id.into(),

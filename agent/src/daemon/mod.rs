@@ -24,6 +24,8 @@ use crate::{signals, CliError};
 
 pub(crate) mod advice;
 mod dirs;
+mod ended_at_exit;
+mod exit_end;
 mod exits;
 pub(crate) mod exported_advice;
 mod in_flight;
@@ -136,6 +138,7 @@ struct Agent {
     advisor: advice::Advisor,
     /// Hook and wrapper containers' inits, to end their logs at exit.
     exits: exits::ExitWatch,
+    ended_at_exit: ended_at_exit::EndedAtExit,
 }
 
 pub fn run(cfg: &Config) -> Result<i32, CliError> {
@@ -182,6 +185,7 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
         deferred: Vec::new(),
         deferred_due: None,
         exits: exits::ExitWatch::new(),
+        ended_at_exit: Default::default(),
     };
     agent.restore();
     let server = Server::new(bind(&cfg.socket)?)
@@ -251,6 +255,8 @@ impl Agent {
             self.observe(&outputs);
             let control = self.controls.poll(&mut self.engine);
             self.observe(&control);
+            // After the drain: an exited container's last events are in.
+            self.end_exited();
             if due >= Due::Tick {
                 last_tick = Instant::now();
                 if due == Due::Snapshot {
@@ -258,7 +264,6 @@ impl Agent {
                     self.sweep_logs();
                     self.advise();
                 }
-                self.end_exited();
                 self.reap_gone();
                 self.persist_all();
                 if let Ok(m) = self.metrics.lock() {
@@ -345,25 +350,20 @@ impl Agent {
         reason: EndReason,
         exit_code: Option<i32>,
     ) -> Response {
-        let Some(id) = self.engine.find(key) else {
-            self.state.remove(key);
-            return Response::not_watched(key);
+        // One that ended at its exit: its log is closed already.
+        let log = match self.engine.find(key) {
+            Some(id) => self.end(id, reason, exit_code),
+            None => {
+                self.state.remove(key);
+                let Some(log) = self.ended_at_exit.take(key) else {
+                    return Response::not_watched(key);
+                };
+                Some(log)
+            }
         };
-        let log = self.end(id, reason, exit_code);
         Response {
             log_path: log.map(|p| p.display().to_string()),
             ..Response::ok()
-        }
-    }
-
-    /// Containers whose init exited and whose cgroup is empty: ended (exits.rs).
-    fn end_exited(&mut self) {
-        if !self.exits.lingering() {
-            return;
-        }
-        let engine = &self.engine;
-        for e in self.exits.ended(|id| engine.session(id).map(|s| &s.cgroup)) {
-            self.end(e.id, e.reason, e.exit_code);
         }
     }
 

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use throttlewatch_cgroup::CpuCgroup;
 use throttlewatch_core::metrics_detail::MetricsDetail;
 use throttlewatch_core::protocol::{Register, Response};
-use throttlewatch_core::EndReason;
 use throttlewatch_qos::Key;
 
 use super::in_flight::RegisterInFlight;
@@ -307,24 +306,6 @@ impl Agent {
             control_cgroup,
             wants_control,
         })))
-    }
-
-    /// Hook and wrapper containers: their init watched, to end the log at
-    /// exit (exits.rs). One found gone at once ends at the next tick; on
-    /// resume, as ended while no agent ran.
-    fn arm_exit(&mut self, id: u64) {
-        let Some(s) = self.engine.session(id) else {
-            return;
-        };
-        let Some(r) = s.spec.register.as_ref().filter(|r| !r.exit_reported) else {
-            return;
-        };
-        let Some(pid) = r.pid else { return };
-        let reason = match s.spec.resume {
-            Some(_) => EndReason::EndedWhileAgentDown,
-            None => EndReason::Exit,
-        };
-        self.exits.arm(id, pid, &s.cgroup, reason);
     }
 
     /// The log and its `start` record, the controller, the state file.
