@@ -203,6 +203,13 @@ impl ExitWatch {
         done
     }
 
+    /// Session `id`'s exit, if its init has exited and its end waits (a
+    /// front end's end that comes first ends it as exited, with its code).
+    pub(crate) fn take_exited(&mut self, id: u64) -> Option<Exited> {
+        let i = self.exited.iter().position(|e| e.id == id)?;
+        Some(self.exited.remove(i))
+    }
+
     /// Whether any exited container waits for its cgroup to empty.
     pub(crate) fn lingering(&self) -> bool {
         !self.exited.is_empty()

@@ -352,7 +352,10 @@ impl Agent {
     ) -> Response {
         // One that ended at its exit: its log is closed already.
         let log = match self.engine.find(key) {
-            Some(id) => self.end(id, reason, exit_code),
+            Some(id) => match self.exits.take_exited(id) {
+                Some(e) => self.end(id, e.reason, exit_code.or(e.exit_code)),
+                None => self.end(id, reason, exit_code),
+            },
             None => {
                 self.state.remove(key);
                 let Some(log) = self.ended_at_exit.take(key) else {
