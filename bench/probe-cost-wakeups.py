@@ -26,6 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bpfstats import STATS, cpu_root, progs  # noqa: E402
+from bpfstats import pipe as pipe_in  # noqa: E402
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 9
 LOOPS = int(sys.argv[2]) if len(sys.argv) > 2 else 100000
@@ -34,10 +35,7 @@ PROGS = ("tw_switch_btf", "tw_wakeup_btf", "tw_waking_btf")  # old: wakeup; new:
 
 
 def pipe(cg):
-    out = subprocess.run(["sh", "-c", f"echo $$ > {cg}/cgroup.procs; "
-                          f"exec taskset -c 0 perf bench sched pipe -l {LOOPS}"],
-                         capture_output=True, check=True, text=True).stdout
-    return next(float(l.split()[0]) for l in out.splitlines() if "usecs/op" in l)
+    return pipe_in(cg, LOOPS)
 
 
 def one(which, mode, cg, res, ops):
