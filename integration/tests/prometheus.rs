@@ -157,16 +157,23 @@ fn dashboard_and_rules(mode: Histograms) {
             count_of("throttlewatch_runq_latency_seconds", &sel, mode)
         ));
         let cold = prom.query(&format!("throttlewatch_cold_start_seconds_count{sel}"));
+        // And the p99 rule has evaluated over the throttled container (the
+        // suite once queried it a moment before: none).
+        let p99 = prom.query(&format!(
+            "throttlewatch:freeze_duration_seconds:p99_rate5m{{container_id=\"{}\"}}",
+            b.id
+        ));
         if t.elapsed() > Duration::from_secs(secs as u64 - 2)
             && !freezes.is_empty()
             && !waits.is_empty()
             && !cold.is_empty()
+            && !p99.is_empty()
         {
             break;
         }
         assert!(
             t.elapsed() < Duration::from_secs(secs as u64 + 16),
-            "no data in Prometheus after 25 s: freezes {freezes:?} waits {waits:?} cold {cold:?}\n{}\n{}",
+            "no data in Prometheus after 25 s: freezes {freezes:?} waits {waits:?} cold {cold:?} p99 {p99:?}\n{}\n{}",
             prom.log(),
             _agent.output()
         );
