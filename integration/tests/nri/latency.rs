@@ -131,7 +131,7 @@ fn ms(d: Duration) -> String {
 /// `plugin_registration_timeout = '5s'`). A benchmark: ignored in the suite.
 /// Rounds: TW_NRI_BENCH_ROUNDS (default 24).
 #[test]
-#[ignore]
+#[ignore = "a benchmark: bench/nri-start.sh"]
 fn start_container_latency_bench() {
     let rounds: usize = std::env::var("TW_NRI_BENCH_ROUNDS")
         .ok()
