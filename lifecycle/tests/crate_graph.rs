@@ -2,8 +2,9 @@
 //! no dependency between the hook, the runtime wrapper and the shim, and
 //! each of them depends on the lifecycle crate.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::process::Command;
 
 const FRONT_ENDS: [&str; 3] = [
     "throttlewatch-hook",
@@ -13,24 +14,7 @@ const FRONT_ENDS: [&str; 3] = [
 
 /// Each workspace crate's normal dependencies on other workspace crates.
 fn workspace_deps() -> BTreeMap<String, Vec<String>> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = common::workspace_metadata();
     let pkgs = m["packages"].as_array().unwrap();
     let names: Vec<&str> = pkgs.iter().filter_map(|p| p["name"].as_str()).collect();
     pkgs.iter()

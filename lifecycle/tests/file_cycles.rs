@@ -23,9 +23,10 @@
 //!
 //! `bench/code-shape.sh` prints this test's report (`--nocapture`).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Loops in parts that other hands are breaking in parallel (issue 49): a
 /// loop whose files all lie under one of these prefixes is reported but does
@@ -42,24 +43,7 @@ fn workspace_root() -> PathBuf {
 
 /// (package name, target name, root file) of every lib and bin target.
 fn targets() -> Vec<(String, String, PathBuf)> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .current_dir(workspace_root())
-        .output()
-        .expect("cargo metadata runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let m: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = common::workspace_metadata();
     let mut t = Vec::new();
     for p in m["packages"].as_array().unwrap() {
         for target in p["targets"].as_array().unwrap() {
