@@ -18,9 +18,14 @@ own statistics of each loaded tw_* program that ran at least once per op
 (the switch and wake-up programs) over that run (run_time_ns /
 run_cnt, kernel.bpf_stats_enabled=1 for the whole run, so the pipe figures
 include the statistics' cost, the same in every configuration). The
-configurations are interleaved round by round (order reversed every other
-round); medians. Prints each configuration's ratio to the 1-watched one of its
-kind (the issue's bound: any two within 1.03). Removes every cgroup it made.
+configurations are interleaved round by round (each round's order rotated
+by one and reversed every other round, so no configuration keeps a place);
+medians. Prints each configuration's ratio to the 1-watched one of its kind
+two ways: the ratio of the medians, and the median over the rounds of the
+ratio within a round (paired: the two runs lie seconds apart, so the slow
+drift of a shared VM cancels). The spread, max/min over N, is taken from the
+paired ratios (the issue's bound: any two within 1.03). Removes every cgroup
+it made.
 """
 import collections
 import os
@@ -109,33 +114,43 @@ def remove_cgroups(base):
     os.rmdir(base)
 
 
+def paired(v, v1):
+    """The median over the rounds of one configuration's run against the
+    1-watched run of the same round."""
+    r = [a / b for a, b in zip(v, v1) if b]
+    return statistics.median(r) if r else float("nan")
+
+
 def report(ops, ns):
     med = lambda v: statistics.median(v) if v else float("nan")
     base = med(ops[("none", 0)])
     print(f"per switch (perf bench sched pipe, usecs/op / 2); no probe {base / 2:.3f} us")
     print("(IQR: interquartile range of the rounds over their median, the run's own noise)")
     iqr = lambda v: (statistics.quantiles(v, n=4)[2] - statistics.quantiles(v, n=4)[0]) / med(v) if len(v) > 1 else 0.0
-    print(f"{'N':>5} {'in us':>8} {'in/in1':>7} {'out us':>8} {'out/out1':>8} {'in/none':>8} {'out/none':>8} {'IQR in':>7} {'IQR out':>7}")
+    print("(in/in1, out/out1: ratio of the medians; paired: median of the ratios within a round)")
+    print(f"{'N':>5} {'in us':>8} {'in/in1':>7} {'paired':>7} {'out us':>8} {'out/out1':>8} {'paired':>7} {'in/none':>8} {'out/none':>8} {'IQR in':>7} {'IQR out':>7}")
     ratios = collections.defaultdict(list)
     for n in NS:
         i, o = med(ops[("in", n)]), med(ops[("out", n)])
         ri, ro = i / med(ops[("in", 1)]), o / med(ops[("out", 1)])
-        ratios["pipe in"].append(i)
-        ratios["pipe out"].append(o)
+        pi, po = paired(ops[("in", n)], ops[("in", 1)]), paired(ops[("out", n)], ops[("out", 1)])
+        ratios["pipe in"].append(pi)
+        ratios["pipe out"].append(po)
         qi, qo = iqr(ops[("in", n)]), iqr(ops[("out", n)])
-        print(f"{n:>5} {i / 2:8.3f} {ri:7.3f} {o / 2:8.3f} {ro:8.3f} {i / base:8.3f} {o / base:8.3f} {qi:7.3f} {qo:7.3f}")
+        print(f"{n:>5} {i / 2:8.3f} {ri:7.3f} {pi:7.3f} {o / 2:8.3f} {ro:8.3f} {po:7.3f} {i / base:8.3f} {o / base:8.3f} {qi:7.3f} {qo:7.3f}")
     names = sorted({k[2] for k in ns if k[0] == "in"} & {k[2] for k in ns if k[0] == "out"})
-    print("\nbpf_stats: ns per run (run_time_ns / run_cnt over the pipe run), ratio to N=1")
+    print("\nbpf_stats: ns per run (run_time_ns / run_cnt over the pipe run), median; paired ratio to N=1")
     print(f"{'N':>5} " + " ".join(f"{k + ' ' + p:>22}" for k in ("in", "out") for p in names))
     for n in NS:
         cells = []
         for k in ("in", "out"):
             for p in names:
-                v, v1 = med(ns[(k, n, p)]), med(ns[(k, 1, p)])
-                ratios[f"{k} {p}"].append(v)
-                cells.append(f"{v:7.1f} ns x{v / v1:6.3f}")
+                v = med(ns[(k, n, p)])
+                r = paired(ns[(k, n, p)], ns[(k, 1, p)])
+                ratios[f"{k} {p}"].append(r)
+                cells.append(f"{v:7.1f} ns x{r:6.3f}")
         print(f"{n:>5} " + " ".join(f"{c:>22}" for c in cells))
-    print(f"\nspread (max/min over N = {', '.join(map(str, NS))}; bound {BOUND}):")
+    print(f"\nspread (max/min of the paired ratios over N = {', '.join(map(str, NS))}; bound {BOUND}):")
     for k, v in ratios.items():
         s = max(v) / min(v)
         print(f"  {k:<28} {s:6.3f} {'within' if s <= BOUND else 'OVER'}")
@@ -156,7 +171,8 @@ def main():
         make_cgroups(base)
         open(STATS, "w").write("1")
         for r in range(ROUNDS):
-            for kind, n in configs if r % 2 == 0 else configs[::-1]:
+            turn = configs[r % len(configs):] + configs[:r % len(configs)]
+            for kind, n in turn if r % 2 == 0 else turn[::-1]:
                 one(kind, n, base, ops, ns)
             print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
     finally:
