@@ -111,7 +111,11 @@ fn dashboard_and_rules(mode: Histograms) {
     // 9 s of workload; longer when the run's data is dumped for docs/dashboard.md.
     let dump = std::env::var_os("TW_DASHBOARD_DUMP").map(PathBuf::from);
     let secs: u32 = if dump.is_some() { 45 } else { 9 };
-    let ms = (secs * 1000).to_string();
+    // The workload outlasts every query below (the wait for data may take
+    // 25 s, the panels' rates look 5 s back): a panel queried after the
+    // burners ended reads NaN (CI once did). The test stops it at the end.
+    let run_secs = secs + 60;
+    let ms = (run_secs * 1000).to_string();
     let began = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -132,7 +136,7 @@ fn dashboard_and_rules(mode: Histograms) {
     // The throttled container: real runc through the wrapper and the hook
     // (cold start, burst from the class preset), 0.2 CPU for 2 busy threads.
     let rt = OciCli::throttlewatch(&cfg);
-    let mut opts = ContainerOpts::busy(2, secs)
+    let mut opts = ContainerOpts::busy(2, run_secs)
         .quota(20_000, 100_000)
         .annotation("throttlewatch.io/qos-class", "burstable");
     for (k, v) in k8s(&ns, "throttled-0", "app") {
@@ -458,6 +462,8 @@ fn dashboard_and_rules(mode: Histograms) {
         let _ = c.kill();
         let _ = c.wait();
     }
+    let k = rt.run(&["kill", &b.id, "KILL"]);
+    assert!(k.status.success(), "kill: {}", text(&k));
     rt.wait_stopped(&b.id, Duration::from_secs(30));
     assert!(rt.delete(&b.id).status.success());
 }
