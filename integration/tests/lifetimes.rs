@@ -9,10 +9,13 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use throttlewatch_cgroup::{Hierarchies, TransientCgroup};
+use throttlewatch_core::protocol::{call, ErrorCode, Register, Request};
+use throttlewatch_core::EndReason;
 use throttlewatch_integration::bundle::{text, Bundle, ContainerOpts, OciCli};
 use throttlewatch_integration::daemons::{Agent, Dockerd, PrivateConfig, BUSYBOX_IMAGE};
 use throttlewatch_integration::shim::{run_args, setup, wait_until};
-use throttlewatch_integration::{assert_whole_log, bin, of_type, unique};
+use throttlewatch_integration::{assert_whole_log, bin, burn_in, of_type, unique};
 use throttlewatch_report::reader::earlier_lifetimes;
 
 /// The latest lifetime's log of `id` and the earlier ones, oldest first.
@@ -117,6 +120,114 @@ fn the_wrapper_ends_the_log_at_the_exit_not_at_delete() {
         dur >= Duration::from_millis(1800) && dur <= ran + Duration::from_millis(500),
         "duration {dur:?}: the exit (~2 s, the run took {ran:?}), not the delete 4 s later"
     );
+    assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
+}
+
+/// A container whose log the agent ended on its own, then the agent
+/// restarted before the front end's end came (a node's agent upgraded
+/// between a container's exit and its removal): the restarted agent
+/// remembers nothing, reads the log's last record and answers the end with
+/// the log, writing nothing. Both orders: the exit seen by the first agent
+/// (reason `exit`), and the exit while no agent ran (the restarted one
+/// finds it gone: `ended-while-agent-down`). A front end's own end, once
+/// written, is not answered twice; an id never registered stays
+/// `not-watched`.
+#[test]
+fn a_restarted_agent_answers_the_end_of_a_log_ended_before_it() {
+    let cfg = PrivateConfig::new("");
+    let h = Hierarchies::discover().unwrap();
+    for (exit_seen_by_first, want) in [(true, "exit"), (false, "ended-while-agent-down")] {
+        let agent = Agent::start(&cfg);
+        let id = format!("tw-restart-end-{}-{}", std::process::id(), unique());
+        let cg = TransientCgroup::create(&h, &format!("/{id}")).unwrap();
+        let mut burner = burn_in(&cg, &["--threads", "1", "--ms", "600"]);
+        let reg = Register {
+            container_id: id.clone(),
+            pid: Some(burner.id()),
+            cgroup_path: cg.group.rel.clone(),
+            ..Default::default()
+        };
+        let r = call(&cfg.socket, &Request::Register(reg), Duration::from_secs(5)).unwrap();
+        assert!(r.ok, "register: {r:?}");
+        let log = cfg.log_of(&id);
+        let ended = || {
+            wait_until("the agent's own end", Duration::from_secs(10), || {
+                std::fs::read_to_string(&log).is_ok_and(|t| t.contains("\"type\":\"end\""))
+            })
+        };
+        // The end written by the agent that saw the exit, or by the one
+        // started after it (restore finds the init gone); then the agent
+        // that answers the front end's end is a fresh one either way.
+        let mut agent = agent;
+        if !exit_seen_by_first {
+            agent.kill();
+            burner.wait().unwrap();
+            agent = Agent::start(&cfg);
+        } else {
+            burner.wait().unwrap();
+        }
+        ended();
+        agent.kill();
+        let agent = Agent::start(&cfg);
+        let r = call(
+            &cfg.socket,
+            &Request::Unregister {
+                container_id: id.clone(),
+                scope: None,
+                reason: EndReason::Delete,
+                exit_code: Some(0),
+            },
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert!(
+            r.ok,
+            "the front end's end after the restart: {r:?}\n{}",
+            agent.output()
+        );
+        assert_eq!(r.log_path.as_deref(), Some(log.to_str().unwrap()), "{r:?}");
+        let whole = assert_whole_log(&log);
+        let ends = of_type(&whole, "end");
+        assert_eq!(ends.len(), 1, "one end, the agent's: {ends:?}");
+        assert_eq!(ends[0]["reason"], want, "{}", ends[0]);
+        drop(cg);
+        drop(agent);
+    }
+    // A front end's end already written is not answered again, and an id
+    // never registered is not watched.
+    let agent = Agent::start(&cfg);
+    let id = format!("tw-restart-end-{}-{}", std::process::id(), unique());
+    let cg = TransientCgroup::create(&h, &format!("/{id}")).unwrap();
+    let reg = Register {
+        container_id: id.clone(),
+        cgroup_path: cg.group.rel.clone(),
+        ..Default::default()
+    };
+    assert!(
+        call(&cfg.socket, &Request::Register(reg), Duration::from_secs(5))
+            .unwrap()
+            .ok
+    );
+    let u = |id: &str| Request::Unregister {
+        container_id: id.into(),
+        scope: None,
+        reason: EndReason::Poststop,
+        exit_code: Some(0),
+    };
+    assert!(
+        call(&cfg.socket, &u(&id), Duration::from_secs(5))
+            .unwrap()
+            .ok
+    );
+    drop(agent);
+    let _agent = Agent::start(&cfg);
+    for id in [id.as_str(), "tw-never-registered"] {
+        let r = call(&cfg.socket, &u(id), Duration::from_secs(5)).unwrap();
+        assert!(
+            !r.ok && r.code == Some(ErrorCode::NotWatched),
+            "{id}: {r:?}"
+        );
+    }
     assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
 }
 

@@ -83,22 +83,21 @@ fn log_name(name: &str) -> Option<(String, bool)> {
         .then(|| (base.to_string(), false))
 }
 
-/// Whether the last line of `path` is an `end` record.
-fn ends_with_end(path: &Path) -> bool {
-    let Ok(mut f) = std::fs::File::open(path) else {
-        return false;
-    };
+/// The last line of `path` (read from its last 16 KiB), if any.
+pub(crate) fn last_line(path: &Path) -> Option<String> {
+    let mut f = std::fs::File::open(path).ok()?;
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
     let from = len.saturating_sub(16 * 1024);
     let mut tail = Vec::new();
-    if f.seek(SeekFrom::Start(from)).is_err() || f.read_to_end(&mut tail).is_err() {
-        return false;
-    }
+    f.seek(SeekFrom::Start(from)).ok()?;
+    f.read_to_end(&mut tail).ok()?;
     let text = String::from_utf8_lossy(&tail);
-    text.trim_end()
-        .rsplit('\n')
-        .next()
-        .is_some_and(|l| l.contains("\"type\":\"end\""))
+    text.trim_end().rsplit('\n').next().map(str::to_string)
+}
+
+/// Whether the last line of `path` is an `end` record.
+fn ends_with_end(path: &Path) -> bool {
+    last_line(path).is_some_and(|l| l.contains("\"type\":\"end\""))
 }
 
 /// Remove closed logs, oldest first, while `dir` holds more than `max`

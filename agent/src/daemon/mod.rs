@@ -358,7 +358,7 @@ impl Agent {
             },
             None => {
                 self.state.remove(key);
-                let Some(log) = self.ended_at_exit.take(key) else {
+                let Some(log) = self.ended_at_exit.take(key, &self.cfg.log_dir) else {
                     return Response::not_watched(key);
                 };
                 Some(log)
