@@ -1,19 +1,12 @@
 use std::path::PathBuf;
 
+pub use crate::file_error::FileError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: cannot parse {what} from {value:?}")]
-    Parse {
-        path: PathBuf,
-        what: &'static str,
-        value: String,
-    },
+    /// A cgroupfs or procfs file unread or not as the kernel writes it.
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("no cgroup hierarchy holds the {0} controller (is cgroupfs mounted?)")]
     NoController(&'static str),
     #[error("cgroup {0} does not exist")]
@@ -25,6 +18,6 @@ pub enum CgroupError {
 pub type Result<T> = std::result::Result<T, CgroupError>;
 
 pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> CgroupError {
-    let path = path.into();
-    move |source| CgroupError::Io { path, source }
+    let io = FileError::io(path);
+    move |source| CgroupError::File(io(source))
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{io_err, CgroupError, Result};
+use crate::file_error::FileError;
 use crate::files::*;
 use crate::hierarchy::{join_rel, statfs_magic, CgroupMode, Hierarchies};
 use crate::parse;
@@ -127,11 +128,10 @@ impl CpuCgroup {
             .find(|p| p.exists());
         if let Some(p) = v1 {
             let v = std::fs::read_to_string(&p).map_err(io_err(&p))?;
-            let ns = v.trim().parse().map_err(|_| CgroupError::Parse {
-                path: p,
-                what: "cpuacct.usage",
-                value: v.clone(),
-            })?;
+            let ns = v
+                .trim()
+                .parse()
+                .map_err(|_| FileError::parse(p, "cpuacct.usage", v.as_str()))?;
             return Ok((ns, "cpuacct.usage"));
         }
         let p = self.cpu_file(CPU_STAT);
@@ -139,11 +139,7 @@ impl CpuCgroup {
         let us: u64 = stat
             .lines()
             .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
-            .ok_or_else(|| CgroupError::Parse {
-                path: p,
-                what: "usage_usec",
-                value: stat.clone(),
-            })?;
+            .ok_or_else(|| FileError::parse(p, "usage_usec", stat.as_str()))?;
         Ok((us * 1000, "cpu.stat usage_usec"))
     }
 
@@ -182,11 +178,8 @@ impl CpuCgroup {
             CgroupMode::V2 => {
                 let path = self.cpu_file(V2_CPU_MAX);
                 let s = parse::read_string(&path)?;
-                let (q, p) = parse::cpu_max_str(&s).ok_or_else(|| CgroupError::Parse {
-                    path,
-                    what: "\"$MAX $PERIOD\"",
-                    value: s.trim().into(),
-                })?;
+                let (q, p) = parse::cpu_max_str(&s)
+                    .ok_or_else(|| FileError::parse(path, "\"$MAX $PERIOD\"", s.trim()))?;
                 let b = parse::single_i64(&self.cpu_file(V2_CPU_MAX_BURST)).ok();
                 (q, p, b.map(|b| b.max(0) as u64))
             }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{io_err, CgroupError, Result};
+use crate::file_error::FileError;
 use crate::files::{CGROUP2_SUPER_MAGIC, CGROUP_CONTROLLERS, CGROUP_SUPER_MAGIC};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,10 +81,7 @@ fn unescape(s: &str) -> String {
 }
 
 pub fn statfs_magic(path: &Path) -> Result<i64> {
-    let st = nix::sys::statfs::statfs(path).map_err(|e| CgroupError::Io {
-        path: path.into(),
-        source: e.into(),
-    })?;
+    let st = nix::sys::statfs::statfs(path).map_err(|e| FileError::io(path)(e.into()))?;
     Ok(st.filesystem_type().0 as i64)
 }
 

@@ -6,6 +6,7 @@
 //! like cgroupfs; the real hierarchy is only used by root tests.
 
 pub mod error;
+pub mod file_error;
 pub mod files;
 pub mod group;
 pub mod hierarchy;
@@ -15,6 +16,7 @@ pub mod stat;
 pub mod transient;
 
 pub use error::{CgroupError, Result};
+pub use file_error::FileError;
 pub use group::{CpuCgroup, CpuLimits};
 pub use hierarchy::{memory_dir_of, oom_kills, CgroupMode, Hierarchies};
 pub use stat::CpuStat;

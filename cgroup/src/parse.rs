@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::error::{io_err, CgroupError, Result};
+use crate::error::{io_err, Result};
+use crate::file_error::FileError;
 
 pub fn read_string(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(io_err(path))
@@ -12,11 +13,9 @@ pub fn read_string(path: &Path) -> Result<String> {
 /// "single value" files, e.g. `cpu.cfs_quota_us` ("-1" or a number).
 pub fn single_i64(path: &Path) -> Result<i64> {
     let s = read_string(path)?;
-    s.trim().parse().map_err(|_| CgroupError::Parse {
-        path: path.into(),
-        what: "an integer",
-        value: s.trim().to_string(),
-    })
+    s.trim()
+        .parse()
+        .map_err(|_| FileError::parse(path, "an integer", s.trim()).into())
 }
 
 /// "flat keyed" files, e.g. `cpu.stat`: `key value` per line.

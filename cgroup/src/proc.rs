@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use crate::error::{io_err, CgroupError, Result};
+use crate::error::{io_err, Result};
+use crate::file_error::FileError;
 use crate::hierarchy::CgroupMode;
 
 /// The cpu-controller cgroup (relative path) of a process, from the content of
@@ -24,11 +25,8 @@ pub fn cpu_cgroup_of(content: &str, mode: CgroupMode) -> Option<String> {
 pub fn cpu_cgroup_of_pid(proc_root: &Path, pid: u32, mode: CgroupMode) -> Result<String> {
     let p = proc_root.join(pid.to_string()).join("cgroup");
     let s = std::fs::read_to_string(&p).map_err(io_err(&p))?;
-    cpu_cgroup_of(&s, mode).ok_or(CgroupError::Parse {
-        path: p,
-        what: "a cpu cgroup line",
-        value: s,
-    })
+    cpu_cgroup_of(&s, mode)
+        .ok_or_else(|| FileError::parse(p, "a cpu cgroup line", s.as_str()).into())
 }
 
 #[cfg(test)]

@@ -2,29 +2,19 @@
 
 use std::path::{Path, PathBuf};
 
+use throttlewatch_cgroup::FileError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path}: cannot parse {what} from {value:?}")]
-    Parse {
-        path: PathBuf,
-        what: &'static str,
-        value: String,
-    },
+    /// A sysfs or procfs file unread or not as the kernel writes it.
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("{0}: no online CPUs found")]
     NoCpus(PathBuf),
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> TopologyError + '_ {
-    move |source| TopologyError::Io {
-        path: path.into(),
-        source,
-    }
+    move |source| FileError::io(path)(source).into()
 }
 
 pub(crate) fn read_trim(path: &Path) -> Result<String, TopologyError> {

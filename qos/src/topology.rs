@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde::Serialize;
+use throttlewatch_cgroup::FileError;
 use throttlewatch_core::CpuList;
 
 use crate::gpu_devices::{discover_gpus, Gpu};
@@ -126,11 +127,7 @@ impl Topology {
 
 fn parse_list(path: &Path) -> Result<CpuList, TopologyError> {
     let s = read_trim(path)?;
-    CpuList::parse("", &s).map_err(|_| TopologyError::Parse {
-        path: path.into(),
-        what: "a CPU list",
-        value: s,
-    })
+    CpuList::parse("", &s).map_err(|_| FileError::parse(path, "a CPU list", s).into())
 }
 
 fn read_online(cpu_dir: &Path) -> Result<CpuList, TopologyError> {
