@@ -34,8 +34,10 @@ annotation (QoS work for the wrapper), `sleep`s, and its own cgroup under
 Binaries: the wrapper, the hook and the agent from $TW_BIN_DIR when set,
 else built: scripts/build-front-ends.sh (hook and wrapper static, as
 packaging/ ships them) and `cargo build --release -p throttlewatch`.
-TW_BENCH_TIMING=1: the agent times its registers (THROTTLEWATCH_TIMING);
-their phases are reported against the number watched. --samples DIR keeps
+TW_BENCH_TIMING=1: the agent times its registers and the wrapper's helper
+its work after runc's create (THROTTLEWATCH_TIMING: a line appended per
+container, a few µs more for tw); their phases are reported against the
+number watched. --samples DIR keeps
 one CSV per run (every container's arrival, watched count, create and start
 microseconds). Containers, cgroups, the agent and the scratch directories
 are removed at the end, on an error, SIGINT and SIGTERM.
@@ -48,6 +50,7 @@ from tw_bench import HZ, Agent, ticks  # noqa: E402
 import start_stats  # noqa: E402
 
 KUBE_API_QPS, KUBE_API_BURST = 50, 100  # kubelet's defaults (see above)
+CGROUP = "/sys/fs/cgroup"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -84,6 +87,9 @@ def parse_args(argv):
                    help=f"the token bucket's size (default 1: steady; kubelet's is {KUBE_API_BURST})")
     p.add_argument("--repeat", type=bounded(int, 1, 20, "a number of runs"), default=1,
                    help="runs per pace, their samples pooled (default 1)")
+    p.add_argument("--layout", choices=("pod", "flat"), default="pod",
+                   help="pod: each container in a pod cgroup with its quota, as kubelet's (default); "
+                        "flat: all of them side by side under one parent without a quota")
     p.add_argument("--samples", metavar="DIR", help="keep one CSV per run in DIR")
     return p.parse_args(argv)
 
@@ -113,8 +119,8 @@ class Node:
     disk, bundles, runc roots, socket and state on tmpfs), the agent, the
     cgroup parent; `close` removes all of it, whatever was made."""
 
-    def __init__(self, runc, tag):
-        self.runc = runc
+    def __init__(self, runc, tag, layout):
+        self.runc, self.layout = runc, layout
         self.parent = f"tw-bench-scale-{tag}"
         self.disk = tempfile.mkdtemp(prefix=f"tw-scale-{tag}.")
         self.run = tempfile.mkdtemp(prefix=f"tw-scale-run-{tag}.", dir="/dev/shm")
@@ -135,19 +141,40 @@ class Node:
         spec["linux"]["resources"]["cpu"] = {"quota": 50000, "period": 100000}
         self.spec = spec
 
+    def pod(self, cid):
+        """CID's pod cgroup, as kubelet makes it for a pod whose containers
+        all have CPU limits: their sum (here the one container's 50 ms /
+        100 ms) as its own quota (pkg/kubelet/cm/helpers_linux.go,
+        ResourceConfigForPod); the wrapper shares the container's burst
+        with it (lifecycle/src/pod_burst.rs). Returns its path."""
+        rel = f"{self.parent}/pod-{cid}"
+        if os.path.exists(f"{CGROUP}/cpu/cpu.cfs_quota_us"):  # v1 (this machine's hybrid layout)
+            os.makedirs(f"{CGROUP}/cpu/{rel}")
+            open(f"{CGROUP}/cpu/{rel}/cpu.cfs_quota_us", "w").write("50000")
+        else:  # v2 (not run here: this machine has no v2 cpu controller)
+            for d in (CGROUP, f"{CGROUP}/{self.parent}"):
+                os.makedirs(d, exist_ok=True)
+                open(f"{d}/cgroup.subtree_control", "w").write("+cpu")
+            os.makedirs(f"{CGROUP}/{rel}")
+            open(f"{CGROUP}/{rel}/cpu.max", "w").write("50000 100000")
+        return f"/{rel}"
+
     def bundle(self, cid):
-        """A fresh bundle for container CID (written before it is timed)."""
+        """A fresh bundle for container CID (written before it is timed),
+        in a pod cgroup of its own (`--layout pod`) or beside the others."""
         b = f"{self.run}/b/{cid}"
         os.makedirs(b)
-        self.spec["linux"]["cgroupsPath"] = f"/{self.parent}/{cid}"
+        above = self.pod(cid) if self.layout == "pod" else f"/{self.parent}"
+        self.spec["linux"]["cgroupsPath"] = f"{above}/{cid}"
         json.dump(self.spec, open(f"{b}/config.json", "w"))
         return b
 
+    def timing_env(self):
+        on = os.environ.get("TW_BENCH_TIMING") == "1"
+        return {"THROTTLEWATCH_TIMING": f"{self.disk}/timing"} if on else {}
+
     def start_agent(self, path):
-        env = {}
-        if os.environ.get("TW_BENCH_TIMING") == "1":
-            env["THROTTLEWATCH_TIMING"] = f"{self.disk}/timing"
-        self.agent = Agent("agent", path, self.disk, run_dir=self.run, env=env)
+        self.agent = Agent("agent", path, self.disk, run_dir=self.run, env=self.timing_env())
         return self.agent
 
     def timing(self):
@@ -167,12 +194,13 @@ class Node:
                     pool.submit(subprocess.run, [self.runc, "--root", root, "delete", "-f", cid],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         # runc removes each container's cgroup; what a killed create left, then ours.
-        for d in glob.glob(f"/sys/fs/cgroup/*/{self.parent}/*/") + glob.glob(f"/sys/fs/cgroup/*/{self.parent}/"):
+        tops = (f"{CGROUP}/*/{self.parent}", f"{CGROUP}/{self.parent}")  # v1 hierarchies, v2
+        for d in [d for k in (2, 1, 0) for top in tops for d in glob.glob(top + "/*" * k + "/")]:
             try:
                 os.rmdir(d)
             except OSError:
                 pass
-        left = glob.glob(f"/sys/fs/cgroup/*/{self.parent}")
+        left = glob.glob(f"{CGROUP}/*/{self.parent}") + glob.glob(f"{CGROUP}/{self.parent}")
         if left:
             print(f"warning: cgroups left behind: {' '.join(left)}", file=sys.stderr)
         shutil.rmtree(self.disk, ignore_errors=True)
@@ -198,6 +226,8 @@ class Arrivals:
         self.node, self.count, self.qps, self.burst = node, count, qps, burst
         self.cmd = {"tw": [wrapper, "--throttlewatch-config", agent.cfg, "--root", node.roots["tw"]],
                     "runc": [node.runc, "--root", node.roots["runc"]]}
+        # TW_BENCH_TIMING=1: the wrapper and its helper time their phases too.
+        self.env = {"tw": dict(os.environ, **node.timing_env()), "runc": None}
         self.lock = threading.Lock()
         self.watched = self.inflight = 0
         self.stop = threading.Event()
@@ -216,8 +246,11 @@ class Arrivals:
     def runtime(self, kind, args, cid):
         err = f"{self.node.run}/b/{cid}/err-{args[0]}"
         with open(err, "w") as f:  # a file, not a pipe: the container inherits it
-            rc = subprocess.run(self.cmd[kind] + args, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=f, timeout=120).returncode
+            # Its own session: a Ctrl-C reaches this script, which lets the
+            # runtimes finish and then removes what they made, not them.
+            rc = subprocess.run(self.cmd[kind] + args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=f, timeout=120, start_new_session=True,
+                                env=self.env[kind]).returncode
         if rc != 0:
             raise RuntimeError(f"{kind} {args[0]} {cid}: exit {rc}: {open(err).read().strip()[:300]}")
 
@@ -232,7 +265,7 @@ class Arrivals:
             self.runtime(s.kind, ["start", cid], cid)
             t2 = time.monotonic_ns()
             s.create_us, s.start_us, s.done = (t1 - t0) // 1000, (t2 - t1) // 1000, t2
-        except (RuntimeError, subprocess.TimeoutExpired) as e:
+        except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
             s.error = str(e)
         finally:
             with self.lock:
@@ -284,7 +317,7 @@ def warm_up(node, arr):
 def one_run(bins, args, qps, rep):
     """A fresh node at pace QPS; returns (samples, facts about the run)."""
     wrapper, agent_bin, runc, _ = bins
-    node = Node(runc, f"{os.getpid()}-{rep}")
+    node = Node(runc, f"{os.getpid()}-{rep}", args.layout)
     arr = None
     try:
         agent = node.start_agent(agent_bin)
@@ -326,7 +359,7 @@ def main():
         head = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h %cI"], capture_output=True,
                               text=True).stdout.strip()
         print(f"bench/start-scale.py --count {args.count} --qps {','.join(f'{q:g}' for q in args.qps)} "
-              f"--burst {args.burst} --repeat {args.repeat}; commit {head}; {os.cpu_count()} CPUs; "
+              f"--burst {args.burst} --repeat {args.repeat} --layout {args.layout}; commit {head}; {os.cpu_count()} CPUs; "
               f"binaries {os.path.dirname(bins[0])}; runc {bins[2]}")
         for qps in args.qps:
             runs = []

@@ -62,7 +62,8 @@ def pace(samples, f):
           f"({arrived:.1f}/s, at most {lag * 1000:.1f} ms behind schedule); all done {done:.2f} s after "
           f"the first ({finished:.1f}/s); in flight at arrival: {first:.1f} (first quarter) -> {last:.1f} "
           f"(last quarter), max {max(s.inflight for s in samples)} -> "
-          + ("**sustained**" if kept else "**not sustained: the starts queue**"))
+          + ("**sustained**" if kept else f"**not sustained: the starts queue** (it finished {finished:.1f}/s: "
+                                          f"give --qps {max(1, math.floor(finished * 0.8))} too)"))
     print(f"- agent: {f['agent_cpu_s']:.2f} s of CPU over the run ({f['agent_cpu_s'] * 1e3 / max(1, tw):.1f} ms "
           f"per tw container); watched at the end {f['watched_end']}; load average {f['load'][0]:.2f} -> "
           f"{f['load'][1]:.2f}")
@@ -141,11 +142,12 @@ def timing_rows(lines, what):
 
 def phases(lines, count):
     """The agent's register phases (THROTTLEWATCH_TIMING: `register` until
-    its answer, `complete` the log, control and state after it): medians per
+    its answer, `complete` the log, control and state after it) and the
+    wrapper's helper's (`created`: after runc's create): medians per
     bucket of the number of registers before it (= watched: none ends during
     a run), and the robust slope of each."""
     width = math.ceil(count / BUCKETS)
-    for what in ("throttlewatch-agent register", "throttlewatch-agent complete"):
+    for what in ("throttlewatch-agent register", "throttlewatch-agent complete", "throttlewatch-runtime created"):
         rows = timing_rows(lines, what)
         if not rows:
             continue
