@@ -39,7 +39,8 @@ its work after runc's create (THROTTLEWATCH_TIMING: a line appended per
 container, a few µs more for tw); their phases are reported against the
 number watched. --samples DIR keeps
 one CSV per run (every container's arrival, watched count, create and start
-microseconds). Containers, cgroups, the agent and the scratch directories
+microseconds); `python3 bench/start_stats.py DIR/*.csv` pools runs from
+several invocations into one table. Containers, cgroups, the agent and the scratch directories
 are removed at the end, on an error, SIGINT and SIGTERM.
 """
 import argparse, glob, json, os, shutil, signal, subprocess, sys, tempfile, threading, time

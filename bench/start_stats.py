@@ -176,3 +176,32 @@ def report(runs, count):
     for _, f in runs:
         phases(f["timing"], count)
     return len(bad)
+
+
+class _Row:
+    """A container read back from a --samples CSV."""
+
+    def __init__(self, f):
+        self.kind, self.i, self.watched = f["kind"], int(f["index"]), int(f["watched"])
+        ok = f["create_us"] and f["start_us"] and not f["error"]
+        self.create_us = int(f["create_us"]) if ok else None
+        self.start_us = int(f["start_us"]) if ok else None
+        self.done = 1 if ok else None
+
+
+def pooled(paths):
+    """The table and the growth of the runs in PATHS (bench/start-scale.py
+    --samples CSVs) pooled: `python3 bench/start_stats.py DIR/*.csv`."""
+    import csv
+    runs = [([_Row(f) for f in csv.DictReader(open(p))], {}) for p in paths]
+    count = max(s.i for smp, _ in runs for s in smp) + 1
+    print(f"{len(paths)} runs pooled, {count} + {count} containers each: {' '.join(paths)}")
+    ok = [s for smp, _ in runs for s in smp if s.done]
+    growth(runs, table(ok, count), count)
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) < 2:
+        sys.exit("usage: python3 bench/start_stats.py CSV... (bench/start-scale.py --samples DIR/*.csv)")
+    pooled(sys.argv[1:])
