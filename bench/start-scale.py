@@ -96,7 +96,7 @@ def parse_args(argv):
 
 
 def binaries():
-    """(wrapper, agent, runc) and the directory to remove afterwards, if any."""
+    """(wrapper, agent, runc, the directory to remove afterwards or None)."""
     built = None
     d = os.environ.get("TW_BIN_DIR")
     if not d:
@@ -127,6 +127,14 @@ class Node:
         self.run = tempfile.mkdtemp(prefix=f"tw-scale-run-{tag}.", dir="/dev/shm")
         self.roots = {k: f"{self.run}/root-{k}" for k in ("tw", "runc")}
         self.agent = None
+        try:
+            self.spec = self.template(runc)
+        except BaseException:
+            self.close()
+            raise
+
+    def template(self, runc):
+        """The shared rootfs and the spec every bundle starts from."""
         self.rootfs = f"{self.disk}/rootfs"
         for d in ("bin", "proc", "dev", "sys"):
             os.makedirs(f"{self.rootfs}/{d}")
@@ -140,7 +148,7 @@ class Node:
         spec["process"]["args"] = ["sleep", "100000"]
         spec["annotations"] = {"throttlewatch.io/cpu-burst": "10ms"}
         spec["linux"]["resources"]["cpu"] = {"quota": 50000, "period": 100000}
-        self.spec = spec
+        return spec
 
     def pod(self, cid):
         """CID's pod cgroup, as kubelet makes it for a pod whose containers
@@ -318,9 +326,9 @@ def warm_up(node, arr):
 def one_run(bins, args, qps, rep):
     """A fresh node at pace QPS; returns (samples, facts about the run)."""
     wrapper, agent_bin, runc, _ = bins
-    node = Node(runc, f"{os.getpid()}-{rep}", args.layout)
-    arr = None
+    node = arr = None
     try:
+        node = Node(runc, f"{os.getpid()}-{rep}", args.layout)
         agent = node.start_agent(agent_bin)
         arr = Arrivals(node, wrapper, agent, args.count, qps, args.burst)
         warm_up(node, arr)
@@ -336,7 +344,8 @@ def one_run(bins, args, qps, rep):
             arr.stop.set()
             arr.join()
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the clean-up is not cut short
-        node.close()
+        if node:
+            node.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
