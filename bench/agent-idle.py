@@ -19,12 +19,14 @@ AGENTS="before=/tmp/tw-before/throttlewatch after=target/release/throttlewatch".
 STRACE=1 also counts each agent's syscalls over 10 s (`strace -c -f`) after
 the measurement; it prints the table to stderr.
 """
-import json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import os, shutil, signal, subprocess, sys, tempfile, time, urllib.request
+
+sys.dont_write_bytecode = True
+from tw_bench import HZ, Agent as BaseAgent, call, rss_kib, ticks  # noqa: E402
 
 ROOT = "/sys/fs/cgroup"
 SECONDS = float(os.environ.get("SECONDS_", os.environ.get("SECONDS", "60")))
 SETTLE = float(os.environ.get("SETTLE", "15"))
-HZ = os.sysconf("SC_CLK_TCK")
 
 
 def agents():
@@ -36,33 +38,6 @@ def agents():
             sys.exit(f"AGENTS: {item!r}: expected NAME=PATH of an executable")
         out.append((name, os.path.abspath(path)))
     return out
-
-
-def ticks(pid):
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return int(f[11]) + int(f[12])
-
-
-def rss_kib(pid):
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def call(sock, req, timeout=10):
-    s = socket.socket(socket.AF_UNIX)
-    s.settimeout(timeout)
-    s.connect(sock)
-    s.sendall(json.dumps(req).encode() + b"\n")
-    buf = b""
-    while not buf.endswith(b"\n"):
-        b = s.recv(65536)
-        if not b:
-            break
-        buf += b
-    s.close()
-    return json.loads(buf or b"{}")
 
 
 class Containers:
@@ -104,32 +79,8 @@ class Containers:
                 pass
 
 
-class Agent:
-    def __init__(self, name, path, scratch, port):
-        self.name = name
-        self.dir = os.path.join(scratch, name)
-        os.makedirs(self.dir)
-        self.sock = os.path.join(self.dir, "run/agent.sock")
-        self.port = port
-        cfg = os.path.join(self.dir, "throttlewatch.toml")
-        open(cfg, "w").write(
-            f'log_dir = "{self.dir}/logs"\nsocket = "{self.sock}"\n'
-            f'state_dir = "{self.dir}/run"\nmetrics_addr = "127.0.0.1:{port}"\n'
-            f"start_agent = false\nmax_containers = 2048\n"
-        )
-        self.err = open(os.path.join(self.dir, "stderr"), "w")
-        self.p = subprocess.Popen([path, "agent", "--config", cfg],
-                                  stdout=subprocess.DEVNULL, stderr=self.err)
-        t = time.time()
-        while True:
-            try:
-                if call(self.sock, {"op": "status"}, 1).get("ok"):
-                    break
-            except OSError:
-                pass
-            if time.time() - t > 30 or self.p.poll() is not None:
-                sys.exit(f"{name}: the agent did not come up ({self.dir}/stderr)")
-            time.sleep(0.1)
+class Agent(BaseAgent):
+    """A private agent (tw_bench.Agent) that registers the cgroups itself."""
 
     def register(self, cs):
         for i, (rel, p) in enumerate(cs.procs):
@@ -146,14 +97,6 @@ class Agent:
                 return len(r.read())
         except OSError:
             return 0
-
-    def stop(self):
-        self.p.send_signal(signal.SIGTERM)
-        try:
-            self.p.wait(30)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
 
 
 def strace(agent, seconds=10):

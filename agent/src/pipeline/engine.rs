@@ -33,6 +33,9 @@ pub(crate) struct Engine {
     probe: ThrottleProbe,
     facts: ProbeFacts,
     sessions: HashMap<u64, Session>,
+    /// The session of each (scope, id): a register or unregister finds its
+    /// container without a walk of every session.
+    by_key: HashMap<ContainerKey, u64>,
     /// Cgroups past `begin_watch` whose `complete_watch` is still to come
     /// (in the watch map, no session yet).
     pending: HashSet<u64>,
@@ -66,6 +69,7 @@ impl Engine {
             probe,
             facts,
             sessions: HashMap::new(),
+            by_key: HashMap::new(),
             pending: HashSet::new(),
             clock: Clock::new(),
             exported_lost: 0,
@@ -152,6 +156,7 @@ impl Engine {
         self.pending.remove(&id);
         match p.open() {
             Ok(s) => {
+                self.by_key.insert(s.spec.key(), id);
                 self.sessions.insert(id, s);
                 Ok(id)
             }
@@ -300,10 +305,7 @@ impl Engine {
 
     /// The session of a container, by (scope, id).
     pub(crate) fn find(&self, key: &ContainerKey) -> Option<u64> {
-        self.sessions
-            .iter()
-            .find(|(_, s)| s.spec.key() == *key)
-            .map(|(id, _)| *id)
+        self.by_key.get(key).copied()
     }
 
     /// Stop watching: final drain, `end` record, log closed, watch-map entry removed.
@@ -315,6 +317,10 @@ impl Engine {
     ) -> Option<Finished> {
         let mut outputs = self.poll(Due::Events);
         let mut s = self.sessions.remove(&id)?;
+        let key = s.spec.key();
+        if self.by_key.get(&key) == Some(&id) {
+            self.by_key.remove(&key);
+        }
         s.cold_start_progress(self.probe.cold_start_split(id));
         let spec = s.spec.clone();
         let totals = ProbeTotals::read(&self.probe, id, map_full(&self.probe));
