@@ -109,7 +109,8 @@ fn pods_110_bench() {
         let i = c.made;
         let n = c.shape(i);
         single += usize::from(n == 1);
-        for with in [i % 2 == 0, i % 2 == 1] {
+        let first = i.is_multiple_of(2);
+        for with in [first, !first] {
             match with {
                 true => c.add_pod(),
                 false => off_pods.push(off_pod(&off, i, n, &mut off_starts)),
