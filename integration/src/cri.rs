@@ -8,11 +8,13 @@
 //! pods' cgroup parent are private; the stream server listens on a random
 //! loopback port. No CNI here: pods use the host network.
 
+mod crictl;
 pub mod kubelet_spec;
 mod names;
 mod node;
 mod pods;
 mod release;
+pub use crictl::CrictlPod;
 pub use names::{ALLOWLISTS, CRI_TABLE, ETC_CONTAINERD, NAMESPACE, PAUSE_IMAGE};
 pub use node::{bridge_cni, remove_cgroup_tree, CriNode};
 pub use pods::{Pod, CONTAINER_NAME_LABEL, POD_NAMESPACE_LABEL, POD_NAME_LABEL, POD_UID_LABEL};

@@ -12,6 +12,7 @@ pub mod daemons;
 pub mod fixtures;
 pub mod kubelet;
 pub mod modern_node;
+pub mod nri_plugin;
 pub mod podman;
 pub mod private_dockerd;
 pub mod prometheus;

@@ -9,14 +9,15 @@
 //! that fails in the runtime. Run `cargo build --workspace --bins` first.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as api;
 use throttlewatch_core::state_dir::StateDir;
 use throttlewatch_integration::cri::{CriNode, Pod};
-use throttlewatch_integration::daemons::{stop_child, Agent, PrivateConfig};
+use throttlewatch_integration::daemons::{Agent, PrivateConfig};
 use throttlewatch_integration::modern_node::{containerd_2_node, logs_in};
+use throttlewatch_integration::nri_plugin::{self, leftovers, NriDaemon};
 use throttlewatch_integration::{bin, cpu_lock, of_type, read_log};
 
 #[path = "nri/fail_open.rs"]
@@ -49,64 +50,14 @@ fn wait_until(what: &str, mut f: impl FnMut() -> bool, seen: impl Fn() -> String
     }
 }
 
-/// `throttlewatch-nri --socket SOCK --config CFG` as a child, its output
-/// in a file; stopped (SIGTERM, by its PID) on drop.
-struct NriDaemon {
-    /// None once stopped (never signalled twice: its PID may be reused).
-    child: Option<Child>,
-    output: PathBuf,
-}
-
-impl NriDaemon {
-    fn start(tw: &PrivateConfig, socket: &Path, output: PathBuf, extra: &[&str]) -> NriDaemon {
-        let f = std::fs::File::create(&output).unwrap();
-        let child = Command::new(bin("throttlewatch-nri"))
-            .arg("--socket")
-            .arg(socket)
-            .arg("--config")
-            .arg(&tw.path)
-            .args(extra)
-            .env("THROTTLEWATCH_NRI_TIMINGS", "1")
-            .stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f)
-            .spawn()
-            .unwrap();
-        NriDaemon {
-            child: Some(child),
-            output,
-        }
-    }
-
-    fn output(&self) -> String {
-        std::fs::read_to_string(&self.output).unwrap_or_default()
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            stop_child(&mut c, Duration::from_secs(5));
-        }
-    }
-}
-
-impl Drop for NriDaemon {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
 /// How many times containerd's log says the plugin connected and synchronized.
 fn synchronized(node: &CriNode) -> usize {
     log_lines(node, &["connected and synchronized"])
 }
 
-/// containerd's log lines naming the plugin and each of `words` (its text
-/// format escapes the quotes around the name).
+/// containerd's log lines naming the plugin and each of `words`.
 fn log_lines(node: &CriNode, words: &[&str]) -> usize {
-    node.log()
-        .lines()
-        .filter(|l| l.contains(PLUGIN) && words.iter().all(|w| l.contains(w)))
-        .count()
+    nri_plugin::log_lines(node, PLUGIN, words)
 }
 
 /// A containerd 2.3.4 node for `tw`, started, and its NRI socket once there.
@@ -195,24 +146,6 @@ fn try_update_quota(node: &CriNode, id: &str, quota: i64) -> Result<(), String> 
         node.runtime().update_container_resources(req),
     )
     .map(drop)
-}
-
-/// The state dir's files (the agent's own state and lock files aside):
-/// what a container left behind.
-fn leftovers(tw: &PrivateConfig) -> Vec<PathBuf> {
-    let st = StateDir::new(&tw.state_dir);
-    let dirs = [
-        st.containers_dir(),
-        st.bursts_dir(),
-        st.control_dir(),
-        st.unwatched_dir(),
-        st.pending_dir(),
-        st.nri_dir(),
-    ];
-    dirs.iter()
-        .flat_map(|d| std::fs::read_dir(d).into_iter().flatten().flatten())
-        .map(|e| e.path())
-        .collect()
 }
 
 #[test]

@@ -9,6 +9,8 @@
 //! `Synchronize` that finds the container gone, come after that delete —
 //! where runc runs the OCI poststop hook: `poststop`.
 
+use std::sync::PoisonError;
+
 use protobuf::MessageField;
 use throttlewatch_core::{ContainerKey, EndReason};
 use throttlewatch_lifecycle::create_marks::CreateMarks;
@@ -42,6 +44,13 @@ impl Plugin {
         why: EndReason,
     ) {
         let (pod, c) = (pod.get_or_default(), c.get_or_default());
+        // Not while a `Synchronize` registers it, and not registered by
+        // one after this.
+        let _gate = self
+            .sync_gate
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.note_ended(&c.id);
         // A burst held for an update: the container is gone, nothing to
         // write back.
         let held = lock(&self.held).take(&c.id);

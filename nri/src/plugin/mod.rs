@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::sync_channel;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use protobuf::{Message, MessageField};
@@ -55,6 +55,7 @@ use crate::rpc::Answer;
 use crate::NAME;
 use held::Holds;
 use listed::Listed;
+use sync::Syncing;
 
 /// The plugin service's name on the wire.
 pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
@@ -117,6 +118,11 @@ pub struct Plugin {
     held: Mutex<Holds<HeldBurst>>,
     /// The containers of the `Synchronize` pieces of this connection, by id.
     listed: Mutex<HashMap<String, Listed>>,
+    /// Containers ended while a `Synchronize`'s registrations run behind
+    /// its answer (`sync.rs`): not registered again by it.
+    syncing: Mutex<Syncing>,
+    /// Keeps one such registration and an end of a container apart.
+    sync_gate: RwLock<()>,
     /// The cgroup version of the cpu controller (None: not found).
     mode: Option<CgroupMode>,
 }
@@ -153,6 +159,8 @@ impl Plugin {
             }),
             held: Mutex::default(),
             listed: Mutex::default(),
+            syncing: Mutex::default(),
+            sync_gate: RwLock::default(),
             mode,
         }
     }

@@ -11,10 +11,13 @@
 //!   and exclusive cores go as at `RemoveContainer`;
 //! - the running containers it watches get their annotation QoS again
 //!   (the burst for their quota now) and are registered (an agent that
-//!   watches one already says so: no second `start` record).
+//!   watches one already says so: no second `start` record). The runtime
+//!   goes on meanwhile: a container it stops after the list was taken is
+//!   not registered again (its `end` may be written already: a second
+//!   register would start a second log), nor one whose process is gone.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, PoisonError};
 
 use throttlewatch_core::{ContainerKey, EndReason, StateDir};
 
@@ -26,7 +29,34 @@ use crate::diag::say;
 use crate::locked::lock;
 use crate::registered::Registered;
 
+/// The `Synchronize` registrations running behind their answers, and the
+/// containers ended since the first of them began.
+#[derive(Debug, Default)]
+pub struct Syncing {
+    active: usize,
+    ended: HashSet<String>,
+}
+
 impl Plugin {
+    /// Container `id` ends (`StopContainer`, `RemoveContainer`): a
+    /// `Synchronize` still registering does not register it again.
+    pub(super) fn note_ended(&self, id: &str) {
+        let mut s = lock(&self.syncing);
+        if s.active > 0 {
+            s.ended.insert(id.to_string());
+        }
+    }
+
+    /// One `Synchronize` registration less; the ended set is forgotten
+    /// with the last.
+    fn sync_done(&self) {
+        let mut s = lock(&self.syncing);
+        s.active = s.active.saturating_sub(1);
+        if s.active == 0 {
+            s.ended.clear();
+        }
+    }
+
     pub(super) fn synchronize(
         self: &Arc<Self>,
         req: api::SynchronizeRequest,
@@ -40,10 +70,16 @@ impl Plugin {
         let gone = if req.more { vec![] } else { self.gone_now() };
         let (all_running, wanted) = self.running_of(req.pods, req.containers);
         let me = Arc::clone(self);
+        // Counted before the answer: the runtime's next events come after it.
+        lock(&self.syncing).active += 1;
         let spawned = std::thread::Builder::new()
             .name("nri-sync".into())
-            .spawn(move || me.synchronized(gone, all_running, wanted));
+            .spawn(move || {
+                me.synchronized(gone, all_running, wanted);
+                me.sync_done();
+            });
         if let Err(e) = spawned {
+            self.sync_done();
             say(&format!(
                 "cannot end or register the synchronized containers: {e}"
             ));
@@ -130,6 +166,25 @@ impl Plugin {
             ));
             return false;
         }
+        // No end of this container while it is registered here.
+        let _gate = self
+            .sync_gate
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if lock(&self.syncing).ended.contains(&c.id) {
+            say(&format!(
+                "Synchronize: container {:?} ended after it was listed; not registered again",
+                c.id
+            ));
+            return false;
+        }
+        if !std::path::Path::new(&format!("/proc/{}", c.pid)).exists() {
+            say(&format!(
+                "Synchronize: container {:?}: its process {} exited after it was listed; not registered",
+                c.id, c.pid
+            ));
+            return false;
+        }
         self.on_task(pod, c);
         let cfg = &self.settings().cfg;
         !StateDir::new(&cfg.state_dir)
@@ -165,6 +220,49 @@ pub fn summary(running: usize, asked: usize, watched: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::options::WatchMode;
+    use throttlewatch_core::config::Config;
+
+    /// A `Synchronize` still registering when the runtime ends one of its
+    /// containers, or when one's process is gone: neither is registered
+    /// (nor noted as registered, which the end removed already), and
+    /// nothing is reported as a problem.
+    #[test]
+    fn a_container_ended_after_the_list_is_not_registered_again() {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            log_dir: d.path().join("logs"),
+            socket: d.path().join("none.sock"),
+            state_dir: d.path().join("state"),
+            start_agent: false,
+            ..Config::default()
+        };
+        let p = Plugin::with_mode(cfg, None, WatchMode::All, None);
+        let pod = api::PodSandbox::new();
+        let mut c = api::Container::new();
+        lock(&p.syncing).active = 1;
+        // Ended meanwhile; its process still there (this one's pid).
+        c.id = "ended".into();
+        c.pid = std::process::id();
+        p.note_ended(&c.id);
+        assert!(!p.register_running(&pod, &c));
+        // Its process gone (no such pid).
+        c.id = "exited".into();
+        c.pid = u32::MAX;
+        assert!(!p.register_running(&pod, &c));
+        let registered = Registered::new(&d.path().join("state"));
+        for id in ["ended", "exited"] {
+            assert!(!registered.contains(&p.key(id)), "{id} noted as registered");
+        }
+        assert!(
+            !d.path().join("logs/hook.log").exists(),
+            "a problem reported"
+        );
+        p.sync_done();
+        assert!(lock(&p.syncing).ended.is_empty(), "forgotten with the last");
+        p.note_ended("later");
+        assert!(lock(&p.syncing).ended.is_empty(), "noted with none running");
+    }
 
     #[test]
     fn summary_counts_every_running_container() {
