@@ -243,7 +243,9 @@ fn n(v: &Value) -> u64 {
 /// The three hops of a run: one wake-up per round each (`at_least`: the
 /// count may be higher, e.g. a thread that also waits for the GIL), the
 /// same count as perf's sched_waking events within 1 %, names and kinds.
-fn check_hops(r: &Run, rounds: u64, exact: bool, what: &str) {
+/// `quota_period_ns`: the cgroup's period when it has a quota (its waits
+/// may hold a freeze: below).
+fn check_hops(r: &Run, rounds: u64, exact: bool, quota_period_ns: Option<u64>, what: &str) {
     for (a, b) in HOPS {
         let e = edge(r, a, b);
         let ours = n(&e["count"]);
@@ -320,8 +322,15 @@ fn check_hops(r: &Run, rounds: u64, exact: bool, what: &str) {
         );
         let bucket = p50.max(1).ilog2();
         let (lo, hi) = (1u64 << bucket, 2u64 << bucket);
+        // Under a quota a wakee woken while its group is out of quota is
+        // switched in (perf's run) and frozen before it runs its own code
+        // (the task throttling model of 6.18: throttled on its return to
+        // user space), which is our wake->run: one such wait in a hop moves
+        // our mean by up to a period over the wakes (CI once: one wait of
+        // 83 ms in 25, mean 3.4 ms against perf's 0.13 ms). Allowed once.
+        let freeze_slack = quota_period_ns.unwrap_or(0) / ours.max(1);
         assert!(
-            mean <= perf_mean.max(1_000) * 2 && perf_mean <= mean.max(1_000) * 2,
+            mean <= perf_mean.max(1_000) * 2 + freeze_slack && perf_mean <= mean.max(1_000) * 2,
             "{what}: {a} -> {b}: mean wake->run {mean} ns, perf sched record's {perf_mean} ns"
         );
         assert!(
@@ -385,7 +394,7 @@ fn a_pipeline_of_processes_shows_its_chain_as_perf_sched_does() {
     // that at 20 ms a reader sometimes finds its byte already there.
     let rounds = 60;
     let r = run(&d, "proc", &[], &["processes", "60", "50", "1"]);
-    check_hops(&r, rounds, true, "processes, no quota");
+    check_hops(&r, rounds, true, None, "processes, no quota");
     for (a, b) in HOPS {
         let e = edge(&r, a, b);
         assert_ne!(
@@ -401,7 +410,7 @@ fn a_pipeline_of_threads_shows_its_chain() {
     let _g = cpu_lock();
     let d = Scratch::new("wake-thr");
     let r = run(&d, "thr", &[], &["threads", "60", "50", "1"]);
-    check_hops(&r, 60, false, "threads, no quota");
+    check_hops(&r, 60, false, None, "threads, no quota");
     let e = edge(&r, "tw-src", "tw-pipe");
     assert_eq!(e["waker"]["pid"], e["wakee"]["pid"], "one process: {e}");
 }
@@ -420,7 +429,13 @@ fn a_quota_freezes_the_hops_and_the_edges_say_which() {
         &["--cpus", "0.15"],
         &["processes", "25", "200", "5"],
     );
-    check_hops(&r, rounds, true, "processes, --cpus 0.15");
+    check_hops(
+        &r,
+        rounds,
+        true,
+        Some(100_000_000),
+        "processes, --cpus 0.15",
+    );
     let end = of_type(&r.log, "end")[0];
     let chain: Vec<u32> = r.tids.values().copied().collect();
     let into_chain: Vec<&Value> = edges(&r)

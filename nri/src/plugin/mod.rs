@@ -55,7 +55,7 @@ use crate::rpc::Answer;
 use crate::NAME;
 use held::Holds;
 use listed::Listed;
-use sync::Syncing;
+use syncing::Syncing;
 
 /// The plugin service's name on the wire.
 pub const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
@@ -423,6 +423,7 @@ mod end;
 pub mod held;
 pub mod listed;
 pub(crate) mod sync;
+mod syncing;
 mod update;
 
 #[cfg(test)]

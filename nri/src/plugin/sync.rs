@@ -16,7 +16,7 @@
 //!   not registered again (its `end` may be written already: a second
 //!   register would start a second log), nor one whose process is gone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, PoisonError};
 
 use throttlewatch_core::{ContainerKey, EndReason, StateDir};
@@ -28,14 +28,6 @@ use crate::api;
 use crate::diag::say;
 use crate::locked::lock;
 use crate::registered::Registered;
-
-/// The `Synchronize` registrations running behind their answers, and the
-/// containers ended since the first of them began.
-#[derive(Debug, Default)]
-pub struct Syncing {
-    active: usize,
-    ended: HashSet<String>,
-}
 
 impl Plugin {
     /// Container `id` ends (`StopContainer`, `RemoveContainer`): a
