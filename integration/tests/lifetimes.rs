@@ -160,6 +160,14 @@ fn a_restarted_agent_answers_the_end_of_a_log_ended_before_it() {
         // that answers the front end's end is a fresh one either way.
         let mut agent = agent;
         if !exit_seen_by_first {
+            // Killed once it holds the container in its state (the answer
+            // comes a moment before the state file; a kill in between
+            // loses the resume, which is not what this test is about).
+            let state = throttlewatch_core::StateDir::new(&cfg.state_dir)
+                .container_file(&throttlewatch_core::ContainerKey::new(id.clone(), None));
+            wait_until("the agent's state of it", Duration::from_secs(10), || {
+                state.exists()
+            });
             agent.kill();
             burner.wait().unwrap();
             agent = Agent::start(&cfg);
