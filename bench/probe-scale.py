@@ -43,6 +43,7 @@ LOOPS = int(sys.argv[2]) if len(sys.argv) > 2 else 100000
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOLD = os.environ.get("HOLD", f"{ROOT}/target/release/tw-probe-hold")
 NS = (1, 50, 200, 1000)
+NONE_RUNS = 5
 BOUND = 1.03
 
 
@@ -58,39 +59,50 @@ def pipe(cg):
     return pipe_in(cg, LOOPS)
 
 
-def holder(kind, n, base):
-    """Start tw-probe-hold for a configuration; returns it and its program ids."""
-    before = set(tw_progs())
-    args = [HOLD, str(n - 1 if kind == "in" else n), "--watch-under", f"{base}/w"]
-    if kind == "in":
-        args += ["--watch", f"{base}/in"]
-    h = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    ready = h.stdout.readline().split()
-    if not ready or ready[0] != "ready" or int(ready[2]) != n:
-        h.kill()
-        sys.exit(f"{' '.join(args)}: the holder failed or watches the wrong count: {ready}")
-    mine = [i for i in tw_progs() if i not in before]
-    return h, mine
+class Holder:
+    """One tw-probe-hold --serve for the whole run: the probes are loaded
+    once, as the agent loads them, and each configuration only changes the
+    watch map (the difference added or removed, as containers come and go),
+    so every configuration runs the same programs at the same addresses and
+    N is the one thing that changes."""
+
+    def __init__(self, base):
+        before = set(tw_progs())
+        self.args = [HOLD, "0", "--watch-under", f"{base}/w", "--serve"]
+        self.p = subprocess.Popen(self.args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready = self.p.stdout.readline().split()
+        if not ready or ready[0] != "ready":
+            self.p.kill()
+            sys.exit(f"{' '.join(self.args)}: the holder failed: {ready}")
+        self.mine = [i for i in tw_progs() if i not in before]
+
+    def set(self, kind, n, base):
+        self.p.stdin.write(f"{n} {base}/in\n" if kind == "in" else f"{n}\n")
+        self.p.stdin.flush()
+        got = self.p.stdout.readline().split()
+        if got != ["watching", str(n)]:
+            self.p.kill()
+            sys.exit(f"{' '.join(self.args)}: asked for {kind} {n}, got {got}")
+
+    def close(self):
+        self.p.stdin.close()
+        self.p.wait()
 
 
-def one(kind, n, base, ops, ns):
-    if kind == "none":
-        ops[("none", 0)].append(pipe(f"{base}/out"))
-        return
-    h, mine = holder(kind, n, base)
-    try:
-        start = tw_progs()
-        ops[(kind, n)].append(pipe(f"{base}/{kind}"))
-        end = tw_progs()
-        for i in mine:
-            a, b = start.get(i, {}), end.get(i, {})
-            runs = b.get("run_cnt", 0) - a.get("run_cnt", 0)
-            if runs >= LOOPS:  # the per-op programs: switch and wake-up
-                t = b.get("run_time_ns", 0) - a.get("run_time_ns", 0)
-                ns[(kind, n, b["name"])].append(t / runs)
-    finally:
-        h.stdin.close()
-        h.wait()
+def one(h, kind, n, base, runs):
+    """One pipe run in configuration (kind, n): its measures, also kept in
+    `runs`: "pipe" (usecs per op) and each per-op program's ns per run."""
+    h.set(kind, n, base)
+    start = tw_progs()
+    got = {"pipe": pipe(f"{base}/{kind}")}
+    end = tw_progs()
+    for i in h.mine:
+        a, b = start.get(i, {}), end.get(i, {})
+        cnt = b.get("run_cnt", 0) - a.get("run_cnt", 0)
+        if cnt >= LOOPS:  # the per-op programs: switch and wake-up
+            got[b["name"]] = (b.get("run_time_ns", 0) - a.get("run_time_ns", 0)) / cnt
+    runs[(kind, n)].append(got)
+    return got
 
 
 def make_cgroups(base):
@@ -114,48 +126,52 @@ def remove_cgroups(base):
     os.rmdir(base)
 
 
-def paired(v, v1):
-    """The median over the rounds of one configuration's run against the
-    1-watched run of the same round."""
-    r = [a / b for a, b in zip(v, v1) if b]
-    return statistics.median(r) if r else float("nan")
-
-
-def report(ops, ns):
+def report(runs, pair, none):
     med = lambda v: statistics.median(v) if v else float("nan")
-    base = med(ops[("none", 0)])
-    print(f"per switch (perf bench sched pipe, usecs/op / 2); no probe {base / 2:.3f} us")
-    print("(IQR: interquartile range of the rounds over their median, the run's own noise)")
     iqr = lambda v: (statistics.quantiles(v, n=4)[2] - statistics.quantiles(v, n=4)[0]) / med(v) if len(v) > 1 else 0.0
-    print("(in/in1, out/out1: ratio of the medians; paired: median of the ratios within a round)")
+    names = sorted(set.intersection(*(set(g) for k in runs for g in runs[k])) - {"pipe"})
+
+    def col(kind, n, m):
+        return [g[m] for g in runs[(kind, n)] if m in g]
+
+    def paired(kind, n, m):
+        """Median over the pairs of the N run against its neighbouring
+        1-watched run; for N = 1 itself, 1."""
+        if n == 1:
+            return 1.0
+        r = [g[n][m] / g[1][m] for g in pair[(kind, n)] if m in g[n] and m in g[1] and g[1][m]]
+        return med(r)
+
+    base = med(none)
+    print(f"per switch (perf bench sched pipe, usecs/op / 2); no probe {base / 2:.3f} us (before the load, for scale)")
+    print("(x/x1: ratio of the medians; paired: median over the pairs of the ratio to the neighbouring 1-watched run)")
+    print("(IQR: interquartile range of the runs over their median, the run's own noise)")
     print(f"{'N':>5} {'in us':>8} {'in/in1':>7} {'paired':>7} {'out us':>8} {'out/out1':>8} {'paired':>7} {'in/none':>8} {'out/none':>8} {'IQR in':>7} {'IQR out':>7}")
     ratios = collections.defaultdict(list)
     for n in NS:
-        i, o = med(ops[("in", n)]), med(ops[("out", n)])
-        ri, ro = i / med(ops[("in", 1)]), o / med(ops[("out", 1)])
-        pi, po = paired(ops[("in", n)], ops[("in", 1)]), paired(ops[("out", n)], ops[("out", 1)])
+        i, o = med(col("in", n, "pipe")), med(col("out", n, "pipe"))
+        ri, ro = i / med(col("in", 1, "pipe")), o / med(col("out", 1, "pipe"))
+        pi, po = paired("in", n, "pipe"), paired("out", n, "pipe")
         ratios["pipe in"].append(pi)
         ratios["pipe out"].append(po)
-        qi, qo = iqr(ops[("in", n)]), iqr(ops[("out", n)])
+        qi, qo = iqr(col("in", n, "pipe")), iqr(col("out", n, "pipe"))
         print(f"{n:>5} {i / 2:8.3f} {ri:7.3f} {pi:7.3f} {o / 2:8.3f} {ro:8.3f} {po:7.3f} {i / base:8.3f} {o / base:8.3f} {qi:7.3f} {qo:7.3f}")
-    names = sorted({k[2] for k in ns if k[0] == "in"} & {k[2] for k in ns if k[0] == "out"})
     print("\nbpf_stats: ns per run (run_time_ns / run_cnt over the pipe run), median; paired ratio to N=1")
     print(f"{'N':>5} " + " ".join(f"{k + ' ' + p:>22}" for k in ("in", "out") for p in names))
     for n in NS:
         cells = []
         for k in ("in", "out"):
             for p in names:
-                v = med(ns[(k, n, p)])
-                r = paired(ns[(k, n, p)], ns[(k, 1, p)])
+                r = paired(k, n, p)
                 ratios[f"{k} {p}"].append(r)
-                cells.append(f"{v:7.1f} ns x{r:6.3f}")
+                cells.append(f"{med(col(k, n, p)):7.1f} ns x{r:6.3f}")
         print(f"{n:>5} " + " ".join(f"{c:>22}" for c in cells))
     print(f"\nspread (max/min of the paired ratios over N = {', '.join(map(str, NS))}; bound {BOUND}):")
     for k, v in ratios.items():
         s = max(v) / min(v)
         print(f"  {k:<28} {s:6.3f} {'within' if s <= BOUND else 'OVER'}")
     load = " ".join(open("/proc/loadavg").read().split()[:3])
-    print(f"({ROUNDS} interleaved rounds, perf bench sched pipe -l {LOOPS} on CPU 0; load {load})")
+    print(f"({ROUNDS} rounds of {len(pair)} pairs, perf bench sched pipe -l {LOOPS} on CPU 0; load {load})")
 
 
 def main():
@@ -165,20 +181,36 @@ def main():
     base = f"{cpu_root()}/tw-bench-scale-{os.getpid()}"
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     was = open(STATS).read().strip()
-    ops, ns = collections.defaultdict(list), collections.defaultdict(list)
-    configs = [("none", 0)] + [(k, n) for n in NS for k in ("in", "out")]
+    runs, pair, none = collections.defaultdict(list), collections.defaultdict(list), []
+    h = None
     try:
         make_cgroups(base)
         open(STATS, "w").write("1")
+        # No probe, for scale only: a few runs before the load (the
+        # interleaved rounds all run with the probes loaded).
+        for _ in range(NONE_RUNS):
+            none.append(pipe(f"{base}/out"))
+        h = Holder(base)
         for r in range(ROUNDS):
-            turn = configs[r % len(configs):] + configs[:r % len(configs)]
-            for kind, n in turn if r % 2 == 0 else turn[::-1]:
-                one(kind, n, base, ops, ns)
-            print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
+            # Each N > 1 run next to a 1-watched run of its kind (the pair
+            # a fraction of a second apart, the reference first or second
+            # in turn), the pairs' order rotated round by round.
+            pairs = [(k, n) for k in ("in", "out") for n in NS[1:]]
+            pairs = pairs[r % len(pairs):] + pairs[:r % len(pairs)]
+            for j, (kind, n) in enumerate(pairs):
+                order = [(kind, 1), (kind, n)] if (r + j) % 2 == 0 else [(kind, n), (kind, 1)]
+                got = {}
+                for k, m in order:
+                    got[m] = one(h, k, m, base, runs)
+                pair[(kind, n)].append(got)
+            if (r + 1) % 10 == 0 or r + 1 == ROUNDS:
+                print(f"round {r + 1}/{ROUNDS} done", file=sys.stderr)
     finally:
+        if h:
+            h.close()
         open(STATS, "w").write(was)
         remove_cgroups(base)
-    report(ops, ns)
+    report(runs, pair, none)
 
 
 main()

@@ -10,11 +10,17 @@
 //! `--watch-under CPU_CGROUP_DIR`: the N watched ids are those of the
 //! first N sub-directories of that directory (by name), real cgroups watched
 //! the way the agent watches a container (its `cgroup.procs` walked),
-//! instead of N made-up ids (bench/probe-scale.py).
+//! instead of N made-up ids.
+//! `--serve`: one load for a whole benchmark (bench/probe-scale.py). After
+//! "ready", each stdin line `N` or `N DIR` sets the watch map to the first N
+//! sub-directories of `--watch-under` (N−1 of them and DIR where DIR is
+//! given), adding and removing only the difference as the agent does when
+//! containers come and go, and answers `watching N`.
 
-use std::io::{Read, Write};
+use std::collections::BTreeSet;
+use std::io::{BufRead, Read, Write};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use throttlewatch_bpf::{ProbeOptions, ThrottleProbe};
 
@@ -43,6 +49,14 @@ fn watch_n(p: &ThrottleProbe, n: u64, under: Option<&str>) {
         }
         return;
     };
+    for (id, d) in first_ids(parent, n as usize) {
+        p.watch_group(id, &d.join("cgroup.procs"))
+            .expect("watch a cgroup");
+    }
+}
+
+/// The sub-directories of `parent` by name, with their cgroup ids.
+fn sub_dirs(parent: &str) -> Vec<(u64, PathBuf)> {
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(parent)
         .unwrap_or_else(|e| panic!("--watch-under {parent}: {e}"))
         .filter_map(|e| e.ok())
@@ -50,15 +64,50 @@ fn watch_n(p: &ThrottleProbe, n: u64, under: Option<&str>) {
         .map(|e| e.path())
         .collect();
     dirs.sort();
+    dirs.into_iter()
+        .map(|d| (cgroup_id("--watch-under", &d.to_string_lossy()), d))
+        .collect()
+}
+
+/// The first `n` of [`sub_dirs`].
+fn first_ids(parent: &str, n: usize) -> Vec<(u64, PathBuf)> {
+    let mut dirs = sub_dirs(parent);
     assert!(
-        dirs.len() as u64 >= n,
+        dirs.len() >= n,
         "--watch-under {parent}: {} sub-directories, {n} needed",
         dirs.len()
     );
-    for d in dirs.iter().take(n as usize) {
-        let id = cgroup_id("--watch-under", &d.to_string_lossy());
-        p.watch_group(id, &Path::new(d).join("cgroup.procs"))
-            .expect("watch a cgroup");
+    dirs.truncate(n);
+    dirs
+}
+
+/// `--serve`: one probe load, the watch map set line by line from stdin.
+fn serve(p: &ThrottleProbe, under: &str) {
+    let all = sub_dirs(under);
+    let mut now: BTreeSet<u64> = BTreeSet::new();
+    let mut out = std::io::stdout();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.expect("stdin");
+        let mut words = line.split_whitespace();
+        let Some(n) = words.next() else { continue };
+        let n: usize = n
+            .parse()
+            .unwrap_or_else(|_| panic!("--serve: line {line:?}: expected N [DIR]"));
+        let extra = words.next().map(|d| (cgroup_id("--serve", d), PathBuf::from(d)));
+        let others = n - usize::from(extra.is_some());
+        assert!(others <= all.len(), "--serve: {n} asked, {} sub-directories", all.len());
+        let want: Vec<&(u64, PathBuf)> = all[..others].iter().chain(extra.iter()).collect();
+        let ids: BTreeSet<u64> = want.iter().map(|(id, _)| *id).collect();
+        for gone in now.difference(&ids) {
+            p.unwatch(*gone).expect("unwatch");
+        }
+        for (id, dir) in want.iter().filter(|(id, _)| !now.contains(id)) {
+            p.watch_group(*id, &dir.join("cgroup.procs"))
+                .expect("watch a cgroup");
+        }
+        now = ids;
+        writeln!(out, "watching {}", p.watched_count()).unwrap();
+        out.flush().unwrap();
     }
 }
 
@@ -67,7 +116,7 @@ fn main() {
     let n: u64 = args
         .get(1)
         .and_then(|a| a.parse().ok())
-        .expect("usage: tw-probe-hold N [--raw-tp] [--no-runq] [--cold-start DIR] [--watch DIR] [--watch-under DIR]");
+        .expect("usage: tw-probe-hold N [--raw-tp] [--no-runq] [--cold-start DIR] [--watch DIR] [--watch-under DIR [--serve]]");
     let mut p = ThrottleProbe::load(&ProbeOptions {
         force_raw_tp: args.iter().any(|a| a == "--raw-tp"),
         no_runq: args.iter().any(|a| a == "--no-runq"),
@@ -95,6 +144,11 @@ fn main() {
         p.runq_available()
     );
     std::io::stdout().flush().unwrap();
+    if args.iter().any(|a| a == "--serve") {
+        let under = flag_value(&args, "--watch-under").expect("--serve needs --watch-under DIR");
+        serve(&p, under);
+        return;
+    }
     let mut buf = [0u8; 64];
     while std::io::stdin()
         .read(&mut buf)
