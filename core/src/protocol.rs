@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
@@ -24,6 +25,28 @@ pub enum Request {
         exit_code: Option<i32>,
     },
     Status,
+}
+
+/// What `<state_dir>/pending/<key>` holds: a register a front end sent
+/// (or could not send: no agent answered) and no agent has taken yet
+/// (`throttlewatch_lifecycle::pending`); an agent that starts takes every
+/// one whose container still runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingRegister {
+    /// Which socket file the register was sent to
+    /// ([`socket_id`]); None: no agent
+    /// listened, the record waits for the next one.
+    pub socket: Option<String>,
+    pub register: Register,
+}
+
+/// The socket file's identity: a restarted agent binds a new file. Its
+/// inode and change time to the nanosecond (a file system may give a new
+/// file the inode number of one just removed).
+pub fn socket_id(socket: &Path) -> Option<String> {
+    std::fs::metadata(socket)
+        .ok()
+        .map(|m| format!("{}:{}.{:09}", m.ino(), m.ctime(), m.ctime_nsec()))
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

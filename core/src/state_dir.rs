@@ -32,6 +32,7 @@ pub const UNWATCHED_DIR: &str = "unwatched";
 pub const CONTROL_DIR: &str = "control";
 pub const PIDS_DIR: &str = "pids";
 pub const PENDING_DIR: &str = "pending";
+pub const ANSWERED_DIR: &str = "answered";
 pub const NRI_DIR: &str = "nri";
 /// Mode of the state directory and its subdirectories.
 pub const DIR_MODE: u32 = 0o700;
@@ -104,6 +105,17 @@ impl StateDir {
     /// `pending/<key>`: a register sent and not yet seen done.
     pub fn pending_file(&self, key: &ContainerKey) -> PathBuf {
         self.pending_dir().join(key.file_stem())
+    }
+
+    pub fn answered_dir(&self) -> PathBuf {
+        self.root.join(ANSWERED_DIR)
+    }
+
+    /// `answered/<key>`: a register the agent answered whose log and state
+    /// file are not written yet (the agent's journal: an agent killed in
+    /// between leaves it for the next, which takes the container).
+    pub fn answered_file(&self, key: &ContainerKey) -> PathBuf {
+        self.answered_dir().join(key.file_stem())
     }
 
     pub fn nri_dir(&self) -> PathBuf {

@@ -68,9 +68,12 @@ fn on_create(
 /// an error; one it was never told about (marked unwatched) is not asked.
 fn on_poststop(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
     let state = StateDir::new(&cfg.state_dir);
-    if !CreateMarks::new(&cfg.state_dir, key).take_refusal() {
+    let marks = CreateMarks::new(&cfg.state_dir, key);
+    if !marks.take_refusal() {
         unregister(cfg, rep, key);
     }
+    // A register kept for an agent that never came: the container is gone.
+    marks.taken();
     let cpusets = state.cpusets_dir();
     if cpusets
         .join(throttlewatch_qos::exclusive::STATE_FILE)

@@ -239,6 +239,80 @@ fn a_restarted_agent_answers_the_end_of_a_log_ended_before_it() {
     assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
 }
 
+/// The agent answers a register once the cgroup is in the watch map and
+/// writes the log, its `start` and the state file just after; a SIGKILL in
+/// between leaves what this test makes (the kill itself cannot be aimed at
+/// a window of a millisecond): the journal's `answered/<key>`, no state
+/// file, and no log or one holding that `start` alone. The next agent takes
+/// the container: one log, one `start`, the end at the front end's end.
+#[test]
+fn an_agent_killed_between_its_answer_and_its_log_leaves_the_container_to_the_next() {
+    let cfg = PrivateConfig::new("");
+    let h = Hierarchies::discover().unwrap();
+    let layout = throttlewatch_core::StateDir::new(&cfg.state_dir);
+    for lone_start in [true, false] {
+        let agent = Agent::start(&cfg);
+        let id = format!("tw-answered-{}-{}", std::process::id(), unique());
+        let key = throttlewatch_core::ContainerKey::new(id.clone(), None);
+        let cg = TransientCgroup::create(&h, &format!("/{id}")).unwrap();
+        let mut burner = burn_in(&cg, &["--threads", "1", "--ms", "300000", "--spin", "1", "--sleep", "100"]);
+        let reg = Register {
+            container_id: id.clone(),
+            pid: Some(burner.id()),
+            cgroup_path: cg.group.rel.clone(),
+            ..Default::default()
+        };
+        let r = call(&cfg.socket, &Request::Register(reg.clone()), Duration::from_secs(5)).unwrap();
+        assert!(r.ok, "register: {r:?}");
+        let state = layout.container_file(&key);
+        wait_until("the agent's state of it", Duration::from_secs(10), || state.exists());
+        assert!(
+            !layout.answered_file(&key).exists(),
+            "the journal entry goes once the state file is written"
+        );
+        agent.kill();
+        let log = cfg.log_of(&id);
+        std::fs::remove_file(&state).unwrap();
+        std::fs::create_dir_all(layout.answered_dir()).unwrap();
+        std::fs::write(layout.answered_file(&key), serde_json::to_vec(&reg).unwrap()).unwrap();
+        if lone_start {
+            let text = std::fs::read_to_string(&log).unwrap();
+            let first = text.lines().next().unwrap();
+            assert!(first.contains("\"type\":\"start\""), "{first}");
+            std::fs::write(&log, format!("{first}\n")).unwrap();
+        } else {
+            std::fs::remove_file(&log).unwrap();
+        }
+        let agent = Agent::start(&cfg);
+        assert!(
+            agent.output().contains("answered by an agent that stopped before its log: watched from now"),
+            "{}",
+            agent.output()
+        );
+        assert!(!layout.answered_file(&key).exists(), "the journal entry is taken");
+        let u = Request::Unregister {
+            container_id: id.clone(),
+            scope: None,
+            reason: EndReason::Delete,
+            exit_code: None,
+        };
+        let r = call(&cfg.socket, &u, Duration::from_secs(5)).unwrap();
+        assert!(r.ok, "the front end's end: {r:?}\n{}", agent.output());
+        let whole = assert_whole_log(&log);
+        assert_eq!(of_type(&whole, "start").len(), 1, "one start: {whole:?}");
+        assert!(
+            earlier_lifetimes(&log).is_empty(),
+            "one lifetime, one log: {:?}",
+            earlier_lifetimes(&log)
+        );
+        let _ = burner.kill();
+        let _ = burner.wait();
+        drop(cg);
+        drop(agent);
+    }
+    assert!(cfg.stray_files().is_empty(), "{:?}", cfg.stray_files());
+}
+
 /// `docker run -d --network none --runtime throttlewatch EXTRA.. busybox CMD..`:
 /// the container's id.
 fn docker_run(d: &Dockerd, extra: &[&str], cmd: &[&str]) -> String {

@@ -1,7 +1,7 @@
 //! Issue 48: pods churned through the CRI with `crictl` on a private
 //! containerd 2.3.4 with the NRI plugin (`throttlewatch-nri`, an external
 //! plugin) and the agent, and three faults injected mid-churn, one at a
-//! time: the agent SIGKILLed (pods removed while it is down) and started
+//! time: the agent SIGKILLed (pods removed and started while it is down) and started
 //! again; the plugin restarted (pods started and removed while it is down);
 //! containerd restarted under running pods. Pods are created and started
 //! while older ones are stopped and removed around every fault; a few have

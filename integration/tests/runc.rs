@@ -369,6 +369,50 @@ fn missing_agent_still_starts_the_container() {
     );
 }
 
+/// `start_agent = false` and no agent: the container starts (fail-open)
+/// and its register waits in `pending/`; the agent that starts later takes
+/// it (its process still runs in its cgroup), so the lifetime gets its log
+/// from that `start` to the `end` at delete, and nothing is left.
+#[test]
+fn a_container_started_while_no_agent_listens_is_taken_by_the_next_agent() {
+    let cfg = PrivateConfig::new("start_agent = false");
+    let rt = OciCli::throttlewatch(&cfg);
+    let b = Bundle::new(&id("later"), &ContainerOpts::default());
+    let o = rt.run_detached(&b);
+    assert!(o.status.success(), "{}", text(&o));
+    let pending = cfg.state_dir.join("pending");
+    let kept = || {
+        std::fs::read_dir(&pending)
+            .map(|d| d.flatten().count())
+            .unwrap_or(0)
+    };
+    assert!(
+        cfg.hook_log().contains("its register waits in") && kept() == 1,
+        "the register is kept for the next agent: {} record(s)\n{}",
+        kept(),
+        cfg.hook_log()
+    );
+    let agent = Agent::start(&cfg);
+    let log = cfg.log_of(&b.id);
+    let t = std::time::Instant::now();
+    while !(log.exists() && !of_type(&read_log(&log), "start").is_empty()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the agent did not take the kept register:\n{}",
+            agent.output()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(kept(), 0, "the record goes once taken");
+    assert!(agent.output().contains("watched from now"), "{}", agent.output());
+    assert!(rt.run(&["delete", "-f", &b.id]).status.success());
+    let recs = read_log(&log);
+    assert_eq!(of_type(&recs, "start").len(), 1, "{recs:?}");
+    assert_eq!(recs.last().unwrap()["type"], "end", "{recs:?}");
+    assert_eq!(kept(), 0);
+    drop(agent);
+}
+
 #[test]
 fn garbage_on_the_hook_stdin() {
     for (mode, code) in [("open", 0), ("closed", 1)] {

@@ -220,6 +220,8 @@ pub fn end_before_delete(
     key: &ContainerKey,
     exit_code: Option<i32>,
 ) -> Result<(), EndBeforeDeleteError> {
+    // A register kept for an agent that never came: the container is gone.
+    throttlewatch_core::StateDir::new(&cfg.state_dir).clear_pending(key);
     if !cfg.socket.exists() {
         return Ok(());
     }

@@ -28,8 +28,9 @@ pub enum RegisterError {
     /// An agent is there but the exchange failed.
     #[error("{source}; cannot register container {id:?}")]
     Agent { id: String, source: Box<AgentError> },
-    /// No agent answers and the configuration does not start one.
-    #[error("{source}; start_agent = false, so container {id:?} starts without being watched")]
+    /// No agent answers and the configuration does not start one: the
+    /// front end keeps the register for the next agent (`CreateMarks::kept`).
+    #[error("{source}; start_agent = false, so container {id:?} starts unwatched until an agent starts and takes its register")]
     NotStarted { id: String, source: Box<AgentError> },
     /// No agent answers and there is none to start.
     #[error(transparent)]
@@ -113,6 +114,14 @@ pub fn register(
                 source: e.into(),
             },
         });
+    }
+}
+
+impl RegisterError {
+    /// No agent listens and `start_agent = false`: the register can wait
+    /// for the next agent.
+    pub fn is_not_started(&self) -> bool {
+        matches!(self, RegisterError::NotStarted { .. })
     }
 }
 
@@ -299,7 +308,7 @@ mod tests {
                     id: id(),
                     source: none().into(),
                 },
-                format!("{e}; start_agent = false, so container \"c\" starts without being watched"),
+                format!("{e}; start_agent = false, so container \"c\" starts unwatched until an agent starts and takes its register"),
             ),
             (
                 RegisterError::from(NoAgentBinary),

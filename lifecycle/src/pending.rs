@@ -24,35 +24,19 @@
 //! helper died) cannot be sent again, and the container starts unwatched.
 
 use std::fs::OpenOptions;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use throttlewatch_core::config::Config;
-use throttlewatch_core::protocol::Register;
 use throttlewatch_core::state_dir::{write_atomic, StateDir, WriteOptions};
 use throttlewatch_core::ContainerKey;
 
 use crate::report::Reporter;
 use crate::{agent_start, unwatched, HookStage};
 
-/// What `pending/<key>` holds.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PendingRegister {
-    /// Which socket file the register was sent to ([`socket_id`]; None: none).
-    pub socket: Option<String>,
-    pub register: Register,
-}
+pub use throttlewatch_core::protocol::{socket_id, PendingRegister};
 
-/// The socket file's identity: a restarted agent binds a new file. Its
-/// inode and change time to the nanosecond (a file system may give a new
-/// file the inode number of one just removed).
-pub fn socket_id(socket: &Path) -> Option<String> {
-    std::fs::metadata(socket)
-        .ok()
-        .map(|m| format!("{}:{}.{:09}", m.ino(), m.ctime(), m.ctime_nsec()))
-}
 
 /// Record that `key`'s register is about to be sent to the agent on the
 /// socket [`socket_id`] names.
@@ -136,6 +120,9 @@ pub enum Confirmed {
     TimedOut(Duration),
     /// The socket is not the one the register went to: that agent is gone.
     AgentGone,
+    /// It went to no agent: none listened (`start_agent = false`; kept
+    /// for the next agent, `CreateMarks::kept`).
+    NoAgent,
 }
 
 /// Wait until `key`'s register is no longer pending, the agent refused it,
@@ -158,6 +145,7 @@ pub fn wait_watched(
         if sent_to.is_none() {
             match read(state, key) {
                 None => return Confirmed::Watched(t0.elapsed()),
+                Some(Pending::Sent(p)) if p.socket.is_none() => return Confirmed::NoAgent,
                 Some(Pending::Sent(p)) => sent_to = Some(p.socket),
                 Some(Pending::Creating) => {}
             }
@@ -198,8 +186,8 @@ pub(crate) fn before_start(
         (Confirmed::Refused, _) => {
             "the agent refused to watch it (see the agent's log)".to_string()
         }
-        (Confirmed::TimedOut(_) | Confirmed::AgentGone, None) => return None, // taken meanwhile
-        (Confirmed::TimedOut(_) | Confirmed::AgentGone, Some(Pending::Creating)) => format!(
+        (Confirmed::TimedOut(_) | Confirmed::AgentGone | Confirmed::NoAgent, None) => return None, // taken meanwhile
+        (Confirmed::TimedOut(_) | Confirmed::AgentGone | Confirmed::NoAgent, Some(Pending::Creating)) => format!(
             "its register was not sent within {:?} (agent_timeout_ms) of the start: the wrapper's create did not finish (see hook.log)",
             cfg.agent_timeout()
         ),
@@ -210,10 +198,18 @@ pub(crate) fn before_start(
                     unwatched::clear(&state, key);
                     return None;
                 }
+                Err(e) if e.is_not_started() => {
+                    // Still no agent: the register waits for the next one.
+                    let mut rep = Reporter::new(cfg, HookStage::CreateRuntime, name);
+                    rep.set_container(&key.id);
+                    crate::created::keep_for_agent(cfg, &mut rep, key, &p.register, &e);
+                    return Some(e.to_string());
+                }
                 Err(e) => {
                     let _ = unwatched::mark(&state, key);
                     match waited {
                         Confirmed::AgentGone => format!("its agent restarted before taking the register, and again: {e}"),
+                        Confirmed::NoAgent => format!("no agent listened at its create, and now: {e}"),
                         _ => format!("the agent did not take the register within {:?} (agent_timeout_ms), and again: {e}", cfg.agent_timeout()),
                     }
                 }
@@ -230,6 +226,8 @@ pub(crate) fn before_start(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
+    use throttlewatch_core::protocol::Register;
 
     fn record(socket: Option<String>) -> PendingRegister {
         PendingRegister {
@@ -249,6 +247,20 @@ mod tests {
         let sock = d.path().join("agent.sock");
         std::fs::write(&sock, "").unwrap();
         (d, st, sock)
+    }
+
+    #[test]
+    fn a_register_kept_for_no_agent_is_not_waited_for() {
+        let (_d, st, sock) = fixture();
+        let k = ContainerKey::new("c1", None);
+        mark(&st, &k, &record(None)).unwrap();
+        let t = Instant::now();
+        assert_eq!(
+            wait_watched(&st, &k, &sock, Duration::from_secs(5)),
+            Confirmed::NoAgent
+        );
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        assert!(st.pending_file(&k).exists(), "left for the next agent");
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::state::{ContainersDir, Persisted};
 use crate::{signals, CliError};
 
 pub(crate) mod advice;
+mod adopt;
 mod dirs;
 mod ended_at_exit;
 mod exit_end;
@@ -190,6 +191,9 @@ pub fn run(cfg: &Config) -> Result<i32, CliError> {
     agent.restore();
     let server = Server::new(bind(&cfg.socket)?)
         .map_err(|e| CliError::fail(format!("{}: {e}", cfg.socket.display())))?;
+    // Once bound: a front end that found no listener before has written
+    // its record by the first snapshot's look (adopt.rs); requests wait.
+    agent.adopt();
     signals::install();
     eprintln!(
         "throttlewatch agent: {} probe, {} throttling model; socket {}",
@@ -261,6 +265,7 @@ impl Agent {
                 last_tick = Instant::now();
                 if due == Due::Snapshot {
                     last_snap = last_tick;
+                    self.adopt_unsent();
                     self.sweep_logs();
                     self.advise();
                 }

@@ -134,6 +134,8 @@ impl Agent {
         }
         let mut t = Phases::start("throttlewatch-agent register");
         let key = r.key();
+        // Journaled before an answer that goes out ahead of the log (adopt.rs).
+        let journal = if wait { None } else { serde_json::to_vec(&r).ok() };
         let begun = match self.begin_register(r, None, &mut t) {
             Ok(Begun::InFlight(p)) => p,
             Ok(Begun::Known(resp)) => {
@@ -153,6 +155,9 @@ impl Agent {
             ..Response::ok()
         };
         if !wait {
+            if let Some(bytes) = &journal {
+                super::adopt::journal(&self.state_dir(), &key, bytes);
+            }
             to.send(answer);
             t.mark("answer");
             self.deferred.push(begun);
@@ -189,6 +194,10 @@ impl Agent {
     /// The register of `key` is taken: its `pending/<key>` record, if the
     /// client left one, is removed (the agent's transition of
     /// `throttlewatch_lifecycle::create_marks`).
+    pub(super) fn state_dir(&self) -> throttlewatch_core::StateDir {
+        throttlewatch_core::StateDir::new(&self.cfg.state_dir)
+    }
+
     fn taken(&self, key: &throttlewatch_core::ContainerKey) {
         throttlewatch_core::StateDir::new(&self.cfg.state_dir).clear_pending(key);
     }
@@ -204,6 +213,7 @@ impl Agent {
                 eprintln!("throttlewatch agent: {key}: {e}; not watched");
                 self.mark_unwatched(&key);
             }
+            super::adopt::journal_done(&self.state_dir(), &key);
         }
     }
 

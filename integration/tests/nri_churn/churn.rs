@@ -51,6 +51,9 @@ pub struct Churn<'a> {
     pub starts: Vec<Duration>,
     /// What each fault did, for the output.
     pub events: Vec<String>,
+    /// The containers started while no agent listened: the plugin keeps
+    /// their registers for the next agent, said once each in hook.log.
+    pub kept_for_agent: Vec<String>,
 }
 
 /// containerd's log lines saying it closed a connection to the plugin.
@@ -92,6 +95,7 @@ impl<'a> Churn<'a> {
             made: 0,
             starts: vec![],
             events: vec![],
+            kept_for_agent: vec![],
         }
     }
 
@@ -216,19 +220,37 @@ impl<'a> Churn<'a> {
 
     /// SIGKILL the agent; `k` pods stopped and removed while it is down
     /// (the plugin cannot tell it: the restarted agent finds their cgroups
-    /// gone); the agent started again; `k` pods started.
+    /// gone) and `k` started (no agent listens: the plugin keeps their
+    /// registers in `pending/`, which the restarted agent takes); the agent
+    /// started again.
     pub fn kill_agent(&mut self, k: usize) {
         let t0 = Instant::now();
         self.agent.take().expect("an agent").kill();
         self.remove_oldest(k);
+        self.add_pods(k);
+        let started: Vec<String> = self
+            .running
+            .iter()
+            .rev()
+            .take(k)
+            .flat_map(|p| p.containers.clone())
+            .collect();
+        self.kept_for_agent.extend(started);
+        let kept = std::fs::read_dir(self.tw.state_dir.join("pending"))
+            .map(|d| d.flatten().count())
+            .unwrap_or(0);
+        assert!(
+            kept >= k,
+            "{k} pods started with no agent, {kept} registers kept for it\n{}",
+            self.seen()
+        );
         let down = t0.elapsed();
         self.agent = Some(Agent::start(self.tw));
         self.events.push(format!(
-            "agent SIGKILLed: {k} pods removed while it was down ({} ms), answering again {} ms after the kill",
+            "agent SIGKILLed: {k} pods removed and {k} started while it was down ({} ms, {kept} registers kept for it), answering again {} ms after the kill",
             down.as_millis(),
             t0.elapsed().as_millis()
         ));
-        self.add_pods(k);
         self.wait_watched();
     }
 

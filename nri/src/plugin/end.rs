@@ -91,6 +91,8 @@ impl Plugin {
             }
         };
         release(cfg, key);
+        // A register kept for an agent that never came: the container is gone.
+        CreateMarks::new(&cfg.state_dir, key).taken();
         Registered::new(&cfg.state_dir).remove(key);
         ended
     }
