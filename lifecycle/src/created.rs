@@ -120,8 +120,8 @@ pub fn on_prepared(
     let burst = q.burst.take();
     send_register(cfg, config_path, rep, &c, rel.clone(), q, answer, early, t);
     record_burst(cfg, rep, c.key, burst.as_ref());
-    if burst.is_some() {
-        share_with_ancestors(cfg, rep, &h, &rel);
+    if let Some(b) = &burst {
+        share_with_ancestors(cfg, rep, &h, &rel, b.applied_us);
     }
     t.mark("burst_record");
     Ok(())
@@ -255,8 +255,14 @@ fn mark_unwatched(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
 
 /// The container's burst on the ancestors with a quota too (a pod cgroup
 /// under kubelet): [`crate::pod_burst`]. Before the entrypoint runs.
-pub fn share_with_ancestors(cfg: &Config, rep: &mut Reporter, h: &Hierarchies, rel: &str) {
-    let s = crate::pod_burst::share(&StateDir::new(&cfg.state_dir), h, rel);
+pub fn share_with_ancestors(
+    cfg: &Config,
+    rep: &mut Reporter,
+    h: &Hierarchies,
+    rel: &str,
+    applied_us: u64,
+) {
+    let s = crate::pod_burst::share(&StateDir::new(&cfg.state_dir), h, rel, applied_us);
     for w in &s.warnings {
         rep.warn(w);
     }

@@ -66,7 +66,7 @@ impl HeldBurst {
             source,
         })?;
         let state = StateDir::new(&cfg.state_dir);
-        for w in crate::pod_burst::share_here(&state, &self.record.cgroup_path).warnings {
+        for w in crate::pod_burst::share_here(&state, &self.record.cgroup_path, us).warnings {
             warn(&w);
         }
         Ok(us)

@@ -35,11 +35,17 @@ const TABLE: &str = "pod-bursts.json";
 const LOCK: &str = "pod-bursts.lock";
 
 /// What we wrote on one ancestor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct AncestorBurst {
     /// The ancestor's burst before us (or as someone else last wrote it).
     base_us: u64,
     written_us: u64,
+    /// The containers below it with a burst (cgroup path → µs): kept here
+    /// so that a container's create reads its pod's members, not every
+    /// container's burst record on the node. None: a table written before
+    /// it was kept (the records are read once for that ancestor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    members: Option<BTreeMap<String, u64>>,
 }
 
 /// One ancestor with a quota, after [`share`].
@@ -63,9 +69,11 @@ pub struct Shared {
 }
 
 /// Bring the burst of every ancestor of `container_rel` that has a quota
-/// in line with the bursts recorded for the containers below it (the
-/// container's own record already saved, or already removed).
-pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str) -> Shared {
+/// in line with the bursts of the containers below it, the container's own
+/// now `applied_us` (its record saved with it; 0: removed). Reads the
+/// members of each ancestor kept in the table (a stat of each one's
+/// cgroup), not every burst record on the node.
+pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str, applied_us: u64) -> Shared {
     let mut out = Shared::default();
     let mut lock = None;
     let mut table = None;
@@ -94,13 +102,35 @@ pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str) -> Shared {
             }
         }
         let table = table.get_or_insert_with(|| load_table(state, &mut out.warnings));
-        let records = records.get_or_insert_with(|| live_records(state, h));
+        let mut members = match table.get(&g.rel) {
+            Some(AncestorBurst {
+                members: Some(m), ..
+            }) => m.clone(),
+            // Kept by an earlier version without its members: read once.
+            Some(_) => {
+                let below = format!("{}/", g.rel);
+                records
+                    .get_or_insert_with(|| live_records(state, h))
+                    .iter()
+                    .filter(|r| r.cgroup_path.starts_with(&below))
+                    .map(|r| (r.cgroup_path.clone(), r.applied_us))
+                    .collect()
+            }
+            None => BTreeMap::new(),
+        };
+        if applied_us > 0 {
+            members.insert(container_rel.to_string(), applied_us);
+        } else {
+            members.remove(container_rel);
+        }
+        // A member whose cgroup is gone without its end (a killed runtime).
+        members.retain(|rel, _| CpuCgroup::at(h, rel).cpu_dir.is_dir());
         let level = share_level(
             h,
             &g,
             (quota, current, bw.period_us),
             table,
-            records,
+            members,
             &mut out.warnings,
         );
         out.levels.push(level);
@@ -125,15 +155,10 @@ fn share_level(
     g: &CpuCgroup,
     (quota, current, period_us): (u64, u64, u64),
     table: &mut BTreeMap<String, AncestorBurst>,
-    records: &[BurstRecord],
+    members: BTreeMap<String, u64>,
     warnings: &mut Vec<String>,
 ) -> Level {
-    let below = format!("{}/", g.rel);
-    let sum: u64 = records
-        .iter()
-        .filter(|r| r.cgroup_path.starts_with(&below))
-        .map(|r| r.applied_us)
-        .sum();
+    let sum: u64 = members.values().sum();
     let base = match table.get(&g.rel) {
         Some(w) if w.written_us == current => w.base_us,
         _ => current,
@@ -163,6 +188,7 @@ fn share_level(
             AncestorBurst {
                 base_us: base,
                 written_us: now,
+                members: Some(members),
             },
         );
     }
@@ -176,9 +202,9 @@ fn share_level(
 }
 
 /// [`share`] on the hierarchies of this host.
-pub fn share_here(state: &StateDir, container_rel: &str) -> Shared {
+pub fn share_here(state: &StateDir, container_rel: &str, applied_us: u64) -> Shared {
     match Hierarchies::discover() {
-        Ok(h) => share(state, &h, container_rel),
+        Ok(h) => share(state, &h, container_rel, applied_us),
         Err(e) => Shared {
             levels: Vec::new(),
             warnings: vec![format!(
@@ -334,7 +360,7 @@ mod tests {
         // Someone had set 5ms on the pod before.
         std::fs::write(CpuCgroup::at(&h, pod).burst_file(), "5000").unwrap();
         record(&state, "c1", "/kubepods/burstable/pod1/c1", 30_000);
-        let s = share(&state, &h, "/kubepods/burstable/pod1/c1");
+        let s = share(&state, &h, "/kubepods/burstable/pod1/c1", 30_000);
         assert!(s.warnings.is_empty(), "{:?}", s.warnings);
         assert_eq!(burst(&h, pod), 35_000);
         assert_eq!(
@@ -347,14 +373,14 @@ mod tests {
         assert_eq!(burst(&h, "/kubepods/burstable"), 0);
         // The second container's burst: capped at the pod's quota (60ms).
         record(&state, "c2", "/kubepods/burstable/pod1/c2", 30_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c2");
+        share(&state, &h, "/kubepods/burstable/pod1/c2", 30_000);
         assert_eq!(burst(&h, pod), 60_000);
         // c1 ends: its part is taken back; c2's stays.
         burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c1", None));
-        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        share(&state, &h, "/kubepods/burstable/pod1/c1", 0);
         assert_eq!(burst(&h, pod), 35_000);
         burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c2", None));
-        share(&state, &h, "/kubepods/burstable/pod1/c2");
+        share(&state, &h, "/kubepods/burstable/pod1/c2", 0);
         assert_eq!(burst(&h, pod), 5_000, "the base is written back");
         assert!(!d.path().join("state").join(TABLE).exists());
     }
@@ -366,15 +392,16 @@ mod tests {
         let state = StateDir::new(d.path().join("state"));
         let pod = "/kubepods/burstable/pod1";
         record(&state, "c1", "/kubepods/burstable/pod1/c1", 30_000);
+        share(&state, &h, "/kubepods/burstable/pod1/c1", 30_000);
         record(&state, "c2", "/kubepods/burstable/pod1/c2", 30_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        share(&state, &h, "/kubepods/burstable/pod1/c2", 30_000);
         assert_eq!(burst(&h, pod), 60_000);
         // kubelet shrinks c1 to 10ms first (the pod's 40ms comes after): the
         // container's burst follows its quota, the pod's fits 40ms.
         let c1 = CpuCgroup::at(&h, "/kubepods/burstable/pod1/c1");
         std::fs::write(c1.cpu_dir.join("cpu.max"), "10000 100000").unwrap();
         record(&state, "c1", "/kubepods/burstable/pod1/c1", 10_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        share(&state, &h, "/kubepods/burstable/pod1/c1", 10_000);
         assert_eq!(burst(&h, pod), 40_000);
     }
 
@@ -385,14 +412,56 @@ mod tests {
         let state = StateDir::new(d.path().join("state"));
         let pod = "/kubepods/burstable/pod1";
         record(&state, "c1", "/kubepods/burstable/pod1/c1", 20_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        share(&state, &h, "/kubepods/burstable/pod1/c1", 20_000);
         assert_eq!(burst(&h, pod), 20_000);
         std::fs::write(CpuCgroup::at(&h, pod).burst_file(), "10000").unwrap();
-        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        share(&state, &h, "/kubepods/burstable/pod1/c1", 20_000);
         assert_eq!(burst(&h, pod), 30_000, "10ms of theirs and 20ms of ours");
         burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c1", None));
-        share(&state, &h, "/kubepods/burstable/pod1/c1");
+        share(&state, &h, "/kubepods/burstable/pod1/c1", 0);
         assert_eq!(burst(&h, pod), 10_000);
+    }
+
+    #[test]
+    fn the_pods_members_are_read_not_every_record_on_the_node() {
+        let d = tempfile::tempdir().unwrap();
+        let h = tree(d.path());
+        let state = StateDir::new(d.path().join("state"));
+        let pod = "/kubepods/burstable/pod1";
+        record(&state, "c1", "/kubepods/burstable/pod1/c1", 20_000);
+        share(&state, &h, "/kubepods/burstable/pod1/c1", 20_000);
+        // A record that does not parse would be skipped by a scan; the
+        // members are what the pod's containers said.
+        std::fs::write(state.bursts_dir().join("junk.json"), "{").unwrap();
+        record(&state, "c2", "/kubepods/burstable/pod1/c2", 10_000);
+        share(&state, &h, "/kubepods/burstable/pod1/c2", 10_000);
+        assert_eq!(burst(&h, pod), 30_000);
+        // c1's cgroup goes without its end (a killed runtime): its part goes
+        // at the next share.
+        std::fs::remove_dir_all(CpuCgroup::at(&h, "/kubepods/burstable/pod1/c1").cpu_dir).unwrap();
+        share(&state, &h, "/kubepods/burstable/pod1/c2", 10_000);
+        assert_eq!(burst(&h, pod), 10_000);
+    }
+
+    #[test]
+    fn a_table_without_members_reads_the_records_once() {
+        let d = tempfile::tempdir().unwrap();
+        let h = tree(d.path());
+        let state = StateDir::new(d.path().join("state"));
+        let pod = "/kubepods/burstable/pod1";
+        record(&state, "c1", "/kubepods/burstable/pod1/c1", 20_000);
+        std::fs::write(CpuCgroup::at(&h, pod).burst_file(), "20000").unwrap();
+        // As an earlier version left it: base 0, 20ms written, no members.
+        std::fs::write(
+            state.root().join(TABLE),
+            format!(r#"{{"{pod}":{{"base_us":0,"written_us":20000}}}}"#),
+        )
+        .unwrap();
+        record(&state, "c2", "/kubepods/burstable/pod1/c2", 10_000);
+        share(&state, &h, "/kubepods/burstable/pod1/c2", 10_000);
+        assert_eq!(burst(&h, pod), 30_000, "c1's 20ms from its record, c2's 10ms");
+        let t = std::fs::read_to_string(state.root().join(TABLE)).unwrap();
+        assert!(t.contains("\"members\""), "{t}");
     }
 
     #[test]
@@ -400,7 +469,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let h = tree(d.path());
         let state = StateDir::new(d.path().join("state"));
-        let s = share(&state, &h, "/kubepods/burstable/other");
+        let s = share(&state, &h, "/kubepods/burstable/other", 10_000);
         assert!(s.levels.is_empty() && s.warnings.is_empty());
         assert!(!d.path().join("state").exists());
     }
