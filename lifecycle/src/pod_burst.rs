@@ -12,11 +12,15 @@
 //! and the kernel refuses a quota below the burst, so the pod's burst must
 //! already fit the pod quota kubelet is about to write.
 //!
-//! The table of what was written (`<state_dir>/pod-bursts.json`, under an
-//! flock next to it) keeps the base: an ancestor's burst that is no longer
-//! what we wrote was written by someone else (an operator, kubelet) and
-//! becomes the new base. When the last container below an ancestor is gone
-//! its base is written back.
+//! What was written on each ancestor (`<state_dir>/pod-bursts/<escaped
+//! path>.json`, one file per ancestor, under the node-wide flock
+//! `pod-bursts.lock`) keeps its base and its members: an ancestor's burst
+//! that is no longer what we wrote was written by someone else (an
+//! operator, kubelet) and becomes the new base. When the last container
+//! below an ancestor is gone its base is written back and its file goes.
+//! A container's create reads and writes its own ancestors' files only, so
+//! it costs the same with 1 or 1,000 containers on the node (a single
+//! table of every pod, as before, grew with them: bench/README.md).
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -31,8 +35,20 @@ use throttlewatch_core::state_dir::{write_atomic, StateDir, WriteOptions};
 
 use crate::burst_record::BurstRecord;
 
+/// The single table of every ancestor an earlier version kept: split into
+/// [`DIR`] at the first share.
 const TABLE: &str = "pod-bursts.json";
+const DIR: &str = "pod-bursts";
 const LOCK: &str = "pod-bursts.lock";
+
+/// One ancestor's file: its path (the file name is escaped, and hashed
+/// when long) and what we wrote on it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Entry {
+    cgroup_path: String,
+    #[serde(flatten)]
+    burst: AncestorBurst,
+}
 
 /// What we wrote on one ancestor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,7 +92,6 @@ pub struct Shared {
 pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str, applied_us: u64) -> Shared {
     let mut out = Shared::default();
     let mut lock = None;
-    let mut table = None;
     let mut records = None;
     let mut at = CpuCgroup::at(h, container_rel).parent(h);
     while let Some(g) = at {
@@ -100,9 +115,10 @@ pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str, applied_us:
                     return out;
                 }
             }
+            split_table(state, &mut out.warnings);
         }
-        let table = table.get_or_insert_with(|| load_table(state, &mut out.warnings));
-        let mut members = match table.get(&g.rel) {
+        let prev = load_entry(state, &g.rel, &mut out.warnings);
+        let mut members = match &prev {
             Some(AncestorBurst {
                 members: Some(m), ..
             }) => m.clone(),
@@ -125,23 +141,23 @@ pub fn share(state: &StateDir, h: &Hierarchies, container_rel: &str, applied_us:
         }
         // A member whose cgroup is gone without its end (a killed runtime).
         members.retain(|rel, _| CpuCgroup::at(h, rel).cpu_dir.is_dir());
-        let level = share_level(
+        let (level, next) = share_level(
             h,
             &g,
             (quota, current, bw.period_us),
-            table,
+            prev.as_ref(),
             members,
             &mut out.warnings,
         );
-        out.levels.push(level);
-    }
-    if let Some(t) = &table {
-        if let Err(e) = save_table(state, t) {
-            out.warnings.push(format!(
-                "cannot write {}: {e}",
-                state.root().join(TABLE).display()
-            ));
+        if next != prev {
+            if let Err(e) = save_entry(state, &g.rel, next.as_ref()) {
+                out.warnings.push(format!(
+                    "cannot write {}: {e}",
+                    entry_path(state, &g.rel).display()
+                ));
+            }
         }
+        out.levels.push(level);
     }
     drop(lock);
     out
@@ -154,12 +170,12 @@ fn share_level(
     h: &Hierarchies,
     g: &CpuCgroup,
     (quota, current, period_us): (u64, u64, u64),
-    table: &mut BTreeMap<String, AncestorBurst>,
+    prev: Option<&AncestorBurst>,
     members: BTreeMap<String, u64>,
     warnings: &mut Vec<String>,
-) -> Level {
+) -> (Level, Option<AncestorBurst>) {
     let sum: u64 = members.values().sum();
-    let base = match table.get(&g.rel) {
+    let base = match prev {
         Some(w) if w.written_us == current => w.base_us,
         _ => current,
     };
@@ -180,25 +196,19 @@ fn share_level(
             )),
         }
     }
-    if sum == 0 {
-        table.remove(&g.rel);
-    } else {
-        table.insert(
-            g.rel.clone(),
-            AncestorBurst {
-                base_us: base,
-                written_us: now,
-                members: Some(members),
-            },
-        );
-    }
-    Level {
+    let next = (sum > 0).then(|| AncestorBurst {
+        base_us: base,
+        written_us: now,
+        members: Some(members),
+    });
+    let level = Level {
         cgroup_path: g.rel.clone(),
         quota_us: quota,
         period_us,
         burst_us: now,
         from_containers_us: now.saturating_sub(base),
-    }
+    };
+    (level, next)
 }
 
 /// [`share`] on the hierarchies of this host.
@@ -273,29 +283,77 @@ fn lock_path(state: &StateDir) -> PathBuf {
     state.root().join(LOCK)
 }
 
-fn load_table(state: &StateDir, warnings: &mut Vec<String>) -> BTreeMap<String, AncestorBurst> {
-    let path = state.root().join(TABLE);
-    match read_private(&path) {
-        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+fn entry_path(state: &StateDir, rel: &str) -> PathBuf {
+    state
+        .root()
+        .join(DIR)
+        .join(format!("{}.json", throttlewatch_core::container_key::escape_id(rel)))
+}
+
+/// What we wrote on `rel`, if anything (a file of another path, whose
+/// long name hashed the same, counts as nothing).
+fn load_entry(state: &StateDir, rel: &str, warnings: &mut Vec<String>) -> Option<AncestorBurst> {
+    let path = entry_path(state, rel);
+    let bytes = read_private(&path).ok()?;
+    match serde_json::from_slice::<Entry>(&bytes) {
+        Ok(e) if e.cgroup_path == rel => Some(e.burst),
+        Ok(_) => None,
+        Err(e) => {
             warnings.push(format!(
-                "{}: {e}; the ancestors' bursts are taken as they are now",
+                "{}: {e}; the burst of {rel} is taken as it is now",
                 path.display()
             ));
-            BTreeMap::new()
-        }),
-        Err(_) => BTreeMap::new(),
+            None
+        }
     }
 }
 
-fn save_table(state: &StateDir, t: &BTreeMap<String, AncestorBurst>) -> std::io::Result<()> {
-    let path = state.root().join(TABLE);
-    if t.is_empty() {
+/// Write what we wrote on `rel` (None: nothing any more, its file goes).
+fn save_entry(state: &StateDir, rel: &str, b: Option<&AncestorBurst>) -> std::io::Result<()> {
+    let path = entry_path(state, rel);
+    let Some(b) = b else {
         return match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         };
+    };
+    let e = Entry {
+        cgroup_path: rel.to_string(),
+        burst: b.clone(),
+    };
+    let write = || write_atomic(&path, &serde_json::to_vec(&e)?, &WriteOptions::STATE);
+    match write() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            StateDir::create_dir(&state.root().join(DIR))?;
+            write()
+        }
+        r => r,
     }
-    write_atomic(&path, &serde_json::to_vec(t)?, &WriteOptions::STATE)
+}
+
+/// An earlier version's single table, if there is one: each ancestor to
+/// its own file, then the table goes (under the lock).
+fn split_table(state: &StateDir, warnings: &mut Vec<String>) {
+    let path = state.root().join(TABLE);
+    let Ok(bytes) = read_private(&path) else { return };
+    match serde_json::from_slice::<BTreeMap<String, AncestorBurst>>(&bytes) {
+        Ok(t) => {
+            for (rel, b) in &t {
+                if let Err(e) = save_entry(state, rel, Some(b)) {
+                    warnings.push(format!(
+                        "cannot write {}: {e}",
+                        entry_path(state, rel).display()
+                    ));
+                    return;
+                }
+            }
+        }
+        Err(e) => warnings.push(format!(
+            "{}: {e}; the ancestors' bursts are taken as they are now",
+            path.display()
+        )),
+    }
+    let _ = std::fs::remove_file(&path);
 }
 
 #[cfg(test)]
@@ -382,7 +440,11 @@ mod tests {
         burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c2", None));
         share(&state, &h, "/kubepods/burstable/pod1/c2", 0);
         assert_eq!(burst(&h, pod), 5_000, "the base is written back");
-        assert!(!d.path().join("state").join(TABLE).exists());
+        assert_eq!(
+            std::fs::read_dir(d.path().join("state").join(DIR)).unwrap().count(),
+            0,
+            "nothing kept once no container is below"
+        );
     }
 
     #[test]
@@ -460,8 +522,9 @@ mod tests {
         record(&state, "c2", "/kubepods/burstable/pod1/c2", 10_000);
         share(&state, &h, "/kubepods/burstable/pod1/c2", 10_000);
         assert_eq!(burst(&h, pod), 30_000, "c1's 20ms from its record, c2's 10ms");
-        let t = std::fs::read_to_string(state.root().join(TABLE)).unwrap();
-        assert!(t.contains("\"members\""), "{t}");
+        assert!(!state.root().join(TABLE).exists(), "the old table is split");
+        let t = std::fs::read_to_string(entry_path(&state, pod)).unwrap();
+        assert!(t.contains("\"members\"") && t.contains(pod), "{t}");
     }
 
     #[test]
