@@ -93,7 +93,8 @@ fn on_poststop(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {
     burst_record::remove(&state, key);
     // Its part of a pod cgroup's burst is taken back (lifecycle::pod_burst).
     if let Some(r) = had.filter(|r| r.applied_us > 0) {
-        for w in throttlewatch_lifecycle::pod_burst::share_here(&state, &r.cgroup_path, 0).warnings {
+        for w in throttlewatch_lifecycle::pod_burst::share_here(&state, &r.cgroup_path, 0).warnings
+        {
             rep.warn(&w);
         }
     }

@@ -64,7 +64,10 @@ pub fn setup_2x() -> Setup {
     setup_with(Containerd::start_2x)
 }
 
-fn setup_with(start: fn(&[PathBuf], &[(&str, &str)]) -> Containerd) -> Setup {
+/// How a test starts its containerd: PATH directories and environment.
+type StartContainerd = fn(&[PathBuf], &[(&str, &str)]) -> Containerd;
+
+fn setup_with(start: StartContainerd) -> Setup {
     let tw = Scratch::new("twcfg");
     let config = tw_config(&tw.0);
     let shim_dir_env = std::env::var_os("TW_SHIM_DIR").map(PathBuf::from);

@@ -255,17 +255,36 @@ fn an_agent_killed_between_its_answer_and_its_log_leaves_the_container_to_the_ne
         let id = format!("tw-answered-{}-{}", std::process::id(), unique());
         let key = throttlewatch_core::ContainerKey::new(id.clone(), None);
         let cg = TransientCgroup::create(&h, &format!("/{id}")).unwrap();
-        let mut burner = burn_in(&cg, &["--threads", "1", "--ms", "300000", "--spin", "1", "--sleep", "100"]);
+        let mut burner = burn_in(
+            &cg,
+            &[
+                "--threads",
+                "1",
+                "--ms",
+                "300000",
+                "--spin",
+                "1",
+                "--sleep",
+                "100",
+            ],
+        );
         let reg = Register {
             container_id: id.clone(),
             pid: Some(burner.id()),
             cgroup_path: cg.group.rel.clone(),
             ..Default::default()
         };
-        let r = call(&cfg.socket, &Request::Register(reg.clone()), Duration::from_secs(5)).unwrap();
+        let r = call(
+            &cfg.socket,
+            &Request::Register(reg.clone()),
+            Duration::from_secs(5),
+        )
+        .unwrap();
         assert!(r.ok, "register: {r:?}");
         let state = layout.container_file(&key);
-        wait_until("the agent's state of it", Duration::from_secs(10), || state.exists());
+        wait_until("the agent's state of it", Duration::from_secs(10), || {
+            state.exists()
+        });
         assert!(
             !layout.answered_file(&key).exists(),
             "the journal entry goes once the state file is written"
@@ -274,7 +293,11 @@ fn an_agent_killed_between_its_answer_and_its_log_leaves_the_container_to_the_ne
         let log = cfg.log_of(&id);
         std::fs::remove_file(&state).unwrap();
         std::fs::create_dir_all(layout.answered_dir()).unwrap();
-        std::fs::write(layout.answered_file(&key), serde_json::to_vec(&reg).unwrap()).unwrap();
+        std::fs::write(
+            layout.answered_file(&key),
+            serde_json::to_vec(&reg).unwrap(),
+        )
+        .unwrap();
         if lone_start {
             let text = std::fs::read_to_string(&log).unwrap();
             let first = text.lines().next().unwrap();
@@ -285,11 +308,16 @@ fn an_agent_killed_between_its_answer_and_its_log_leaves_the_container_to_the_ne
         }
         let agent = Agent::start(&cfg);
         assert!(
-            agent.output().contains("answered by an agent that stopped before its log: watched from now"),
+            agent
+                .output()
+                .contains("answered by an agent that stopped before its log: watched from now"),
             "{}",
             agent.output()
         );
-        assert!(!layout.answered_file(&key).exists(), "the journal entry is taken");
+        assert!(
+            !layout.answered_file(&key).exists(),
+            "the journal entry is taken"
+        );
         let u = Request::Unregister {
             container_id: id.clone(),
             scope: None,

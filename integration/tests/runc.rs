@@ -395,7 +395,8 @@ fn a_container_started_while_no_agent_listens_is_taken_by_the_next_agent() {
     let agent = Agent::start(&cfg);
     let log = cfg.log_of(&b.id);
     let t = std::time::Instant::now();
-    while !(log.exists() && !of_type(&read_log(&log), "start").is_empty()) {
+    let started = || log.exists() && !of_type(&read_log(&log), "start").is_empty();
+    while !started() {
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "the agent did not take the kept register:\n{}",
@@ -404,7 +405,11 @@ fn a_container_started_while_no_agent_listens_is_taken_by_the_next_agent() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(kept(), 0, "the record goes once taken");
-    assert!(agent.output().contains("watched from now"), "{}", agent.output());
+    assert!(
+        agent.output().contains("watched from now"),
+        "{}",
+        agent.output()
+    );
     assert!(rt.run(&["delete", "-f", &b.id]).status.success());
     let recs = read_log(&log);
     assert_eq!(of_type(&recs, "start").len(), 1, "{recs:?}");

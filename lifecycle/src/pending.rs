@@ -37,7 +37,6 @@ use crate::{agent_start, unwatched, HookStage};
 
 pub use throttlewatch_core::protocol::{socket_id, PendingRegister};
 
-
 /// Record that `key`'s register is about to be sent to the agent on the
 /// socket [`socket_id`] names.
 pub(crate) fn mark(

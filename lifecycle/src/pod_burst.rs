@@ -196,7 +196,7 @@ fn share_level(
             )),
         }
     }
-    let next = (sum > 0).then(|| AncestorBurst {
+    let next = (sum > 0).then_some(AncestorBurst {
         base_us: base,
         written_us: now,
         members: Some(members),
@@ -284,10 +284,10 @@ fn lock_path(state: &StateDir) -> PathBuf {
 }
 
 fn entry_path(state: &StateDir, rel: &str) -> PathBuf {
-    state
-        .root()
-        .join(DIR)
-        .join(format!("{}.json", throttlewatch_core::container_key::escape_id(rel)))
+    state.root().join(DIR).join(format!(
+        "{}.json",
+        throttlewatch_core::container_key::escape_id(rel)
+    ))
 }
 
 /// What we wrote on `rel`, if anything (a file of another path, whose
@@ -335,7 +335,9 @@ fn save_entry(state: &StateDir, rel: &str, b: Option<&AncestorBurst>) -> std::io
 /// its own file, then the table goes (under the lock).
 fn split_table(state: &StateDir, warnings: &mut Vec<String>) {
     let path = state.root().join(TABLE);
-    let Ok(bytes) = read_private(&path) else { return };
+    let Ok(bytes) = read_private(&path) else {
+        return;
+    };
     match serde_json::from_slice::<BTreeMap<String, AncestorBurst>>(&bytes) {
         Ok(t) => {
             for (rel, b) in &t {
@@ -409,18 +411,37 @@ mod tests {
         CpuCgroup::at(h, rel).bandwidth().unwrap().burst_us.unwrap()
     }
 
-    #[test]
-    fn the_pod_gets_its_containers_bursts_and_its_own_back() {
+    const POD: &str = "/kubepods/burstable/pod1";
+
+    /// The tree and a state directory in a temporary directory.
+    fn fixture() -> (tempfile::TempDir, Hierarchies, StateDir) {
         let d = tempfile::tempdir().unwrap();
         let h = tree(d.path());
         let state = StateDir::new(d.path().join("state"));
-        let pod = "/kubepods/burstable/pod1";
+        (d, h, state)
+    }
+
+    /// Container `id` of pod1 records `us` and shares it, as a create does.
+    fn put(state: &StateDir, h: &Hierarchies, id: &str, us: u64) -> Shared {
+        let rel = format!("{POD}/{id}");
+        record(state, id, &rel, us);
+        share(state, h, &rel, us)
+    }
+
+    /// Container `id` of pod1 ends, as poststop does.
+    fn end(state: &StateDir, h: &Hierarchies, id: &str) {
+        burst_record::remove(state, &throttlewatch_core::ContainerKey::new(id, None));
+        share(state, h, &format!("{POD}/{id}"), 0);
+    }
+
+    #[test]
+    fn the_pod_gets_its_containers_bursts_and_its_own_back() {
+        let (d, h, state) = fixture();
         // Someone had set 5ms on the pod before.
-        std::fs::write(CpuCgroup::at(&h, pod).burst_file(), "5000").unwrap();
-        record(&state, "c1", "/kubepods/burstable/pod1/c1", 30_000);
-        let s = share(&state, &h, "/kubepods/burstable/pod1/c1", 30_000);
+        std::fs::write(CpuCgroup::at(&h, POD).burst_file(), "5000").unwrap();
+        let s = put(&state, &h, "c1", 30_000);
         assert!(s.warnings.is_empty(), "{:?}", s.warnings);
-        assert_eq!(burst(&h, pod), 35_000);
+        assert_eq!(burst(&h, POD), 35_000);
         assert_eq!(
             s.levels.len(),
             1,
@@ -430,18 +451,17 @@ mod tests {
         assert_eq!(s.levels[0].from_containers_us, 30_000);
         assert_eq!(burst(&h, "/kubepods/burstable"), 0);
         // The second container's burst: capped at the pod's quota (60ms).
-        record(&state, "c2", "/kubepods/burstable/pod1/c2", 30_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c2", 30_000);
-        assert_eq!(burst(&h, pod), 60_000);
+        put(&state, &h, "c2", 30_000);
+        assert_eq!(burst(&h, POD), 60_000);
         // c1 ends: its part is taken back; c2's stays.
-        burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c1", None));
-        share(&state, &h, "/kubepods/burstable/pod1/c1", 0);
-        assert_eq!(burst(&h, pod), 35_000);
-        burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c2", None));
-        share(&state, &h, "/kubepods/burstable/pod1/c2", 0);
-        assert_eq!(burst(&h, pod), 5_000, "the base is written back");
+        end(&state, &h, "c1");
+        assert_eq!(burst(&h, POD), 35_000);
+        end(&state, &h, "c2");
+        assert_eq!(burst(&h, POD), 5_000, "the base is written back");
         assert_eq!(
-            std::fs::read_dir(d.path().join("state").join(DIR)).unwrap().count(),
+            std::fs::read_dir(d.path().join("state").join(DIR))
+                .unwrap()
+                .count(),
             0,
             "nothing kept once no container is below"
         );
@@ -449,89 +469,71 @@ mod tests {
 
     #[test]
     fn a_resize_shrinks_the_pods_burst_to_its_containers_new_quotas() {
-        let d = tempfile::tempdir().unwrap();
-        let h = tree(d.path());
-        let state = StateDir::new(d.path().join("state"));
-        let pod = "/kubepods/burstable/pod1";
-        record(&state, "c1", "/kubepods/burstable/pod1/c1", 30_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c1", 30_000);
-        record(&state, "c2", "/kubepods/burstable/pod1/c2", 30_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c2", 30_000);
-        assert_eq!(burst(&h, pod), 60_000);
+        let (_d, h, state) = fixture();
+        put(&state, &h, "c1", 30_000);
+        put(&state, &h, "c2", 30_000);
+        assert_eq!(burst(&h, POD), 60_000);
         // kubelet shrinks c1 to 10ms first (the pod's 40ms comes after): the
         // container's burst follows its quota, the pod's fits 40ms.
         let c1 = CpuCgroup::at(&h, "/kubepods/burstable/pod1/c1");
         std::fs::write(c1.cpu_dir.join("cpu.max"), "10000 100000").unwrap();
-        record(&state, "c1", "/kubepods/burstable/pod1/c1", 10_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c1", 10_000);
-        assert_eq!(burst(&h, pod), 40_000);
+        put(&state, &h, "c1", 10_000);
+        assert_eq!(burst(&h, POD), 40_000);
     }
 
     #[test]
     fn a_write_by_someone_else_becomes_the_base() {
-        let d = tempfile::tempdir().unwrap();
-        let h = tree(d.path());
-        let state = StateDir::new(d.path().join("state"));
-        let pod = "/kubepods/burstable/pod1";
-        record(&state, "c1", "/kubepods/burstable/pod1/c1", 20_000);
+        let (_d, h, state) = fixture();
+        put(&state, &h, "c1", 20_000);
+        assert_eq!(burst(&h, POD), 20_000);
+        std::fs::write(CpuCgroup::at(&h, POD).burst_file(), "10000").unwrap();
         share(&state, &h, "/kubepods/burstable/pod1/c1", 20_000);
-        assert_eq!(burst(&h, pod), 20_000);
-        std::fs::write(CpuCgroup::at(&h, pod).burst_file(), "10000").unwrap();
-        share(&state, &h, "/kubepods/burstable/pod1/c1", 20_000);
-        assert_eq!(burst(&h, pod), 30_000, "10ms of theirs and 20ms of ours");
-        burst_record::remove(&state, &throttlewatch_core::ContainerKey::new("c1", None));
-        share(&state, &h, "/kubepods/burstable/pod1/c1", 0);
-        assert_eq!(burst(&h, pod), 10_000);
+        assert_eq!(burst(&h, POD), 30_000, "10ms of theirs and 20ms of ours");
+        end(&state, &h, "c1");
+        assert_eq!(burst(&h, POD), 10_000);
     }
 
     #[test]
     fn the_pods_members_are_read_not_every_record_on_the_node() {
-        let d = tempfile::tempdir().unwrap();
-        let h = tree(d.path());
-        let state = StateDir::new(d.path().join("state"));
-        let pod = "/kubepods/burstable/pod1";
-        record(&state, "c1", "/kubepods/burstable/pod1/c1", 20_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c1", 20_000);
+        let (_d, h, state) = fixture();
+        put(&state, &h, "c1", 20_000);
         // A record that does not parse would be skipped by a scan; the
         // members are what the pod's containers said.
         std::fs::write(state.bursts_dir().join("junk.json"), "{").unwrap();
-        record(&state, "c2", "/kubepods/burstable/pod1/c2", 10_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c2", 10_000);
-        assert_eq!(burst(&h, pod), 30_000);
+        put(&state, &h, "c2", 10_000);
+        assert_eq!(burst(&h, POD), 30_000);
         // c1's cgroup goes without its end (a killed runtime): its part goes
         // at the next share.
         std::fs::remove_dir_all(CpuCgroup::at(&h, "/kubepods/burstable/pod1/c1").cpu_dir).unwrap();
         share(&state, &h, "/kubepods/burstable/pod1/c2", 10_000);
-        assert_eq!(burst(&h, pod), 10_000);
+        assert_eq!(burst(&h, POD), 10_000);
     }
 
     #[test]
     fn a_table_without_members_reads_the_records_once() {
-        let d = tempfile::tempdir().unwrap();
-        let h = tree(d.path());
-        let state = StateDir::new(d.path().join("state"));
-        let pod = "/kubepods/burstable/pod1";
+        let (_d, h, state) = fixture();
         record(&state, "c1", "/kubepods/burstable/pod1/c1", 20_000);
-        std::fs::write(CpuCgroup::at(&h, pod).burst_file(), "20000").unwrap();
+        std::fs::write(CpuCgroup::at(&h, POD).burst_file(), "20000").unwrap();
         // As an earlier version left it: base 0, 20ms written, no members.
         std::fs::write(
             state.root().join(TABLE),
-            format!(r#"{{"{pod}":{{"base_us":0,"written_us":20000}}}}"#),
+            format!(r#"{{"{POD}":{{"base_us":0,"written_us":20000}}}}"#),
         )
         .unwrap();
-        record(&state, "c2", "/kubepods/burstable/pod1/c2", 10_000);
-        share(&state, &h, "/kubepods/burstable/pod1/c2", 10_000);
-        assert_eq!(burst(&h, pod), 30_000, "c1's 20ms from its record, c2's 10ms");
+        put(&state, &h, "c2", 10_000);
+        assert_eq!(
+            burst(&h, POD),
+            30_000,
+            "c1's 20ms from its record, c2's 10ms"
+        );
         assert!(!state.root().join(TABLE).exists(), "the old table is split");
-        let t = std::fs::read_to_string(entry_path(&state, pod)).unwrap();
-        assert!(t.contains("\"members\"") && t.contains(pod), "{t}");
+        let t = std::fs::read_to_string(entry_path(&state, POD)).unwrap();
+        assert!(t.contains("\"members\"") && t.contains(POD), "{t}");
     }
 
     #[test]
     fn no_ancestor_with_a_quota_takes_no_lock_and_writes_nothing() {
-        let d = tempfile::tempdir().unwrap();
-        let h = tree(d.path());
-        let state = StateDir::new(d.path().join("state"));
+        let (d, h, state) = fixture();
         let s = share(&state, &h, "/kubepods/burstable/other", 10_000);
         assert!(s.levels.is_empty() && s.warnings.is_empty());
         assert!(!d.path().join("state").exists());

@@ -36,7 +36,8 @@ pub(crate) fn release(cfg: &Config, key: &ContainerKey) {
     let had = burst_record::load(&state, key).ok().flatten();
     burst_record::remove(&state, key);
     if let Some(r) = had.filter(|r| r.applied_us > 0) {
-        for w in throttlewatch_lifecycle::pod_burst::share_here(&state, &r.cgroup_path, 0).warnings {
+        for w in throttlewatch_lifecycle::pod_burst::share_here(&state, &r.cgroup_path, 0).warnings
+        {
             say(&w);
         }
     }

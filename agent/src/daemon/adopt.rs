@@ -72,10 +72,7 @@ fn records<T: serde::de::DeserializeOwned>(dir: &Path) -> Vec<(PathBuf, T)> {
         match serde_json::from_slice(&bytes) {
             Ok(r) => out.push((path, r)),
             Err(e) => {
-                eprintln!(
-                    "throttlewatch agent: {}: {e}; removed",
-                    path.display()
-                );
+                eprintln!("throttlewatch agent: {}: {e}; removed", path.display());
                 let _ = std::fs::remove_file(&path);
             }
         }
@@ -199,7 +196,8 @@ mod tests {
             cgroup_path: "/pod/c1".into(),
             ..Default::default()
         };
-        let start = r#"{"v":1,"ts":1,"type":"start","container_id":"c1","pid":42,"cgroup_path":"/pod/c1"}"#;
+        let start =
+            r#"{"v":1,"ts":1,"type":"start","container_id":"c1","pid":42,"cgroup_path":"/pod/c1"}"#;
         std::fs::write(&log, format!("{start}\n")).unwrap();
         drop_lone_start(&log, &r);
         assert!(!log.exists(), "the lone start of this register goes");
@@ -226,7 +224,13 @@ mod tests {
         let got: Vec<(PathBuf, Register)> = records(d.path());
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].1, r);
-        assert!(d.path().join("creating").exists(), "a create in progress is left alone");
-        assert!(!d.path().join("bad").exists(), "a record that does not parse is removed");
+        assert!(
+            d.path().join("creating").exists(),
+            "a create in progress is left alone"
+        );
+        assert!(
+            !d.path().join("bad").exists(),
+            "a record that does not parse is removed"
+        );
     }
 }

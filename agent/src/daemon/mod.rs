@@ -22,8 +22,8 @@ use crate::socket::{bind, raise_nofile_limit, Server};
 use crate::state::{ContainersDir, Persisted};
 use crate::{signals, CliError};
 
-pub(crate) mod advice;
 mod adopt;
+pub(crate) mod advice;
 mod dirs;
 mod ended_at_exit;
 mod exit_end;

@@ -135,7 +135,11 @@ impl Agent {
         let mut t = Phases::start("throttlewatch-agent register");
         let key = r.key();
         // Journaled before an answer that goes out ahead of the log (adopt.rs).
-        let journal = if wait { None } else { serde_json::to_vec(&r).ok() };
+        let journal = if wait {
+            None
+        } else {
+            serde_json::to_vec(&r).ok()
+        };
         let begun = match self.begin_register(r, None, &mut t) {
             Ok(Begun::InFlight(p)) => p,
             Ok(Begun::Known(resp)) => {

@@ -9,6 +9,9 @@ use throttlewatch_core::logfmt::{ColdStart, Runq, Throttle};
 
 use crate::labels::ContainerLabels;
 
+// A poll's outputs live for one drain and are moved, not stored: boxing
+// the run-queue variant would add an allocation per record for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Output {
     /// A freeze, with the `throttle` record written for it (None: under the

@@ -66,7 +66,7 @@ impl ProbeTotals {
         }
         let runq = probe.runq_totals(cgroup_id);
         let waits = |r: &Option<RunqTotals>| r.map(|r| (r.count, r.excluded));
-        if !waits(&runq).is_some_and(|w| Some(w) == waits(&prev.runq)) {
+        if waits(&runq).is_none_or(|w| Some(w) != waits(&prev.runq)) {
             return ProbeTotals::read(probe, cgroup_id, map_full);
         }
         ProbeTotals {

@@ -177,7 +177,7 @@ fn record(
             .iter()
             .map(|(k, f, m, names)| log_edge(k, f, *m, names))
             .collect(),
-        rest: (n > 0).then(|| WakeRest {
+        rest: (n > 0).then_some(WakeRest {
             edges: n,
             count: rest.count,
             wait_ns: rest.wait_ns,
@@ -287,7 +287,7 @@ mod tests {
     fn intervals_are_differences_and_the_end_sums_them() {
         let mut t = WakeTracker::default();
         let a = edge(2, 1, WakerKind::Same, 10, 10_000);
-        let r = t.interval(&[a.clone()], 0).unwrap();
+        let r = t.interval(std::slice::from_ref(&a), 0).unwrap();
         assert_eq!((r.edges.len(), r.edges[0].count), (1, 10));
         assert_eq!(r.edges[0].waker.kind, "same");
         assert_eq!(r.edges[0].wakee.comm, "e2");

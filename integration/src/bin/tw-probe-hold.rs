@@ -93,9 +93,15 @@ fn serve(p: &ThrottleProbe, under: &str) {
         let n: usize = n
             .parse()
             .unwrap_or_else(|_| panic!("--serve: line {line:?}: expected N [DIR]"));
-        let extra = words.next().map(|d| (cgroup_id("--serve", d), PathBuf::from(d)));
+        let extra = words
+            .next()
+            .map(|d| (cgroup_id("--serve", d), PathBuf::from(d)));
         let others = n - usize::from(extra.is_some());
-        assert!(others <= all.len(), "--serve: {n} asked, {} sub-directories", all.len());
+        assert!(
+            others <= all.len(),
+            "--serve: {n} asked, {} sub-directories",
+            all.len()
+        );
         let want: Vec<&(u64, PathBuf)> = all[..others].iter().chain(extra.iter()).collect();
         let ids: BTreeSet<u64> = want.iter().map(|(id, _)| *id).collect();
         for gone in now.difference(&ids) {

@@ -113,7 +113,11 @@ pub fn nothing_lost(c: &Churn) -> Summary {
                 && c.kept_for_agent.iter().any(|id| l.contains(id.as_str())))
         })
         .collect();
-    assert_eq!(other, Vec::<&str>::new(), "the plugin reported problems in hook.log");
+    assert_eq!(
+        other,
+        Vec::<&str>::new(),
+        "the plugin reported problems in hook.log"
+    );
     assert_eq!(
         said.lines().count(),
         c.kept_for_agent.len(),
