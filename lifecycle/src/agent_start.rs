@@ -29,7 +29,7 @@ pub enum RegisterError {
     #[error("{source}; cannot register container {id:?}")]
     Agent { id: String, source: Box<AgentError> },
     /// No agent answers and the configuration does not start one: the
-    /// front end keeps the register for the next agent (`CreateMarks::kept`).
+    /// front end keeps the register for the next agent (`lifecycle::pending::keep_for_agent`).
     #[error("{source}; start_agent = false, so container {id:?} starts unwatched until an agent starts and takes its register")]
     NotStarted { id: String, source: Box<AgentError> },
     /// No agent answers and there is none to start.

@@ -8,7 +8,7 @@
 //! | [`sent`](CreateMarks::sent) | `pending/<key>` = the register | whoever sends it fail-open (the wrapper's helper, the shim, the hook) |
 //! | [`abandoned`](CreateMarks::abandoned) | `pending/<key>` removed if still empty | the wrapper's helper, when it will not send |
 //! | [`taken`](CreateMarks::taken) | `pending/<key>` removed | the agent (`StateDir::clear_pending`), a front end whose send failed, `delete` |
-//! | [`kept`](CreateMarks::kept) | `pending/<key>` = the register, no socket | a front end whose register found no agent with `start_agent = false`: the next agent takes it (the agent's `adopt.rs`), the container's end removes it |
+//! | kept (`pending::keep_for_agent`) | `pending/<key>` = the register, no socket | a front end whose register found no agent with `start_agent = false`: the next agent takes it (the agent's `adopt.rs`), the container's end removes it |
 //! | [`refused`](CreateMarks::refused) | `unwatched/<key>` | the agent refusing it, a front end whose register failed |
 //! | [`watched`](CreateMarks::watched) | `unwatched/<key>` removed | a register answered, a new create of the id |
 //! | [`take_refusal`](CreateMarks::take_refusal) | `unwatched/<key>` removed, said whether it was there | the poststop hook |
@@ -70,15 +70,6 @@ impl<'a> CreateMarks<'a> {
     /// The agent took the register, the send failed, or the container is gone.
     pub fn taken(&self) {
         self.state.clear_pending(self.key)
-    }
-
-    /// No agent listens and none may be started: the register waits in
-    /// `pending/<key>` (sent to no socket) for the next agent to take.
-    pub fn kept(&self, register: &throttlewatch_core::protocol::Register) -> std::io::Result<()> {
-        self.sent(&PendingRegister {
-            socket: None,
-            register: register.clone(),
-        })
     }
 
     /// The agent was never told about the container (or refused it).

@@ -198,7 +198,7 @@ fn send_register(
             }
             marks.watched()
         }
-        Err(e) if e.is_not_started() => keep_for_agent(cfg, rep, c.key, &reg, &e),
+        Err(e) if e.is_not_started() => pending::keep_for_agent(cfg, rep, c.key, &reg, &e),
         Err(e) => {
             if recorded.is_some() {
                 marks.taken();
@@ -208,40 +208,6 @@ fn send_register(
         }
     }
     t.mark("register");
-}
-
-/// No agent listens and `start_agent = false`: the register waits in
-/// `pending/<key>` for the next agent, which takes the container if it
-/// still runs (the DaemonSet's agent restarting, the host unit stopped).
-/// Said as a warning; where it cannot be kept, an error and the
-/// `unwatched` mark as for any failed register.
-pub(crate) fn keep_for_agent(
-    cfg: &Config,
-    rep: &mut Reporter,
-    key: &ContainerKey,
-    reg: &Register,
-    why: &agent_start::RegisterError,
-) {
-    let marks = CreateMarks::new(&cfg.state_dir, key);
-    if cfg.fail_mode == FailMode::Closed {
-        // Fail-closed refuses a container that would start unwatched.
-        rep.error(&why.to_string());
-        mark_unwatched(cfg, rep, key);
-        return;
-    }
-    match marks.kept(reg) {
-        Ok(()) => rep.warn(&format!(
-            "{why}; its register waits in {}",
-            marks.state().pending_file(key).display()
-        )),
-        Err(e) => {
-            rep.error(&format!(
-                "{why}; cannot keep its register in {}: {e}",
-                marks.state().pending_dir().display()
-            ));
-            mark_unwatched(cfg, rep, key);
-        }
-    }
 }
 
 fn mark_unwatched(cfg: &Config, rep: &mut Reporter, key: &ContainerKey) {

@@ -28,7 +28,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use throttlewatch_core::config::Config;
+use throttlewatch_core::config::{Config, FailMode};
+use throttlewatch_core::protocol::Register;
 use throttlewatch_core::state_dir::{write_atomic, StateDir, WriteOptions};
 use throttlewatch_core::ContainerKey;
 
@@ -36,6 +37,56 @@ use crate::report::Reporter;
 use crate::{agent_start, unwatched, HookStage};
 
 pub use throttlewatch_core::protocol::{socket_id, PendingRegister};
+
+/// No agent listens and `start_agent = false`: the register waits in
+/// `pending/<key>`, sent to no socket, for the next agent, which takes the
+/// container if it still runs (the DaemonSet's agent restarting, the host
+/// unit stopped). Said as a warning; under fail-closed,
+/// or where it cannot be kept, an error and the `unwatched` mark as for any
+/// failed register.
+pub(crate) fn keep_for_agent(
+    cfg: &Config,
+    rep: &mut Reporter,
+    key: &ContainerKey,
+    reg: &Register,
+    why: &agent_start::RegisterError,
+) {
+    let state = StateDir::new(&cfg.state_dir);
+    let kept = if cfg.fail_mode == FailMode::Closed {
+        // Fail-closed refuses a container that would start unwatched.
+        rep.error(&why.to_string());
+        false
+    } else {
+        let record = PendingRegister {
+            socket: None,
+            register: reg.clone(),
+        };
+        match mark(&state, key, &record) {
+            Ok(()) => {
+                rep.warn(&format!(
+                    "{why}; its register waits in {}",
+                    state.pending_file(key).display()
+                ));
+                true
+            }
+            Err(e) => {
+                rep.error(&format!(
+                    "{why}; cannot keep its register in {}: {e}",
+                    state.pending_dir().display()
+                ));
+                false
+            }
+        }
+    };
+    if !kept {
+        if let Err(e) = unwatched::mark(&state, key) {
+            rep.warn(&format!(
+                "cannot mark {key} unwatched in {}: {e} (poststop will ask the agent)",
+                state.unwatched_dir().display()
+            ));
+        }
+    }
+}
 
 /// Record that `key`'s register is about to be sent to the agent on the
 /// socket [`socket_id`] names.
@@ -120,7 +171,7 @@ pub enum Confirmed {
     /// The socket is not the one the register went to: that agent is gone.
     AgentGone,
     /// It went to no agent: none listened (`start_agent = false`; kept
-    /// for the next agent, `CreateMarks::kept`).
+    /// for the next agent, `pending::keep_for_agent`).
     NoAgent,
 }
 
@@ -201,7 +252,7 @@ pub(crate) fn before_start(
                     // Still no agent: the register waits for the next one.
                     let mut rep = Reporter::new(cfg, HookStage::CreateRuntime, name);
                     rep.set_container(&key.id);
-                    crate::created::keep_for_agent(cfg, &mut rep, key, &p.register, &e);
+                    keep_for_agent(cfg, &mut rep, key, &p.register, &e);
                     return Some(e.to_string());
                 }
                 Err(e) => {
