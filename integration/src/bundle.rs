@@ -90,6 +90,13 @@ pub fn tw_burn_bundle(tag: &str, args: &[&str], mut opts: ContainerOpts) -> Bund
         &format!("tw-{tag}-{}-{}", std::process::id(), crate::unique()),
         &opts,
     );
+    add_tw_burn(&b);
+    b
+}
+
+/// Put the host-built tw-burn in `b` as `/tw-burn`, the host's libraries
+/// bound read-only for it.
+pub fn add_tw_burn(b: &Bundle) {
     std::fs::copy(crate::bin("tw-burn"), b.dir().join("rootfs/tw-burn")).unwrap();
     b.edit(|v| {
         let mounts = v["mounts"].as_array_mut().unwrap();
@@ -101,7 +108,6 @@ pub fn tw_burn_bundle(tag: &str, args: &[&str], mut opts: ContainerOpts) -> Bund
             }
         }
     });
-    b
 }
 
 /// Fill `dir` with a busybox-static root filesystem.
