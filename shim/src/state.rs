@@ -102,9 +102,9 @@ const OUTPUT_LIMIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// containerd 2.x waits for them before it deletes the task.
 pub fn on_exit(state: &Shared, tx: &mpsc::Sender<Event>, runc: &Runc, pid: u32, code: u32) {
     let at = now();
-    let found = {
-        let st = state.0.lock().unwrap_or_else(|e| e.into_inner());
-        st.containers.iter().find_map(|(cid, c)| {
+    let (cid, eid, io, bundle) = {
+        let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        let found = st.containers.iter().find_map(|(cid, c)| {
             if c.init.pid == pid && c.init.status != Status::STOPPED {
                 let bundle = Some(c.bundle.clone());
                 return Some((cid.clone(), String::new(), c.init.io.clone(), bundle));
@@ -113,28 +113,29 @@ pub fn on_exit(state: &Shared, tx: &mpsc::Sender<Event>, runc: &Runc, pid: u32, 
                 .iter()
                 .find(|(_, p)| p.pid == pid && p.status != Status::STOPPED)
                 .map(|(e, p)| (cid.clone(), e.clone(), p.io.clone(), None))
-        })
-    };
-    match found {
-        Some((cid, eid, io, bundle)) => {
-            if bundle.is_some_and(|b| should_kill_all_on_exit(&b)) {
-                if let Err(e) = runc.kill(&cid, libc::SIGKILL as u32, true) {
-                    warn!("{cid}: failed to kill init's children: {e}");
-                }
-            }
-            if let Some(io) = io {
-                io.wait_output(OUTPUT_LIMIT);
-            }
-            apply_exit(state, tx, &cid, &eid, pid, code, at)
-        }
-        None => {
-            let mut st = state.0.lock().unwrap_or_else(|e| e.into_inner());
+        });
+        let Some(found) = found else {
+            // Kept under the same lock as the search: a start that sets
+            // this pid and then looks here (`TaskService::claim`) cannot
+            // fall between the two and lose the exit (an exec whose `echo`
+            // exited before its pid was set had a wait that never returned).
             st.unclaimed.push_back((pid, code, at));
             while st.unclaimed.len() > 128 {
                 st.unclaimed.pop_front();
             }
+            return;
+        };
+        found
+    };
+    if bundle.is_some_and(|b| should_kill_all_on_exit(&b)) {
+        if let Err(e) = runc.kill(&cid, libc::SIGKILL as u32, true) {
+            warn!("{cid}: failed to kill init's children: {e}");
         }
     }
+    if let Some(io) = io {
+        io.wait_output(OUTPUT_LIMIT);
+    }
+    apply_exit(state, tx, &cid, &eid, pid, code, at)
 }
 
 pub fn apply_exit(
