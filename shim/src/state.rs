@@ -119,6 +119,9 @@ pub fn on_exit(state: &Shared, tx: &mpsc::Sender<Event>, runc: &Runc, pid: u32, 
             // this pid and then looks here (`TaskService::claim`) cannot
             // fall between the two and lose the exit (an exec whose `echo`
             // exited before its pid was set had a wait that never returned).
+            // The runc shim holds `lifecycleMu` over the same hand-off
+            // (`preStart`/`handleStarted`, cmd/containerd-shim-runc-v2/task/
+            // service.go).
             st.unclaimed.push_back((pid, code, at));
             while st.unclaimed.len() > 128 {
                 st.unclaimed.pop_front();
